@@ -1,0 +1,368 @@
+"""Event schemas: every fact and decision the system records.
+
+Events are frozen msgspec Structs in one tagged union, so a single Decoder turns any payload into
+the right type and services dispatch with ``match``. The tag (the class name) is also sent in the
+``Egress-Event-Type`` header, which lets a consumer skip a type it does not know without decoding.
+
+Schema evolution: a field added later must have a default, so events written before it still
+decode; decoders ignore fields they do not know, so old readers survive new writers.
+
+Each event names the *category* of its aggregate subject (``proxy.<uid>.<category>``); the store
+derives the subject from it, so a writer cannot put an event on the wrong subject.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import ClassVar
+
+import msgspec
+
+SCHEMA_VERSION = 1
+
+
+class Event(msgspec.Struct, frozen=True, tag=True, kw_only=True):
+    """Base of every event; ``category`` picks the last subject token."""
+
+    category: ClassVar[str] = ""
+
+
+# --------------------------------------------------------------------------------------------
+# The Proxy resource (shared by the CLI and the Kubernetes watcher)
+
+
+class ProxyMode(StrEnum):
+    MANAGED = "Managed"
+    EXTERNAL = "External"
+
+
+class Placement(msgspec.Struct, frozen=True, kw_only=True, rename="camel", omit_defaults=True):
+    region: str = ""
+    zone: str = ""
+    machine_type: str = ""
+    image: str = ""
+
+
+class SecretRef(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    name: str
+    key: str = "userdata"
+
+
+class CloudInit(msgspec.Struct, frozen=True, kw_only=True, rename="camel", omit_defaults=True):
+    inline: str = ""
+    secret_ref: SecretRef | None = None
+
+
+class External(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    url: str = ""
+
+
+class HealthCheck(msgspec.Struct, frozen=True, kw_only=True, rename="camel", omit_defaults=True):
+    url: str = ""
+    interval_seconds: float = 1.0
+    timeout_seconds: float = 5.0
+    failure_threshold: int = 3
+    success_threshold: int = 1
+
+
+class ProxySpec(msgspec.Struct, frozen=True, kw_only=True, rename="camel", omit_defaults=True):
+    mode: ProxyMode = ProxyMode.MANAGED
+    provider: str = ""
+    placement: Placement = msgspec.field(default_factory=Placement)
+    attributes: dict[str, str] = msgspec.field(default_factory=dict)
+    cloud_init: CloudInit | None = None
+    external: External | None = None
+    health_check: HealthCheck = msgspec.field(default_factory=HealthCheck)
+
+
+# --------------------------------------------------------------------------------------------
+# proxy.<uid>.declared — what people asked for (watcher, CLI)
+
+
+class ProxyDeclared(Event, frozen=True, kw_only=True):
+    category: ClassVar[str] = "declared"
+    uid: str
+    namespace: str
+    name: str
+    spec: ProxySpec
+    generation: int = 1
+    source: str = "cli"
+    cloud_init_resolved: str = ""
+
+
+class ProxySpecChanged(Event, frozen=True, kw_only=True):
+    category: ClassVar[str] = "declared"
+    uid: str
+    spec: ProxySpec
+    generation: int = 1
+    cloud_init_resolved: str = ""
+
+
+class ProxyDeletionRequested(Event, frozen=True, kw_only=True):
+    category: ClassVar[str] = "declared"
+    uid: str
+
+
+class ProxyRemoved(Event, frozen=True, kw_only=True):
+    """The last event of an aggregate: its instance is gone and nothing more will happen."""
+
+    category: ClassVar[str] = "declared"
+    uid: str
+
+
+# --------------------------------------------------------------------------------------------
+# proxy.<uid>.cmd — what the reconciler asks the executor to do
+
+
+class CreateInstance(Event, frozen=True, kw_only=True):
+    category: ClassVar[str] = "cmd"
+    command_id: str
+    provider: str
+    instance_name: str
+    spec: ProxySpec
+    spec_hash: str = ""
+    cloud_init: str = ""
+
+
+class ObserveInstance(Event, frozen=True, kw_only=True):
+    category: ClassVar[str] = "cmd"
+    command_id: str
+    provider: str
+    provider_id: str
+
+
+class DeleteInstance(Event, frozen=True, kw_only=True):
+    category: ClassVar[str] = "cmd"
+    command_id: str
+    provider: str
+    provider_id: str
+
+
+# --------------------------------------------------------------------------------------------
+# proxy.<uid>.instance — what the executor did and saw
+
+
+class InstanceState(StrEnum):
+    PENDING = "Pending"
+    RUNNING = "Running"
+    STOPPED = "Stopped"
+    TERMINATING = "Terminating"
+    UNKNOWN = "Unknown"
+
+
+class ErrorClass(StrEnum):
+    NOT_FOUND = "NotFound"
+    QUOTA_EXCEEDED = "QuotaExceeded"
+    TRANSIENT = "Transient"
+    PERMANENT = "Permanent"
+
+
+class InstanceCreated(Event, frozen=True, kw_only=True):
+    category: ClassVar[str] = "instance"
+    command_id: str
+    provider: str
+    provider_id: str
+
+
+class InstanceObserved(Event, frozen=True, kw_only=True):
+    category: ClassVar[str] = "instance"
+    command_id: str
+    provider: str
+    provider_id: str
+    state: InstanceState
+    ip: str = ""
+    url: str = ""
+    instance_uid: str = ""
+    created_at: str = ""
+
+
+class InstanceGone(Event, frozen=True, kw_only=True):
+    """The provider answered NotFound for the instance: deleted, vanished, or never made."""
+
+    category: ClassVar[str] = "instance"
+    command_id: str
+    provider: str
+    provider_id: str
+
+
+class ProviderFailed(Event, frozen=True, kw_only=True):
+    category: ClassVar[str] = "instance"
+    command_id: str
+    provider: str
+    operation: str
+    error_class: ErrorClass
+    message: str
+    provider_id: str = ""
+
+
+# --------------------------------------------------------------------------------------------
+# proxy.<uid>.health — transitions only; full-rate figures go to metrics
+
+
+class HealthChanged(Event, frozen=True, kw_only=True):
+    category: ClassVar[str] = "health"
+    healthy: bool
+    reason: str = ""
+    message: str = ""
+    latency_ms: float = 0.0
+    provider_id: str = ""
+
+
+# --------------------------------------------------------------------------------------------
+# proxy.<uid>.status — phase and condition changes the reconciler decided
+
+
+class Phase(StrEnum):
+    PENDING = "Pending"
+    PROVISIONING = "Provisioning"
+    READY = "Ready"
+    REPLACING = "Replacing"
+    DELETING = "Deleting"
+    FAILED = "Failed"
+
+
+class Condition(msgspec.Struct, frozen=True, kw_only=True):
+    type: str
+    status: str
+    reason: str = ""
+    message: str = ""
+
+
+class PhaseChanged(Event, frozen=True, kw_only=True):
+    category: ClassVar[str] = "status"
+    phase: Phase
+    reason: str = ""
+    message: str = ""
+    ip: str = ""
+    url: str = ""
+    provider_id: str = ""
+    observed_generation: int = 0
+    conditions: tuple[Condition, ...] = ()
+
+
+# --------------------------------------------------------------------------------------------
+# lease.<proxy-uid>
+
+
+class LeaseAcquired(Event, frozen=True, kw_only=True):
+    category: ClassVar[str] = "lease"
+    lease_id: str
+    proxy_uid: str
+    holder: str = ""
+    ttl_seconds: float
+    selector: dict[str, str] = msgspec.field(default_factory=dict)
+
+
+class LeaseReleased(Event, frozen=True, kw_only=True):
+    category: ClassVar[str] = "lease"
+    lease_id: str
+    proxy_uid: str
+    cooldown_seconds: float = 0.0
+
+
+class LeaseReported(Event, frozen=True, kw_only=True):
+    category: ClassVar[str] = "lease"
+    lease_id: str
+    proxy_uid: str
+    outcome: str
+    detail: str = ""
+
+
+class LeaseExpired(Event, frozen=True, kw_only=True):
+    category: ClassVar[str] = "lease"
+    lease_id: str
+    proxy_uid: str
+
+
+# --------------------------------------------------------------------------------------------
+# gc.<provider>
+
+
+class OrphanFound(Event, frozen=True, kw_only=True):
+    category: ClassVar[str] = "gc"
+    provider: str
+    provider_id: str
+    owner_uid: str
+    created_at: str = ""
+
+
+class OrphanDeleted(Event, frozen=True, kw_only=True):
+    category: ClassVar[str] = "gc"
+    provider: str
+    provider_id: str
+    owner_uid: str
+
+
+class SweepCompleted(Event, frozen=True, kw_only=True):
+    category: ClassVar[str] = "gc"
+    provider: str
+    listed: int
+    orphans: int
+    deleted: int
+    skipped: bool = False
+    reason: str = ""
+
+
+# --------------------------------------------------------------------------------------------
+# deadletter.<consumer>
+
+
+class DeadLettered(Event, frozen=True, kw_only=True):
+    """A message a consumer gave up on, kept whole so an operator can inspect and replay it."""
+
+    category: ClassVar[str] = "deadletter"
+    consumer: str
+    stream: str
+    subject: str
+    sequence: int
+    deliveries: int
+    reason: str
+    payload: str
+    headers: dict[str, str] = msgspec.field(default_factory=dict)
+
+
+ProxyEvent = (
+    ProxyDeclared
+    | ProxySpecChanged
+    | ProxyDeletionRequested
+    | ProxyRemoved
+    | CreateInstance
+    | ObserveInstance
+    | DeleteInstance
+    | InstanceCreated
+    | InstanceObserved
+    | InstanceGone
+    | ProviderFailed
+    | HealthChanged
+    | PhaseChanged
+)
+LeaseEvent = LeaseAcquired | LeaseReleased | LeaseReported | LeaseExpired
+GcEvent = OrphanFound | OrphanDeleted | SweepCompleted
+AnyEvent = ProxyEvent | LeaseEvent | GcEvent | DeadLettered
+
+EVENT_TYPES: dict[str, type[Event]] = {
+    cls.__name__: cls
+    for cls in (
+        ProxyDeclared,
+        ProxySpecChanged,
+        ProxyDeletionRequested,
+        ProxyRemoved,
+        CreateInstance,
+        ObserveInstance,
+        DeleteInstance,
+        InstanceCreated,
+        InstanceObserved,
+        InstanceGone,
+        ProviderFailed,
+        HealthChanged,
+        PhaseChanged,
+        LeaseAcquired,
+        LeaseReleased,
+        LeaseReported,
+        LeaseExpired,
+        OrphanFound,
+        OrphanDeleted,
+        SweepCompleted,
+        DeadLettered,
+    )
+}

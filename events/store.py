@@ -1,0 +1,109 @@
+"""The event-store API every service writes and reads through.
+
+Two implementations honour it: JetStream (``events.jetstream``) and an in-memory one
+(``events.memory``) for pure tests; one contract suite runs against both.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Protocol
+
+from events.errors import ConcurrencyError
+from events.schemas import AnyEvent, Event
+from events.subjects import Aggregate
+
+
+@dataclass(frozen=True, slots=True)
+class NewEvent:
+    """An event about to be appended, with the id that makes a retry harmless."""
+
+    event: Event
+    msg_id: str
+    causation_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Recorded:
+    """An event as stored: the sequence and the server's timestamp are what folds rely on."""
+
+    event: AnyEvent
+    seq: int
+    subject: str
+    timestamp: datetime
+    msg_id: str = ""
+    causation_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class History:
+    events: list[Recorded]
+    last_seq: int
+    skipped: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    seqs: list[int] = field(default_factory=list)
+    duplicates: int = 0
+
+    @property
+    def last_seq(self) -> int:
+        return self.seqs[-1] if self.seqs else 0
+
+
+class EventStore(Protocol):
+    async def append(
+        self,
+        aggregate: Aggregate,
+        events: Sequence[NewEvent],
+        expected_seq: int | None = None,
+    ) -> AppendResult:
+        """Append in order; ``expected_seq`` is the aggregate's last sequence the writer folded
+        (0: the aggregate must be empty; None: no check, for facts that depend on no state).
+        Raises ConcurrencyError when the aggregate moved; a retried append of events already
+        stored (same msg ids) succeeds without storing them again."""
+        ...
+
+    async def read(self, aggregate: Aggregate, after_seq: int = 0) -> History:
+        """Every event of the aggregate after ``after_seq``, in order, and its last sequence."""
+        ...
+
+
+def derive_msg_id(*parts: str) -> str:
+    """A deterministic Nats-Msg-Id from the cause of an event (never from time or randomness)."""
+    digest = hashlib.blake2b("\x1f".join(parts).encode(), digest_size=16).hexdigest()
+    return digest
+
+
+Decide = Callable[[History], Sequence[NewEvent]]
+
+
+async def decide_and_append(
+    store: EventStore,
+    aggregate: Aggregate,
+    decide: Decide,
+    *,
+    max_attempts: int = 50,
+) -> AppendResult:
+    """Fold → decide → append, re-folding on every conflict.
+
+    A conflict means another writer got there first; the decision is remade on the newer state, so
+    a decision that became unnecessary is simply not made. The attempt bound only guards against
+    a bug that would otherwise spin forever.
+    """
+    last_error: ConcurrencyError | None = None
+    for _ in range(max_attempts):
+        history = await store.read(aggregate)
+        new = decide(history)
+        if not new:
+            return AppendResult()
+        try:
+            return await store.append(aggregate, new, expected_seq=history.last_seq)
+        except ConcurrencyError as exc:
+            last_error = exc
+    assert last_error is not None
+    raise last_error

@@ -1,0 +1,80 @@
+"""Streams, subjects and aggregates (DESIGN §3).
+
+An aggregate is the unit of optimistic concurrency: the set of subjects whose last sequence an
+append is checked against. A proxy's aggregate spans ``proxy.<uid>.>`` (all categories), a lease's
+is the single subject ``lease.<proxy-uid>``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from events.schemas import Event
+
+PROXY_STREAM = "PROXY"
+LEASE_STREAM = "LEASE"
+GC_STREAM = "GC"
+DEADLETTER_STREAM = "DEADLETTER"
+
+PROXY_CATEGORIES = ("declared", "cmd", "instance", "health", "status")
+
+_TOKEN = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+
+
+class InvalidToken(ValueError):
+    """A value that cannot be a subject token (dots, wildcards, spaces, empty)."""
+
+
+def check_token(kind: str, value: str) -> str:
+    if not _TOKEN.match(value):
+        raise InvalidToken(
+            f"{kind} {value!r} cannot be used in a subject: use 1-128 letters, digits, '-' or '_'"
+        )
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Aggregate:
+    """Where an aggregate's events live and how its concurrency check is scoped."""
+
+    stream: str
+    key: str
+    filter_subject: str
+    per_category: bool
+
+    def subject_for(self, event: Event) -> str:
+        if self.per_category:
+            return f"{self.filter_subject[:-2]}.{event.category}"
+        return self.filter_subject
+
+    def __str__(self) -> str:
+        return self.filter_subject
+
+
+def proxy(uid: str) -> Aggregate:
+    check_token("proxy uid", uid)
+    return Aggregate(PROXY_STREAM, uid, f"proxy.{uid}.>", per_category=True)
+
+
+def lease(proxy_uid: str) -> Aggregate:
+    check_token("proxy uid", proxy_uid)
+    return Aggregate(LEASE_STREAM, proxy_uid, f"lease.{proxy_uid}", per_category=False)
+
+
+def gc(provider: str) -> Aggregate:
+    check_token("provider name", provider)
+    return Aggregate(GC_STREAM, provider, f"gc.{provider}", per_category=False)
+
+
+def deadletter(consumer: str) -> Aggregate:
+    check_token("consumer name", consumer)
+    return Aggregate(DEADLETTER_STREAM, consumer, f"deadletter.{consumer}", per_category=False)
+
+
+def proxy_uid_of(subject: str) -> str:
+    """The aggregate key of a ``proxy.<uid>.<category>`` or ``lease.<uid>`` subject."""
+    parts = subject.split(".")
+    if len(parts) < 2:
+        raise InvalidToken(f"subject {subject!r} has no aggregate token")
+    return parts[1]

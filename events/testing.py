@@ -1,0 +1,9 @@
+"""Public test helpers for code built on the event log.
+
+The in-memory store honours the same contract as the JetStream store (the same suite runs against
+both), so a service's decision logic can be tested without a server.
+"""
+
+from events.memory import InMemoryEventStore, subject_matches
+
+__all__ = ["InMemoryEventStore", "subject_matches"]

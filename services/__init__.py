@@ -1,0 +1,1 @@
+"""The microservices, the runtime they share, and the CLI."""

@@ -1,0 +1,1 @@
+"""What every service stands on: NATS connection, consumer loop, telemetry, configuration."""

@@ -1,0 +1,191 @@
+"""The event-store contract: every implementation must pass this same suite.
+
+Subclasses provide two fixtures: ``store`` and ``raw_append`` (to store bytes the codec would
+never write: a type from a newer version, a broken payload).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+
+import pytest
+
+from events import subjects
+from events.errors import ConcurrencyError
+from events.schemas import (
+    HealthChanged,
+    LeaseAcquired,
+    PhaseChanged,
+    Phase,
+    ProxyDeclared,
+    ProxySpec,
+)
+from events.store import EventStore, History, NewEvent, decide_and_append
+
+RawAppend = Callable[[str, str, bytes, dict[str, str]], Awaitable[int]]
+
+
+def declared(uid: str) -> NewEvent:
+    event = ProxyDeclared(uid=uid, namespace="default", name=f"p-{uid}", spec=ProxySpec(provider="local"))
+    return NewEvent(event, msg_id=f"{uid}-declared")
+
+
+def health(n: int) -> NewEvent:
+    return NewEvent(HealthChanged(healthy=n % 2 == 0, reason=f"r{n}"), msg_id=f"health-{n}")
+
+
+class EventStoreContract:
+    async def test_empty_aggregate_reads_as_sequence_zero(self, store: EventStore) -> None:
+        history = await store.read(subjects.proxy("nobody"))
+        assert history.events == []
+        assert history.last_seq == 0
+
+    async def test_append_then_read_in_order_with_metadata(self, store: EventStore) -> None:
+        agg = subjects.proxy("u1")
+        result = await store.append(agg, [declared("u1"), health(1), health(2)], expected_seq=0)
+        assert len(result.seqs) == 3
+        assert result.seqs == sorted(result.seqs)
+        assert result.duplicates == 0
+        history = await store.read(agg)
+        assert [r.seq for r in history.events] == result.seqs
+        assert history.last_seq == result.seqs[-1]
+        assert isinstance(history.events[0].event, ProxyDeclared)
+        assert history.events[0].subject == "proxy.u1.declared"
+        assert history.events[1].subject == "proxy.u1.health"
+        assert history.events[1].msg_id == "health-1"
+        assert history.events[0].timestamp <= history.events[2].timestamp
+        assert history.events[0].timestamp.tzinfo is not None
+
+    async def test_stale_expectation_is_a_conflict(self, store: EventStore) -> None:
+        agg = subjects.proxy("u2")
+        first = await store.append(agg, [declared("u2")], expected_seq=0)
+        await store.append(agg, [health(1)], expected_seq=first.last_seq)
+        with pytest.raises(ConcurrencyError):
+            await store.append(agg, [health(2)], expected_seq=first.last_seq)
+        with pytest.raises(ConcurrencyError):
+            await store.append(agg, [health(3)], expected_seq=0)
+        assert len((await store.read(agg)).events) == 2
+
+    async def test_conflicts_are_per_aggregate(self, store: EventStore) -> None:
+        a, b = subjects.proxy("a1"), subjects.proxy("b1")
+        await store.append(a, [declared("a1")], expected_seq=0)
+        await store.append(b, [declared("b1")], expected_seq=0)
+        await store.append(a, [health(1)], expected_seq=(await store.read(a)).last_seq)
+        assert [r.subject for r in (await store.read(b)).events] == ["proxy.b1.declared"]
+
+    async def test_duplicate_msg_id_is_stored_once(self, store: EventStore) -> None:
+        agg = subjects.proxy("u3")
+        first = await store.append(agg, [declared("u3")])
+        again = await store.append(agg, [declared("u3")])
+        assert again.seqs == first.seqs
+        assert again.duplicates == 1
+        assert len((await store.read(agg)).events) == 1
+
+    async def test_retry_after_lost_ack_is_not_a_conflict(self, store: EventStore) -> None:
+        """The writer appended, lost the acknowledgement and retries with the same expectation."""
+        agg = subjects.proxy("u4")
+        first = await store.append(agg, [declared("u4"), health(1)], expected_seq=0)
+        again = await store.append(agg, [declared("u4"), health(1)], expected_seq=0)
+        assert again.seqs == first.seqs
+        assert again.duplicates == 2
+        assert len((await store.read(agg)).events) == 2
+
+    async def test_partial_earlier_append_is_completed(self, store: EventStore) -> None:
+        agg = subjects.proxy("u5")
+        first = await store.append(agg, [declared("u5")], expected_seq=0)
+        done = await store.append(agg, [declared("u5"), health(1)], expected_seq=0)
+        assert done.seqs[0] == first.seqs[0]
+        assert done.duplicates == 1
+        assert [r.msg_id for r in (await store.read(agg)).events] == ["u5-declared", "health-1"]
+
+    async def test_read_after_sequence(self, store: EventStore) -> None:
+        agg = subjects.proxy("u6")
+        result = await store.append(agg, [declared("u6"), health(1), health(2)], expected_seq=0)
+        tail = await store.read(agg, after_seq=result.seqs[0])
+        assert [r.seq for r in tail.events] == result.seqs[1:]
+        assert tail.last_seq == result.seqs[-1]
+        nothing = await store.read(agg, after_seq=result.seqs[-1])
+        assert nothing.events == []
+        assert nothing.last_seq == result.seqs[-1]
+
+    async def test_long_history_reads_whole(self, store: EventStore) -> None:
+        agg = subjects.proxy("long")
+        batch = [health(i) for i in range(2500)]
+        await store.append(agg, batch)
+        history = await store.read(agg)
+        assert [r.msg_id for r in history.events] == [n.msg_id for n in batch]
+
+    async def test_lease_aggregate_is_one_subject(self, store: EventStore) -> None:
+        agg = subjects.lease("p1")
+        event = LeaseAcquired(lease_id="l1", proxy_uid="p1", ttl_seconds=30)
+        await store.append(agg, [NewEvent(event, msg_id="l1-acquired")], expected_seq=0)
+        history = await store.read(agg)
+        assert history.events[0].subject == "lease.p1"
+        with pytest.raises(ConcurrencyError):
+            await store.append(agg, [NewEvent(event, msg_id="l2-acquired")], expected_seq=0)
+
+    async def test_racing_deciders_both_land_after_refold(self, store: EventStore) -> None:
+        """Two writers fold the same state; the loser re-folds and decides on the new state."""
+        agg = subjects.proxy("race")
+        await store.append(agg, [declared("race")], expected_seq=0)
+        calls: list[int] = []
+        gate = asyncio.Barrier(2)
+
+        def decider(name: str) -> Callable[[History], Sequence[NewEvent]]:
+            def decide(history: History) -> Sequence[NewEvent]:
+                calls.append(len(history.events))
+                phases = [r.event for r in history.events if isinstance(r.event, PhaseChanged)]
+                if any(p.reason == name for p in phases):
+                    return []
+                return [NewEvent(PhaseChanged(phase=Phase.PENDING, reason=name), msg_id=name)]
+
+            return decide
+
+        class SlowRead:
+            """Both writers read before either appends, forcing one conflict."""
+
+            def __init__(self, inner: EventStore) -> None:
+                self.inner = inner
+                self.first = True
+
+            async def read(self, aggregate: subjects.Aggregate, after_seq: int = 0) -> History:
+                history = await self.inner.read(aggregate, after_seq)
+                if self.first:
+                    await gate.wait()
+                    self.first = False
+                return history
+
+            async def append(self, *args: object, **kwargs: object) -> object:
+                return await self.inner.append(*args, **kwargs)  # type: ignore[arg-type]
+
+        a, b = SlowRead(store), SlowRead(store)
+        await asyncio.gather(
+            decide_and_append(a, agg, decider("alpha")),  # type: ignore[arg-type]
+            decide_and_append(b, agg, decider("beta")),  # type: ignore[arg-type]
+        )
+        reasons = [
+            r.event.reason for r in (await store.read(agg)).events if isinstance(r.event, PhaseChanged)
+        ]
+        assert sorted(reasons) == ["alpha", "beta"]
+        assert len(calls) == 3  # the loser decided twice
+
+    async def test_decide_nothing_appends_nothing(self, store: EventStore) -> None:
+        agg = subjects.proxy("quiet")
+        result = await decide_and_append(store, agg, lambda history: [])
+        assert result.seqs == []
+        assert (await store.read(agg)).last_seq == 0
+
+    async def test_unknown_event_type_is_skipped(self, store: EventStore, raw_append: RawAppend) -> None:
+        agg = subjects.proxy("future")
+        await store.append(agg, [declared("future")], expected_seq=0)
+        seq = await raw_append(
+            "PROXY",
+            "proxy.future.status",
+            b'{"type":"FromTheFuture","x":1}',
+            {"Egress-Event-Type": "FromTheFuture", "Nats-Msg-Id": "future-1"},
+        )
+        history = await store.read(agg)
+        assert [type(r.event).__name__ for r in history.events] == ["ProxyDeclared"]
+        assert history.skipped == 1
+        assert history.last_seq == seq
