@@ -22,7 +22,7 @@ HDR_EXPECTED_SEQ = "Nats-Expected-Last-Subject-Sequence"
 HDR_EXPECTED_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject"
 
 _encoder = msgspec.json.Encoder()
-_decoder: msgspec.json.Decoder[AnyEvent] = msgspec.json.Decoder(AnyEvent)  # type: ignore[arg-type]
+_decoder: msgspec.json.Decoder[AnyEvent] = msgspec.json.Decoder(AnyEvent)
 
 
 class CodecError(Exception):

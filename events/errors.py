@@ -27,7 +27,9 @@ class StreamConfigMismatch(EventStoreError):
     """A stream exists with settings other than ours; we report it rather than change it."""
 
     def __init__(self, stream: str, differences: dict[str, tuple[object, object]]) -> None:
-        lines = ", ".join(f"{k}: have {have!r}, want {want!r}" for k, (have, want) in differences.items())
+        lines = ", ".join(
+            f"{k}: have {have!r}, want {want!r}" for k, (have, want) in differences.items()
+        )
         super().__init__(
             f"stream {stream} exists with a different configuration ({lines}); "
             f"fix it with `nats stream edit {stream}` or remove it deliberately, "

@@ -75,8 +75,7 @@ class EventStore(Protocol):
 
 def derive_msg_id(*parts: str) -> str:
     """A deterministic Nats-Msg-Id from the cause of an event (never from time or randomness)."""
-    digest = hashlib.blake2b("\x1f".join(parts).encode(), digest_size=16).hexdigest()
-    return digest
+    return hashlib.blake2b("\x1f".join(parts).encode(), digest_size=16).hexdigest()
 
 
 Decide = Callable[[History], Sequence[NewEvent]]

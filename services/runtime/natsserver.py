@@ -8,6 +8,7 @@ minutes, and an acknowledged event must survive a power cut).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import socket
@@ -146,7 +147,5 @@ async def _jetstream_ready(host: str, port: int) -> bool:
         return False
     finally:
         writer.close()
-        try:
+        with contextlib.suppress(OSError):
             await writer.wait_closed()
-        except OSError:
-            pass

@@ -16,8 +16,8 @@ from events.errors import ConcurrencyError
 from events.schemas import (
     HealthChanged,
     LeaseAcquired,
-    PhaseChanged,
     Phase,
+    PhaseChanged,
     ProxyDeclared,
     ProxySpec,
 )
@@ -27,7 +27,9 @@ RawAppend = Callable[[str, str, bytes, dict[str, str]], Awaitable[int]]
 
 
 def declared(uid: str) -> NewEvent:
-    event = ProxyDeclared(uid=uid, namespace="default", name=f"p-{uid}", spec=ProxySpec(provider="local"))
+    event = ProxyDeclared(
+        uid=uid, namespace="default", name=f"p-{uid}", spec=ProxySpec(provider="local")
+    )
     return NewEvent(event, msg_id=f"{uid}-declared")
 
 
@@ -165,7 +167,9 @@ class EventStoreContract:
             decide_and_append(b, agg, decider("beta")),  # type: ignore[arg-type]
         )
         reasons = [
-            r.event.reason for r in (await store.read(agg)).events if isinstance(r.event, PhaseChanged)
+            r.event.reason
+            for r in (await store.read(agg)).events
+            if isinstance(r.event, PhaseChanged)
         ]
         assert sorted(reasons) == ["alpha", "beta"]
         assert len(calls) == 3  # the loser decided twice
@@ -176,7 +180,9 @@ class EventStoreContract:
         assert result.seqs == []
         assert (await store.read(agg)).last_seq == 0
 
-    async def test_unknown_event_type_is_skipped(self, store: EventStore, raw_append: RawAppend) -> None:
+    async def test_unknown_event_type_is_skipped(
+        self, store: EventStore, raw_append: RawAppend
+    ) -> None:
         agg = subjects.proxy("future")
         await store.append(agg, [declared("future")], expected_seq=0)
         seq = await raw_append(

@@ -1,0 +1,1 @@
+"""The egress-proxies command line."""

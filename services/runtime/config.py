@@ -1,0 +1,102 @@
+"""Settings shared by every service, from flags and the environment.
+
+Invalid settings fail at start-up with the flag and variable named and the fix stated: a service
+that starts with a typo in its NATS URL would otherwise look healthy while doing nothing.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any
+from urllib.parse import urlparse
+
+DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
+LOG_LEVELS = ("debug", "info", "warning", "error")
+LOG_FORMATS = ("console", "json")
+
+
+class ConfigError(ValueError):
+    """A setting is invalid; the message names the flag, the variable and the fix."""
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    nats_url: str = DEFAULT_NATS_URL
+    log_level: str = "info"
+    log_format: str = "console"
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int = 0
+    stream_replicas: int = 1
+    service_name: str = "egress-proxies"
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> Settings:
+        """Flags (``overrides`` that are not None) win over the environment, which wins over
+        the defaults."""
+        env = os.environ if env is None else env
+        raw: dict[str, object] = {}
+        for f in fields(cls):
+            var = _ENV_VARS.get(f.name)
+            if var and env.get(var):
+                raw[f.name] = env[var]
+        raw.update({k: v for k, v in overrides.items() if v is not None})
+        unknown = set(raw) - {f.name for f in fields(cls)}
+        if unknown:
+            raise ConfigError(f"unknown settings: {', '.join(sorted(unknown))}")
+        coerced: dict[str, Any] = {k: _coerce(k, v) for k, v in raw.items()}
+        settings = replace(cls(), **coerced)
+        settings.validate()
+        return settings
+
+    def validate(self) -> None:
+        url = urlparse(self.nats_url)
+        if url.scheme not in ("nats", "tls", "ws", "wss") or not url.hostname:
+            raise ConfigError(
+                f"--nats-url / NATS_URL: {self.nats_url!r} is not a NATS URL; "
+                "use e.g. nats://127.0.0.1:4222"
+            )
+        if self.log_level not in LOG_LEVELS:
+            raise ConfigError(
+                f"--log-level / LOG_LEVEL: {self.log_level!r}; use one of {', '.join(LOG_LEVELS)}"
+            )
+        if self.log_format not in LOG_FORMATS:
+            raise ConfigError(
+                f"--log-format / LOG_FORMAT: {self.log_format!r}; "
+                f"use one of {', '.join(LOG_FORMATS)}"
+            )
+        if not 0 <= self.metrics_port <= 65535:
+            raise ConfigError(
+                f"--metrics-port / METRICS_PORT: {self.metrics_port} is not a port; "
+                "use 1-65535, or 0 to turn the metrics endpoint off"
+            )
+        if self.stream_replicas not in (1, 3, 5):
+            raise ConfigError(
+                f"--stream-replicas / STREAM_REPLICAS: {self.stream_replicas}; "
+                "use 1 on one server, 3 (or 5) in a cluster"
+            )
+
+
+_ENV_VARS = {
+    "nats_url": "NATS_URL",
+    "log_level": "LOG_LEVEL",
+    "log_format": "LOG_FORMAT",
+    "metrics_host": "METRICS_HOST",
+    "metrics_port": "METRICS_PORT",
+    "stream_replicas": "STREAM_REPLICAS",
+}
+_INTS = {"metrics_port", "stream_replicas"}
+
+
+def _coerce(name: str, value: object) -> object:
+    if name in _INTS and isinstance(value, str):
+        try:
+            return int(value)
+        except ValueError:
+            var = _ENV_VARS[name]
+            flag = "--" + name.replace("_", "-")
+            raise ConfigError(f"{flag} / {var}: {value!r} is not a whole number") from None
+    if name in ("log_level", "log_format") and isinstance(value, str):
+        return value.lower()
+    return value

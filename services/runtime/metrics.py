@@ -1,0 +1,108 @@
+"""Prometheus metrics every service exposes on ``/metrics``.
+
+One registry per process: ``up`` runs every service in one process and they share it, so each
+metric carries the consumer or service as a label rather than being registered per service.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+
+@dataclass
+class Metrics:
+    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+
+    def __post_init__(self) -> None:
+        r = self.registry
+        self.consumer_lag = Gauge(
+            "egress_consumer_lag_messages",
+            "Messages in the stream not yet delivered to the durable consumer",
+            ["consumer"],
+            registry=r,
+        )
+        self.consumer_inflight = Gauge(
+            "egress_consumer_inflight_messages",
+            "Messages fetched and not yet acknowledged by this replica",
+            ["consumer"],
+            registry=r,
+        )
+        self.messages = Counter(
+            "egress_consumer_messages_total",
+            "Messages handled, by outcome (ack, retry, failed, deadletter, skipped)",
+            ["consumer", "result"],
+            registry=r,
+        )
+        self.handle_seconds = Histogram(
+            "egress_consumer_handle_seconds",
+            "Time a handler took per message",
+            ["consumer"],
+            registry=r,
+        )
+        self.appends = Counter(
+            "egress_event_appends_total",
+            "Event appends, by outcome (ok, conflict, duplicate)",
+            ["result"],
+            registry=r,
+        )
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+_default: Metrics | None = None
+
+
+def default_metrics() -> Metrics:
+    global _default  # noqa: PLW0603 - one registry per process, created on first use
+    if _default is None:
+        _default = Metrics()
+    return _default
+
+
+class MetricsServer:
+    """A tiny HTTP server for ``/metrics`` on the event loop (no thread, no framework)."""
+
+    def __init__(self, metrics: Metrics, host: str, port: int) -> None:
+        self.metrics = metrics
+        self.host = host
+        self.port = port
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._handle, self.host, self.port)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+            self._server = None
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            request = await asyncio.wait_for(reader.readline(), 5.0)
+            while (await asyncio.wait_for(reader.readline(), 5.0)) not in (b"\r\n", b"\n", b""):
+                pass
+            parts = request.decode("latin-1").split()
+            path = parts[1] if len(parts) > 1 else ""
+            if path.split("?")[0] == "/metrics":
+                body, status, ctype = self.metrics.render(), "200 OK", CONTENT_TYPE_LATEST
+            elif path == "/healthz":
+                body, status, ctype = b"ok\n", "200 OK", "text/plain"
+            else:
+                body, status, ctype = b"not found\n", "404 Not Found", "text/plain"
+            writer.write(
+                f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\n"
+                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+                + body
+            )
+            await writer.drain()
+        except (TimeoutError, ConnectionError):
+            pass
+        finally:
+            writer.close()
