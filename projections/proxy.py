@@ -1,7 +1,7 @@
 """The proxy view: what the CLI's ``get``, the status writer and discovery show for one proxy.
 
 A pure fold: ``apply(view, recorded) -> view``. No I/O, no clock: every time comes from the
-JetStream timestamp of the event, so rebuilding from sequence 1 yields the same view as the live one.
+JetStream timestamp of the event, so a rebuild from sequence 1 equals the live view.
 """
 
 from __future__ import annotations
