@@ -79,7 +79,8 @@ def test_spec_change_and_deletion() -> None:
     assert view is not None
     assert view.spec.provider == "gcp"
     assert view.generation == 2
-    assert view.deleting and not view.removed
+    assert view.deleting
+    assert not view.removed
     removed = apply(view, rec(8, "declared", ProxyRemoved(uid="u1")))
     assert removed.removed
 
