@@ -50,6 +50,25 @@ class Metrics:
             registry=r,
         )
 
+        self.provider_requests = Counter(
+            "egress_provider_requests_total",
+            "Provider calls by provider instance, operation and result (ok or the error class)",
+            ["provider", "op", "result"],
+            registry=r,
+        )
+        self.provider_seconds = Histogram(
+            "egress_provider_request_seconds",
+            "Provider call latency",
+            ["provider", "op"],
+            registry=r,
+        )
+        self.reconcile = Counter(
+            "egress_reconcile_total",
+            "Reconcile decisions by outcome (created, replaced, deleted, ready, failed, noop, ...)",
+            ["outcome"],
+            registry=r,
+        )
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
 

@@ -1,0 +1,187 @@
+"""The Proxy custom resource (``crawl.example.com/v1alpha1``, kind ``Proxy``) as typed structs.
+
+The CLI reads these from YAML and the watcher from the Kubernetes API; both validate here, so a
+bad Proxy gets the same field-named error whichever way it arrived. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlparse
+
+import msgspec
+
+from events.schemas import ProxyMode, ProxySpec
+
+GROUP = "crawl.example.com"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "Proxy"
+PLURAL = "proxies"
+SHORT_NAME = "px"
+
+# uuid5 namespace for proxies declared without a cluster (no apiserver to hand out uids).
+CLI_UID_NAMESPACE = uuid.UUID("6f1c1c55-3f55-4a0e-9a55-7a2f3c1d9e01")
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_ATTR_KEY = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._/-]{0,61}[A-Za-z0-9])?$")
+_PROVIDER = re.compile(r"^[A-Za-z0-9_-]{1,63}$")
+
+
+class ObjectMeta(msgspec.Struct, kw_only=True, rename="camel", omit_defaults=True):
+    name: str = ""
+    namespace: str = "default"
+    uid: str = ""
+    generation: int = 1
+    resource_version: str = ""
+    labels: dict[str, str] = msgspec.field(default_factory=dict)
+    annotations: dict[str, str] = msgspec.field(default_factory=dict)
+
+
+class ProxyResource(msgspec.Struct, kw_only=True, rename="camel", omit_defaults=True):
+    api_version: str = API_VERSION
+    kind: str = KIND
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    spec: ProxySpec = msgspec.field(default_factory=ProxySpec)
+
+
+@dataclass(frozen=True, slots=True)
+class FieldError:
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}"
+
+
+class ResourceError(ValueError):
+    """One or more fields are invalid; each error names its field and the fix."""
+
+    def __init__(self, source: str, errors: Iterable[FieldError]) -> None:
+        self.source = source
+        self.errors = list(errors)
+        super().__init__(f"{source}: " + "; ".join(str(e) for e in self.errors))
+
+
+def cli_uid(namespace: str, name: str) -> str:
+    """A uid for a Proxy declared without a cluster: stable per namespace/name, so a re-apply
+    finds the same aggregate and two concurrent applies meet at its optimistic concurrency."""
+    return str(uuid.uuid5(CLI_UID_NAMESPACE, f"{namespace}/{name}"))
+
+
+def from_object(obj: Any, source: str = "proxy") -> ProxyResource:
+    """Convert a decoded YAML/JSON object, then validate it."""
+    if not isinstance(obj, dict):
+        raise ResourceError(source, [FieldError("$", "expected a mapping (a Proxy object)")])
+    try:
+        resource = msgspec.convert(obj, ProxyResource, strict=False)
+    except msgspec.ValidationError as exc:
+        raise ResourceError(source, [_from_msgspec(str(exc))]) from exc
+    errors = validate(resource)
+    if errors:
+        raise ResourceError(source, errors)
+    return resource
+
+
+def _from_msgspec(message: str) -> FieldError:
+    path = "$"
+    if " - at `" in message:
+        message, _, rest = message.partition(" - at `")
+        path = rest.rstrip("`")
+    return FieldError(path, f"{message}; see the Proxy schema in deploy/ or docs/")
+
+
+def validate(resource: ProxyResource) -> list[FieldError]:
+    errors: list[FieldError] = []
+    if resource.api_version != API_VERSION:
+        errors.append(FieldError("apiVersion", f"must be {API_VERSION}"))
+    if resource.kind != KIND:
+        errors.append(FieldError("kind", f"must be {KIND}"))
+    meta = resource.metadata
+    if not _DNS_LABEL.match(meta.name):
+        errors.append(
+            FieldError("metadata.name", "use 1-63 lowercase letters, digits or '-', e.g. de-1")
+        )
+    if not _DNS_LABEL.match(meta.namespace):
+        errors.append(
+            FieldError("metadata.namespace", "use 1-63 lowercase letters, digits or '-'")
+        )
+    errors.extend(validate_spec(resource.spec))
+    return errors
+
+
+def validate_spec(spec: ProxySpec, prefix: str = "spec") -> list[FieldError]:
+    errors: list[FieldError] = []
+    if spec.mode is ProxyMode.MANAGED:
+        if not _PROVIDER.match(spec.provider):
+            errors.append(
+                FieldError(
+                    f"{prefix}.provider",
+                    "required for mode Managed: the name of a provider instance from "
+                    "--providers-config (e.g. local)",
+                )
+            )
+        if spec.external is not None and spec.external.url:
+            errors.append(
+                FieldError(f"{prefix}.external.url", "only for mode External; remove it")
+            )
+    else:
+        url = spec.external.url if spec.external is not None else ""
+        parsed = urlparse(url)
+        if parsed.scheme not in ("http", "https", "socks5", "socks5h") or not parsed.hostname:
+            errors.append(
+                FieldError(
+                    f"{prefix}.external.url",
+                    "required for mode External: a proxy URL such as http://10.0.0.5:3128",
+                )
+            )
+    hc = spec.health_check
+    if hc.interval_seconds <= 0:
+        errors.append(FieldError(f"{prefix}.healthCheck.intervalSeconds", "must be > 0"))
+    if hc.timeout_seconds <= 0:
+        errors.append(FieldError(f"{prefix}.healthCheck.timeoutSeconds", "must be > 0"))
+    if hc.failure_threshold < 1:
+        errors.append(FieldError(f"{prefix}.healthCheck.failureThreshold", "must be >= 1"))
+    if hc.success_threshold < 1:
+        errors.append(FieldError(f"{prefix}.healthCheck.successThreshold", "must be >= 1"))
+    if hc.url and urlparse(hc.url).scheme not in ("http", "https"):
+        errors.append(
+            FieldError(f"{prefix}.healthCheck.url", "must be an http:// or https:// URL")
+        )
+    for key, value in spec.attributes.items():
+        if not _ATTR_KEY.match(key):
+            errors.append(
+                FieldError(
+                    f"{prefix}.attributes.{key}",
+                    "keys are 1-63 letters, digits, '.', '_', '/' or '-'",
+                )
+            )
+        if len(value) > 256:
+            errors.append(FieldError(f"{prefix}.attributes.{key}", "values are at most 256 chars"))
+    ci = spec.cloud_init
+    if ci is not None and ci.inline and ci.secret_ref is not None:
+        errors.append(
+            FieldError(f"{prefix}.cloudInit", "set either inline or secretRef, not both")
+        )
+    return errors
+
+
+def spec_hash(spec: ProxySpec, cloud_init: str = "") -> str:
+    """What makes an instance what it is. Attributes and the health check are left out: they
+    change how the proxy is chosen and probed, not the machine, so changing them replaces nothing.
+    """
+    relevant = {
+        "mode": spec.mode,
+        "provider": spec.provider,
+        "placement": spec.placement,
+        "external": spec.external,
+        "cloudInit": spec.cloud_init,
+        "cloudInitResolved": cloud_init,
+    }
+    data = msgspec.json.encode(relevant, order="sorted")
+    return hashlib.sha256(data).hexdigest()[:16]

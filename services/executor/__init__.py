@@ -1,0 +1,1 @@
+"""The provider-executor: runs the reconciler's commands against providers, records outcomes."""

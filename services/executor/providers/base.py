@@ -1,0 +1,109 @@
+"""The provider contract (DESIGN §4) every provider implements, and its error taxonomy.
+
+The reconciler decides from the error *class* alone, so every provider maps each failure of its
+client library onto exactly one of NotFound, QuotaExceeded, Transient, Permanent, chaining the
+original exception for the logs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import ClassVar, Protocol
+
+from events.schemas import ErrorClass, InstanceState, ProxySpec
+
+MANAGED_LABEL = "egress-proxies/managed"
+OWNER_LABEL = "egress-proxies/owner-uid"
+CREATED_AT_LABEL = "egress-proxies/created-at"
+DEFAULT_PROXY_PORT = 3128
+
+
+@dataclass(frozen=True, slots=True)
+class CreateRequest:
+    """Everything a provider needs to create one instance; ``name`` is deterministic, so a
+    repeated create finds the instance the first attempt made."""
+
+    name: str
+    owner_uid: str
+    namespace: str
+    proxy_name: str
+    spec: ProxySpec
+    spec_hash: str = ""
+    cloud_init: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Instance:
+    provider_id: str
+    name: str
+    state: InstanceState
+    owner_uid: str
+    created_at: datetime
+    ip: str = ""
+    port: int = DEFAULT_PROXY_PORT
+    instance_uid: str = ""
+    labels: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def url(self) -> str:
+        """The proxy URL a client passes to ``curl -x``; empty until the instance has an IP."""
+        return f"http://{self.ip}:{self.port}" if self.ip else ""
+
+
+class ProviderError(Exception):
+    """Base of the taxonomy; ``error_class`` is what the reconciler acts on."""
+
+    error_class: ClassVar[ErrorClass]
+
+
+class NotFound(ProviderError):
+    """A normal answer: the instance does not exist (any more)."""
+
+    error_class = ErrorClass.NOT_FOUND
+
+
+class QuotaExceeded(ProviderError):
+    """The provider refuses for lack of quota or capacity: retry slowly, say why."""
+
+    error_class = ErrorClass.QUOTA_EXCEEDED
+
+
+class Transient(ProviderError):
+    """Timeouts, 5xx, connection resets: retry with backoff."""
+
+    error_class = ErrorClass.TRANSIENT
+
+
+class Permanent(ProviderError):
+    """Bad request, forbidden, invalid image: latch Failed until the spec changes."""
+
+    error_class = ErrorClass.PERMANENT
+
+
+class Provider(Protocol):
+    """One named provider instance (``spec.provider`` names it, not its type)."""
+
+    name: str
+    type: str
+
+    async def create(self, request: CreateRequest) -> str:
+        """Submit the instance and return its provider id without waiting for it to run.
+        Idempotent on ``request.name``: a second call returns the same id."""
+        ...
+
+    async def get(self, provider_id: str) -> Instance:
+        """The instance now. Raises NotFound when it does not exist."""
+        ...
+
+    async def delete(self, provider_id: str) -> None:
+        """Start deleting; deleting what is already gone is not an error."""
+        ...
+
+    async def list_by_tag(self) -> list[Instance]:
+        """Every instance this provider instance manages (tagged managed + owner uid)."""
+        ...
+
+    async def close(self) -> None:
+        """Release clients and connections."""
+        ...
