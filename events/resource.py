@@ -108,9 +108,7 @@ def validate(resource: ProxyResource) -> list[FieldError]:
             FieldError("metadata.name", "use 1-63 lowercase letters, digits or '-', e.g. de-1")
         )
     if not _DNS_LABEL.match(meta.namespace):
-        errors.append(
-            FieldError("metadata.namespace", "use 1-63 lowercase letters, digits or '-'")
-        )
+        errors.append(FieldError("metadata.namespace", "use 1-63 lowercase letters, digits or '-'"))
     errors.extend(validate_spec(resource.spec))
     return errors
 
@@ -127,9 +125,7 @@ def validate_spec(spec: ProxySpec, prefix: str = "spec") -> list[FieldError]:
                 )
             )
         if spec.external is not None and spec.external.url:
-            errors.append(
-                FieldError(f"{prefix}.external.url", "only for mode External; remove it")
-            )
+            errors.append(FieldError(f"{prefix}.external.url", "only for mode External; remove it"))
     else:
         url = spec.external.url if spec.external is not None else ""
         parsed = urlparse(url)
@@ -150,9 +146,7 @@ def validate_spec(spec: ProxySpec, prefix: str = "spec") -> list[FieldError]:
     if hc.success_threshold < 1:
         errors.append(FieldError(f"{prefix}.healthCheck.successThreshold", "must be >= 1"))
     if hc.url and urlparse(hc.url).scheme not in ("http", "https"):
-        errors.append(
-            FieldError(f"{prefix}.healthCheck.url", "must be an http:// or https:// URL")
-        )
+        errors.append(FieldError(f"{prefix}.healthCheck.url", "must be an http:// or https:// URL"))
     for key, value in spec.attributes.items():
         if not _ATTR_KEY.match(key):
             errors.append(
@@ -165,9 +159,7 @@ def validate_spec(spec: ProxySpec, prefix: str = "spec") -> list[FieldError]:
             errors.append(FieldError(f"{prefix}.attributes.{key}", "values are at most 256 chars"))
     ci = spec.cloud_init
     if ci is not None and ci.inline and ci.secret_ref is not None:
-        errors.append(
-            FieldError(f"{prefix}.cloudInit", "set either inline or secretRef, not both")
-        )
+        errors.append(FieldError(f"{prefix}.cloudInit", "set either inline or secretRef, not both"))
     return errors
 
 

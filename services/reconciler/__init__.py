@@ -1,0 +1,1 @@
+"""The reconciler: folds each proxy aggregate and decides commands and phase changes."""

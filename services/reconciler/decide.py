@@ -1,0 +1,214 @@
+"""Decisions: a pure function of the folded state, as the original operator's Reconcile was.
+
+Level-triggered: the decision never depends on which event woke the reconciler, so a redelivered
+event, a replica that folded a newer state, or a restart after a crash all decide the same thing.
+Every id is derived from the state (uid + number of commands so far), so two replicas that decide
+on the same state write the same msg ids and JetStream keeps one copy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from events.resource import spec_hash, validate_spec
+from events.schemas import (
+    Condition,
+    CreateInstance,
+    DeleteInstance,
+    Event,
+    InstanceState,
+    ObserveInstance,
+    Phase,
+    PhaseChanged,
+    ProxyMode,
+    ProxyRemoved,
+)
+from services.reconciler.state import ProxyState
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What to append, and a name for the metrics and the trace (``outcome``)."""
+
+    events: tuple[Event, ...]
+    outcome: str
+
+
+NOTHING = Decision((), "noop")
+
+
+def instance_name(uid: str, hash_: str) -> str:
+    """Deterministic, so a repeated create finds the existing instance; the spec hash is part of
+    it so a replacement never collides with the instance it replaces. Fits GCE's 63 chars."""
+    return f"px-{uid.lower()}-{hash_[:8]}"
+
+
+def command_id(state: ProxyState) -> str:
+    return f"{state.uid}-c{state.commands + 1}"
+
+
+def decide(state: ProxyState) -> Decision:
+    if not state.declared or state.removed:
+        return NOTHING
+    if state.pending is not None:
+        return _waiting(state)
+    if state.deleting:
+        return _delete(state)
+    errors = validate_spec(state.spec)
+    if errors:
+        message = "; ".join(str(e) for e in errors)
+        return _status(state, Phase.FAILED, "InvalidSpec", message, outcome="invalid")
+    if state.spec.mode is ProxyMode.EXTERNAL:
+        return _external(state)
+    current = spec_hash(state.spec, state.cloud_init)
+    if state.failed_hash in (current, "*"):
+        return _status(state, Phase.FAILED, "ProviderError", state.failure, outcome="failed")
+    if state.instance_id:
+        return _with_instance(state, current)
+    return _create(state, current)
+
+
+def _waiting(state: ProxyState) -> Decision:
+    """A command is out; only the status may need to say why it takes long."""
+    pending = state.pending
+    assert pending is not None
+    if pending.quota_message:
+        return _status(
+            state,
+            Phase.PROVISIONING,
+            "QuotaExceeded",
+            pending.quota_message,
+            outcome="quota",
+        )
+    return NOTHING
+
+
+def _delete(state: ProxyState) -> Decision:
+    if state.instance_id:
+        command = DeleteInstance(
+            command_id=command_id(state),
+            provider=state.instance_provider,
+            provider_id=state.instance_id,
+        )
+        return _with_status(
+            state, command, Phase.DELETING, "DeletingInstance", "", outcome="delete"
+        )
+    return Decision((ProxyRemoved(uid=state.uid),), "removed")
+
+
+def _external(state: ProxyState) -> Decision:
+    if state.instance_id:
+        # Switched from Managed: the old instance goes first.
+        return _replace(state, "ModeChanged")
+    url = state.spec.external.url if state.spec.external is not None else ""
+    return _status(state, Phase.READY, "External", "", url=url, outcome="ready")
+
+
+def _with_instance(state: ProxyState, current: str) -> Decision:
+    if state.instance_hash != current:
+        return _replace(state, "SpecChanged")
+    if state.create_timed_out:
+        return _replace(state, "CreateTimedOut")
+    if state.instance_state in (InstanceState.STOPPED, InstanceState.TERMINATING):
+        return _replace(state, "InstanceStopped")
+    if state.instance_state is InstanceState.RUNNING and state.ip:
+        return _status(
+            state, Phase.READY, "InstanceRunning", "", ip=state.ip, url=state.url, outcome="ready"
+        )
+    # An instance in no known state and no command out (e.g. a lost answer): look at it again.
+    command = ObserveInstance(
+        command_id=command_id(state),
+        provider=state.instance_provider,
+        provider_id=state.instance_id,
+    )
+    return Decision((command,), "observe")
+
+
+def _replace(state: ProxyState, reason: str) -> Decision:
+    command = DeleteInstance(
+        command_id=command_id(state),
+        provider=state.instance_provider,
+        provider_id=state.instance_id,
+    )
+    return _with_status(state, command, Phase.REPLACING, reason, "", outcome="replace")
+
+
+def _create(state: ProxyState, current: str) -> Decision:
+    command = CreateInstance(
+        command_id=command_id(state),
+        provider=state.spec.provider,
+        instance_name=instance_name(state.uid, current),
+        spec=state.spec,
+        spec_hash=current,
+        cloud_init=state.cloud_init,
+    )
+    reason = "Recreating" if state.had_instance else "Creating"
+    return _with_status(state, command, Phase.PROVISIONING, reason, "", outcome="create")
+
+
+def _with_status(
+    state: ProxyState, command: Event, phase: Phase, reason: str, message: str, *, outcome: str
+) -> Decision:
+    status = _status(state, phase, reason, message, outcome=outcome)
+    return Decision((command, *status.events), outcome)
+
+
+def _status(
+    state: ProxyState,
+    phase: Phase,
+    reason: str,
+    message: str,
+    *,
+    ip: str = "",
+    url: str = "",
+    outcome: str,
+) -> Decision:
+    """A status event only when something a reader sees would change (facts, not polls)."""
+    changed = PhaseChanged(
+        phase=phase,
+        reason=reason,
+        message=message,
+        ip=ip,
+        url=url,
+        provider_id=state.instance_id,
+        observed_generation=state.generation,
+        conditions=conditions(state, phase, reason, message),
+    )
+    previous = state.status
+    if previous is not None and _same(previous, changed):
+        return NOTHING
+    return Decision((changed,), outcome)
+
+
+def _same(a: PhaseChanged, b: PhaseChanged) -> bool:
+    return (a.phase, a.reason, a.message, a.ip, a.url, a.provider_id, a.observed_generation) == (
+        b.phase,
+        b.reason,
+        b.message,
+        b.ip,
+        b.url,
+        b.provider_id,
+        b.observed_generation,
+    )
+
+
+def conditions(state: ProxyState, phase: Phase, reason: str, message: str) -> tuple[Condition, ...]:
+    ready = phase is Phase.READY
+    provisioned = bool(state.instance_id) and state.instance_state is InstanceState.RUNNING
+    result = [
+        Condition(type="Ready", status=str(ready), reason=reason, message=message),
+        Condition(
+            type="Provisioned",
+            status=str(provisioned or state.spec.mode is ProxyMode.EXTERNAL),
+            reason="InstanceRunning" if provisioned else reason,
+        ),
+    ]
+    if state.healthy is not None:
+        result.append(
+            Condition(
+                type="Healthy",
+                status=str(state.healthy),
+                reason="ProbeSucceeded" if state.healthy else "ProbeFailed",
+            )
+        )
+    return tuple(result)

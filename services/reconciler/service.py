@@ -1,0 +1,101 @@
+"""The reconciler service: every declared, instance or health event re-decides its proxy.
+
+The handler reads the whole aggregate, folds it, decides and appends with optimistic concurrency;
+a conflict means another replica (or the executor) appended first, so it folds again. Nothing is
+kept in memory between messages, which is what lets any number of replicas share the consumer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import structlog
+from opentelemetry import trace
+
+from events import subjects
+from events.store import EventStore, History, NewEvent, decide_and_append, derive_msg_id
+from services.reconciler.decide import Decision, decide
+from services.reconciler.state import fold
+from services.runtime.consumer import ConsumerLoop, ConsumerSpec, Delivery, Outcome
+from services.runtime.metrics import Metrics
+from services.runtime.service import ServiceContext
+
+log = structlog.get_logger("egress.reconciler")
+_tracer = trace.get_tracer("egress_proxies.reconciler")
+
+FILTERS = ("proxy.*.declared", "proxy.*.instance", "proxy.*.health")
+_SPAN_BY_OUTCOME = {
+    "replace": "reconcile.replaceInstance",
+    "delete": "reconcile.delete",
+    "removed": "reconcile.delete",
+}
+
+
+def new_events(uid: str, decision: Decision, history: History, causation: str) -> list[NewEvent]:
+    """Ids derive from the uid, the folded sequence and the position: the same state decided
+    twice (two replicas, a redelivery) yields the same ids, stored once."""
+    return [
+        NewEvent(
+            event,
+            derive_msg_id("reconcile", uid, str(history.last_seq), str(i)),
+            causation,
+        )
+        for i, event in enumerate(decision.events)
+    ]
+
+
+class Reconciler:
+    def __init__(self, store: EventStore, metrics: Metrics) -> None:
+        self.store = store
+        self.metrics = metrics
+
+    async def reconcile(self, uid: str, causation: str = "") -> Decision:
+        decided: list[Decision] = []
+        with (
+            _tracer.start_as_current_span("Reconcile Proxy", attributes={"proxy.uid": uid}),
+            _tracer.start_as_current_span("reconcile.managed") as span,
+        ):
+
+            def decide_on(history: History) -> list[NewEvent]:
+                decision = decide(fold(uid, history.events))
+                decided.append(decision)
+                # Named once the decision is known: the appends below are its children.
+                span.update_name(_SPAN_BY_OUTCOME.get(decision.outcome, "reconcile.managed"))
+                span.set_attribute("reconcile.outcome", decision.outcome)
+                return new_events(uid, decision, history, causation)
+
+            await decide_and_append(self.store, subjects.proxy(uid), decide_on)
+        final = decided[-1]
+        self.metrics.reconcile.labels(final.outcome).inc()
+        if final.outcome != "noop":
+            log.info(
+                "reconciled",
+                proxy_uid=uid,
+                outcome=final.outcome,
+                events=[type(e).__name__ for e in final.events],
+                conflicts=len(decided) - 1,
+            )
+        return final
+
+    async def handle(self, delivery: Delivery) -> Outcome:
+        uid = subjects.proxy_uid_of(delivery.recorded.subject)
+        await self.reconcile(uid, delivery.recorded.msg_id)
+        return None
+
+
+@dataclass
+class ReconcilerService:
+    name: str = "reconciler"
+    concurrency: int = 64
+
+    async def run(self, ctx: ServiceContext) -> None:
+        reconciler = Reconciler(ctx.store, ctx.metrics)
+        spec = ConsumerSpec(
+            stream=subjects.PROXY_STREAM,
+            durable="reconciler",
+            filter_subjects=FILTERS,
+            concurrency=self.concurrency,
+            batch=min(self.concurrency, 256),
+        )
+        loop = ConsumerLoop(ctx.conn, spec, reconciler.handle, store=ctx.store, metrics=ctx.metrics)
+        await loop.run()

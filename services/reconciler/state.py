@@ -1,0 +1,209 @@
+"""The reconciler's fold of one proxy aggregate: everything a decision needs, nothing more.
+
+Pure. The fold follows the command/answer protocol with the executor: a command is *pending* from
+the moment it is appended until an instance event carrying its command id concludes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import msgspec
+
+from events.schemas import (
+    CreateInstance,
+    DeleteInstance,
+    ErrorClass,
+    HealthChanged,
+    InstanceCreated,
+    InstanceGone,
+    InstanceObserved,
+    InstanceState,
+    ObserveInstance,
+    Phase,
+    PhaseChanged,
+    ProviderFailed,
+    ProxyDeclared,
+    ProxyDeletionRequested,
+    ProxyRemoved,
+    ProxySpec,
+    ProxySpecChanged,
+)
+from events.store import Recorded
+
+replace = msgspec.structs.replace
+
+
+class Pending(msgspec.Struct, frozen=True, kw_only=True):
+    command_id: str
+    kind: str
+    provider: str
+    provider_id: str = ""
+    quota_message: str = ""
+
+
+class ProxyState(msgspec.Struct, frozen=True, kw_only=True):
+    uid: str
+    declared: bool = False
+    namespace: str = ""
+    name: str = ""
+    spec: ProxySpec = msgspec.field(default_factory=ProxySpec)
+    generation: int = 0
+    cloud_init: str = ""
+    deleting: bool = False
+    removed: bool = False
+    # The current instance, as the executor last reported it.
+    instance_id: str = ""
+    instance_provider: str = ""
+    instance_hash: str = ""
+    instance_state: InstanceState | None = None
+    ip: str = ""
+    url: str = ""
+    had_instance: bool = False
+    create_timed_out: bool = False
+    pending: Pending | None = None
+    commands: int = 0
+    # A Permanent error latches Failed for the spec hash it happened under.
+    failed_hash: str = ""
+    failure: str = ""
+    healthy: bool | None = None
+    status: PhaseChanged | None = None
+    last_seq: int = 0
+
+
+def fold(uid: str, events: Iterable[Recorded]) -> ProxyState:
+    state = ProxyState(uid=uid)
+    for recorded in events:
+        state = replace(evolve(state, recorded), last_seq=recorded.seq)
+    return state
+
+
+def evolve(state: ProxyState, recorded: Recorded) -> ProxyState:
+    match recorded.event:
+        case ProxyDeclared() as e:
+            base = ProxyState(uid=state.uid, commands=state.commands) if state.removed else state
+            return replace(
+                base,
+                declared=True,
+                namespace=e.namespace,
+                name=e.name,
+                spec=e.spec,
+                generation=e.generation,
+                cloud_init=e.cloud_init_resolved,
+            )
+        case ProxySpecChanged() as e:
+            # Any spec change releases a latched failure: the user has acted on it.
+            return replace(
+                state,
+                spec=e.spec,
+                generation=e.generation,
+                cloud_init=e.cloud_init_resolved,
+                failed_hash="",
+                failure="",
+            )
+        case ProxyDeletionRequested():
+            return replace(state, deleting=True)
+        case ProxyRemoved():
+            return replace(state, removed=True)
+        case CreateInstance() as c:
+            return replace(
+                state,
+                pending=Pending(command_id=c.command_id, kind="create", provider=c.provider),
+                commands=state.commands + 1,
+                instance_id="",
+                instance_provider=c.provider,
+                instance_hash=c.spec_hash,
+                instance_state=None,
+                ip="",
+                url="",
+                create_timed_out=False,
+            )
+        case DeleteInstance() as c:
+            return replace(
+                state,
+                pending=Pending(
+                    command_id=c.command_id,
+                    kind="delete",
+                    provider=c.provider,
+                    provider_id=c.provider_id,
+                ),
+                commands=state.commands + 1,
+            )
+        case ObserveInstance() as c:
+            return replace(
+                state,
+                pending=Pending(
+                    command_id=c.command_id,
+                    kind="observe",
+                    provider=c.provider,
+                    provider_id=c.provider_id,
+                ),
+                commands=state.commands + 1,
+            )
+        case InstanceCreated() as a:
+            return replace(state, instance_id=a.provider_id, had_instance=True)
+        case InstanceObserved() as a:
+            if a.provider_id != state.instance_id and not _answers(state, a.command_id):
+                return state
+            return replace(
+                state,
+                instance_id=a.provider_id,
+                instance_state=a.state,
+                ip=a.ip,
+                url=a.url,
+                had_instance=True,
+                pending=None if _answers(state, a.command_id) else state.pending,
+            )
+        case InstanceGone() as a:
+            if a.provider_id != state.instance_id and not _answers(state, a.command_id):
+                return state
+            return replace(
+                state,
+                instance_id="",
+                instance_state=None,
+                ip="",
+                url="",
+                pending=None if _answers(state, a.command_id) else state.pending,
+            )
+        case ProviderFailed() as a:
+            return _failed(state, a)
+        case HealthChanged(healthy=healthy):
+            return replace(state, healthy=healthy)
+        case PhaseChanged() as s:
+            return replace(state, status=s)
+        case _:
+            return state
+
+
+def _answers(state: ProxyState, command_id: str) -> bool:
+    return state.pending is not None and state.pending.command_id == command_id
+
+
+def _failed(state: ProxyState, a: ProviderFailed) -> ProxyState:
+    if not _answers(state, a.command_id):
+        return state
+    assert state.pending is not None
+    match a.error_class:
+        case ErrorClass.QUOTA_EXCEEDED:
+            # The executor keeps retrying, slowly; the command stays pending.
+            return replace(state, pending=replace(state.pending, quota_message=a.message))
+        case ErrorClass.PERMANENT:
+            return replace(
+                state,
+                pending=None,
+                failed_hash=state.instance_hash if a.operation == "create" else "*",
+                # "*": a delete that can never work latches whatever the spec
+                failure=f"{a.operation}: {a.message}",
+            )
+        case _:
+            # A final Transient answer: the instance never came up (create timeout).
+            return replace(
+                state,
+                pending=None,
+                create_timed_out=a.operation == "create",
+                failure=f"{a.operation}: {a.message}",
+            )
+
+
+def current_phase(state: ProxyState) -> Phase | None:
+    return state.status.phase if state.status is not None else None
