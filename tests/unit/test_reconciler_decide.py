@@ -290,7 +290,9 @@ def test_redeclared_after_removal_is_a_new_life() -> None:
     story.add(declared())
     create = story.decide().events[0]
     assert isinstance(create, CreateInstance)
-    assert create.command_id != story.events[1].event.command_id  # type: ignore[attr-defined]
+    first = story.events[1].event
+    assert isinstance(first, CreateInstance)
+    assert create.command_id != first.command_id
 
 
 def test_external_mode_publishes_the_url_without_provider_io() -> None:
