@@ -1,0 +1,212 @@
+"""The observe sweep: notices instances that stopped or vanished behind our back.
+
+Commands only cover what the reconciler asked for. A VM preempted at night or a pod deleted by
+hand would otherwise stay ``Ready`` until health probes gave up on it, and health cannot tell
+"slow" from "gone". So every interval the sweep asks the provider about every Ready instance and
+records what changed, as ``InstanceGone`` or ``InstanceObserved``; the reconciler recreates.
+
+Facts, not polls: an answer equal to the last recorded fact appends nothing, so a fleet of
+healthy proxies costs provider calls but no events. Appends use optimistic concurrency on the
+sequence the sweep folded: if anything happened to the proxy meanwhile (a replace, a delete), the
+observation may be stale, and the sweep drops it; the next round looks again. A provider whose
+call fails is skipped for the round rather than judged on part of an answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import msgspec
+import structlog
+from nats.js import JetStreamContext
+
+from events import subjects
+from events.errors import ConcurrencyError
+from events.schemas import (
+    Event,
+    InstanceCreated,
+    InstanceGone,
+    InstanceObserved,
+    InstanceState,
+    Phase,
+)
+from events.store import EventStore, NewEvent, Recorded, derive_msg_id
+from projections import proxy
+from projections.projector import Projector
+from services.executor.commands import observed
+from services.executor.providers.base import Instance, NotFound, Provider, ProviderError
+
+log = structlog.get_logger("egress.executor.observe")
+
+GONE = "Gone"
+"""``Facts.state`` once the provider answered NotFound for the current instance."""
+
+
+class Facts(msgspec.Struct, frozen=True, kw_only=True):
+    """The proxy view plus the last recorded instance fact, which the view does not keep but
+    the sweep needs to tell a change from a repeat."""
+
+    view: proxy.ProxyView
+    provider_id: str = ""
+    state: str = ""
+    ip: str = ""
+
+    def known_state(self) -> str:
+        """The last fact about the *current* instance; "" when none was recorded."""
+        return self.state if self.provider_id == self.view.provider_id else ""
+
+
+def apply_facts(current: Facts | None, recorded: Recorded) -> Facts:
+    """The proxy fold, extended with the last instance fact per provider id."""
+    view = proxy.apply(current.view if current else None, recorded)
+    facts = Facts(view=view) if current is None else msgspec.structs.replace(current, view=view)
+    match recorded.event:
+        case InstanceCreated(provider_id=pid):
+            return msgspec.structs.replace(facts, provider_id=pid, state="", ip="")
+        case InstanceObserved(provider_id=pid, state=state, ip=ip):
+            return msgspec.structs.replace(facts, provider_id=pid, state=str(state), ip=ip)
+        case InstanceGone(provider_id=pid):
+            return msgspec.structs.replace(facts, provider_id=pid, state=GONE, ip="")
+        case _:
+            return facts
+
+
+def watched(facts: Facts) -> bool:
+    """Ready instances only: anything else is in the reconciler's hands already."""
+    view = facts.view
+    return (
+        view.phase is Phase.READY
+        and bool(view.provider_id)
+        and not view.deleting
+        and not view.removed
+    )
+
+
+def observation(facts: Facts, instance: Instance | None) -> Event | None:
+    """What to record for the provider's answer (None: NotFound), or None if nothing changed."""
+    view = facts.view
+    known = facts.known_state()
+    command_id = f"observe-{view.last_seq}"
+    if instance is None:
+        if known == GONE:
+            return None
+        return InstanceGone(
+            command_id=command_id, provider=view.spec.provider, provider_id=view.provider_id
+        )
+    if instance.state is InstanceState.RUNNING:
+        # Ready means the reconciler saw it running; only a new address is news.
+        ip_changed = bool(facts.ip) and bool(instance.ip) and instance.ip != facts.ip
+        if known in ("", InstanceState.RUNNING) and not ip_changed:
+            return None
+    elif str(instance.state) == known:
+        return None
+    return observed(command_id, view.spec.provider, instance)
+
+
+@dataclass
+class SweepResult:
+    checked: int = 0
+    appended: int = 0
+    conflicts: int = 0
+    skipped_providers: set[str] = field(default_factory=set)
+
+
+class ObserveSweep:
+    def __init__(
+        self,
+        js: JetStreamContext,
+        store: EventStore,
+        providers: Mapping[str, Provider],
+        *,
+        concurrency: int = 16,
+    ) -> None:
+        self.store = store
+        self.providers = providers
+        self.concurrency = concurrency
+        self.projector: Projector[Facts] = Projector(
+            js, subjects.PROXY_STREAM, "proxy.*.*", apply_facts
+        )
+
+    async def run(self, interval: float) -> None:
+        try:
+            while True:
+                try:
+                    await self.sweep_once()
+                except Exception as exc:
+                    # A round that could not finish (NATS briefly away) is retried next interval;
+                    # raising would end the service, command consumer included, over a blip.
+                    log.warning("observe sweep failed", error=f"{type(exc).__name__}: {exc}")
+                await asyncio.sleep(interval)
+        finally:
+            await self.projector.close()
+
+    async def sweep_once(self) -> SweepResult:
+        """One round over every Ready proxy."""
+        await self.projector.catch_up()
+        result = SweepResult()
+        slots = asyncio.Semaphore(self.concurrency)
+        candidates = [f for f in self.projector.views.values() if watched(f)]
+
+        async def check(facts: Facts) -> None:
+            async with slots:
+                answered, instance = await self._get(facts, result)
+            if answered:
+                await self._record(facts, instance, result)
+
+        await asyncio.gather(*(check(f) for f in candidates))
+        if result.appended or result.skipped_providers:
+            log.info(
+                "observe sweep",
+                checked=result.checked,
+                appended=result.appended,
+                conflicts=result.conflicts,
+                skipped_providers=sorted(result.skipped_providers),
+            )
+        return result
+
+    async def _get(self, facts: Facts, result: SweepResult) -> tuple[bool, Instance | None]:
+        """Whether the provider answered, and its answer (None: NotFound)."""
+        name = facts.view.spec.provider
+        provider = self.providers.get(name)
+        if provider is None or name in result.skipped_providers:
+            return False, None
+        result.checked += 1
+        try:
+            return True, await provider.get(facts.view.provider_id)
+        except NotFound:
+            return True, None
+        except ProviderError as exc:
+            result.skipped_providers.add(name)
+            log.warning(
+                "provider skipped for this sweep",
+                provider=name,
+                error_class=str(exc.error_class),
+                error=str(exc),
+            )
+            return False, None
+
+    async def _record(self, facts: Facts, instance: Instance | None, result: SweepResult) -> None:
+        event = observation(facts, instance)
+        if event is None:
+            return
+        view = facts.view
+        what = "gone" if instance is None else str(instance.state)
+        msg_id = derive_msg_id(
+            "executor", "observe", view.uid, view.provider_id, str(view.last_seq), what
+        )
+        try:
+            await self.store.append(
+                subjects.proxy(view.uid), [NewEvent(event, msg_id)], expected_seq=view.last_seq
+            )
+        except ConcurrencyError:
+            result.conflicts += 1
+            return
+        result.appended += 1
+        log.info(
+            "instance changed behind our back",
+            uid=view.uid,
+            provider_id=view.provider_id,
+            state=what,
+        )

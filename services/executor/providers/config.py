@@ -1,0 +1,181 @@
+"""``--providers-config``: the named provider instances a Proxy's ``spec.provider`` can refer to.
+
+```yaml
+providers:
+  - name: local            # what spec.provider refers to
+    type: local
+    local: {dataDir: /var/lib/egress-proxies/local, backend: auto, portRange: "20000-29999"}
+  - name: fake-1
+    type: fake
+    fake: {latency: 0.01, pendingPolls: 2}
+```
+
+Each entry carries exactly one settings block, keyed by its type, so a block pasted under the wrong
+type fails loudly instead of being ignored. Types are looked up in ``PROVIDER_TYPES`` and imported
+only when used: a config naming only ``local`` must not need a cloud SDK installed. A relative
+``dataDir`` is relative to the config file; an empty one defaults to ``<data dir>/<name>``.
+
+Every mistake is a ``ConfigError`` naming the entry (index and name), the field and the fix, at
+start-up: a typo in a provider block would otherwise surface as failed proxies much later.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+import msgspec
+import yaml
+
+from services.executor.providers.base import Provider
+from services.runtime.config import ConfigError
+
+Factory = Callable[[str, Any], Provider]
+# The same rule as spec.provider (events.resource), or no Proxy could ever refer to the entry.
+_NAME = re.compile(r"^[A-Za-z0-9_-]{1,63}$")
+_FLAG = "--providers-config"
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderType:
+    """Where a type's settings struct and factory live, imported on first use."""
+
+    module: str
+    config: str
+    factory: str
+
+    def load(self) -> tuple[type[msgspec.Struct], Factory]:
+        module = importlib.import_module(self.module)
+        config = getattr(module, self.config)
+        factory: Any = module
+        for part in self.factory.split("."):
+            factory = getattr(factory, part)
+        return cast(type[msgspec.Struct], config), cast(Factory, factory)
+
+
+PROVIDER_TYPES: dict[str, ProviderType] = {
+    "local": ProviderType(
+        "services.executor.providers.local", "LocalConfig", "LocalProvider.from_config"
+    ),
+    "fake": ProviderType("services.executor.testing", "FakeConfig", "FakeProvider.from_config"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderEntry:
+    name: str
+    type: str
+    config: msgspec.Struct
+
+
+def load_providers_config(path: Path | None, *, default_data_dir: Path) -> list[ProviderEntry]:
+    """The entries of ``path``; without a file, the one provider every install has: ``local``."""
+    if path is None:
+        config_type, _ = PROVIDER_TYPES["local"].load()
+        config = msgspec.convert({"dataDir": str(default_data_dir / "local")}, config_type)
+        return [ProviderEntry("local", "local", config)]
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"{_FLAG} {path}: cannot read it ({exc})") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{_FLAG} {path}: not valid YAML ({exc})") from exc
+    return parse_providers_config(
+        raw, source=str(path), base_dir=path.parent, default_data_dir=default_data_dir
+    )
+
+
+def parse_providers_config(
+    raw: object, *, source: str, base_dir: Path, default_data_dir: Path
+) -> list[ProviderEntry]:
+    """Validate an already-decoded document (the file, or an embedded value)."""
+    where = f"{_FLAG} {source}"
+    if not isinstance(raw, dict) or not isinstance(raw.get("providers"), list):
+        raise ConfigError(f"{where}: expected a mapping with a `providers:` list at the top")
+    extra = sorted(str(k) for k in raw if k != "providers")
+    if extra:
+        raise ConfigError(f"{where}: unknown top-level keys {extra}; only `providers` is allowed")
+    if not raw["providers"]:
+        raise ConfigError(f"{where}: `providers` is empty; list at least one provider")
+    entries: list[ProviderEntry] = []
+    seen: dict[str, int] = {}
+    for index, item in enumerate(raw["providers"]):
+        entry = _parse_entry(index, item, where, base_dir, default_data_dir)
+        if entry.name in seen:
+            raise ConfigError(
+                f"{where}: providers[{index}] ({entry.name}): the name is already used by "
+                f"providers[{seen[entry.name]}]; give every entry its own name"
+            )
+        seen[entry.name] = index
+        entries.append(entry)
+    return entries
+
+
+def _parse_entry(
+    index: int, item: object, where: str, base_dir: Path, default_data_dir: Path
+) -> ProviderEntry:
+    label = f"{where}: providers[{index}]"
+    if not isinstance(item, dict):
+        raise ConfigError(f"{label}: expected a mapping with `name`, `type` and a settings block")
+    name = item.get("name")
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"{label}: `name` is required: what spec.provider refers to, e.g. local")
+    label = f"{label} ({name})"
+    if not _NAME.match(name):
+        raise ConfigError(f"{label}: `name` must be 1-63 letters, digits, '_' or '-'")
+    known = ", ".join(sorted(PROVIDER_TYPES))
+    kind = item.get("type")
+    if not isinstance(kind, str) or kind not in PROVIDER_TYPES:
+        shown = "missing" if kind is None else repr(kind)
+        raise ConfigError(f"{label}: `type` is {shown}; use one of {known}")
+    blocks = [str(k) for k in item if k not in ("name", "type")]
+    if blocks != [kind]:
+        wrong = ", ".join(f"`{b}`" for b in blocks) or "none"
+        raise ConfigError(
+            f"{label}: expected exactly one settings block `{kind}:` (the key equals the type), "
+            f"found {wrong}; put this provider's settings under `{kind}:` ({{}} for defaults)"
+        )
+    block = item[kind] if item[kind] is not None else {}
+    config_type, _ = PROVIDER_TYPES[kind].load()
+    try:
+        config = msgspec.convert(block, config_type)
+    except msgspec.ValidationError as exc:
+        message, _, path = str(exc).partition(" - at `")
+        field = kind + path.rstrip("`").removeprefix("$")
+        raise ConfigError(f"{label}: {field}: {message}") from exc
+    return ProviderEntry(name, kind, _default_data_dir(config, name, base_dir, default_data_dir))
+
+
+def _default_data_dir(
+    config: msgspec.Struct, name: str, base_dir: Path, default_data_dir: Path
+) -> msgspec.Struct:
+    """Any type with a ``dataDir`` gets the same defaulting and the same relative base."""
+    data_dir = getattr(config, "data_dir", None)
+    if not isinstance(data_dir, str):
+        return config
+    resolved = base_dir / Path(data_dir).expanduser() if data_dir else default_data_dir / name
+    return msgspec.structs.replace(config, data_dir=str(resolved))
+
+
+def build_providers(entries: list[ProviderEntry]) -> dict[str, Provider]:
+    """One provider per entry, by name. Constructors do no I/O, so a failure here is a setting
+    (a backend that is not installed), reported like the others."""
+    providers: dict[str, Provider] = {}
+    for index, entry in enumerate(entries):
+        kind = PROVIDER_TYPES.get(entry.type)
+        if kind is None:
+            known = ", ".join(sorted(PROVIDER_TYPES))
+            raise ConfigError(
+                f"{_FLAG}: providers[{index}] ({entry.name}): unknown type {entry.type!r}; "
+                f"use one of {known}"
+            )
+        _, factory = kind.load()
+        try:
+            providers[entry.name] = factory(entry.name, entry.config)
+        except ConfigError as exc:
+            raise ConfigError(f"{_FLAG}: providers[{index}] ({entry.name}): {exc}") from exc
+    return providers

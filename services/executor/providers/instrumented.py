@@ -1,0 +1,104 @@
+"""Client spans and metrics around any provider (DESIGN §6), so no provider has to remember them.
+
+This is the outermost layer around a provider: its span covers everything a call costs, retries
+and client-side waits included. ``provider.result`` is ``ok`` or the error class, the same value
+the ``egress_provider_requests_total{result}`` label takes, so a trace and a dashboard agree
+(``cancelled`` when the caller gave up waiting, e.g. at shutdown).
+NotFound is a normal answer (the reconciler polls for it after a delete), so its span stays Ok.
+
+An exception outside the taxonomy is a provider bug; it is wrapped into ``Transient`` here (the
+original chained and recorded on the span) so callers can rely on the contract: every error is
+exactly one of the four classes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
+from services.executor.providers.base import (
+    CreateRequest,
+    Instance,
+    NotFound,
+    Provider,
+    ProviderError,
+    Transient,
+)
+from services.runtime.metrics import Metrics
+from services.runtime.telemetry import tracer
+
+T = TypeVar("T")
+OK = "ok"
+CANCELLED = "cancelled"
+
+_tracer = tracer("egress.provider")
+
+
+class Instrumented:
+    """A ``Provider`` that traces and counts every call of the provider it wraps."""
+
+    def __init__(self, provider: Provider, metrics: Metrics) -> None:
+        self.inner = provider
+        self.metrics = metrics
+        self.name = provider.name
+        self.type = provider.type
+
+    async def create(self, request: CreateRequest) -> str:
+        return await self._call("create", request.name, lambda: self.inner.create(request))
+
+    async def get(self, provider_id: str) -> Instance:
+        return await self._call("get", provider_id, lambda: self.inner.get(provider_id))
+
+    async def delete(self, provider_id: str) -> None:
+        await self._call("delete", provider_id, lambda: self.inner.delete(provider_id))
+
+    async def list_by_tag(self) -> list[Instance]:
+        return await self._call("list", "", self.inner.list_by_tag)
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+    async def _call(self, op: str, target: str, call: Callable[[], Awaitable[T]]) -> T:
+        attributes = {"provider.name": self.name, "provider.type": self.type}
+        if target:
+            attributes["provider.instance"] = target
+        with _tracer.start_as_current_span(
+            f"provider.{op}",
+            kind=SpanKind.CLIENT,
+            attributes=attributes,
+            record_exception=False,
+            set_status_on_exception=False,
+        ) as span:
+            started = time.perf_counter()
+            result = CANCELLED  # unless the call returns or raises
+            try:
+                value = await call()
+                result = OK
+            except NotFound:
+                result = NotFound.error_class.value
+                span.set_status(Status(StatusCode.OK))
+                raise
+            except ProviderError as exc:
+                result = exc.error_class.value
+                span.record_exception(exc)
+                span.set_status(Status(StatusCode.ERROR, f"{result}: {exc}"))
+                raise
+            except Exception as exc:
+                result = Transient.error_class.value
+                span.record_exception(exc)
+                span.set_attribute("error.type", type(exc).__qualname__)
+                span.set_status(Status(StatusCode.ERROR, f"unclassified: {exc!r}"))
+                raise Transient(
+                    f"{self.name}: {op} failed with an unclassified {type(exc).__name__}: {exc}"
+                ) from exc
+            finally:
+                span.set_attribute("provider.result", result)
+                self.metrics.provider_requests.labels(self.name, op, result).inc()
+                self.metrics.provider_seconds.labels(self.name, op).observe(
+                    time.perf_counter() - started
+                )
+            span.set_status(Status(StatusCode.OK))
+            return value

@@ -1,0 +1,322 @@
+"""Processes behind the local provider: which proxy to run, how to start, probe and stop it.
+
+Kept apart from the provider so the operating-system details (process groups, pid files, zombies,
+privilege drop) sit in one place, and the provider reads as the contract it implements.
+
+Why the pid file is written by the child: the provider records an instance before spawning it, but
+a crash between ``posix_spawn`` returning and the pid reaching ``meta.json`` would otherwise leave
+a process nobody knows about. A tiny shell prologue writes its own pid (``exec`` keeps it) with
+``noclobber``, so the file exists as soon as the process does, and a second spawn for the same
+instance (a retry racing a crash) cannot overwrite it and exits instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import hashlib
+import importlib.util
+import os
+import pwd
+import random
+import shutil
+import signal
+import socket
+import sys
+from collections.abc import Collection
+from pathlib import Path
+
+from services.executor.providers.base import Permanent, ProviderError, QuotaExceeded, Transient
+
+SQUID = "squid"
+PROXYPY = "proxypy"
+BACKENDS = ("auto", SQUID, PROXYPY)
+HOST = "127.0.0.1"
+PID_FILE = "proxy.pid"
+LOG_FILE = "proxy.log"
+# Exit status of the prologue when another process already owns the instance's pid file.
+PIDFILE_TAKEN = 97
+_PROLOGUE = f'set -C; echo $$ > "$0" || exit {PIDFILE_TAKEN}; exec "$@"'
+
+
+def resolve_backend(wanted: str) -> str:
+    """Squid when it is installed (what every other provider runs), else proxy.py, so a laptop
+    without Squid still gets a working proxy. Raises ValueError naming the fix."""
+    has_squid = shutil.which(SQUID) is not None
+    has_proxypy = importlib.util.find_spec("proxy") is not None
+    if wanted == SQUID and not has_squid:
+        raise ValueError("backend squid: `squid` is not on PATH; install it or use backend auto")
+    if wanted == PROXYPY and not has_proxypy:
+        raise ValueError("backend proxypy: install the proxy.py package or use backend squid")
+    if wanted in (SQUID, PROXYPY):
+        return wanted
+    if has_squid:
+        return SQUID
+    if has_proxypy:
+        return PROXYPY
+    raise ValueError("no proxy to run: install squid, or the proxy.py package")
+
+
+def _squid_user() -> str:
+    """Squid started as root drops to an unprivileged user; we name it so we can hand it the
+    instance directory (Debian's build uses ``proxy``)."""
+    for user in ("proxy", "squid", "nobody"):
+        try:
+            pwd.getpwnam(user)
+        except KeyError:
+            continue
+        return user
+    return "nobody"
+
+
+def squid_config(instance_dir: Path, port: int, name: str, user: str | None) -> str:
+    """A forward proxy and nothing else: no disk or memory cache (crawlers want fresh pages), no
+    helpers that would outlive it (pinger), an immediate shutdown, and client addresses hidden."""
+    lines = [
+        f"http_port {HOST}:{port}",
+        f"visible_hostname egress-{name}",
+        "pid_filename none",
+        "cache deny all",
+        "cache_mem 0 MB",
+        "access_log none",
+        "cache_store_log none",
+        f"cache_log {instance_dir / 'cache.log'}",
+        f"coredump_dir {instance_dir}",
+        "netdb_filename none",
+        "pinger_enable off",
+        "digest_generation off",
+        "shutdown_lifetime 0 seconds",
+        "forwarded_for delete",
+        "via off",
+        "http_access allow localhost",
+        "http_access deny all",
+    ]
+    if user is not None:
+        lines.append(f"cache_effective_user {user}")
+    return "\n".join(lines) + "\n"
+
+
+def squid_service(instance_dir: Path) -> str:
+    """Squid names its shared-memory segments after its service name (``squid`` by default), so
+    instances sharing one would unlink each other's, or fail on another user's leftovers."""
+    return "egress" + hashlib.sha256(str(instance_dir).encode()).hexdigest()[:16]
+
+
+def remove_leftovers(instance_dir: Path) -> None:
+    """Shared-memory segments a killed Squid could not remove (nothing else is outside the
+    instance directory)."""
+    shm = Path("/dev/shm")
+    if shm.is_dir():
+        for segment in shm.glob(f"{squid_service(instance_dir)}-*"):
+            segment.unlink(missing_ok=True)
+
+
+def prepare(backend: str, instance_dir: Path, port: int, name: str) -> list[str]:
+    """Write what the backend needs into ``instance_dir`` and return its command line. Every
+    command line names a file inside ``instance_dir``, which is how a pid is recognised as ours
+    later."""
+    if backend == SQUID:
+        user = _squid_user() if os.geteuid() == 0 else None
+        config = instance_dir / "squid.conf"
+        write_atomic(config, squid_config(instance_dir, port, name, user).encode())
+        if user is not None:
+            entry = pwd.getpwnam(user)
+            os.chown(instance_dir, entry.pw_uid, entry.pw_gid)
+        return [
+            shutil.which(SQUID) or SQUID,
+            "-N",
+            "-n",
+            squid_service(instance_dir),
+            "-f",
+            str(config),
+        ]
+    return [
+        sys.executable,
+        "-m",
+        "proxy",
+        "--hostname",
+        HOST,
+        "--port",
+        str(port),
+        "--num-workers",
+        "1",
+        "--num-acceptors",
+        "1",
+        "--data-dir",
+        str(instance_dir),
+        "--log-file",
+        str(instance_dir / "proxypy.log"),
+    ]
+
+
+def spawn(command: list[str], instance_dir: Path) -> int:
+    """Start ``command`` as the leader of a new session (so it outlives us and its whole group
+    can be signalled), output to the instance log; returns its pid."""
+    argv = ["/bin/sh", "-c", _PROLOGUE, str(instance_dir / PID_FILE), *command]
+    log = str(instance_dir / LOG_FILE)
+    actions = [
+        (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+        (os.POSIX_SPAWN_OPEN, 1, log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644),
+        (os.POSIX_SPAWN_DUP2, 1, 2),
+    ]
+    return os.posix_spawn(
+        argv[0],
+        argv,
+        dict(os.environ),
+        file_actions=actions,
+        setsid=True,
+        # Python ignores SIGPIPE; a proxy must get the default disposition back.
+        setsigdef=(signal.SIGPIPE, signal.SIGINT, signal.SIGTERM),
+    )
+
+
+def read_pid(instance_dir: Path) -> int:
+    """The pid the process wrote itself, or 0 when it has not (yet)."""
+    try:
+        text = (instance_dir / PID_FILE).read_text().strip()
+    except FileNotFoundError:
+        return 0
+    return int(text) if text.isdigit() else 0
+
+
+def is_running(pid: int, instance_dir: Path) -> bool:
+    """Whether ``pid`` is alive and still the process we started for ``instance_dir`` (after a
+    reboot the number may belong to someone else). Reaps it when it is our dead child."""
+    if pid <= 0:
+        return False
+    try:
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            return False
+    except ChildProcessError:
+        pass  # started by an earlier executor process: init reaps it, not us
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # exists, under another user (Squid after dropping root)
+    if not _PROC.is_dir():
+        return True  # no procfs (macOS): liveness is all we can tell
+    return _ours(pid, instance_dir) is not None
+
+
+_PROC = Path("/proc")
+
+
+def _ours(pid: int, instance_dir: Path) -> int | None:
+    """The process group of ``pid`` if it is a live process started for ``instance_dir``."""
+    try:
+        stat = (_PROC / str(pid) / "stat").read_text()
+        cmdline = (_PROC / str(pid) / "cmdline").read_bytes()
+    except OSError:
+        return None
+    # Fields after the parenthesised command name: state, ppid, pgrp, ...
+    fields = stat.rpartition(")")[2].split()
+    if len(fields) < 3 or fields[0] in ("Z", "X"):
+        return None  # gone, or a zombie nobody reaps (a container's init may not)
+    # With the separator, instance "a" never claims the processes of instance "ab".
+    if (str(instance_dir) + os.sep).encode() not in cmdline:
+        return None
+    return int(fields[2])
+
+
+def group_members(pgid: int, instance_dir: Path) -> list[int]:
+    """Live processes of the group led by ``pgid`` that were started for ``instance_dir``; the
+    leader may be gone while its helpers (proxy.py workers) live on."""
+    if pgid <= 0:
+        return []  # never let 0 or -1 reach killpg: they mean "our own group" and "everyone"
+    leader = is_running(pgid, instance_dir)
+    if not _PROC.is_dir():
+        return [pgid] if leader else []
+    members = []
+    for entry in _PROC.iterdir():
+        if entry.name.isdigit() and _ours(int(entry.name), instance_dir) == pgid:
+            members.append(int(entry.name))
+    return members
+
+
+async def accepts(port: int, timeout: float = 1.0) -> bool:
+    try:
+        _, writer = await asyncio.wait_for(asyncio.open_connection(HOST, port), timeout)
+    except (OSError, TimeoutError):
+        return False
+    writer.close()
+    # A proxy still starting up may reset the connection it accepted; it did accept.
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
+    return True
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError):  # the group is already gone
+        os.killpg(pgid, sig)
+
+
+async def terminate(pgid: int, instance_dir: Path, grace: float) -> None:
+    """TERM the process group, KILL it after ``grace`` seconds, and wait until every member is
+    gone. Only groups with a member started for ``instance_dir`` are signalled, so a recycled
+    pid never costs a stranger its life."""
+    if not group_members(pgid, instance_dir):
+        return
+    _signal_group(pgid, signal.SIGTERM)
+    if await _wait_gone(pgid, instance_dir, grace):
+        return
+    _signal_group(pgid, signal.SIGKILL)
+    if not await _wait_gone(pgid, instance_dir, 10.0):
+        raise Transient(f"process group {pgid} of {instance_dir.name} survived SIGKILL")
+
+
+async def _wait_gone(pgid: int, instance_dir: Path, seconds: float) -> bool:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    while group_members(pgid, instance_dir):
+        if loop.time() >= deadline:
+            return False
+        await asyncio.sleep(0.05)
+    return True
+
+
+def allocate_port(low: int, high: int, taken: Collection[int]) -> int:
+    """A port in [low, high] that no instance holds and nothing else is bound to. Starts at a
+    random offset so concurrent providers on one host rarely probe the same ports."""
+    span = high - low + 1
+    start = random.randrange(span)  # spreading probes, not security
+    for i in range(span):
+        port = low + (start + i) % span
+        if port in taken:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            try:
+                probe.bind((HOST, port))
+            except OSError:
+                continue
+        return port
+    raise QuotaExceeded(
+        f"no free port in {low}-{high}: {len(taken)} instances hold ports there; "
+        "widen portRange or delete instances"
+    )
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Readers (and a crash) see the old file or the new one, never half of one."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def classify_os_error(what: str, exc: OSError) -> ProviderError:
+    """Out of space is capacity (retry slowly); a missing binary or a forbidden path will not
+    fix itself (latch Failed); anything else may pass (retry)."""
+    code = exc.errno
+    if code in (errno.ENOSPC, errno.EDQUOT, errno.EMFILE, errno.ENFILE):
+        error: ProviderError = QuotaExceeded(f"{what}: {exc}")
+    elif code in (errno.ENOENT, errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOEXEC):
+        error = Permanent(f"{what}: {exc}")
+    else:
+        error = Transient(f"{what}: {exc}")
+    error.__cause__ = exc
+    return error

@@ -1,0 +1,182 @@
+"""The executor service: the command consumer and the observe sweep, over named providers.
+
+Both halves share the providers (each wrapped for metrics and client spans) and are stateless
+between messages and rounds: everything they know is in the event log, so replicas can be added
+or killed at any time. Durable waits go through JetStream's delayed redelivery, which is why the
+consumer's delivery limit is high: a slow instance is polled many times before it runs, and only
+a handler that keeps *failing* should ever reach the dead-letter stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from pathlib import Path
+
+import click
+import structlog
+
+from events import subjects
+from services.executor.commands import CommandHandler, CommandPolicy
+from services.executor.observe import ObserveSweep
+from services.executor.providers.base import Provider
+from services.executor.providers.config import build_providers, load_providers_config
+from services.executor.providers.instrumented import Instrumented
+from services.runtime.config import ConfigError, Settings
+from services.runtime.consumer import ConsumerLoop, ConsumerSpec
+from services.runtime.metrics import Metrics
+from services.runtime.service import ServiceContext
+
+log = structlog.get_logger("egress.executor")
+
+DURABLE = "executor"
+COMMAND_SUBJECTS = ("proxy.*.cmd",)
+
+
+def consumer_spec(*, ack_wait: float = 30.0, concurrency: int = 64) -> ConsumerSpec:
+    """Deliveries count every poll of a Pending instance (at most one per ``poll_max``), so
+    10,000 outlasts any create timeout by far while still bounding a handler that always fails.
+    """
+    return ConsumerSpec(
+        stream=subjects.PROXY_STREAM,
+        durable=DURABLE,
+        filter_subjects=COMMAND_SUBJECTS,
+        ack_wait=ack_wait,
+        max_deliver=10_000,
+        batch=concurrency,
+        concurrency=concurrency,
+    )
+
+
+class ExecutorService:
+    name = "executor"
+
+    def __init__(
+        self,
+        providers_config: Path | None,
+        data_dir: Path,
+        observe_interval: float = 10.0,
+        create_timeout: float = 600.0,
+        *,
+        providers: Mapping[str, Provider] | None = None,
+        policy: CommandPolicy | None = None,
+        ack_wait: float = 30.0,
+        concurrency: int = 64,
+        observe_concurrency: int = 16,
+    ) -> None:
+        """``providers`` replaces the config file (tests, embedding); ``policy`` overrides the
+        wait and retry delays, and its create timeout wins over ``create_timeout``."""
+        if observe_interval <= 0:
+            raise ConfigError(
+                f"--observe-interval: {observe_interval} must be > 0 seconds (e.g. 10)"
+            )
+        if create_timeout <= 0:
+            raise ConfigError(f"--create-timeout: {create_timeout} must be > 0 seconds (e.g. 600)")
+        self.providers_config = providers_config
+        self.data_dir = data_dir
+        self.observe_interval = observe_interval
+        self.policy = policy or CommandPolicy(create_timeout=create_timeout)
+        self.ack_wait = ack_wait
+        self.concurrency = concurrency
+        self.observe_concurrency = observe_concurrency
+        self._given = providers
+
+    def load_providers(self, metrics: Metrics) -> dict[str, Provider]:
+        """Fails at start-up on a bad config: an executor without its providers would ack
+        every command with "unknown provider" and latch the whole fleet Failed."""
+        if self._given is not None:
+            raw = dict(self._given)
+        else:
+            entries = load_providers_config(self.providers_config, default_data_dir=self.data_dir)
+            raw = build_providers(entries)
+        return {name: Instrumented(p, metrics) for name, p in raw.items()}
+
+    async def run(self, ctx: ServiceContext) -> None:
+        providers = self.load_providers(ctx.metrics)
+        handler = CommandHandler(ctx.store, providers, policy=self.policy, metrics=ctx.metrics)
+        loop = ConsumerLoop(
+            ctx.conn,
+            consumer_spec(ack_wait=self.ack_wait, concurrency=self.concurrency),
+            handler,
+            store=ctx.store,
+            metrics=ctx.metrics,
+        )
+        sweep = ObserveSweep(
+            ctx.conn.js, ctx.store, providers, concurrency=self.observe_concurrency
+        )
+        log.info(
+            "executor started",
+            providers={name: p.type for name, p in providers.items()},
+            observe_interval=self.observe_interval,
+            create_timeout=self.policy.create_timeout,
+        )
+        try:
+            async with asyncio.TaskGroup() as group:
+                group.create_task(loop.run(), name="executor-commands")
+                group.create_task(sweep.run(self.observe_interval), name="executor-observe")
+        finally:
+            await close_all(providers)
+
+
+async def close_all(providers: Mapping[str, Provider]) -> None:
+    for name, provider in providers.items():
+        try:
+            await provider.close()
+        except Exception as exc:
+            # Shutting down anyway: one provider's failing close must not keep the others open.
+            log.warning("provider close failed", provider=name, error=str(exc))
+
+
+def build(
+    settings: Settings,
+    *,
+    providers_config: Path | None,
+    data_dir: Path,
+    observe_interval: float,
+    create_timeout: float,
+) -> ExecutorService:
+    """The factory ``run executor`` and ``up`` call. The providers file is validated here, so a
+    typo in it stops the command before a nats-server or any other service has started."""
+    del settings  # everything the executor needs from it arrives through the ServiceContext
+    data_dir = data_dir.resolve()
+    load_providers_config(providers_config, default_data_dir=data_dir)
+    return ExecutorService(providers_config, data_dir, observe_interval, create_timeout)
+
+
+OPTIONS: tuple[click.Option, ...] = (
+    click.Option(
+        ["--providers-config"],
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        default=None,
+        envvar="PROVIDERS_CONFIG",
+        help="Named provider instances (YAML); without it, one `local` provider "
+        "[env PROVIDERS_CONFIG].",
+    ),
+    click.Option(
+        ["--data-dir"],
+        type=click.Path(file_okay=False, path_type=Path),
+        default=Path(".data"),
+        show_default=True,
+        envvar="DATA_DIR",
+        help="Where local providers keep their data, unless the config says otherwise "
+        "[env DATA_DIR].",
+    ),
+    click.Option(
+        ["--observe-interval"],
+        type=click.FloatRange(min=0, min_open=True),
+        default=10.0,
+        show_default=True,
+        envvar="OBSERVE_INTERVAL",
+        help="Seconds between sweeps that look for Ready instances which stopped or vanished "
+        "[env OBSERVE_INTERVAL].",
+    ),
+    click.Option(
+        ["--create-timeout"],
+        type=click.FloatRange(min=0, min_open=True),
+        default=600.0,
+        show_default=True,
+        envvar="CREATE_TIMEOUT",
+        help="Seconds an instance may take to run before the create is answered as failed "
+        "(Transient), so the reconciler replaces it [env CREATE_TIMEOUT].",
+    ),
+)

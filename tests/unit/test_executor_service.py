@@ -1,0 +1,87 @@
+"""Executor start-up: settings are checked and providers come from --providers-config."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from services.executor.providers.instrumented import Instrumented
+from services.executor.service import OPTIONS, ExecutorService, build, consumer_spec
+from services.executor.testing import FakeProvider
+from services.runtime.config import ConfigError, Settings
+from services.runtime.metrics import Metrics
+
+
+def test_providers_come_from_the_config_file_instrumented(tmp_path: Path) -> None:
+    config = tmp_path / "providers.yaml"
+    config.write_text(
+        "providers:\n"
+        "  - name: fake-a\n    type: fake\n    fake: {pendingPolls: 2}\n"
+        "  - name: fake-b\n    type: fake\n    fake: {}\n"
+    )
+    providers = ExecutorService(config, tmp_path).load_providers(Metrics())
+    assert sorted(providers) == ["fake-a", "fake-b"]
+    wrapped = providers["fake-a"]
+    assert isinstance(wrapped, Instrumented)
+    assert isinstance(wrapped.inner, FakeProvider)
+    assert wrapped.inner.pending_polls == 2
+
+
+def test_a_bad_config_fails_at_start_up(tmp_path: Path) -> None:
+    config = tmp_path / "providers.yaml"
+    config.write_text("providers:\n  - name: x\n    type: nope\n    nope: {}\n")
+    with pytest.raises(ConfigError, match="use one of"):
+        ExecutorService(config, tmp_path).load_providers(Metrics())
+
+
+@pytest.mark.parametrize(
+    ("interval", "timeout", "flag"),
+    [(0.0, 600.0, "--observe-interval"), (10.0, -1.0, "--create-timeout")],
+)
+def test_intervals_must_be_positive(
+    tmp_path: Path, interval: float, timeout: float, flag: str
+) -> None:
+    with pytest.raises(ConfigError, match=flag):
+        ExecutorService(None, tmp_path, observe_interval=interval, create_timeout=timeout)
+
+
+def test_create_timeout_reaches_the_policy(tmp_path: Path) -> None:
+    assert ExecutorService(None, tmp_path, create_timeout=42.0).policy.create_timeout == 42.0
+
+
+def test_consumer_survives_long_waits() -> None:
+    spec = consumer_spec()
+    assert (spec.durable, spec.filter_subjects) == ("executor", ("proxy.*.cmd",))
+    assert spec.max_deliver >= 10_000
+    assert spec.concurrency == 64
+
+
+def test_build_checks_the_providers_file_before_anything_starts(tmp_path: Path) -> None:
+    config = tmp_path / "providers.yaml"
+    config.write_text("providers: []\n")
+    with pytest.raises(ConfigError, match="empty"):
+        build(
+            Settings(),
+            providers_config=config,
+            data_dir=tmp_path,
+            observe_interval=10.0,
+            create_timeout=600.0,
+        )
+
+
+def test_flags_reach_the_service(tmp_path: Path) -> None:
+    flags: dict[str, Any] = {}
+    command = click.Command("executor", params=list(OPTIONS), callback=flags.update)
+    args = ["--observe-interval", "2.5", "--create-timeout", "60", "--data-dir", str(tmp_path)]
+    result = CliRunner().invoke(command, args, env={})
+    assert result.exit_code == 0, result.output
+    service = build(Settings(), **flags)
+    assert (service.observe_interval, service.policy.create_timeout) == (2.5, 60.0)
+    assert (service.providers_config, service.data_dir) == (None, tmp_path.resolve())
+    refused = CliRunner().invoke(command, ["--observe-interval", "0"], env={})
+    assert refused.exit_code == 2
+    assert "--observe-interval" in refused.output

@@ -1,0 +1,184 @@
+"""``--providers-config``: what loads, and the message every mistake gets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from services.executor.providers.config import (
+    PROVIDER_TYPES,
+    ProviderEntry,
+    build_providers,
+    load_providers_config,
+)
+from services.executor.providers.local import LocalConfig, LocalProvider
+from services.executor.testing import FakeConfig, FakeProvider
+from services.runtime.config import ConfigError
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "providers.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_no_file_means_one_local_provider_under_the_data_dir(tmp_path: Path) -> None:
+    entries = load_providers_config(None, default_data_dir=tmp_path)
+    assert entries == [
+        ProviderEntry("local", "local", LocalConfig(data_dir=str(tmp_path / "local")))
+    ]
+    providers = build_providers(entries)
+    local = providers["local"]
+    assert isinstance(local, LocalProvider)
+    assert local.data_dir == (tmp_path / "local").resolve()
+
+
+def test_full_example_builds_every_entry(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        """
+providers:
+  - name: local
+    type: local
+    local: {dataDir: state/local, backend: proxypy, portRange: "21000-21999", stopGraceSeconds: 1}
+  - name: fake-1
+    type: fake
+    fake: {latency: 0.01, pendingPolls: 2}
+  - name: fake_2
+    type: fake
+    fake:
+""",
+    )
+    entries = load_providers_config(path, default_data_dir=tmp_path / "default")
+    assert [(e.name, e.type) for e in entries] == [
+        ("local", "local"),
+        ("fake-1", "fake"),
+        ("fake_2", "fake"),
+    ]
+    assert entries[0].config == LocalConfig(
+        data_dir=str(tmp_path / "state/local"),
+        backend="proxypy",
+        port_range="21000-21999",
+        stop_grace_seconds=1.0,
+    )
+    assert entries[1].config == FakeConfig(latency=0.01, pending_polls=2)
+    providers = build_providers(entries)
+    local, fake = providers["local"], providers["fake-1"]
+    assert isinstance(local, LocalProvider)
+    assert (local.backend, local.port_range, local.stop_grace) == ("proxypy", (21000, 21999), 1.0)
+    assert isinstance(fake, FakeProvider)
+    assert (fake.name, fake.latency, fake.pending_polls) == ("fake-1", 0.01, 2)
+    assert isinstance(providers["fake_2"], FakeProvider)
+
+
+def test_empty_and_absolute_data_dirs(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        f"""
+providers:
+  - {{name: a, type: local, local: {{}}}}
+  - {{name: b, type: local, local: {{dataDir: {tmp_path / "abs"}}}}}
+""",
+    )
+    a, b = load_providers_config(path, default_data_dir=tmp_path / "d")
+    assert isinstance(a.config, LocalConfig)
+    assert isinstance(b.config, LocalConfig)
+    assert a.config.data_dir == str(tmp_path / "d" / "a")
+    assert b.config.data_dir == str(tmp_path / "abs")
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("providers: []", r"`providers` is empty; list at least one"),
+        ("- name: x", r"expected a mapping with a `providers:` list"),
+        ("providers: [{type: fake, fake: {}}], extra: 1", r"not valid YAML"),
+        ("providers: [{type: fake, fake: {}}]\nextra: 1", r"unknown top-level keys \['extra'\]"),
+        ("providers: [a]", r"providers\[0\]: expected a mapping with `name`, `type`"),
+        ("providers: [{type: fake, fake: {}}]", r"providers\[0\]: `name` is required"),
+        ("providers: [{name: '', type: fake}]", r"providers\[0\]: `name` is required"),
+        (
+            "providers: [{name: a.b, type: fake, fake: {}}]",
+            r"providers\[0\] \(a\.b\): `name` must be 1-63 letters",
+        ),
+        (
+            "providers: [{name: gce, type: gcp, gcp: {}}]",
+            r"providers\[0\] \(gce\): `type` is 'gcp'; use one of fake, local",
+        ),
+        (
+            "providers: [{name: l, local: {}}]",
+            r"providers\[0\] \(l\): `type` is missing; use one of fake, local",
+        ),
+        (
+            "providers: [{name: f, type: fake}]",
+            r"providers\[0\] \(f\): expected exactly one settings block `fake:`.* found none",
+        ),
+        (
+            "providers: [{name: f, type: fake, local: {}}]",
+            r"\(f\): expected exactly one settings block `fake:` .*found `local`; put",
+        ),
+        (
+            "providers: [{name: f, type: fake, fake: {}, local: {}}]",
+            r"\(f\): expected exactly one settings block `fake:` .*found `fake`, `local`",
+        ),
+        (
+            "providers: [{name: f, type: fake, fake: {latency: fast}}]",
+            r"providers\[0\] \(f\): fake\.latency: Expected `float`, got `str`",
+        ),
+        (
+            "providers: [{name: f, type: fake, fake: {pendingPolls: -1}}]",
+            r"\(f\): fake\.pendingPolls: Expected `int` >= 0",
+        ),
+        (
+            "providers: [{name: f, type: fake, fake: {latncy: 1}}]",
+            r"\(f\): fake: Object contains unknown field `latncy`",
+        ),
+        (
+            "providers: [{name: f, type: fake, fake: [1]}]",
+            r"\(f\): fake: Expected `object`, got `array`",
+        ),
+        (
+            "providers: [{name: l, type: local, local: {portRange: 30000-20000}}]",
+            r"\(l\): local: portRange '30000-20000': use LOW-HIGH",
+        ),
+        (
+            "providers: [{name: l, type: local, local: {portRange: lots}}]",
+            r"\(l\): local\.portRange: Expected `str` matching regex",
+        ),
+        (
+            "providers: [{name: l, type: local, local: {backend: docker}}]",
+            r"\(l\): local\.backend: Invalid enum value 'docker'",
+        ),
+        (
+            "providers:\n- {name: f, type: fake, fake: {}}\n- {name: f, type: fake, fake: {}}",
+            r"providers\[1\] \(f\): the name is already used by providers\[0\]",
+        ),
+    ],
+)
+def test_mistakes_name_the_entry_and_the_fix(tmp_path: Path, text: str, expected: str) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(ConfigError, match=expected) as caught:
+        load_providers_config(path, default_data_dir=tmp_path)
+    assert str(path) in str(caught.value)
+
+
+def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"--providers-config .*nope\.yaml: cannot read it"):
+        load_providers_config(tmp_path / "nope.yaml", default_data_dir=tmp_path)
+
+
+def test_build_reports_an_unknown_type_and_factory_failures(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"providers\[0\] \(k\): unknown type 'kubernetes'"):
+        build_providers([ProviderEntry("k", "kubernetes", FakeConfig())])
+    with pytest.raises(ConfigError, match=r"providers\[1\] \(l\): .*local\.dataDir is required"):
+        build_providers(
+            [ProviderEntry("f", "fake", FakeConfig()), ProviderEntry("l", "local", LocalConfig())]
+        )
+
+
+def test_every_registered_type_loads() -> None:
+    for kind in PROVIDER_TYPES.values():
+        config, factory = kind.load()
+        assert callable(factory)
+        assert config.__struct_config__.forbid_unknown_fields
