@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import click
 import structlog
 from opentelemetry import trace
 
@@ -16,6 +17,7 @@ from events import subjects
 from events.store import EventStore, History, NewEvent, decide_and_append, derive_msg_id
 from services.reconciler.decide import Decision, decide
 from services.reconciler.state import fold
+from services.runtime.config import Settings
 from services.runtime.consumer import ConsumerLoop, ConsumerSpec, Delivery, Outcome
 from services.runtime.metrics import Metrics
 from services.runtime.service import ServiceContext
@@ -99,3 +101,21 @@ class ReconcilerService:
         )
         loop = ConsumerLoop(ctx.conn, spec, reconciler.handle, store=ctx.store, metrics=ctx.metrics)
         await loop.run()
+
+
+def build(settings: Settings, *, reconcile_concurrency: int = 64) -> ReconcilerService:
+    """The factory ``run reconciler`` and ``up`` call."""
+    del settings  # the reconciler needs nothing beyond the ServiceContext
+    return ReconcilerService(concurrency=reconcile_concurrency)
+
+
+OPTIONS: tuple[click.Option, ...] = (
+    click.Option(
+        ["--reconcile-concurrency"],
+        type=click.IntRange(min=1, max=4096),
+        default=64,
+        show_default=True,
+        envvar="RECONCILE_CONCURRENCY",
+        help="Proxies one reconciler replica decides at once [env RECONCILE_CONCURRENCY].",
+    ),
+)
