@@ -64,17 +64,20 @@ async def connect(
         log.warning("nats error", error=str(exc))
 
     try:
-        nc = await nats.connect(
-            servers=[url],
-            name=name,
-            connect_timeout=connect_timeout,
-            max_reconnect_attempts=-1,
-            reconnect_time_wait=0.5,
-            allow_reconnect=True,
-            disconnected_cb=disconnected,
-            reconnected_cb=reconnected,
-            error_cb=error,
-        )
+        # Reconnect forever once connected, but give up on the first connection: nats-py would
+        # otherwise retry it forever too, and a service would hang silently at start-up.
+        async with asyncio.timeout(connect_timeout * 2):
+            nc = await nats.connect(
+                servers=[url],
+                name=name,
+                connect_timeout=connect_timeout,
+                max_reconnect_attempts=-1,
+                reconnect_time_wait=0.5,
+                allow_reconnect=True,
+                disconnected_cb=disconnected,
+                reconnected_cb=reconnected,
+                error_cb=error,
+            )
     except (nats.errors.NoServersError, OSError, TimeoutError) as exc:
         raise ConnectError(
             f"cannot reach nats-server at {url}: {exc}. Start one (`egress-proxies up` embeds "

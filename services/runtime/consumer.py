@@ -190,6 +190,10 @@ class ConsumerLoop:
         woke = asyncio.ensure_future(reconnected.wait())
         try:
             await asyncio.wait({fetch, woke}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            # Stopping: the fetch must not outlive us and fail on the closed connection.
+            fetch.cancel()
+            raise
         finally:
             woke.cancel()
         if not fetch.done():

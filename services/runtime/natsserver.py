@@ -94,7 +94,14 @@ class EmbeddedNatsServer:
         conf = self.write_config()
         log = (self.data_dir / "nats-server.log").open("ab")
         self._process = await asyncio.create_subprocess_exec(
-            str(find_binary()), "-c", str(conf), stdout=log, stderr=log
+            str(find_binary()),
+            "-c",
+            str(conf),
+            stdout=log,
+            stderr=log,
+            # Its own session: Ctrl-C in a terminal must reach `up` only, which then stops the
+            # services before the server they are still talking to.
+            start_new_session=True,
         )
         log.close()
         await self._wait_ready(timeout)

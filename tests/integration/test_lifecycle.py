@@ -157,7 +157,7 @@ async def test_reconciler_killed_mid_create_converges_without_duplicates(
     nats_server: EmbeddedNatsServer, conn: Connection, jetstream_store: JetStreamEventStore
 ) -> None:
     """The reconciler runs as its own process and is SIGKILLed while proxies are being created."""
-    fake = FakeProvider(pending_polls=1)
+    fake = FakeProvider(pending_polls=3, latency=0.02)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "NATS_URL": nats_server.url}
     env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
 
@@ -176,18 +176,18 @@ async def test_reconciler_killed_mid_create_converges_without_duplicates(
             stderr=asyncio.subprocess.DEVNULL,
         )
 
-    names = [f"k{i}" for i in range(60)]
+    names = [f"k{i}" for i in range(200)]
     uids = [cli_uid("crawl", n) for n in names]
     async with fleet(nats_server.url, {"fake": fake}, reconcilers=0):
         first = await reconciler()
         await declare(jetstream_store, names)
 
         async def some_ready() -> bool:
-            return (
-                sum(p is Phase.READY for p in (await phases(jetstream_store, uids)).values()) >= 5
-            )
+            # One cheap look: by the time the first proxy is Ready, the rest are mid-flight.
+            first_view = await view(jetstream_store, uids[0])
+            return first_view is not None and first_view.phase is Phase.READY
 
-        await until(some_ready, timeout=60)
+        await until(some_ready, timeout=60, every=0.02)
         first.send_signal(signal.SIGKILL)
         await first.wait()
         assert not await all_in(jetstream_store, uids, Phase.READY), "killed too late to matter"
@@ -197,7 +197,7 @@ async def test_reconciler_killed_mid_create_converges_without_duplicates(
         finally:
             second.send_signal(signal.SIGTERM)
             await second.wait()
-    assert fake.created_total == 60
+    assert fake.created_total == 200
     assert set(fake.max_live_per_owner.values()) == {1}
     for uid in uids:
         history = await jetstream_store.read(subjects.proxy(uid))

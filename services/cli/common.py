@@ -1,0 +1,170 @@
+"""What every command shares: ``--nats-url``, connecting, consoles, stopping on signals."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import click
+import nats
+import nats.errors
+import structlog
+from nats.aio.client import Client as NATS
+from rich.console import Console
+
+from services.runtime.config import DEFAULT_NATS_URL, Settings
+from services.runtime.connection import ConnectError, Connection, connect
+
+log = structlog.get_logger("egress.cli")
+
+F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
+
+PROBE_TIMEOUT = 5.0
+PIPE_WIDTH = 200
+
+
+@dataclass(frozen=True, slots=True)
+class CliState:
+    """The group's global options, handed to every command through the click context."""
+
+    log_level: str = "info"
+    log_format: str = "console"
+
+
+def settings_for(state: CliState, **overrides: object) -> Settings:
+    """Flags win over the environment, which wins over the defaults (``Settings.from_env``)."""
+    return Settings.from_env(
+        None, log_level=state.log_level, log_format=state.log_format, **overrides
+    )
+
+
+NATS_URL_ATTRS: dict[str, Any] = {
+    "envvar": "NATS_URL",
+    "default": None,
+    "metavar": "URL",
+    "help": f"NATS server to use [env NATS_URL; default {DEFAULT_NATS_URL}].",
+}
+"""``--nats-url`` is left None when neither the flag nor ``NATS_URL`` is set: ``up`` starts its
+own nats-server exactly then, and every other command falls back to the default."""
+
+
+def nats_url_param() -> click.Option:
+    return click.Option(["--nats-url"], **NATS_URL_ATTRS)
+
+
+def nats_url_option(f: F) -> F:
+    return click.option("--nats-url", **NATS_URL_ATTRS)(f)
+
+
+async def connect_once(url: str, timeout: float = PROBE_TIMEOUT) -> NATS:
+    """A connection that fails fast when nothing answers at ``url``.
+
+    The runtime's connection reconnects forever, which is right for a service riding out a
+    nats-server restart; with nats-py it also means a first connection that never succeeds never
+    returns. A command must say "unreachable" instead of hanging, so it makes a bounded attempt
+    (nats-py reads ``max_reconnect_attempts`` <= 0 as "forever", hence 1: two tries).
+    """
+    seen: list[Exception] = []
+
+    async def remember(exc: Exception) -> None:
+        """Keep the cause for the message instead of letting nats-py log each try."""
+        seen.append(exc)
+
+    try:
+        nc: NATS = await nats.connect(
+            servers=[url],
+            max_reconnect_attempts=1,
+            reconnect_time_wait=0.1,
+            connect_timeout=timeout,
+            error_cb=remember,
+            name="egress-proxies-cli",
+        )
+    except (nats.errors.Error, OSError, TimeoutError) as exc:
+        cause = seen[-1] if seen else exc
+        raise ConnectError(
+            f"cannot reach nats-server at {url}: {cause or type(cause).__name__}. Start one "
+            "(`egress-proxies up` embeds one) or set --nats-url / NATS_URL"
+        ) from exc
+    return nc
+
+
+async def probe(url: str) -> None:
+    """Check the server answers before handing ``url`` to code that would wait for it forever."""
+    nc = await connect_once(url)
+    await nc.close()
+
+
+async def open_connection(url: str, *, lasting: bool = False) -> Connection:
+    """A one-shot command gets a connection that fails rather than waits; a ``lasting`` one
+    (``events --follow``) the runtime's, which rides out a nats-server restart."""
+    if lasting:
+        await probe(url)
+        return await connect(url, name="egress-proxies-cli")
+    nc = await connect_once(url)
+    return Connection(nc=nc, js=nc.jetstream())
+
+
+def stdout_console() -> Console:
+    """A console on the current standard output (looked up now, so a captured one is honoured).
+
+    Piped output gets a wide fixed width: 80 columns would wrap every table row, and a reader
+    piping into ``grep`` or ``less -S`` wants one line per row.
+    """
+    piped = not sys.stdout.isatty() and "COLUMNS" not in os.environ
+    return Console(
+        file=sys.stdout, width=PIPE_WIDTH if piped else None, highlight=False, soft_wrap=False
+    )
+
+
+async def until_signalled(work: Coroutine[Any, Any, T]) -> T | None:
+    """Run ``work`` until it ends, or until SIGINT/SIGTERM cancels it (then return None).
+
+    Cancelling lets every ``finally`` run (services stop, the connection closes, the embedded
+    nats-server is stopped), so Ctrl-C is a clean stop with exit 0 rather than a traceback.
+    Handlers can only be installed in the main thread; elsewhere (tests driving the CLI from a
+    worker thread) the work simply runs to its end.
+    """
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    installed: list[signal.Signals] = []
+
+    def on_signal(sig: signal.Signals) -> None:
+        # A second Ctrl-C gets Python's default again: a way out if stopping itself hangs.
+        for each in installed:
+            loop.remove_signal_handler(each)
+        log.info("stopping", signal=sig.name, hint="press Ctrl-C again to force")
+        stop.set()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, on_signal, sig)
+        except (ValueError, RuntimeError, NotImplementedError):
+            continue
+        installed.append(sig)
+    task = asyncio.ensure_future(work)
+    stopper = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        if task.done():
+            return task.result()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        return None
+    finally:
+        stopper.cancel()
+        if not task.done():
+            task.cancel()
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+
+
+def run_until_signalled(work: Coroutine[Any, Any, T]) -> T | None:
+    return asyncio.run(until_signalled(work))

@@ -1,0 +1,127 @@
+"""The ``egress-proxies`` command: global options, sub-commands, and what a failure exits with.
+
+Failures we understand end with one red line on standard error and an exit code a script can act
+on; a traceback is kept for what we did not foresee (a bug), where it is the useful answer.
+"""
+
+from __future__ import annotations
+
+import errno
+from typing import Any, NoReturn
+
+import click
+from rich.console import Console
+
+from events.errors import EventStoreError
+from services.cli.common import CliState
+from services.cli.events_cmd import events
+from services.cli.proxies_cmd import apply_cmd, delete_cmd, get_cmd
+from services.cli.streams_cmd import streams
+from services.cli.up import run, up
+from services.runtime.config import LOG_FORMATS, LOG_LEVELS, ConfigError
+from services.runtime.connection import ConnectError
+from services.runtime.logs import configure_logging
+from services.runtime.natsserver import NatsServerError
+
+EXIT_USAGE = 2
+EXIT_UNREACHABLE = 3
+EXIT_EVENT_LOG = 4
+EXIT_NATS_SERVER = 5
+
+EXIT_CODES: tuple[tuple[type[BaseException], int], ...] = (
+    (ConfigError, EXIT_USAGE),
+    (ConnectError, EXIT_UNREACHABLE),
+    (EventStoreError, EXIT_EVENT_LOG),
+    (NatsServerError, EXIT_NATS_SERVER),
+)
+
+EPILOG = """\b
+Exit codes:
+  0  done (or stopped with Ctrl-C / SIGTERM)
+  1  unexpected error (a bug: the traceback is printed)
+  2  bad usage or configuration (flag, environment variable, port in use)
+  3  nats-server unreachable
+  4  event log problem (a stream configured differently, missing, or not answering)
+  5  the embedded nats-server could not start
+"""
+
+
+def classify(exc: BaseException) -> tuple[int, str] | None:
+    """The exit code and message for a failure we understand; None for anything else.
+
+    Services run in a task group, so their failures arrive wrapped in exception groups: the
+    first one we understand is reported.
+    """
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = classify(inner)
+            if found is not None:
+                return found
+        return None
+    for kind, code in EXIT_CODES:
+        if isinstance(exc, kind):
+            return code, str(exc)
+    if isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE:
+        return EXIT_USAGE, f"{exc.strerror or exc}: choose another port (see --help)"
+    return None
+
+
+def fail(code: int, message: str) -> NoReturn:
+    Console(stderr=True, soft_wrap=True, highlight=False).print(
+        f"error: {message}", style="red", markup=False
+    )
+    raise click.exceptions.Exit(code)
+
+
+class Cli(click.Group):
+    """Turns our errors into exit codes wherever in the command tree they are raised."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.ClickException, click.Abort):
+            raise
+        except Exception as exc:
+            found = classify(exc)
+            if found is None:
+                raise
+            fail(*found)
+
+
+@click.group(cls=Cli, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="egress-proxies", prog_name="egress-proxies")
+@click.option(
+    "--log-level",
+    type=click.Choice(LOG_LEVELS, case_sensitive=False),
+    envvar="LOG_LEVEL",
+    default="info",
+    show_default=True,
+    help="Least severe log level written (logs go to standard error) [env LOG_LEVEL].",
+)
+@click.option(
+    "--log-format",
+    type=click.Choice(LOG_FORMATS, case_sensitive=False),
+    envvar="LOG_FORMAT",
+    default="console",
+    show_default=True,
+    help="console for people, json for collectors [env LOG_FORMAT].",
+)
+@click.pass_context
+def main(ctx: click.Context, log_level: str, log_format: str) -> None:
+    """Egress proxies for web crawlers: declare proxies, the system provisions, probes, replaces
+    and garbage-collects them, and leases them out; every fact is an event in NATS JetStream."""
+    configure_logging(log_level, log_format)
+    ctx.obj = CliState(log_level=log_level.lower(), log_format=log_format.lower())
+
+
+main.add_command(up)
+main.add_command(run)
+main.add_command(events)
+main.add_command(streams)
+main.add_command(apply_cmd)
+main.add_command(delete_cmd)
+main.add_command(get_cmd)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,254 @@
+"""``apply``, ``delete`` and ``get``: proxies declared and inspected without a cluster."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+import click
+import msgspec
+import yaml
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from events.jetstream import JetStreamEventStore
+from events.resource import ResourceError, cli_uid
+from events.schemas import Phase
+from events.subjects import PROXY_STREAM
+from projections.projector import Projector
+from projections.proxy import ProxyView, apply
+from services.cli import declare
+from services.cli.common import (
+    CliState,
+    nats_url_option,
+    open_connection,
+    run_until_signalled,
+    settings_for,
+    stdout_console,
+)
+from services.runtime.config import ConfigError
+from services.runtime.connection import Connection
+
+Done = Callable[[ProxyView | None], bool]
+
+
+def _read_file(path: str) -> str:
+    if path == "-":
+        return sys.stdin.read()
+    try:
+        return Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError(f"-f {path}: {exc.strerror or exc}; pass a readable YAML file") from exc
+
+
+async def _projection(conn: Connection) -> Projector[ProxyView]:
+    projector: Projector[ProxyView] = Projector(conn.js, PROXY_STREAM, "proxy.*.*", apply)
+    await projector.catch_up()
+    return projector
+
+
+async def _wait(conn: Connection, uids: list[str], done: Done, what: str, timeout: float) -> bool:
+    """Follow the projection until every proxy is done, with a progress bar; False on timeout."""
+    projector = await _projection(conn)
+    console = stdout_console()
+    try:
+        with Progress(
+            TextColumn(what),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+            transient=not console.is_terminal,
+        ) as progress:
+            task = progress.add_task(what, total=len(uids))
+            async with asyncio.timeout(timeout):
+                while True:
+                    finished = sum(done(projector.views.get(uid)) for uid in uids)
+                    progress.update(task, completed=finished)
+                    if finished == len(uids):
+                        return True
+                    await projector.step()
+    except TimeoutError:
+        return False
+    finally:
+        await projector.close()
+
+
+def _settled(view: ProxyView | None) -> bool:
+    return view is not None and view.phase in (Phase.READY, Phase.FAILED)
+
+
+def _removed(view: ProxyView | None) -> bool:
+    return view is None or view.removed
+
+
+@click.command("apply")
+@click.option(
+    "-f", "--filename", required=True, help="YAML file with Proxy documents ('-': stdin)."
+)
+@click.option("--wait/--no-wait", default=False, help="Wait until every proxy is Ready or Failed.")
+@click.option("--timeout", type=float, default=300.0, show_default=True, help="Seconds for --wait.")
+@nats_url_option
+@click.pass_obj
+def apply_cmd(
+    state: CliState, *, filename: str, wait: bool, timeout: float, nats_url: str | None
+) -> None:
+    """Declare the proxies in a file; an unchanged proxy appends nothing."""
+    try:
+        resources = declare.parse_resources(_read_file(filename), filename)
+    except ResourceError as exc:
+        raise ConfigError(str(exc)) from exc
+    settings = settings_for(state, nats_url=nats_url)
+
+    async def work() -> bool:
+        conn = await open_connection(settings.nats_url)
+        try:
+            store = JetStreamEventStore(conn.nc, conn.js)
+            console = stdout_console()
+            uids = []
+            for resource in resources:
+                applied = await declare.apply(store, resource)
+                uids.append(applied.uid)
+                console.print(f"proxy {applied.namespace}/{applied.name} {applied.result}")
+            if not wait:
+                return True
+            return await _wait(conn, uids, _settled, "waiting for Ready", timeout)
+        finally:
+            await conn.close()
+
+    if run_until_signalled(work()) is False:
+        raise click.ClickException(f"not settled within {timeout:g}s; see `egress-proxies get`")
+
+
+@click.command("delete")
+@click.argument("target", required=False)
+@click.option("-f", "--filename", help="Delete the proxies declared in this YAML file.")
+@click.option("--wait/--no-wait", default=False, help="Wait until the instances are gone.")
+@click.option("--timeout", type=float, default=300.0, show_default=True, help="Seconds for --wait.")
+@nats_url_option
+@click.pass_obj
+def delete_cmd(
+    state: CliState,
+    *,
+    target: str | None,
+    filename: str | None,
+    wait: bool,
+    timeout: float,
+    nats_url: str | None,
+) -> None:
+    """Delete proxies: NAMESPACE/NAME, or -f FILE. The instance goes first, then the proxy."""
+    if (target is None) == (filename is None):
+        raise click.UsageError("give either NAMESPACE/NAME or -f FILE")
+    if filename is not None:
+        try:
+            resources = declare.parse_resources(_read_file(filename), filename)
+        except ResourceError as exc:
+            raise ConfigError(str(exc)) from exc
+        targets = declare.targets(resources)
+    else:
+        assert target is not None
+        namespace, sep, name = target.partition("/")
+        if not sep or not namespace or not name:
+            raise click.UsageError(f"{target!r}: write NAMESPACE/NAME, e.g. crawl/de-1")
+        targets = [(namespace, name, cli_uid(namespace, name))]
+    settings = settings_for(state, nats_url=nats_url)
+
+    async def work() -> bool:
+        conn = await open_connection(settings.nats_url)
+        try:
+            store = JetStreamEventStore(conn.nc, conn.js)
+            console = stdout_console()
+            for namespace, name, uid in targets:
+                result = await declare.delete(store, namespace, name, uid)
+                console.print(f"proxy {namespace}/{name} {result.result}")
+            if not wait:
+                return True
+            uids = [uid for _, _, uid in targets]
+            return await _wait(conn, uids, _removed, "waiting for removal", timeout)
+        finally:
+            await conn.close()
+
+    if run_until_signalled(work()) is False:
+        raise click.ClickException(f"not removed within {timeout:g}s; see `egress-proxies get`")
+
+
+def item(view: ProxyView) -> dict[str, object]:
+    return {
+        "uid": view.uid,
+        "namespace": view.namespace,
+        "name": view.name,
+        "phase": view.phase.value,
+        "reason": view.reason,
+        "message": view.message,
+        "ip": view.ip,
+        "url": view.url,
+        "provider": view.spec.provider,
+        "providerID": view.provider_id,
+        "healthy": view.healthy,
+        "attributes": dict(view.spec.attributes),
+        "generation": view.generation,
+        "observedGeneration": view.observed_generation,
+        "conditions": msgspec.to_builtins(view.conditions),
+    }
+
+
+def age(view: ProxyView, now: datetime) -> str:
+    if view.created_at is None:
+        return "-"
+    seconds = int((now - view.created_at).total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{max(seconds, 0)}s"
+
+
+def table(views: list[ProxyView], now: datetime) -> Table:
+    out = Table(box=None, pad_edge=False, header_style="bold")
+    for column in ("NAMESPACE", "NAME", "PHASE", "IP", "PROVIDER", "HEALTH", "AGE"):
+        out.add_column(column, no_wrap=True)
+    for view in views:
+        health = "-" if view.healthy is None else ("healthy" if view.healthy else "unhealthy")
+        out.add_row(
+            view.namespace,
+            view.name,
+            view.phase.value,
+            view.ip or "-",
+            view.spec.provider or "-",
+            health,
+            age(view, now),
+        )
+    return out
+
+
+@click.command("get")
+@click.option("-o", "--output", type=click.Choice(["table", "json", "yaml"]), default="table")
+@click.option("-n", "--namespace", help="Only this namespace.")
+@nats_url_option
+@click.pass_obj
+def get_cmd(state: CliState, *, output: str, namespace: str | None, nats_url: str | None) -> None:
+    """List proxies with their phase, address and health (a view rebuilt from the log)."""
+    settings = settings_for(state, nats_url=nats_url)
+
+    async def work() -> list[ProxyView]:
+        conn = await open_connection(settings.nats_url)
+        try:
+            projector = await _projection(conn)
+            await projector.close()
+        finally:
+            await conn.close()
+        views = [v for v in projector.views.values() if v.name and not v.removed]
+        if namespace:
+            views = [v for v in views if v.namespace == namespace]
+        return sorted(views, key=lambda v: (v.namespace, v.name))
+
+    views = run_until_signalled(work()) or []
+    if output == "json":
+        click.echo(json.dumps({"items": [item(v) for v in views]}, indent=2))
+    elif output == "yaml":
+        click.echo(yaml.safe_dump({"items": [item(v) for v in views]}, sort_keys=False))
+    else:
+        stdout_console().print(table(views, datetime.now(UTC)))

@@ -1,0 +1,246 @@
+"""``up`` (everything in one process) and ``run NAME`` (one service, for deployments).
+
+Both read the registry when a command line is parsed, not when this module is imported, so a
+service added to ``SERVICES`` gets its sub-command and its flags without any change here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import socket
+from pathlib import Path
+from typing import Any
+
+import click
+import structlog
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from services.cli.common import (
+    CliState,
+    nats_url_option,
+    nats_url_param,
+    probe,
+    run_until_signalled,
+    settings_for,
+    stdout_console,
+)
+from services.cli.registry import SERVICES, ServiceEntry, known_names, option_names
+from services.runtime.config import Settings
+from services.runtime.natsserver import EmbeddedNatsServer, free_port
+from services.runtime.service import Service, Started, run_services
+
+log = structlog.get_logger("egress.cli")
+
+DEFAULT_NATS_PORT = 4222
+DEFAULT_METRICS_PORT = 9464
+DEFAULT_API_PORT = 8080
+DISCOVERY = "discovery"
+
+METRICS_PORT_ATTRS: dict[str, Any] = {
+    "type": click.IntRange(0, 65535),
+    "envvar": "METRICS_PORT",
+    "default": DEFAULT_METRICS_PORT,
+    "show_default": True,
+    "help": "Port of the Prometheus /metrics endpoint; 0 turns it off [env METRICS_PORT].",
+}
+
+
+def build(entry: ServiceEntry, settings: Settings, values: dict[str, Any]) -> Service:
+    flags: dict[str, Any] = {}
+    for name in option_names(entry):
+        # An option of `up` under another name feeds it; `run NAME` has the option itself.
+        shared = entry.up_name(name)
+        flags[name] = values[shared] if shared in values else values[name]
+    return entry.factory(settings, **flags)
+
+
+# ------------------------------------------------------------------------------------------ up
+
+
+class UpCommand(click.Command):
+    """``up`` plus the options of every registered service, each once however many share it."""
+
+    def get_params(self, ctx: click.Context) -> list[click.Parameter]:
+        params = super().get_params(ctx)
+        seen = {p.name for p in params}
+        extra: list[click.Parameter] = []
+        for entry in SERVICES.values():
+            for opt in entry.options:
+                if opt.name is None or entry.up_name(opt.name) in seen:
+                    continue
+                seen.add(opt.name)
+                extra.append(opt)
+        # Keep --help last, where click puts it.
+        return [*params[:-1], *extra, params[-1]]
+
+
+@click.command(cls=UpCommand)
+@nats_url_option
+@click.option(
+    "--nats-port",
+    type=click.IntRange(1, 65535),
+    default=None,
+    help=f"Port of the embedded nats-server [default: {DEFAULT_NATS_PORT}, or a free one].",
+)
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path(".data"),
+    show_default=True,
+    envvar="DATA_DIR",
+    help="Where the embedded nats-server and local providers keep their data [env DATA_DIR].",
+)
+@click.option(
+    "--api-port",
+    type=click.IntRange(1, 65535),
+    default=DEFAULT_API_PORT,
+    show_default=True,
+    help="Port of the discovery API.",
+)
+@click.option(
+    "--providers-config",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    envvar="PROVIDERS_CONFIG",
+    help="Named provider instances (YAML); without it, one `local` provider "
+    "[env PROVIDERS_CONFIG].",
+)
+@click.option("--metrics-port", **METRICS_PORT_ATTRS)
+@click.pass_obj
+def up(state: CliState, /, **values: Any) -> None:
+    """Run the whole system in one process, with an embedded nats-server.
+
+    The nats-server is started only when neither --nats-url nor NATS_URL names one. Streams are
+    created if missing. Ctrl-C (or SIGTERM) stops everything cleanly.
+    """
+    if values["nats_url"] and values["nats_port"] is not None:
+        raise click.UsageError(
+            "--nats-port only applies to the embedded nats-server, which is not started when "
+            "--nats-url / NATS_URL is set; drop one of them"
+        )
+    # Settings and services are built before anything starts: a bad flag must not leave a
+    # nats-server behind, nor show a banner for a system that then falls over.
+    settings = settings_for(state, nats_url=values["nats_url"], metrics_port=values["metrics_port"])
+    services = [build(entry, settings, values) for entry in SERVICES.values()]
+    run_until_signalled(_up(settings, services, values))
+    log.info("stopped")
+
+
+async def _up(settings: Settings, services: list[Service], values: dict[str, Any]) -> None:
+    data_dir: Path = values["data_dir"].resolve()
+    server: EmbeddedNatsServer | None = None
+    try:
+        if not values["nats_url"]:
+            port = values["nats_port"] or _default_nats_port("127.0.0.1")
+            server = EmbeddedNatsServer(data_dir=data_dir / "nats", port=port)
+            await server.start()
+            settings = dataclasses.replace(settings, nats_url=server.url)
+        else:
+            await probe(settings.nats_url)
+
+        def banner(started: Started) -> None:
+            _print_banner(started, server, data_dir, values)
+
+        await run_services(services, settings, on_started=banner)
+    finally:
+        if server is not None:
+            await server.stop()
+
+
+def _default_nats_port(host: str) -> int:
+    """4222 when it is free, so a `nats` CLI with no flags finds the demo; any free port if not."""
+    with socket.socket() as sock:
+        try:
+            sock.bind((host, DEFAULT_NATS_PORT))
+        except OSError:
+            return free_port(host)
+    return DEFAULT_NATS_PORT
+
+
+def _print_banner(
+    started: Started,
+    server: EmbeddedNatsServer | None,
+    data_dir: Path,
+    values: dict[str, Any],
+) -> None:
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    nats_note = "embedded" if server is not None else "external"
+    grid.add_row("NATS", Text(f"{started.nats_url}  ({nats_note})"))
+    grid.add_row("data dir", Text(str(data_dir)))
+    grid.add_row("metrics", Text(started.metrics_url or "off"))
+    api = f"http://127.0.0.1:{values['api_port']}" if DISCOVERY in SERVICES else "not installed"
+    grid.add_row("discovery", Text(api))
+    providers = values["providers_config"]
+    grid.add_row("providers", Text(str(providers) if providers else "built-in defaults"))
+    running = ", ".join(started.services) or "none installed yet"
+    grid.add_row("services", Text(running))
+    grid.add_row("", Text("Ctrl-C to stop", style="dim"))
+    console = stdout_console()
+    console.print(Panel(grid, title="egress-proxies up", title_align="left", expand=False))
+    console.file.flush()
+
+
+# ----------------------------------------------------------------------------------------- run
+
+
+class RunGroup(click.Group):
+    """One sub-command per registered service, built when the command line is parsed."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(SERVICES)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        entry = SERVICES.get(cmd_name)
+        return None if entry is None else _service_command(entry)
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        name = args[0] if args else ""
+        if name and not name.startswith("-") and name not in SERVICES:
+            raise click.UsageError(f"unknown service {name!r}; known: {known_names()}", ctx)
+        return super().resolve_command(ctx, args)
+
+
+@click.group(cls=RunGroup)
+def run() -> None:
+    """Run one service (for deployments that scale each service on its own)."""
+
+
+def _service_command(entry: ServiceEntry) -> click.Command:
+    @click.pass_obj
+    def callback(state: CliState, /, **values: Any) -> None:
+        settings = settings_for(
+            state,
+            nats_url=values["nats_url"],
+            metrics_port=values["metrics_port"],
+            service_name=f"egress-proxies-{entry.name}",
+        )
+        service = build(entry, settings, values)
+        run_until_signalled(_run_one(service, settings))
+        log.info("stopped", service=service.name)
+
+    params: list[click.Parameter] = [
+        nats_url_param(),
+        click.Option(["--metrics-port"], **METRICS_PORT_ATTRS),
+        *entry.options,
+    ]
+    return click.Command(entry.name, params=params, callback=callback, help=entry.help)
+
+
+async def _run_one(service: Service, settings: Settings) -> None:
+    await probe(settings.nats_url)
+
+    def started(info: Started) -> None:
+        log.info(
+            "service running",
+            service=service.name,
+            nats=info.nats_url,
+            metrics=info.metrics_url or "off",
+        )
+
+    await run_services([service], settings, on_started=started)

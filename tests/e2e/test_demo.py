@@ -1,0 +1,168 @@
+"""The README's demo, end to end: `up`, then `apply` five local proxies, traffic through each,
+`delete`. Everything is real: the CLI as subprocesses, nats-server, Squid (or proxy.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import http.server
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from services.runtime.natsserver import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+PROXIES = "\n---\n".join(
+    f"""apiVersion: crawl.example.com/v1alpha1
+kind: Proxy
+metadata: {{name: demo-{i}, namespace: e2e}}
+spec:
+  provider: local
+  attributes: {{slot: "{i}"}}
+"""
+    for i in range(5)
+)
+
+
+class Hello(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        body = b"hello through the proxy"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        del format, args
+
+
+@pytest.fixture
+def target() -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hello)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def cli(*args: str, env: dict[str, str], timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "services.cli.main", *args],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def fetch_via(proxy_url: str, url: str) -> str:
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({"http": proxy_url}))
+    with opener.open(url, timeout=10) as response:
+        body: bytes = response.read()
+        return body.decode()
+
+
+def our_processes(marker: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            status = (entry / "status").read_text()
+        except OSError:
+            continue
+        if marker in cmdline and "\nState:\tZ" not in status:
+            found.append(int(entry.name))
+    return found
+
+
+async def test_up_apply_traffic_delete(tmp_path: Path, target: str) -> None:
+    data_dir = tmp_path / "data"
+    nats_port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NATS_URL", "OTEL_"))}
+    env["PYTHONPATH"] = str(ROOT)
+    up = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "services.cli.main",
+        "up",
+        "--data-dir",
+        str(data_dir),
+        "--nats-port",
+        str(nats_port),
+        "--metrics-port",
+        "0",
+        "--api-port",
+        str(free_port()),
+        "--observe-interval",
+        "1",
+        env=env,
+        cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    url = f"nats://127.0.0.1:{nats_port}"
+    cli_env = {**env, "NATS_URL": url}
+    manifest = tmp_path / "proxies.yaml"
+    manifest.write_text(PROXIES)
+    try:
+        assert up.stdout is not None
+        banner = b""
+        async with asyncio.timeout(60):
+            while url.encode() not in banner:
+                line = await up.stdout.readline()
+                assert line, f"up exited early:\n{banner.decode()}"
+                banner += line
+
+        applied = await asyncio.to_thread(cli, "apply", "-f", str(manifest), "--wait", env=cli_env)
+        assert applied.returncode == 0, applied.stdout + applied.stderr
+        assert applied.stdout.count(" created") == 5
+
+        listed = await asyncio.to_thread(cli, "get", "-o", "json", env=cli_env)
+        assert listed.returncode == 0, listed.stderr
+        items = json.loads(listed.stdout)["items"]
+        assert sorted(i["name"] for i in items) == [f"demo-{i}" for i in range(5)]
+        assert {i["phase"] for i in items} == {"Ready"}
+        assert len({i["url"] for i in items}) == 5
+        for item in items:
+            assert await asyncio.to_thread(fetch_via, item["url"], target) == (
+                "hello through the proxy"
+            )
+
+        story = await asyncio.to_thread(
+            cli, "events", "--proxy", items[0]["uid"], "-o", "json", env=cli_env
+        )
+        types = [json.loads(line)["type"] for line in story.stdout.splitlines() if line.strip()]
+        assert types[0] == "ProxyDeclared"
+        assert "CreateInstance" in types
+        assert "InstanceObserved" in types
+        assert types[-1] == "PhaseChanged"
+
+        instances = data_dir / "local" / "instances"
+        assert our_processes(str(instances)), "the proxies run as processes under the data dir"
+        deleted = await asyncio.to_thread(cli, "delete", "-f", str(manifest), "--wait", env=cli_env)
+        assert deleted.returncode == 0, deleted.stdout + deleted.stderr
+        assert our_processes(str(instances)) == []
+        assert not any(instances.iterdir())
+        listed = await asyncio.to_thread(cli, "get", "-o", "json", env=cli_env)
+        assert json.loads(listed.stdout)["items"] == []
+    finally:
+        if up.returncode is None:
+            up.send_signal(signal.SIGINT)
+            async with asyncio.timeout(30):
+                await up.wait()
+    assert up.returncode == 0
