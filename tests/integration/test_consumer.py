@@ -6,9 +6,7 @@ import asyncio
 import os
 import signal
 import sys
-from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any
 
 from events import subjects
 from events.jetstream import JetStreamEventStore
@@ -18,18 +16,10 @@ from services.runtime.connection import Connection, connect
 from services.runtime.consumer import ConsumerLoop, Delivery, GiveUp, Handler, Outcome, Retry
 from services.runtime.metrics import Metrics
 from services.runtime.natsserver import EmbeddedNatsServer
+from tests.support.waiting import until
 from tests.support.workload import effect_handler, effects, publish_inputs, spec
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-async def until(predicate: Callable[[], Coroutine[Any, Any, bool]], timeout: float = 20.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not await predicate():
-        if loop.time() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.05)
 
 
 async def run_steps(loop: ConsumerLoop, rounds: int = 10) -> None:

@@ -46,8 +46,8 @@ from tests.support.executor_harness import (
     history,
     send,
     settled,
-    until,
 )
+from tests.support.waiting import until
 
 ROOT = Path(__file__).resolve().parents[2]
 

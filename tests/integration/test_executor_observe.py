@@ -44,9 +44,9 @@ from tests.support.executor_harness import (
     declare,
     ready,
     send,
-    until,
 )
 from tests.support.file_provider import FileProvider
+from tests.support.waiting import until
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -17,7 +17,8 @@ from services.executor.providers.base import Permanent, Transient
 from services.executor.testing import FakeProvider
 from services.runtime.connection import Connection
 from services.runtime.natsserver import EmbeddedNatsServer
-from tests.support.lifecycle import fleet, phases, until, view
+from tests.support.lifecycle import fleet, phases, view
+from tests.support.waiting import until
 
 ROOT = Path(__file__).resolve().parents[2]
 

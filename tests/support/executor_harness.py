@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
 
 from nats.js.errors import NotFoundError
 
@@ -31,20 +30,12 @@ from services.executor.service import consumer_spec
 from services.runtime.connection import Connection
 from services.runtime.consumer import ConsumerLoop
 from services.runtime.metrics import Metrics
+from tests.support.waiting import until
 
 FAST = CommandPolicy(
     poll_initial=0.02, poll_max=0.1, backoff_base=0.02, backoff_max=0.1, quota_delay=0.1
 )
 SPEC = ProxySpec(provider="fake")
-
-
-async def until(predicate: Callable[[], Coroutine[Any, Any, bool]], timeout: float = 15.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not await predicate():
-        if loop.time() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.02)
 
 
 async def declare(store: EventStore, uid: str) -> None:

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
-from typing import Any
 
 from events import subjects
 from events.jetstream import JetStreamEventStore
@@ -78,17 +77,6 @@ async def fleet(
 
 async def view(store: EventStore, uid: str) -> ProxyView | None:
     return fold((await store.read(subjects.proxy(uid))).events)
-
-
-async def until(
-    predicate: Callable[[], Coroutine[Any, Any, bool]], timeout: float = 30.0, every: float = 0.1
-) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not await predicate():
-        if loop.time() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(every)
 
 
 async def phases(store: EventStore, uids: list[str]) -> dict[str, Phase | None]:
