@@ -54,14 +54,34 @@ class Projector(Generic[V]):
         self.skipped = 0
         self._sub: JetStreamContext.PullSubscription | None = None
         self._consumer_seq = 0
+        self._num_pending = 0
         self._advanced = asyncio.Condition()
 
     async def catch_up(self) -> int:
-        """Apply everything in the stream now; returns how many events were applied."""
+        """Apply everything in the stream now; returns how many events were applied.
+
+        Ends only when the server reports nothing left: an empty short fetch alone can also mean
+        a busy event loop, and a view built from half the stream would look complete.
+        """
         before = self.applied
-        while await self.step(no_wait=True):
-            pass
+        remaining = await self._pending()
+        while remaining > 0:
+            got = await self.step(no_wait=True)
+            remaining = self._num_pending if got else await self._pending()
         return self.applied - before
+
+    async def _pending(self) -> int:
+        if self._sub is None:
+            await self._subscribe()
+        assert self._sub is not None
+        try:
+            info = await self._sub.consumer_info()
+        except nats.errors.Error:
+            await self.close()
+            await self._subscribe()
+            assert self._sub is not None
+            info = await self._sub.consumer_info()
+        return int(info.num_pending or 0) + self._sub.pending_msgs
 
     async def run(self) -> None:
         await self.catch_up()
@@ -112,6 +132,7 @@ class Projector(Generic[V]):
     def _apply(self, msg: Msg) -> None:
         seq = msg.metadata.sequence.stream
         self.last_seq = seq
+        self._num_pending = msg.metadata.num_pending
         try:
             event = codec.decode(msg.data, msg.headers)
         except codec.CodecError as exc:

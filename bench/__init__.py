@@ -1,0 +1,1 @@
+"""Benchmarks that hold the event log to the throughput the design promises (docs/benchmarks.md)."""
