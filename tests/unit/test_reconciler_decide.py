@@ -96,6 +96,22 @@ def gone(story: Story) -> None:
     )
 
 
+def creating() -> tuple[Story, CreateInstance]:
+    """A declared proxy whose create command is out."""
+    story, cmd = creating()
+    return story, cmd
+
+
+def create_failed(cmd: CreateInstance, error_class: ErrorClass, message: str) -> ProviderFailed:
+    return ProviderFailed(
+        command_id=cmd.command_id,
+        provider="local",
+        operation="create",
+        error_class=error_class,
+        message=message,
+    )
+
+
 def ready_story() -> Story:
     story = Story().add(declared())
     story.apply_decision()
@@ -194,19 +210,8 @@ def test_vanished_instance_is_recreated() -> None:
 
 
 def test_permanent_error_latches_failed_until_the_spec_changes() -> None:
-    story = Story().add(declared())
-    story.apply_decision()
-    cmd = story.command()
-    assert isinstance(cmd, CreateInstance)
-    story.add(
-        ProviderFailed(
-            command_id=cmd.command_id,
-            provider="local",
-            operation="create",
-            error_class=ErrorClass.PERMANENT,
-            message="image not found",
-        )
-    )
+    story, cmd = creating()
+    story.add(create_failed(cmd, ErrorClass.PERMANENT, "image not found"))
     failed = status(story.apply_decision())
     assert failed.phase is Phase.FAILED
     assert "image not found" in failed.message
@@ -216,19 +221,8 @@ def test_permanent_error_latches_failed_until_the_spec_changes() -> None:
 
 
 def test_quota_keeps_waiting_with_a_reason() -> None:
-    story = Story().add(declared())
-    story.apply_decision()
-    cmd = story.command()
-    assert isinstance(cmd, CreateInstance)
-    story.add(
-        ProviderFailed(
-            command_id=cmd.command_id,
-            provider="local",
-            operation="create",
-            error_class=ErrorClass.QUOTA_EXCEEDED,
-            message="CPUS quota",
-        )
-    )
+    story, cmd = creating()
+    story.add(create_failed(cmd, ErrorClass.QUOTA_EXCEEDED, "CPUS quota"))
     decision = story.apply_decision()
     assert [type(e) for e in decision.events] == [PhaseChanged]
     assert status(decision).reason == "QuotaExceeded"
@@ -236,19 +230,10 @@ def test_quota_keeps_waiting_with_a_reason() -> None:
 
 
 def test_create_timeout_replaces_the_instance() -> None:
-    story = Story().add(declared())
-    story.apply_decision()
-    cmd = story.command()
-    assert isinstance(cmd, CreateInstance)
+    story, cmd = creating()
     story.add(
         InstanceCreated(command_id=cmd.command_id, provider="local", provider_id="i-1"),
-        ProviderFailed(
-            command_id=cmd.command_id,
-            provider="local",
-            operation="create",
-            error_class=ErrorClass.TRANSIENT,
-            message="not running after 600s",
-        ),
+        create_failed(cmd, ErrorClass.TRANSIENT, "not running after 600s"),
     )
     decision = story.decide()
     assert isinstance(decision.events[0], DeleteInstance)
@@ -313,10 +298,7 @@ def test_invalid_spec_fails_with_the_field_named() -> None:
 
 
 def test_unknown_instance_state_is_observed_again() -> None:
-    story = Story().add(declared())
-    story.apply_decision()
-    cmd = story.command()
-    assert isinstance(cmd, CreateInstance)
+    story, cmd = creating()
     story.add(
         InstanceCreated(command_id=cmd.command_id, provider="local", provider_id="i-1"),
         InstanceObserved(
