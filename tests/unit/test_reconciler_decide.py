@@ -98,7 +98,10 @@ def gone(story: Story) -> None:
 
 def creating() -> tuple[Story, CreateInstance]:
     """A declared proxy whose create command is out."""
-    story, cmd = creating()
+    story = Story().add(declared())
+    story.apply_decision()
+    cmd = story.command()
+    assert isinstance(cmd, CreateInstance)
     return story, cmd
 
 
