@@ -245,12 +245,19 @@ class PhaseChanged(Event, frozen=True, kw_only=True):
 
 
 class LeaseAcquired(Event, frozen=True, kw_only=True):
+    """A claim on the proxy; the lease fold decides whether it holds (it does not while another
+    lease is active or the proxy cools down, judged by this event's JetStream timestamp)."""
+
     category: ClassVar[str] = "lease"
     lease_id: str
     proxy_uid: str
     holder: str = ""
     ttl_seconds: float
     selector: dict[str, str] = msgspec.field(default_factory=dict)
+    fencing_token: int = 0
+    """The writer's expectation (previous token + 1); the fold's count is authoritative."""
+    cooldown_seconds: float = 0.0
+    """The cooldown that follows if this lease ends by expiry rather than release."""
 
 
 class LeaseReleased(Event, frozen=True, kw_only=True):

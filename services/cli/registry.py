@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import click
 
+from services.discovery import service as discovery
 from services.executor import service as executor
 from services.reconciler import service as reconciler
 from services.runtime.service import Service
@@ -60,6 +61,13 @@ SERVICES: dict[str, ServiceEntry] = entries(
         "Run the reconciler's commands against the providers; report what instances do.",
         executor.build,
         executor.OPTIONS,
+    ),
+    ServiceEntry(
+        "discovery",
+        "Serve the discovery API: list proxies, lease them out, record outcomes.",
+        discovery.build,
+        discovery.OPTIONS,
+        up_names={"port": "api_port"},
     ),
 )
 

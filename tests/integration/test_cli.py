@@ -741,13 +741,14 @@ def alive(pid: int) -> bool:
 
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 async def test_up_runs_the_system_and_stops_cleanly(tmp_path: Path, stop: signal.Signals) -> None:
-    nats_port, metrics_port = free_port(), free_port()
+    nats_port, metrics_port, api_port = free_port(), free_port(), free_port()
     data = tmp_path / "data"
     with (tmp_path / "up.log").open("wb") as log:
         process = await asyncio.create_subprocess_exec(
             sys.executable,
             *("-m", "services.cli.main", "up", "--data-dir", str(data)),
             *("--nats-port", str(nats_port), "--metrics-port", str(metrics_port)),
+            *("--api-port", str(api_port)),
             cwd=ROOT,
             env=clean_env(),
             stdout=asyncio.subprocess.PIPE,
@@ -762,7 +763,7 @@ async def test_up_runs_the_system_and_stops_cleanly(tmp_path: Path, stop: signal
         url = f"nats://127.0.0.1:{nats_port}"
         assert f"{url}  (embedded)" in banner
         assert f"http://127.0.0.1:{metrics_port}/metrics" in banner
-        assert "discovery  not installed" in banner
+        assert f"discovery  http://127.0.0.1:{api_port}" in banner
         running = re.search(r"services\s+(.*?)\s*│", banner)
         assert running is not None
         assert sorted(running.group(1).split(", ")) == sorted(registry.SERVICES)

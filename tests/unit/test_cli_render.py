@@ -153,6 +153,8 @@ def test_json_line_carries_the_whole_event() -> None:
             "holder": "",
             "ttl_seconds": 30,
             "selector": {"zone": "a"},
+            "fencing_token": 0,
+            "cooldown_seconds": 0.0,
         },
     }
 

@@ -1,0 +1,258 @@
+"""The lease view: who holds a proxy, until when, and what its holders reported.
+
+A pure fold over one proxy's ``lease.<uid>`` subject: ``apply(view, recorded) -> view``. No I/O and
+no clock: every time is the JetStream timestamp of an event, and "now" is always the caller's
+argument, so every replica (and a rebuild from sequence 1) agrees on the view.
+
+The fold is also the arbiter of time. A ``LeaseAcquired`` holds only if, at its own timestamp, no
+other lease of the proxy is active and the proxy's cooldown is over; otherwise it is counted as
+``rejected`` and changes nothing. A writer whose clock runs ahead can therefore append a claim too
+early, but never create a second holder. ``LeaseExpired`` before the lease's end, and releases of
+leases that are no longer current, are ignored the same way.
+
+A lease whose ``expires_at`` has passed is over even when no ``LeaseExpired`` was recorded (yet):
+``is_free(view, now)`` says so, and the next event settles it as expired at ``expires_at``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, MutableMapping
+from datetime import datetime, timedelta
+
+import msgspec
+
+from events.schemas import LeaseAcquired, LeaseExpired, LeaseReleased, LeaseReported
+from events.store import Recorded
+from events.subjects import proxy_uid_of
+
+HISTORY = 20
+"""Ended leases a view keeps (beyond the current one), and reports kept per view and per lease."""
+
+ACTIVE = "active"
+RELEASED = "released"
+EXPIRED = "expired"
+
+
+class Outcome(msgspec.Struct, frozen=True, kw_only=True):
+    lease_id: str
+    outcome: str
+    detail: str = ""
+    at: datetime
+
+
+class LeaseRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """One lease of a proxy. ``end`` is empty while no event has ended it."""
+
+    lease_id: str
+    proxy_uid: str
+    holder: str = ""
+    acquired_at: datetime
+    expires_at: datetime
+    ttl_seconds: float
+    fencing_token: int
+    selector: dict[str, str] = msgspec.field(default_factory=dict)
+    cooldown_seconds: float = 0.0
+    end: str = ""
+    ended_at: datetime | None = None
+    outcomes: tuple[Outcome, ...] = ()
+    seq: int = 0
+
+
+class LeaseView(msgspec.Struct, frozen=True, kw_only=True):
+    proxy_uid: str
+    current: LeaseRecord | None = None
+    """The newest granted lease that no event has ended; it may be past ``expires_at``."""
+    fencing_token: int = 0
+    """The token of the newest granted lease: strictly increasing per proxy."""
+    cooldown_until: datetime | None = None
+    """Set when a lease ends; the proxy is not leased again before it."""
+    recent: tuple[LeaseRecord, ...] = ()
+    """Ended leases, oldest first, at most ``HISTORY``."""
+    outcomes: tuple[Outcome, ...] = ()
+    """The last ``HISTORY`` reports about this proxy, oldest first."""
+    granted: int = 0
+    rejected: int = 0
+    """Claims the fold refused: the proxy was held or cooling down at the claim's timestamp."""
+    updated_at: datetime | None = None
+    last_seq: int = 0
+
+    @property
+    def lease_id(self) -> str:
+        return self.current.lease_id if self.current else ""
+
+    @property
+    def holder(self) -> str:
+        return self.current.holder if self.current else ""
+
+    @property
+    def acquired_at(self) -> datetime | None:
+        return self.current.acquired_at if self.current else None
+
+    @property
+    def expires_at(self) -> datetime | None:
+        return self.current.expires_at if self.current else None
+
+
+# ------------------------------------------------------------------------------- questions
+
+
+def is_free(view: LeaseView | None, now: datetime) -> bool:
+    """No lease holds the proxy at ``now`` (cooldown aside)."""
+    return view is None or view.current is None or now >= view.current.expires_at
+
+
+def available_at(view: LeaseView | None) -> datetime | None:
+    """The earliest time the proxy can be leased again; None when nothing ever held it."""
+    if view is None:
+        return None
+    if view.current is not None:
+        return view.current.expires_at + timedelta(seconds=view.current.cooldown_seconds)
+    return view.cooldown_until
+
+
+def is_available(view: LeaseView | None, now: datetime) -> bool:
+    """Free and past its cooldown at ``now``: a claim stamped ``now`` would hold."""
+    when = available_at(view)
+    return when is None or now >= when
+
+
+def state_of(record: LeaseRecord, now: datetime) -> str:
+    if record.end:
+        return record.end
+    return EXPIRED if now >= record.expires_at else ACTIVE
+
+
+def find(view: LeaseView | None, lease_id: str) -> LeaseRecord | None:
+    """The lease with this id, if the view still holds it (the current one or a recent one)."""
+    if view is None:
+        return None
+    if view.current is not None and view.current.lease_id == lease_id:
+        return view.current
+    return next((r for r in reversed(view.recent) if r.lease_id == lease_id), None)
+
+
+def lease_ids(view: LeaseView | None) -> set[str]:
+    if view is None:
+        return set()
+    ids = {r.lease_id for r in view.recent}
+    if view.current is not None:
+        ids.add(view.current.lease_id)
+    return ids
+
+
+# ----------------------------------------------------------------------------------- fold
+
+
+def _ended(view: LeaseView, how: str, at: datetime, cooldown_until: datetime) -> LeaseView:
+    assert view.current is not None
+    ended = msgspec.structs.replace(view.current, end=how, ended_at=at)
+    return msgspec.structs.replace(
+        view, current=None, recent=(*view.recent, ended)[-HISTORY:], cooldown_until=cooldown_until
+    )
+
+
+def _settle(view: LeaseView, at: datetime) -> LeaseView:
+    """End the current lease as expired if ``at`` is past its end and no event said so yet."""
+    current = view.current
+    if current is None or at < current.expires_at:
+        return view
+    cooldown = current.expires_at + timedelta(seconds=current.cooldown_seconds)
+    return _ended(view, EXPIRED, current.expires_at, cooldown)
+
+
+def _acquire(view: LeaseView, event: LeaseAcquired, recorded: Recorded) -> LeaseView:
+    at = recorded.timestamp
+    view = _settle(view, at)
+    if view.current is not None or (view.cooldown_until is not None and at < view.cooldown_until):
+        return msgspec.structs.replace(view, rejected=view.rejected + 1)
+    token = view.fencing_token + 1
+    record = LeaseRecord(
+        lease_id=event.lease_id,
+        proxy_uid=view.proxy_uid,
+        holder=event.holder,
+        acquired_at=at,
+        expires_at=at + timedelta(seconds=event.ttl_seconds),
+        ttl_seconds=event.ttl_seconds,
+        fencing_token=token,
+        selector=dict(event.selector),
+        cooldown_seconds=event.cooldown_seconds,
+        seq=recorded.seq,
+    )
+    return msgspec.structs.replace(
+        view, current=record, fencing_token=token, granted=view.granted + 1
+    )
+
+
+def _release(view: LeaseView, event: LeaseReleased, at: datetime) -> LeaseView:
+    current = view.current
+    if current is None or current.lease_id != event.lease_id:
+        return view  # an old lease, or one the fold refused: nothing to end
+    if at >= current.expires_at:
+        return _settle(view, at)  # released too late: it had expired already
+    return _ended(view, RELEASED, at, at + timedelta(seconds=event.cooldown_seconds))
+
+
+def _expire(view: LeaseView, event: LeaseExpired, at: datetime) -> LeaseView:
+    current = view.current
+    if current is None or current.lease_id != event.lease_id or at < current.expires_at:
+        return view  # stale, or premature (a writer whose clock runs ahead)
+    return _settle(view, at)
+
+
+def _report(view: LeaseView, event: LeaseReported, at: datetime) -> LeaseView:
+    outcome = Outcome(lease_id=event.lease_id, outcome=event.outcome, detail=event.detail, at=at)
+    view = msgspec.structs.replace(view, outcomes=(*view.outcomes, outcome)[-HISTORY:])
+    current = view.current
+    if current is not None and current.lease_id == event.lease_id:
+        updated = msgspec.structs.replace(current, outcomes=(*current.outcomes, outcome)[-HISTORY:])
+        return msgspec.structs.replace(view, current=updated)
+    recent = tuple(
+        msgspec.structs.replace(r, outcomes=(*r.outcomes, outcome)[-HISTORY:])
+        if r.lease_id == event.lease_id
+        else r
+        for r in view.recent
+    )
+    return msgspec.structs.replace(view, recent=recent)
+
+
+def apply(view: LeaseView | None, recorded: Recorded) -> LeaseView:
+    """Fold one event of ``lease.<uid>`` into the view (a new view; views are immutable)."""
+    current = view or LeaseView(proxy_uid=proxy_uid_of(recorded.subject))
+    at = recorded.timestamp
+    match recorded.event:
+        case LeaseAcquired() as event:
+            current = _acquire(current, event, recorded)
+        case LeaseReleased() as event:
+            current = _release(current, event, at)
+        case LeaseExpired() as event:
+            current = _expire(current, event, at)
+        case LeaseReported() as event:
+            current = _report(current, event, at)
+        case _:
+            pass
+    return msgspec.structs.replace(current, last_seq=recorded.seq, updated_at=at)
+
+
+def fold(events: list[Recorded], view: LeaseView | None = None) -> LeaseView | None:
+    for recorded in events:
+        view = apply(view, recorded)
+    return view
+
+
+Apply = Callable[[LeaseView | None, Recorded], LeaseView]
+
+
+def indexed(index: MutableMapping[str, str]) -> Apply:
+    """``apply`` that also keeps ``index`` (lease id -> proxy uid) in step with the views: a
+    lease is findable by id for as long as its proxy's view holds it (``find``)."""
+
+    def apply_and_index(view: LeaseView | None, recorded: Recorded) -> LeaseView:
+        after = apply(view, recorded)
+        before_ids, after_ids = lease_ids(view), lease_ids(after)
+        for gone in before_ids - after_ids:
+            index.pop(gone, None)
+        for new in after_ids - before_ids:
+            index[new] = after.proxy_uid
+        return after
+
+    return apply_and_index

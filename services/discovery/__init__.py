@@ -1,0 +1,1 @@
+"""The discovery API: lists proxies and leases them out, over HTTP (Litestar on uvicorn)."""

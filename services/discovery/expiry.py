@@ -1,0 +1,68 @@
+"""The expiry sweep: records ``LeaseExpired`` for leases past their end.
+
+A lease is over at ``expires_at`` whether or not this event exists (the fold and the API say so
+on their own); the sweep makes the log tell the story too, so ``egress-proxies events`` shows
+when a holder let its lease run out. Every replica sweeps: the msg id derives from the lease
+and the folded sequence, and the append expects that sequence, so replicas that saw the same
+state store one event between them, and a replica whose view is behind gets a conflict and
+simply looks again next time. An event appended too early (a clock running ahead) is ignored by
+the fold.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import structlog
+
+from events import subjects
+from events.errors import ConcurrencyError, EventStoreError
+from events.schemas import LeaseExpired
+from events.store import EventStore, NewEvent, derive_msg_id
+from projections.lease import LeaseView
+from services.discovery.metrics import DiscoveryMetrics
+from services.discovery.views import Views
+
+log = structlog.get_logger("egress.discovery")
+
+
+class ExpirySweep:
+    def __init__(self, store: EventStore, views: Views, metrics: DiscoveryMetrics) -> None:
+        self.store = store
+        self.views = views
+        self.metrics = metrics
+
+    async def sweep(self) -> int:
+        """One pass; returns how many ``LeaseExpired`` events it stored."""
+        now = self.views.now()
+        active = self.views.active_leases()
+        due: list[LeaseView] = [
+            v for v in active if v.current is not None and now >= v.current.expires_at
+        ]
+        self.metrics.active.set(len(active) - len(due))
+        recorded = 0
+        for view in due:
+            current = view.current
+            assert current is not None
+            event = LeaseExpired(lease_id=current.lease_id, proxy_uid=view.proxy_uid)
+            msg_id = derive_msg_id("lease-expired", current.lease_id, str(view.last_seq))
+            try:
+                result = await self.store.append(
+                    subjects.lease(view.proxy_uid),
+                    [NewEvent(event, msg_id)],
+                    expected_seq=view.last_seq,
+                )
+            except ConcurrencyError:
+                continue  # something happened to it meanwhile; the next pass looks again
+            if not result.duplicates:
+                recorded += 1
+                self.metrics.expirations.inc()
+        return recorded
+
+    async def run(self, interval: float) -> None:
+        while True:
+            try:
+                await self.sweep()
+            except EventStoreError as exc:
+                log.warning("lease expiry sweep failed, trying again", error=str(exc))
+            await asyncio.sleep(interval)

@@ -1,0 +1,85 @@
+"""Discovery's Prometheus metrics, on the process's one registry (``ServiceContext.metrics``).
+
+Registered once per registry: a process that builds the app twice (tests, a restart of the
+service inside one process) reuses the same collectors instead of failing on duplicates.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+KNOWN_OUTCOMES = frozenset({"success", "failure", "blocked", "captcha", "timeout", "error"})
+
+
+class DiscoveryMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        r = registry
+        self.acquisitions = Counter(
+            "egress_lease_acquisitions_total",
+            "Lease requests by result (acquired, busy: matching proxies all leased or cooling "
+            "down, no_match: no Ready healthy proxy matches the selector)",
+            ["result"],
+            registry=r,
+        )
+        self.conflicts = Counter(
+            "egress_lease_conflicts_total",
+            "Lease claims that lost an optimistic-concurrency race or were refused by the fold",
+            ["reason"],
+            registry=r,
+        )
+        self.acquire_seconds = Histogram(
+            "egress_lease_acquire_seconds",
+            "Time to answer a lease request, including the wait for the view",
+            registry=r,
+        )
+        self.releases = Counter(
+            "egress_lease_releases_total",
+            "Release requests by result (released, already_ended)",
+            ["result"],
+            registry=r,
+        )
+        self.reports = Counter(
+            "egress_lease_reports_total",
+            "Outcome reports by outcome (known outcomes; anything else is `other`)",
+            ["outcome"],
+            registry=r,
+        )
+        self.expirations = Counter(
+            "egress_lease_expirations_recorded_total",
+            "LeaseExpired events this replica appended for leases past their end",
+            registry=r,
+        )
+        self.active = Gauge(
+            "egress_leases_active",
+            "Leases this replica's view holds as active",
+            registry=r,
+        )
+        self.requests = Counter(
+            "egress_http_requests_total",
+            "Discovery API requests by method, route template and status",
+            ["method", "route", "status"],
+            registry=r,
+        )
+        self.request_seconds = Histogram(
+            "egress_http_request_seconds",
+            "Discovery API request latency by method and route template",
+            ["method", "route"],
+            registry=r,
+        )
+
+    def report(self, outcome: str) -> None:
+        self.reports.labels(outcome if outcome in KNOWN_OUTCOMES else "other").inc()
+
+
+_by_registry: weakref.WeakKeyDictionary[CollectorRegistry, DiscoveryMetrics] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def discovery_metrics(registry: CollectorRegistry) -> DiscoveryMetrics:
+    metrics = _by_registry.get(registry)
+    if metrics is None:
+        metrics = _by_registry[registry] = DiscoveryMetrics(registry)
+    return metrics

@@ -1,0 +1,205 @@
+"""The discovery service: projectors, the lease-expiry sweep and uvicorn, on one event loop.
+
+The views catch up with the log before the socket opens, so the first answer is never from an
+empty view. uvicorn runs programmatically on a socket bound here (a busy port is a clear error,
+not uvicorn's ``sys.exit``), without its own signal handlers: stopping is the process's job, and
+cancelling ``run`` shuts the server down gracefully.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import Generator
+from dataclasses import dataclass, field
+
+import click
+import structlog
+import uvicorn
+
+from services.discovery.app import DiscoveryApi, create_app
+from services.discovery.auth import TOKEN_ENV, token_from_env
+from services.discovery.durations import duration_option, format_duration, seconds_of
+from services.discovery.expiry import ExpirySweep
+from services.discovery.leases import LeasePolicy, Leases
+from services.discovery.metrics import discovery_metrics
+from services.discovery.tracing import TracingMiddleware
+from services.discovery.views import Views
+from services.runtime.config import ConfigError, Settings
+from services.runtime.service import ServiceContext
+
+log = structlog.get_logger("egress.discovery")
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8080
+DEFAULT_MAX_LEASE_TTL = 3600.0
+DEFAULT_LEASE_COOLDOWN = 10.0
+
+
+class _Server(uvicorn.Server):
+    """uvicorn without its signal handlers (they would fight the CLI's)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A listening TCP socket. Made with ``IPPROTO_TCP`` spelled out: asyncio switches Nagle off
+    only on sockets whose protocol says TCP, and with Nagle on every small answer waits for the
+    client's delayed ACK (about 40 ms)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(
+            f"--port / --host: cannot listen on {host}:{port} ({exc.strerror or exc}); "
+            "choose a free port (`up --api-port`, `run discovery --port`)"
+        ) from exc
+    return sock
+
+
+@dataclass
+class DiscoveryService:
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+    max_lease_ttl: float = DEFAULT_MAX_LEASE_TTL
+    lease_cooldown: float = DEFAULT_LEASE_COOLDOWN
+    token: str | None = None
+    expiry_interval: float = 1.0
+    shutdown_timeout: float = 3.0
+    name: str = "discovery"
+    listening: asyncio.Event = field(default_factory=asyncio.Event)
+    bound_port: int = 0
+    api: DiscoveryApi | None = None
+
+    async def run(self, ctx: ServiceContext) -> None:
+        if not self.token:
+            log.warning(
+                f"{TOKEN_ENV} is not set: the discovery API serves every caller without "
+                "authentication; set it to require `Authorization: Bearer <token>`"
+            )
+        views = Views(ctx.conn.js, ctx.store)
+        metrics = discovery_metrics(ctx.metrics.registry)
+        policy = LeasePolicy(max_ttl=self.max_lease_ttl, cooldown=self.lease_cooldown)
+        leases = Leases(ctx.store, views, policy, metrics)
+
+        def problem() -> str | None:
+            if not ctx.conn.nc.is_connected:
+                return "not connected to NATS"
+            return None if views.caught_up else "views are catching up"
+
+        # Bound first, so a busy port fails at once; served only once the views have caught up.
+        sock = listen(self.host, self.port)
+        try:
+            await views.catch_up()
+            self.api = DiscoveryApi(leases, views, ctx.metrics, problem)
+            app = TracingMiddleware(create_app(self.api, token=self.token), metrics)
+            config = uvicorn.Config(
+                app,
+                log_config=None,
+                access_log=False,
+                lifespan="on",
+                ws="none",
+                server_header=False,
+                timeout_graceful_shutdown=int(self.shutdown_timeout),
+            )
+            async with asyncio.TaskGroup() as group:
+                group.create_task(views.run(), name="discovery-views")
+                sweep = ExpirySweep(ctx.store, views, metrics)
+                group.create_task(sweep.run(self.expiry_interval), name="lease-expiry")
+                group.create_task(self._serve(_Server(config), sock), name="discovery-http")
+        finally:
+            sock.close()
+            await views.close()
+
+    async def _serve(self, server: uvicorn.Server, sock: socket.socket) -> None:
+        task = asyncio.create_task(server.serve(sockets=[sock]))
+        try:
+            while not server.started:
+                if task.done():
+                    await task
+                    raise RuntimeError("the discovery HTTP server stopped while starting")
+                await asyncio.sleep(0.01)
+            self.bound_port = sock.getsockname()[1]
+            self.listening.set()
+            log.info(
+                "discovery listening",
+                url=f"http://{self.host}:{self.bound_port}",
+                max_lease_ttl=format_duration(self.max_lease_ttl),
+                lease_cooldown=format_duration(self.lease_cooldown),
+                auth="bearer" if self.token else "off",
+            )
+            # Shielded: cancelling this task must stop the server gracefully, not kill it.
+            await asyncio.shield(task)
+            raise RuntimeError("the discovery HTTP server stopped on its own")
+        finally:
+            server.should_exit = True
+            with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+                await asyncio.wait_for(task, self.shutdown_timeout + 2)
+            self.listening.clear()
+
+
+def build(
+    settings: Settings,
+    *,
+    port: int = DEFAULT_PORT,
+    host: str = DEFAULT_HOST,
+    max_lease_ttl: float | str = DEFAULT_MAX_LEASE_TTL,
+    lease_cooldown: float | str = DEFAULT_LEASE_COOLDOWN,
+) -> DiscoveryService:
+    """The factory ``run discovery`` and ``up`` call; durations may be seconds or ``30s``, ``5m``,
+    ``1h``. The token comes from the environment only (a flag would show in ``ps``)."""
+    del settings  # the rest arrives through the ServiceContext
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"--port: {port} is not a port; use 1-65535")
+    return DiscoveryService(
+        host=host,
+        port=port,
+        max_lease_ttl=seconds_of("--max-lease-ttl", max_lease_ttl, positive=True),
+        lease_cooldown=seconds_of("--lease-cooldown", lease_cooldown),
+        token=token_from_env(),
+    )
+
+
+OPTIONS: tuple[click.Option, ...] = (
+    click.Option(
+        ["--port"],
+        type=click.IntRange(1, 65535),
+        default=DEFAULT_PORT,
+        show_default=True,
+        envvar="DISCOVERY_PORT",
+        help="Port of the discovery API (`up` calls it --api-port) [env DISCOVERY_PORT].",
+    ),
+    click.Option(
+        ["--host"],
+        default=DEFAULT_HOST,
+        show_default=True,
+        envvar="DISCOVERY_HOST",
+        help="Address the discovery API listens on; 0.0.0.0 in a container [env DISCOVERY_HOST].",
+    ),
+    click.Option(
+        ["--max-lease-ttl"],
+        default="1h",
+        metavar="DURATION",
+        callback=duration_option(positive=True),
+        show_default=True,
+        envvar="MAX_LEASE_TTL",
+        help="Longest lease a client may ask for, e.g. 30s, 5m, 1h [env MAX_LEASE_TTL].",
+    ),
+    click.Option(
+        ["--lease-cooldown"],
+        default="10s",
+        metavar="DURATION",
+        callback=duration_option(),
+        show_default=True,
+        envvar="LEASE_COOLDOWN",
+        help="How long a proxy rests after a lease ends before it is leased again "
+        "[env LEASE_COOLDOWN].",
+    ),
+)

@@ -1,0 +1,94 @@
+"""Server spans and request metrics for the discovery API, as a plain ASGI wrapper.
+
+One SERVER span per request, continuing the caller's trace when it sends ``traceparent``, named
+``<METHOD> <route template>`` (``POST /v1/leases``, ``GET /v1/leases/{lease_id}``) once Litestar
+has routed the request; a request that matched no route is named by its method alone, so span
+names never carry ids. ``/healthz`` and ``/metrics`` are not traced: probes and scrapers would
+bury the requests that matter.
+
+It wraps the Litestar app from outside, so the span also covers routing errors (404, 405) and
+the body-size check, and everything inside (handler logs, JetStream appends) is its child.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from typing import Any
+
+import structlog
+from opentelemetry import propagate
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
+from services.discovery.metrics import DiscoveryMetrics
+from services.runtime.telemetry import tracer
+
+log = structlog.get_logger("egress.discovery")
+_tracer = tracer("egress_proxies.discovery")
+
+UNTRACED = ("/healthz", "/metrics")
+
+# Plain ASGI types: the wrapper sees the raw protocol, whatever framework is inside.
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Any, Any, Any], Awaitable[None]]
+
+
+class TracingMiddleware:
+    def __init__(
+        self, app: ASGIApp, metrics: DiscoveryMetrics, *, untraced: Iterable[str] = UNTRACED
+    ) -> None:
+        self.app = app
+        self.metrics = metrics
+        self.untraced = frozenset(untraced)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in self.untraced:
+            await self.app(scope, receive, send)
+            return
+        method = scope["method"]
+        carrier = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+        status = 500
+
+        async def send_and_see(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        started = time.perf_counter()
+        with _tracer.start_as_current_span(
+            method,
+            context=propagate.extract(carrier),
+            kind=SpanKind.SERVER,
+            attributes={
+                "http.request.method": method,
+                "url.path": scope["path"],
+                "url.scheme": scope.get("scheme", "http"),
+                "network.protocol.version": scope.get("http_version", "1.1"),
+            },
+        ) as span:
+            try:
+                await self.app(scope, receive, send_and_see)
+            finally:
+                route = str(scope.get("path_template") or "")
+                span.update_name(f"{method} {route}" if route else method)
+                if route:
+                    span.set_attribute("http.route", route)
+                span.set_attribute("http.response.status_code", status)
+                if status >= 500:
+                    span.set_status(Status(StatusCode.ERROR))
+                elapsed = time.perf_counter() - started
+                label = route or "unmatched"
+                self.metrics.requests.labels(method, label, str(status)).inc()
+                self.metrics.request_seconds.labels(method, label).observe(elapsed)
+                log.debug(
+                    "request",
+                    method=method,
+                    path=scope["path"],
+                    route=label,
+                    status=status,
+                    ms=round(elapsed * 1000, 2),
+                )

@@ -1,0 +1,94 @@
+"""Discovery under test: Ready proxies appended straight to the log, the real service on uvicorn.
+
+Proxies become Ready the way the reconciler would record it (``ProxyDeclared`` then
+``PhaseChanged(Ready)``), without running the reconciler or a provider: the API reads only the log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+from events import subjects
+from events.jetstream import JetStreamEventStore
+from events.schemas import HealthChanged, Phase, PhaseChanged, ProxyDeclared, ProxySpec
+from events.store import EventStore, NewEvent
+from services.discovery.service import DiscoveryService
+from services.runtime.config import Settings
+from services.runtime.connection import connect
+from services.runtime.metrics import Metrics
+from services.runtime.service import ServiceContext
+
+
+async def ready_proxy(
+    store: EventStore,
+    uid: str,
+    attributes: dict[str, str] | None = None,
+    *,
+    port: int = 3128,
+    phase: Phase = Phase.READY,
+) -> int:
+    """A proxy as the reconciler leaves it once its instance runs; returns the last sequence."""
+    spec = ProxySpec(provider="local", attributes=attributes or {})
+    declared = ProxyDeclared(uid=uid, namespace="crawl", name=f"px-{uid}", spec=spec)
+    ready = PhaseChanged(
+        phase=phase,
+        reason="InstanceRunning",
+        ip="127.0.0.1",
+        url=f"http://127.0.0.1:{port}" if phase is Phase.READY else "",
+        provider_id=f"local-{uid}",
+    )
+    result = await store.append(
+        subjects.proxy(uid),
+        [NewEvent(declared, f"declared-{uid}"), NewEvent(ready, f"ready-{uid}")],
+    )
+    return result.last_seq
+
+
+async def set_health(store: EventStore, uid: str, healthy: bool) -> None:
+    event = HealthChanged(healthy=healthy, reason="Probe")
+    await store.append(subjects.proxy(uid), [NewEvent(event, f"health-{uid}-{healthy}")])
+
+
+@contextlib.asynccontextmanager
+async def discovery(
+    url: str,
+    *,
+    max_lease_ttl: float = 3600.0,
+    lease_cooldown: float = 0.0,
+    token: str | None = None,
+    expiry_interval: float = 0.1,
+    metrics: Metrics | None = None,
+) -> AsyncIterator[tuple[DiscoveryService, str]]:
+    """A discovery replica with its own NATS connection, listening on a free loopback port;
+    yields the service and its base URL."""
+    conn = await connect(url)
+    service = DiscoveryService(
+        host="127.0.0.1",
+        port=0,
+        max_lease_ttl=max_lease_ttl,
+        lease_cooldown=lease_cooldown,
+        token=token,
+        expiry_interval=expiry_interval,
+        shutdown_timeout=1.0,
+    )
+    ctx = ServiceContext(
+        settings=Settings(nats_url=url),
+        conn=conn,
+        store=JetStreamEventStore(conn.nc, conn.js),
+        metrics=metrics or Metrics(),
+    )
+    task = asyncio.create_task(service.run(ctx))
+    try:
+        async with asyncio.timeout(20):
+            waiter = asyncio.create_task(service.listening.wait())
+            await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+            waiter.cancel()
+            if task.done():
+                await task  # raises what stopped it
+        yield service, f"http://127.0.0.1:{service.bound_port}"
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await conn.close()

@@ -1,0 +1,168 @@
+"""Discovery's flags, factory and pure helpers, without servers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from events.schemas import Phase, ProxySpec
+from projections.proxy import ProxyView
+from services.cli.registry import SERVICES
+from services.cli.up import UpCommand, up
+from services.discovery.app import parse_selector
+from services.discovery.auth import token_from_env
+from services.discovery.durations import format_duration, parse_duration, seconds_of
+from services.discovery.errors import InvalidRequest
+from services.discovery.leases import eligible
+from services.discovery.service import OPTIONS, build
+from services.runtime.config import ConfigError, Settings
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("30s", 30.0),
+        ("5m", 300.0),
+        ("1h", 3600.0),
+        ("1h30m", 5400.0),
+        ("250ms", 0.25),
+        ("1.5s", 1.5),
+        ("45", 45.0),
+        (" 2M ", 120.0),
+        ("0s", 0.0),
+    ],
+)
+def test_durations(text: str, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "5x", "m", "1h 30m", "-5s", "s30", "1e400", "nan"])
+def test_not_durations(text: str) -> None:
+    with pytest.raises(ValueError, match="30s, 5m, 1h"):
+        parse_duration(text)
+
+
+def test_format_duration() -> None:
+    assert [format_duration(s) for s in (3600, 300, 30, 0.5, 0, 5400)] == [
+        "1h",
+        "5m",
+        "30s",
+        "0.5s",
+        "0s",
+        "90m",
+    ]
+
+
+def test_seconds_of_names_the_flag() -> None:
+    assert seconds_of("--lease-cooldown", "0s") == 0.0
+    assert seconds_of("--max-lease-ttl", 90) == 90.0
+    with pytest.raises(ConfigError, match=r"^--max-lease-ttl: '1 hour' is not a duration"):
+        seconds_of("--max-lease-ttl", "1 hour")
+    with pytest.raises(ConfigError, match=r"^--max-lease-ttl: '0s' must be more than 0"):
+        seconds_of("--max-lease-ttl", "0s", positive=True)
+    with pytest.raises(ConfigError, match=r"^--lease-cooldown: -1 must be 0 or more"):
+        seconds_of("--lease-cooldown", -1)
+
+
+def _parse(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, dict[str, Any]]:
+    seen: dict[str, Any] = {}
+    command = click.Command("discovery", params=list(OPTIONS), callback=seen.update)
+    result = CliRunner().invoke(command, list(args), env=env)
+    return result.exit_code, result.output, seen
+
+
+def test_flags_parse_durations_into_seconds() -> None:
+    code, output, seen = _parse("--max-lease-ttl", "15m", "--lease-cooldown", "2s")
+    assert code == 0, output
+    assert seen == {
+        "port": 8080,
+        "host": "127.0.0.1",
+        "max_lease_ttl": 900.0,
+        "lease_cooldown": 2.0,
+    }
+    code, _, seen = _parse(env={"MAX_LEASE_TTL": "2h", "LEASE_COOLDOWN": "0s"})
+    assert code == 0
+    assert (seen["max_lease_ttl"], seen["lease_cooldown"]) == (7200.0, 0.0)
+    code, _, seen = _parse()
+    assert (seen["max_lease_ttl"], seen["lease_cooldown"]) == (3600.0, 10.0)
+
+
+def test_a_bad_duration_flag_is_named() -> None:
+    code, output, _ = _parse("--max-lease-ttl", "forever")
+    assert code == 2
+    assert "Invalid value for '--max-lease-ttl'" in output
+    assert "e.g. 30s, 5m, 1h" in output
+    code, output, _ = _parse("--max-lease-ttl", "0")
+    assert code == 2
+    assert "must be more than 0" in output
+    code, output, _ = _parse(env={"LEASE_COOLDOWN": "soon"})
+    assert code == 2
+    assert "'--lease-cooldown'" in output
+
+
+def test_build(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DISCOVERY_TOKEN", raising=False)
+    service = build(Settings(), port=9000, host="0.0.0.0", max_lease_ttl="5m", lease_cooldown=3)
+    assert (service.port, service.host, service.max_lease_ttl, service.lease_cooldown) == (
+        9000,
+        "0.0.0.0",
+        300.0,
+        3.0,
+    )
+    assert service.token is None
+    monkeypatch.setenv("DISCOVERY_TOKEN", " tok ")
+    assert build(Settings()).token == "tok"
+    with pytest.raises(ConfigError, match="--lease-cooldown"):
+        build(Settings(), lease_cooldown="later")
+
+
+def test_token_from_env() -> None:
+    assert token_from_env({}) is None
+    assert token_from_env({"DISCOVERY_TOKEN": "   "}) is None
+    assert token_from_env({"DISCOVERY_TOKEN": "abc"}) == "abc"
+
+
+def test_registered_for_run_and_up() -> None:
+    entry = SERVICES["discovery"]
+    assert entry.up_name("port") == "api_port"
+    assert entry.factory is build
+    params = UpCommand.get_params(up, click.Context(up))
+    names = [p.name for p in params]
+    assert "api_port" in names
+    assert "port" not in names  # fed by --api-port, never shown twice
+    assert {"max_lease_ttl", "lease_cooldown", "host"} <= set(names)
+
+
+def test_parse_selector() -> None:
+    assert parse_selector(None) == {}
+    assert parse_selector("country=de, tier = gold") == {"country": "de", "tier": "gold"}
+    assert parse_selector("empty=") == {"empty": ""}
+    for bad in ("country", "=de", "a=b,,c=d"):
+        with pytest.raises(InvalidRequest):
+            parse_selector(bad)
+
+
+def _proxy(**changes: Any) -> ProxyView:
+    values: dict[str, Any] = {
+        "uid": "p1",
+        "phase": Phase.READY,
+        "url": "http://127.0.0.1:3128",
+        "spec": ProxySpec(attributes={"country": "de", "tier": "gold"}),
+    }
+    values.update(changes)
+    return ProxyView(**values)
+
+
+def test_eligible() -> None:
+    assert eligible(_proxy(), {})
+    assert eligible(_proxy(), {"country": "de", "tier": "gold"})
+    assert eligible(_proxy(healthy=True), {"country": "de"})
+    assert not eligible(_proxy(), {"country": "fr"})
+    assert not eligible(_proxy(), {"pool": "a"})
+    assert not eligible(_proxy(healthy=False), {})
+    assert not eligible(_proxy(phase=Phase.REPLACING), {})
+    assert not eligible(_proxy(deleting=True), {})
+    assert not eligible(_proxy(url=""), {})
