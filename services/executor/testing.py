@@ -77,6 +77,7 @@ class FakeProvider:
         self.created_total = 0
         self.closed = False
         self._records: dict[str, _Record] = {}
+        self._live_count: dict[str, int] = {}
         self._injected: dict[str, deque[ProviderError]] = defaultdict(deque)
 
     @classmethod
@@ -99,8 +100,15 @@ class FakeProvider:
     def vanish(self, provider_id: str) -> None:
         """The instance disappears behind our back (deleted by hand, node lost)."""
         self._live(provider_id)
-        del self.instances[provider_id]
-        del self._records[provider_id]
+        self._forget(provider_id)
+
+    def _forget(self, provider_id: str) -> None:
+        """Drop an instance, keeping the live count per owner (a recount per create would make
+        a 1,000-proxy benchmark quadratic in the fake)."""
+        instance = self.instances.pop(provider_id, None)
+        self._records.pop(provider_id, None)
+        if instance is not None:
+            self._live_count[instance.owner_uid] -= 1
 
     def live_per_owner(self) -> dict[str, int]:
         counts: dict[str, int] = defaultdict(int)
@@ -131,7 +139,7 @@ class FakeProvider:
             },
         )
         self._records[provider_id] = _Record(ip=f"{self.ip_prefix}{self.created_total}")
-        live = self.live_per_owner().get(request.owner_uid, 0)
+        live = self._live_count[request.owner_uid] = self._live_count.get(request.owner_uid, 0) + 1
         high = self.max_live_per_owner.get(request.owner_uid, 0)
         self.max_live_per_owner[request.owner_uid] = max(high, live)
         return provider_id
@@ -152,8 +160,7 @@ class FakeProvider:
 
     async def delete(self, provider_id: str) -> None:
         await self._enter("delete", provider_id)
-        self.instances.pop(provider_id, None)
-        self._records.pop(provider_id, None)
+        self._forget(provider_id)
 
     async def list_by_tag(self) -> list[Instance]:
         await self._enter("list", self.name)

@@ -15,7 +15,7 @@ from opentelemetry import trace
 
 from events import subjects
 from events.store import EventStore, History, NewEvent, decide_and_append, derive_msg_id
-from services.reconciler.decide import Decision, decide
+from services.reconciler.decide import Decision, decide, wakes
 from services.reconciler.state import fold
 from services.runtime.config import Settings
 from services.runtime.consumer import ConsumerLoop, ConsumerSpec, Delivery, Outcome
@@ -80,6 +80,9 @@ class Reconciler:
         return final
 
     async def handle(self, delivery: Delivery) -> Outcome:
+        if not wakes(delivery.recorded.event):
+            self.metrics.reconcile.labels("skipped").inc()
+            return None
         uid = subjects.proxy_uid_of(delivery.recorded.subject)
         await self.reconcile(uid, delivery.recorded.msg_id)
         return None

@@ -31,7 +31,7 @@ from events.schemas import (
     ProxySpecChanged,
 )
 from events.store import Recorded
-from services.reconciler.decide import Decision, decide, instance_name
+from services.reconciler.decide import Decision, decide, instance_name, wakes
 from services.reconciler.state import ProxyState, fold
 
 UID = "0b5e8f8e-1111-4222-8333-944455556666"
@@ -320,3 +320,14 @@ def test_health_shows_in_conditions() -> None:
     story.add(HealthChanged(healthy=False, reason="timeout"))
     # Health alone changes no phase here; conditions follow on the next status change.
     assert story.state.healthy is False
+
+
+def test_instance_created_wakes_nothing_because_it_never_changes_a_decision() -> None:
+    story, cmd = creating()
+    created = InstanceCreated(command_id=cmd.command_id, provider="local", provider_id="i-1")
+    before = story.decide()
+    story.add(created)
+    assert not wakes(created)
+    assert story.decide() == before
+    assert story.decide().events == ()
+    assert wakes(InstanceGone(command_id="c", provider="local", provider_id="i-1"))
