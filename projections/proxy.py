@@ -12,6 +12,7 @@ import msgspec
 
 from events.schemas import (
     Condition,
+    CreateInstance,
     HealthChanged,
     InstanceCreated,
     InstanceGone,
@@ -41,6 +42,7 @@ class ProxyView(msgspec.Struct, frozen=True, kw_only=True):
     url: str = ""
     provider_id: str = ""
     healthy: bool | None = None
+    latency_ms: float | None = None
     conditions: tuple[Condition, ...] = ()
     observed_generation: int = 0
     deleting: bool = False
@@ -77,8 +79,15 @@ def apply(view: ProxyView | None, recorded: Recorded) -> ProxyView:
             return msgspec.structs.replace(current, provider_id=pid, **stamp)
         case InstanceGone():
             return msgspec.structs.replace(current, **stamp)
-        case HealthChanged(healthy=healthy):
-            return msgspec.structs.replace(current, healthy=healthy, **stamp)
+        case HealthChanged(healthy=healthy, provider_id=pid, latency_ms=latency):
+            if pid and current.provider_id and pid != current.provider_id:
+                return msgspec.structs.replace(current, **stamp)  # about a replaced instance
+            return msgspec.structs.replace(
+                current, healthy=healthy, latency_ms=latency or None, **stamp
+            )
+        case CreateInstance():
+            # A new instance is coming: the old one's verdict says nothing about it.
+            return msgspec.structs.replace(current, healthy=None, latency_ms=None, **stamp)
         case PhaseChanged() as changed:
             return msgspec.structs.replace(
                 current,

@@ -9,6 +9,7 @@ on the same state write the same msg ids and JetStream keeps one copy.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 from events.resource import spec_hash, validate_spec
 from events.schemas import (
@@ -55,7 +56,18 @@ def wakes(event: Event) -> bool:
     return not isinstance(event, InstanceCreated)
 
 
-def decide(state: ProxyState) -> Decision:
+def unhealthy_for(state: ProxyState, now: datetime) -> float:
+    """Seconds the current instance has been unhealthy (0 when it is not)."""
+    if state.healthy is not False or state.unhealthy_since is None:
+        return 0.0
+    return max(0.0, (now - state.unhealthy_since).total_seconds())
+
+
+def decide(
+    state: ProxyState, now: datetime | None = None, replace_unhealthy_after: float = 0.0
+) -> Decision:
+    """``now`` and ``replace_unhealthy_after`` matter only for replacing an instance that has
+    been unhealthy too long (off when 0); everything else is a function of the state alone."""
     if not state.declared or state.removed:
         return NOTHING
     if state.pending is not None:
@@ -72,6 +84,12 @@ def decide(state: ProxyState) -> Decision:
     if state.failed_hash in (current, "*"):
         return _status(state, Phase.FAILED, "ProviderError", state.failure, outcome="failed")
     if state.instance_id:
+        if (
+            replace_unhealthy_after > 0
+            and now is not None
+            and unhealthy_for(state, now) >= replace_unhealthy_after
+        ):
+            return _replace(state, "Unhealthy")
         return _with_instance(state, current)
     return _create(state, current)
 
@@ -120,6 +138,18 @@ def _with_instance(state: ProxyState, current: str) -> Decision:
     if state.instance_state in (InstanceState.STOPPED, InstanceState.TERMINATING):
         return _replace(state, "InstanceStopped")
     if state.instance_state is InstanceState.RUNNING and state.ip:
+        if state.healthy is False:
+            # Still Ready (the instance runs), but the conditions say it fails its probes, and
+            # discovery stops leasing it.
+            return _status(
+                state,
+                Phase.READY,
+                state.health_reason or "ProbeFailed",
+                state.health_message,
+                ip=state.ip,
+                url=state.url,
+                outcome="unhealthy",
+            )
         return _status(
             state, Phase.READY, "InstanceRunning", "", ip=state.ip, url=state.url, outcome="ready"
         )
@@ -216,7 +246,9 @@ def conditions(state: ProxyState, phase: Phase, reason: str, message: str) -> tu
             Condition(
                 type="Healthy",
                 status=str(state.healthy),
-                reason="ProbeSucceeded" if state.healthy else "ProbeFailed",
+                reason=state.health_reason
+                or ("ProbeSucceeded" if state.healthy else "ProbeFailed"),
+                message=state.health_message,
             )
         )
     return tuple(result)

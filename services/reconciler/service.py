@@ -8,6 +8,7 @@ kept in memory between messages, which is what lets any number of replicas share
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import click
 import structlog
@@ -15,10 +16,10 @@ from opentelemetry import trace
 
 from events import subjects
 from events.store import EventStore, History, NewEvent, decide_and_append, derive_msg_id
-from services.reconciler.decide import Decision, decide, wakes
-from services.reconciler.state import fold
+from services.reconciler.decide import Decision, decide, unhealthy_for, wakes
+from services.reconciler.state import ProxyState, fold
 from services.runtime.config import Settings
-from services.runtime.consumer import ConsumerLoop, ConsumerSpec, Delivery, Outcome
+from services.runtime.consumer import ConsumerLoop, ConsumerSpec, Delivery, Outcome, Retry
 from services.runtime.metrics import Metrics
 from services.runtime.service import ServiceContext
 
@@ -47,20 +48,32 @@ def new_events(uid: str, decision: Decision, history: History, causation: str) -
 
 
 class Reconciler:
-    def __init__(self, store: EventStore, metrics: Metrics) -> None:
+    def __init__(
+        self, store: EventStore, metrics: Metrics, *, replace_unhealthy_after: float = 0.0
+    ) -> None:
         self.store = store
         self.metrics = metrics
+        self.replace_unhealthy_after = replace_unhealthy_after
 
     async def reconcile(self, uid: str, causation: str = "") -> Decision:
+        """Decide and append; returns the decision that was appended (or found unneeded)."""
+        decision, _ = await self._reconcile(uid, causation)
+        return decision
+
+    async def _reconcile(self, uid: str, causation: str) -> tuple[Decision, ProxyState]:
         decided: list[Decision] = []
+        states: list[ProxyState] = []
+        after = self.replace_unhealthy_after
         with (
             _tracer.start_as_current_span("Reconcile Proxy", attributes={"proxy.uid": uid}),
             _tracer.start_as_current_span("reconcile.managed") as span,
         ):
 
             def decide_on(history: History) -> list[NewEvent]:
-                decision = decide(fold(uid, history.events))
+                state = fold(uid, history.events)
+                decision = decide(state, datetime.now(UTC), after)
                 decided.append(decision)
+                states.append(state)
                 # Named once the decision is known: the appends below are its children.
                 span.update_name(_SPAN_BY_OUTCOME.get(decision.outcome, "reconcile.managed"))
                 span.set_attribute("reconcile.outcome", decision.outcome)
@@ -77,14 +90,20 @@ class Reconciler:
                 events=[type(e).__name__ for e in final.events],
                 conflicts=len(decided) - 1,
             )
-        return final
+        return final, states[-1]
 
     async def handle(self, delivery: Delivery) -> Outcome:
         if not wakes(delivery.recorded.event):
             self.metrics.reconcile.labels("skipped").inc()
             return None
         uid = subjects.proxy_uid_of(delivery.recorded.subject)
-        await self.reconcile(uid, delivery.recorded.msg_id)
+        decision, state = await self._reconcile(uid, delivery.recorded.msg_id)
+        if self.replace_unhealthy_after > 0 and decision.outcome != "replace":
+            unhealthy = unhealthy_for(state, datetime.now(UTC))
+            if unhealthy > 0:
+                # Come back when the instance will have been unhealthy long enough to replace:
+                # a delayed redelivery, so the wait survives a crash (no in-memory timer).
+                return Retry(self.replace_unhealthy_after - unhealthy + 0.05, "unhealthy")
         return None
 
 
@@ -92,24 +111,33 @@ class Reconciler:
 class ReconcilerService:
     name: str = "reconciler"
     concurrency: int = 64
+    replace_unhealthy_after: float = 0.0
 
     async def run(self, ctx: ServiceContext) -> None:
-        reconciler = Reconciler(ctx.store, ctx.metrics)
+        reconciler = Reconciler(
+            ctx.store, ctx.metrics, replace_unhealthy_after=self.replace_unhealthy_after
+        )
         spec = ConsumerSpec(
             stream=subjects.PROXY_STREAM,
             durable="reconciler",
             filter_subjects=FILTERS,
             concurrency=self.concurrency,
             batch=min(self.concurrency, 256),
+            # Waiting to replace an unhealthy instance is a delayed redelivery, which counts.
+            max_deliver=100,
         )
         loop = ConsumerLoop(ctx.conn, spec, reconciler.handle, store=ctx.store, metrics=ctx.metrics)
         await loop.run()
 
 
-def build(settings: Settings, *, reconcile_concurrency: int = 64) -> ReconcilerService:
+def build(
+    settings: Settings, *, reconcile_concurrency: int = 64, replace_unhealthy_after: float = 0.0
+) -> ReconcilerService:
     """The factory ``run reconciler`` and ``up`` call."""
     del settings  # the reconciler needs nothing beyond the ServiceContext
-    return ReconcilerService(concurrency=reconcile_concurrency)
+    return ReconcilerService(
+        concurrency=reconcile_concurrency, replace_unhealthy_after=replace_unhealthy_after
+    )
 
 
 OPTIONS: tuple[click.Option, ...] = (
@@ -120,5 +148,14 @@ OPTIONS: tuple[click.Option, ...] = (
         show_default=True,
         envvar="RECONCILE_CONCURRENCY",
         help="Proxies one reconciler replica decides at once [env RECONCILE_CONCURRENCY].",
+    ),
+    click.Option(
+        ["--replace-unhealthy-after"],
+        type=click.FloatRange(min=0),
+        default=0.0,
+        show_default=True,
+        envvar="REPLACE_UNHEALTHY_AFTER",
+        help="Seconds an instance may fail its health probes before it is replaced; 0 never "
+        "replaces for health [env REPLACE_UNHEALTHY_AFTER].",
     ),
 )

@@ -7,6 +7,7 @@ the moment it is appended until an instance event carrying its command id conclu
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import datetime
 
 import msgspec
 
@@ -67,6 +68,10 @@ class ProxyState(msgspec.Struct, frozen=True, kw_only=True):
     failed_hash: str = ""
     failure: str = ""
     healthy: bool | None = None
+    health_reason: str = ""
+    health_message: str = ""
+    unhealthy_since: datetime | None = None
+    """JetStream time of the verdict that made an instance unhealthy; cleared by a new instance."""
     status: PhaseChanged | None = None
     last_seq: int = 0
 
@@ -117,6 +122,10 @@ def evolve(state: ProxyState, recorded: Recorded) -> ProxyState:
                 ip="",
                 url="",
                 create_timed_out=False,
+                healthy=None,
+                health_reason="",
+                health_message="",
+                unhealthy_since=None,
             )
         case DeleteInstance() as c:
             return replace(
@@ -167,8 +176,17 @@ def evolve(state: ProxyState, recorded: Recorded) -> ProxyState:
             )
         case ProviderFailed() as a:
             return _failed(state, a)
-        case HealthChanged(healthy=healthy):
-            return replace(state, healthy=healthy)
+        case HealthChanged() as h:
+            if h.provider_id and h.provider_id != state.instance_id:
+                return state  # a verdict on an instance already replaced
+            since = state.unhealthy_since if state.healthy is False else recorded.timestamp
+            return replace(
+                state,
+                healthy=h.healthy,
+                health_reason=h.reason,
+                health_message=h.message,
+                unhealthy_since=None if h.healthy else since,
+            )
         case PhaseChanged() as s:
             return replace(state, status=s)
         case _:

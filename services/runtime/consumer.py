@@ -187,6 +187,9 @@ class ConsumerLoop:
         assert self._sub is not None
         reconnected = self.conn.reconnected
         fetch = asyncio.ensure_future(self._sub.fetch(n, timeout=self.spec.fetch_timeout))  # type: ignore[attr-defined]
+        # An abandoned fetch may still fail later (connection closed); retrieve its outcome so
+        # asyncio does not report it as never retrieved.
+        fetch.add_done_callback(lambda f: f.cancelled() or f.exception())
         woke = asyncio.ensure_future(reconnected.wait())
         try:
             await asyncio.wait({fetch, woke}, return_when=asyncio.FIRST_COMPLETED)

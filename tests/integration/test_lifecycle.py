@@ -11,7 +11,8 @@ from pathlib import Path
 from events import subjects
 from events.jetstream import JetStreamEventStore
 from events.resource import cli_uid
-from events.schemas import CreateInstance, ErrorClass, Phase, ProxySpec
+from events.schemas import CreateInstance, ErrorClass, HealthChanged, Phase, ProxySpec
+from events.store import NewEvent
 from services.cli.declare import apply, delete, parse_resources
 from services.executor.providers.base import Permanent, Transient
 from services.executor.testing import FakeProvider
@@ -208,3 +209,27 @@ async def test_reconciler_killed_mid_create_converges_without_duplicates(
 def test_error_class_names_match_the_contract() -> None:
     assert {c.value for c in ErrorClass} == {"NotFound", "QuotaExceeded", "Transient", "Permanent"}
     assert ProxySpec().mode.value == "Managed"
+
+
+async def test_instance_unhealthy_too_long_is_replaced(
+    nats_server: EmbeddedNatsServer, jetstream_store: JetStreamEventStore
+) -> None:
+    fake = FakeProvider()
+    async with fleet(nats_server.url, {"fake": fake}, replace_unhealthy_after=0.5):
+        [uid] = await declare(jetstream_store, ["sick"])
+        await until(lambda: all_in(jetstream_store, [uid], Phase.READY))
+        first = await view(jetstream_store, uid)
+        assert first is not None
+        verdict = HealthChanged(healthy=False, reason="ProbeTimeout", provider_id=first.provider_id)
+        await jetstream_store.append(subjects.proxy(uid), [NewEvent(verdict, "sick-1")])
+
+        async def replaced() -> bool:
+            v = await view(jetstream_store, uid)
+            return v is not None and v.phase is Phase.READY and v.ip != first.ip
+
+        await until(replaced)
+    after = await view(jetstream_store, uid)
+    assert after is not None
+    assert after.healthy is None, "a new instance has no verdict yet"
+    assert fake.created_total == 2
+    assert fake.max_live_per_owner[uid] == 1

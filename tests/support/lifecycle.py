@@ -56,11 +56,13 @@ async def fleet(
     reconcilers: int = 1,
     data_dir: Path = Path("."),
     observe_interval: float = 0.2,
+    replace_unhealthy_after: float = 0.0,
 ) -> AsyncIterator[list[asyncio.Task[None]]]:
     tasks: list[asyncio.Task[None]] = []
     try:
         for _ in range(reconcilers):
-            await start(url, ReconcilerService(), tasks)
+            service = ReconcilerService(replace_unhealthy_after=replace_unhealthy_after)
+            await start(url, service, tasks)
         executor = ExecutorService(
             None, data_dir, observe_interval, providers=providers, policy=FAST, ack_wait=5.0
         )

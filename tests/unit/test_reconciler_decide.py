@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -31,7 +31,7 @@ from events.schemas import (
     ProxySpecChanged,
 )
 from events.store import Recorded
-from services.reconciler.decide import Decision, decide, instance_name, wakes
+from services.reconciler.decide import Decision, decide, instance_name, unhealthy_for, wakes
 from services.reconciler.state import ProxyState, fold
 
 UID = "0b5e8f8e-1111-4222-8333-944455556666"
@@ -315,11 +315,52 @@ def test_unknown_instance_state_is_observed_again() -> None:
     assert isinstance(decision.events[0], ObserveInstance)
 
 
-def test_health_shows_in_conditions() -> None:
+def unhealthy(story: Story, reason: str = "ProbeTimeout") -> None:
+    pid = story.state.instance_id
+    story.add(HealthChanged(healthy=False, reason=reason, message="5s", provider_id=pid))
+
+
+def test_unhealthy_stays_ready_with_a_failing_health_condition() -> None:
     story = ready_story()
-    story.add(HealthChanged(healthy=False, reason="timeout"))
-    # Health alone changes no phase here; conditions follow on the next status change.
-    assert story.state.healthy is False
+    unhealthy(story)
+    changed = status(story.apply_decision())
+    assert changed.phase is Phase.READY
+    assert changed.reason == "ProbeTimeout"
+    healthy = next(c for c in changed.conditions if c.type == "Healthy")
+    assert (healthy.status, healthy.reason) == ("False", "ProbeTimeout")
+    assert story.decide().events == ()
+    story.add(HealthChanged(healthy=True, provider_id=story.state.instance_id))
+    back = status(story.apply_decision())
+    assert back.reason == "InstanceRunning"
+    assert next(c for c in back.conditions if c.type == "Healthy").status == "True"
+
+
+def test_unhealthy_too_long_is_replaced_only_when_enabled_and_due() -> None:
+    story = ready_story()
+    unhealthy(story)
+    since = story.events[-1].timestamp
+    assert story.state.unhealthy_since == since
+    later = since + timedelta(seconds=30)
+    assert not any(isinstance(e, DeleteInstance) for e in decide(story.state, later, 0).events)
+    early = decide(story.state, since + timedelta(seconds=10), 30).events
+    assert not any(isinstance(e, DeleteInstance) for e in early)
+    due = decide(story.state, later, 30)
+    assert isinstance(due.events[0], DeleteInstance)
+    assert status(due).reason == "Unhealthy"
+    assert unhealthy_for(story.state, later) == 30
+
+
+def test_a_verdict_on_a_replaced_instance_is_ignored_and_a_new_instance_starts_fresh() -> None:
+    story = ready_story()
+    story.add(HealthChanged(healthy=False, reason="old", provider_id="someone-else"))
+    assert story.state.healthy is None
+    unhealthy(story)
+    story.add(ProxySpecChanged(uid=UID, spec=ProxySpec(provider="local2"), generation=2))
+    story.apply_decision()
+    gone(story)
+    story.apply_decision()
+    assert story.state.healthy is None
+    assert story.state.unhealthy_since is None
 
 
 def test_instance_created_wakes_nothing_because_it_never_changes_a_decision() -> None:
