@@ -258,6 +258,9 @@ class LeaseAcquired(Event, frozen=True, kw_only=True):
     """The writer's expectation (previous token + 1); the fold's count is authoritative."""
     cooldown_seconds: float = 0.0
     """The cooldown that follows if this lease ends by expiry rather than release."""
+    requested_ttl_seconds: float = 0.0
+    """What the client asked for (0: nothing, the default applied); more than ``ttl_seconds``
+    when the server's maximum lease TTL clamped it."""
 
 
 class LeaseReleased(Event, frozen=True, kw_only=True):
@@ -272,7 +275,10 @@ class LeaseReported(Event, frozen=True, kw_only=True):
     lease_id: str
     proxy_uid: str
     outcome: str
+    """``success``, ``blocked`` or ``failed`` (the API accepts nothing else)."""
     detail: str = ""
+    target: str = ""
+    """What the holder was reaching through the proxy (a host or URL), when it said."""
 
 
 class LeaseExpired(Event, frozen=True, kw_only=True):
@@ -291,13 +297,22 @@ class OrphanFound(Event, frozen=True, kw_only=True):
     provider_id: str
     owner_uid: str
     created_at: str = ""
+    sweep_id: str = ""
+    """The sweep that found it: the same id on its ``OrphanDeleted`` and ``SweepCompleted``."""
 
 
 class OrphanDeleted(Event, frozen=True, kw_only=True):
+    """The result of deleting one orphan; ``ok=False`` records a failed attempt (the next sweep
+    tries again), so the log shows every attempt, not only the successes."""
+
     category: ClassVar[str] = "gc"
     provider: str
     provider_id: str
     owner_uid: str
+    sweep_id: str = ""
+    ok: bool = True
+    error_class: str = ""
+    error: str = ""
 
 
 class SweepCompleted(Event, frozen=True, kw_only=True):
@@ -308,6 +323,11 @@ class SweepCompleted(Event, frozen=True, kw_only=True):
     deleted: int
     skipped: bool = False
     reason: str = ""
+    sweep_id: str = ""
+    failed: int = 0
+    """Orphans whose delete failed this round (not counted in ``deleted``)."""
+    young: int = 0
+    """Instances of no live proxy spared because they are younger than the grace."""
 
 
 # --------------------------------------------------------------------------------------------

@@ -37,6 +37,7 @@ class Outcome(msgspec.Struct, frozen=True, kw_only=True):
     lease_id: str
     outcome: str
     detail: str = ""
+    target: str = ""
     at: datetime
 
 
@@ -49,6 +50,8 @@ class LeaseRecord(msgspec.Struct, frozen=True, kw_only=True):
     acquired_at: datetime
     expires_at: datetime
     ttl_seconds: float
+    requested_ttl_seconds: float = 0.0
+    """What the client asked for (0: the default); above ``ttl_seconds`` when clamped."""
     fencing_token: int
     selector: dict[str, str] = msgspec.field(default_factory=dict)
     cooldown_seconds: float = 0.0
@@ -122,6 +125,14 @@ def state_of(record: LeaseRecord, now: datetime) -> str:
     return EXPIRED if now >= record.expires_at else ACTIVE
 
 
+def active(view: LeaseView | None, lease_id: str, now: datetime) -> LeaseRecord | None:
+    """The lease with this id if it holds its proxy at ``now``; None once it has ended (released
+    or expired, recorded or not) or when the view does not know it."""
+    if view is None or view.current is None or view.current.lease_id != lease_id:
+        return None
+    return view.current if now < view.current.expires_at else None
+
+
 def find(view: LeaseView | None, lease_id: str) -> LeaseRecord | None:
     """The lease with this id, if the view still holds it (the current one or a recent one)."""
     if view is None:
@@ -173,6 +184,7 @@ def _acquire(view: LeaseView, event: LeaseAcquired, recorded: Recorded) -> Lease
         acquired_at=at,
         expires_at=at + timedelta(seconds=event.ttl_seconds),
         ttl_seconds=event.ttl_seconds,
+        requested_ttl_seconds=event.requested_ttl_seconds,
         fencing_token=token,
         selector=dict(event.selector),
         cooldown_seconds=event.cooldown_seconds,
@@ -200,7 +212,13 @@ def _expire(view: LeaseView, event: LeaseExpired, at: datetime) -> LeaseView:
 
 
 def _report(view: LeaseView, event: LeaseReported, at: datetime) -> LeaseView:
-    outcome = Outcome(lease_id=event.lease_id, outcome=event.outcome, detail=event.detail, at=at)
+    outcome = Outcome(
+        lease_id=event.lease_id,
+        outcome=event.outcome,
+        detail=event.detail,
+        target=event.target,
+        at=at,
+    )
     view = msgspec.structs.replace(view, outcomes=(*view.outcomes, outcome)[-HISTORY:])
     current = view.current
     if current is not None and current.lease_id == event.lease_id:

@@ -15,6 +15,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
 from events import codec
+from events.aio import raise_if_cancelled
 from events.errors import EventStoreError
 from events.store import Recorded
 from events.subjects import proxy_uid_of
@@ -77,6 +78,7 @@ class Projector(Generic[V]):
     async def run(self) -> None:
         await self.catch_up()
         while True:
+            raise_if_cancelled()
             try:
                 await self.step()
             except EventStoreError as exc:

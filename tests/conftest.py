@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -11,6 +12,11 @@ from events.jetstream import JetStreamEventStore
 from events.streams import ensure_streams
 from services.runtime.connection import Connection, connect
 from services.runtime.natsserver import EmbeddedNatsServer
+
+# Tests send traffic to this machine only: every health prober a test starts (in-process, or
+# through `up` / `run health` subprocesses, which inherit this) checks a loopback address, never
+# the product's external default.
+os.environ["HEALTH_CHECK_URL"] = "http://127.0.0.1:9/no-external-checks-in-tests"
 
 
 @pytest.fixture

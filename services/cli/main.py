@@ -15,6 +15,8 @@ from rich.console import Console
 from events.errors import EventStoreError
 from services.cli.common import CliState
 from services.cli.events_cmd import events
+from services.cli.gc_cmd import gc
+from services.cli.lease_cmd import lease
 from services.cli.proxies_cmd import apply_cmd, delete_cmd, get_cmd
 from services.cli.streams_cmd import streams
 from services.cli.up import run, up
@@ -40,9 +42,11 @@ Exit codes:
   0  done (or stopped with Ctrl-C / SIGTERM)
   1  unexpected error (a bug: the traceback is printed)
   2  bad usage or configuration (flag, environment variable, port in use)
-  3  nats-server unreachable
+  3  nats-server unreachable (lease: the discovery API unreachable)
   4  event log problem (a stream configured differently, missing, or not answering)
   5  the embedded nats-server could not start
+  6  lease acquire: no proxy available now (it says when to try again)
+  7  lease release / report: unknown lease (never issued, released or expired)
 """
 
 
@@ -121,6 +125,8 @@ main.add_command(streams)
 main.add_command(apply_cmd)
 main.add_command(delete_cmd)
 main.add_command(get_cmd)
+main.add_command(gc)
+main.add_command(lease)
 
 
 if __name__ == "__main__":

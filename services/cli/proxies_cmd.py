@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -18,7 +20,9 @@ from rich.table import Table
 from events.jetstream import JetStreamEventStore
 from events.resource import ResourceError, cli_uid
 from events.schemas import Phase
-from events.subjects import PROXY_STREAM
+from events.subjects import LEASE_STREAM, PROXY_STREAM
+from projections import lease as lease_fold
+from projections.lease import LeaseView
 from projections.projector import Projector
 from projections.proxy import ProxyView, apply
 from services.cli import declare
@@ -30,6 +34,7 @@ from services.cli.common import (
     settings_for,
     stdout_console,
 )
+from services.cli.render import format_time
 from services.runtime.config import ConfigError
 from services.runtime.connection import Connection
 
@@ -176,7 +181,32 @@ def delete_cmd(
         raise click.ClickException(f"not removed within {timeout:g}s; see `egress-proxies get`")
 
 
-def item(view: ProxyView) -> dict[str, object]:
+@dataclass(frozen=True, slots=True)
+class LeaseState:
+    """A proxy's lease as ``get`` shows it, at the moment of the listing."""
+
+    lease_id: str | None = None
+    holder: str = ""
+    cooldown_until: datetime | None = None
+
+    @classmethod
+    def of(cls, view: LeaseView | None, now: datetime) -> LeaseState:
+        if not lease_fold.is_free(view, now):
+            assert view is not None
+            return cls(view.lease_id, view.holder)
+        rest = lease_fold.available_at(view)
+        return cls(cooldown_until=rest if rest is not None and rest > now else None)
+
+    def leased_cell(self) -> str:
+        return "no" if self.lease_id is None else (self.holder or "yes")
+
+    def cooldown_cell(self, now: datetime) -> str:
+        if self.cooldown_until is None:
+            return "-"
+        return f"{math.ceil((self.cooldown_until - now).total_seconds())}s"
+
+
+def item(view: ProxyView, lease: LeaseState) -> dict[str, object]:
     return {
         "uid": view.uid,
         "namespace": view.namespace,
@@ -193,6 +223,9 @@ def item(view: ProxyView) -> dict[str, object]:
         "generation": view.generation,
         "observedGeneration": view.observed_generation,
         "conditions": msgspec.to_builtins(view.conditions),
+        "leased": lease.lease_id is not None,
+        "leaseId": lease.lease_id,
+        "cooldownUntil": format_time(lease.cooldown_until) if lease.cooldown_until else None,
     }
 
 
@@ -206,11 +239,15 @@ def age(view: ProxyView, now: datetime) -> str:
     return f"{max(seconds, 0)}s"
 
 
-def table(views: list[ProxyView], now: datetime) -> Table:
+Listed = list[tuple[ProxyView, LeaseState]]
+
+
+def table(listed: Listed, now: datetime) -> Table:
     out = Table(box=None, pad_edge=False, header_style="bold")
-    for column in ("NAMESPACE", "NAME", "PHASE", "IP", "PROVIDER", "HEALTH", "AGE"):
+    columns = ("NAMESPACE", "NAME", "PHASE", "IP", "PROVIDER", "HEALTH", "LEASED", "COOLDOWN")
+    for column in (*columns, "AGE"):
         out.add_column(column, no_wrap=True)
-    for view in views:
+    for view, lease in listed:
         health = "-" if view.healthy is None else ("healthy" if view.healthy else "unhealthy")
         out.add_row(
             view.namespace,
@@ -219,6 +256,8 @@ def table(views: list[ProxyView], now: datetime) -> Table:
             view.ip or "-",
             view.spec.provider or "-",
             health,
+            lease.leased_cell(),
+            lease.cooldown_cell(now),
             age(view, now),
         )
     return out
@@ -230,25 +269,33 @@ def table(views: list[ProxyView], now: datetime) -> Table:
 @nats_url_option
 @click.pass_obj
 def get_cmd(state: CliState, *, output: str, namespace: str | None, nats_url: str | None) -> None:
-    """List proxies with their phase, address and health (a view rebuilt from the log)."""
+    """List proxies with their phase, address, health and lease (views rebuilt from the log)."""
     settings = settings_for(state, nats_url=nats_url)
 
-    async def work() -> list[ProxyView]:
+    async def work() -> tuple[list[ProxyView], dict[str, LeaseView]]:
         conn = await open_connection(settings.nats_url)
         try:
             projector = await _projection(conn)
             await projector.close()
+            leases: Projector[LeaseView] = Projector(
+                conn.js, LEASE_STREAM, "lease.*", lease_fold.apply
+            )
+            await leases.catch_up()
+            await leases.close()
         finally:
             await conn.close()
         views = [v for v in projector.views.values() if v.name and not v.removed]
         if namespace:
             views = [v for v in views if v.namespace == namespace]
-        return sorted(views, key=lambda v: (v.namespace, v.name))
+        return sorted(views, key=lambda v: (v.namespace, v.name)), leases.views
 
-    views = run_until_signalled(work()) or []
+    views, leases = run_until_signalled(work()) or ([], {})
+    now = datetime.now(UTC)
+    listed = [(v, LeaseState.of(leases.get(v.uid), now)) for v in views]
     if output == "json":
-        click.echo(json.dumps({"items": [item(v) for v in views]}, indent=2))
+        click.echo(json.dumps({"items": [item(v, lease) for v, lease in listed]}, indent=2))
     elif output == "yaml":
-        click.echo(yaml.safe_dump({"items": [item(v) for v in views]}, sort_keys=False))
+        items = [item(v, lease) for v, lease in listed]
+        click.echo(yaml.safe_dump({"items": items}, sort_keys=False))
     else:
-        stdout_console().print(table(views, datetime.now(UTC)))
+        stdout_console().print(table(listed, now))

@@ -14,6 +14,8 @@ import click
 
 from services.discovery import service as discovery
 from services.executor import service as executor
+from services.gc import service as gc
+from services.health import service as health
 from services.reconciler import service as reconciler
 from services.runtime.service import Service
 
@@ -68,6 +70,18 @@ SERVICES: dict[str, ServiceEntry] = entries(
         discovery.build,
         discovery.OPTIONS,
         up_names={"port": "api_port"},
+    ),
+    ServiceEntry(
+        "gc",
+        "Delete orphaned instances: tagged as ours, proxy removed, older than the grace.",
+        gc.build,
+        gc.OPTIONS,
+    ),
+    ServiceEntry(
+        "health",
+        "Probe every Ready proxy through itself; record health transitions.",
+        health.build,
+        health.OPTIONS,
     ),
 )
 

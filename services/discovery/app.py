@@ -3,17 +3,18 @@
 Routes (the reference is ``docs/api.md``; the schema is served at ``/schema``):
 
 - ``GET /healthz``, ``GET /metrics`` — open, untraced
-- ``GET /v1/proxies[?selector=k=v,k=v&available=true]``, ``GET /v1/proxies/{uid}``
-- ``POST /v1/leases``, ``GET /v1/leases/{lease_id}``, ``DELETE /v1/leases/{lease_id}``,
-  ``POST /v1/leases/{lease_id}/report``
+- ``GET /v1/proxies[?phase=Ready&healthy=true&attr.<key>=<value>...]``, ``GET /v1/proxies/{uid}``
+- ``POST /v1/leases`` (201), ``GET /v1/leases/{lease_id}``, ``DELETE /v1/leases/{lease_id}``
+  (204), ``POST /v1/leases/{lease_id}/report`` (204)
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
-from litestar import Litestar, Response, Router, delete, get, post
+from litestar import Litestar, Request, Response, Router, delete, get, post
 from litestar.di import NamedDependency, Provide
 from litestar.exceptions import HTTPException
 from litestar.openapi.config import OpenAPIConfig
@@ -23,6 +24,8 @@ from litestar.params import FromPath, FromQuery, JSONBody
 from litestar.types import ExceptionHandlersMap, Guard
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from events.schemas import Phase
+from projections.proxy import ProxyView
 from services.discovery.auth import bearer_guard
 from services.discovery.errors import (
     ApiError,
@@ -72,22 +75,62 @@ def _errors(*statuses: int) -> dict[int, ResponseSpec]:
     }
 
 
-def parse_selector(text: str | None) -> dict[str, str]:
-    """``country=de,tier=gold`` -> ``{"country": "de", "tier": "gold"}``."""
-    if not text:
-        return {}
-    out: dict[str, str] = {}
-    for part in text.split(","):
-        key, sep, value = part.partition("=")
-        if not sep or not key.strip():
-            raise InvalidRequest(f"selector {text!r}: use key=value pairs separated by commas")
-        out[key.strip()] = value.strip()
-    return out
+ATTR_PREFIX = "attr."
+PROXY_FILTERS = frozenset({"phase", "healthy"})
+PHASES = {phase.value.lower(): phase for phase in Phase}
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyFilter:
+    """``GET /v1/proxies``'s query: every given part must match."""
+
+    phase: Phase | None = None
+    healthy: bool | None = None
+    attributes: tuple[tuple[str, str], ...] = ()
+
+    def matches(self, proxy: ProxyView) -> bool:
+        if self.phase is not None and proxy.phase is not self.phase:
+            return False
+        if self.healthy is not None and proxy.healthy is not self.healthy:
+            return False
+        attributes = proxy.spec.attributes
+        return all(attributes.get(key) == value for key, value in self.attributes)
+
+
+def parse_proxy_filter(query: Iterable[tuple[str, str]]) -> ProxyFilter:
+    """``phase=Ready&healthy=true&attr.country=de`` -> a filter. An unknown parameter is an
+    error, not ignored: a misspelt filter would otherwise answer every proxy."""
+    phase: Phase | None = None
+    healthy: bool | None = None
+    attributes: list[tuple[str, str]] = []
+    for key, value in query:
+        if key.startswith(ATTR_PREFIX) and len(key) > len(ATTR_PREFIX):
+            attributes.append((key[len(ATTR_PREFIX) :], value))
+        elif key == "phase":
+            phase = PHASES.get(value.strip().lower())
+            if phase is None:
+                known = ", ".join(p.value for p in Phase)
+                raise InvalidRequest(f"phase: {value!r} is not a phase; use one of {known}")
+        elif key == "healthy":
+            if value.strip().lower() not in ("true", "false"):
+                raise InvalidRequest(f"healthy: {value!r} is not a boolean; use true or false")
+            healthy = value.strip().lower() == "true"
+        else:
+            raise InvalidRequest(
+                f"unknown query parameter {key!r}; filter with phase=, healthy= and "
+                "attr.<key>=<value>"
+            )
+    return ProxyFilter(phase, healthy, tuple(attributes))
 
 
 def _lease(api: Api, granted: Granted) -> LeaseOut:
-    proxy = api.views.proxy(granted.view.proxy_uid)
-    return lease_out(granted.record, granted.view, proxy, api.views.now())
+    return lease_out(granted.record, api.views.proxy(granted.view.proxy_uid))
+
+
+def _proxy(api: Api, proxy: ProxyView) -> ProxyOut:
+    view = api.views.lease_view(proxy.uid)
+    latency = api.views.latency(proxy.uid)
+    return proxy_out(proxy, view, api.views.now(), eligible=eligible(proxy, {}), latency_ms=latency)
 
 
 # ----------------------------------------------------------------------------------- ops
@@ -112,23 +155,18 @@ async def metrics(api: Api) -> Response[bytes]:
 
 @get("/proxies", tags=["proxies"], responses=_errors(400, 401))
 async def list_proxies(
-    api: Api, selector: FromQuery[str | None] = None, available: FromQuery[bool | None] = None
+    api: Api,
+    request: Request[Any, Any, Any],
+    phase: FromQuery[str | None] = None,
+    healthy: FromQuery[str | None] = None,
 ) -> ProxyList:
-    """Every proxy not removed, by namespace and name. ``selector`` keeps those whose attributes
-    include every pair; ``available=true`` keeps those a lease request could get now."""
-    wanted = parse_selector(selector)
-    now = api.views.now()
-    items: list[ProxyOut] = []
-    for proxy in sorted(api.views.all_proxies(), key=lambda p: (p.namespace, p.name, p.uid)):
-        attributes = proxy.spec.attributes
-        if proxy.removed or any(attributes.get(k) != v for k, v in wanted.items()):
-            continue
-        out = proxy_out(
-            proxy, api.views.lease_view(proxy.uid), now, eligible=eligible(proxy, wanted)
-        )
-        if available is None or out.available == available:
-            items.append(out)
-    return ProxyList(items=items)
+    """Every proxy not removed, by namespace and name. Filters, all of which must match:
+    ``phase=Ready``, ``healthy=true|false`` (a proxy not probed yet matches neither), and
+    ``attr.<key>=<value>``, repeatable, for each attribute the proxy must have."""
+    del phase, healthy  # declared for the OpenAPI document; read with the attr.* parameters
+    wanted = parse_proxy_filter(request.query_params.multi_items())
+    proxies = sorted(api.views.all_proxies(), key=lambda p: (p.namespace, p.name, p.uid))
+    return ProxyList(items=[_proxy(api, p) for p in proxies if not p.removed and wanted.matches(p)])
 
 
 @get("/proxies/{uid:str}", tags=["proxies"], responses=_errors(401, 404))
@@ -136,8 +174,7 @@ async def get_proxy(api: Api, uid: FromPath[str]) -> ProxyOut:
     proxy = api.views.proxy(uid)
     if proxy is None or proxy.removed:
         raise UnknownProxy(f"no proxy {uid!r}")
-    view = api.views.lease_view(uid)
-    return proxy_out(proxy, view, api.views.now(), eligible=eligible(proxy, {}))
+    return _proxy(api, proxy)
 
 
 # -------------------------------------------------------------------------------- leases
@@ -146,33 +183,36 @@ async def get_proxy(api: Api, uid: FromPath[str]) -> ProxyOut:
 @post("/leases", tags=["leases"], status_code=201, responses=_errors(400, 401, 413, 503))
 async def acquire(api: Api, data: JSONBody[AcquireRequest]) -> LeaseOut:
     """Lease a Ready, healthy proxy whose attributes match every selector pair, exclusively,
-    until ``ttl_seconds`` pass or it is released. 503 ``no_proxy_available`` (with
-    ``Retry-After``) when none is free."""
+    until ``ttlSeconds`` pass or it is released. A TTL above the server's maximum is granted as
+    the maximum (``ttlClamped``). 503 ``no_proxy_available`` (with ``Retry-After``) when none
+    is free."""
     granted = await api.leases.acquire(data.selector, data.ttl_seconds, data.holder)
     return _lease(api, granted)
 
 
 @get("/leases/{lease_id:str}", tags=["leases"], responses=_errors(401, 404))
 async def get_lease(api: Api, lease_id: FromPath[str]) -> LeaseOut:
+    """An active lease; 404 ``unknown_lease`` once it is released or expired."""
     return _lease(api, api.leases.get(lease_id))
 
 
-@delete("/leases/{lease_id:str}", tags=["leases"], status_code=200, responses=_errors(401, 404))
-async def release(api: Api, lease_id: FromPath[str]) -> LeaseOut:
-    """End the lease; the proxy cools down before its next lease. Idempotent: releasing an
-    ended lease answers its state (``released`` or ``expired``) and changes nothing."""
-    return _lease(api, await api.leases.release(lease_id))
+@delete("/leases/{lease_id:str}", tags=["leases"], status_code=204, responses=_errors(401, 404))
+async def release(api: Api, lease_id: FromPath[str]) -> None:
+    """End an active lease; the proxy cools down before its next lease. 404 ``unknown_lease``
+    when the lease is unknown, already released or expired."""
+    await api.leases.release(lease_id)
 
 
 @post(
     "/leases/{lease_id:str}/report",
     tags=["leases"],
-    status_code=200,
+    status_code=204,
     responses=_errors(400, 401, 404, 413),
 )
-async def report(api: Api, lease_id: FromPath[str], data: JSONBody[ReportRequest]) -> LeaseOut:
-    """Record how the work through the proxy went (also after release)."""
-    return _lease(api, await api.leases.report(lease_id, data.outcome, data.detail))
+async def report(api: Api, lease_id: FromPath[str], data: JSONBody[ReportRequest]) -> None:
+    """Record how the work through the proxy went (``success``, ``blocked``, ``failed``), while
+    the lease is active; 404 ``unknown_lease`` otherwise."""
+    await api.leases.report(lease_id, data.outcome, data.target, data.detail)
 
 
 # ----------------------------------------------------------------------------------- app

@@ -39,10 +39,6 @@ class InvalidRequest(ApiError):
     pass
 
 
-class TtlTooLong(ApiError):
-    code = "ttl_too_long"
-
-
 class UnknownLease(ApiError):
     status = 404
     code = "unknown_lease"

@@ -16,6 +16,7 @@ import asyncio
 import structlog
 
 from events import subjects
+from events.aio import raise_if_cancelled
 from events.errors import ConcurrencyError, EventStoreError
 from events.schemas import LeaseExpired
 from events.store import EventStore, NewEvent, derive_msg_id
@@ -61,6 +62,7 @@ class ExpirySweep:
 
     async def run(self, interval: float) -> None:
         while True:
+            raise_if_cancelled()  # nats-py can swallow a cancellation inside an append
             try:
                 await self.sweep()
             except EventStoreError as exc:

@@ -1,9 +1,11 @@
-"""Acquiring, releasing, reporting and expiring leases: compare-and-set appends to ``lease.<uid>``.
+"""Acquiring, releasing and reporting on leases: appends to ``lease.<uid>``.
 
 A claim is appended with the expected last sequence of the proxy's lease subject set to the one
 the view folded. Two replicas that saw the same free proxy cannot both append: the second gets a
-conflict and moves on to its next candidate. The answer is given only once this replica's view
-shows the claim granted (read-your-writes), so a ``GET`` of the lease right after works here.
+conflict and moves on to its next candidate. Every answer is given only once this replica's view
+shows the append (read-your-writes), so a ``GET`` of the lease right after works here.
+
+Only active leases are served: a released or expired lease answers like an unknown one.
 """
 
 from __future__ import annotations
@@ -20,12 +22,20 @@ import structlog
 
 from events import subjects
 from events.errors import ConcurrencyError
-from events.schemas import LeaseAcquired, LeaseReleased, LeaseReported, Phase
+from events.schemas import LeaseAcquired, LeaseReleased, LeaseReported
 from events.store import EventStore, NewEvent, derive_msg_id
-from projections.lease import ACTIVE, LeaseRecord, LeaseView, available_at, find, is_available
-from projections.lease import state_of as lease_state
+from projections.lease import (
+    RELEASED,
+    LeaseRecord,
+    LeaseView,
+    active,
+    available_at,
+    find,
+    is_available,
+)
 from projections.proxy import ProxyView
-from services.discovery.errors import NoProxyAvailable, TtlTooLong, UnknownLease
+from services.discovery.candidates import leasable, random_order
+from services.discovery.errors import NoProxyAvailable, UnknownLease
 from services.discovery.metrics import DiscoveryMetrics
 from services.discovery.views import Views
 
@@ -48,23 +58,25 @@ class LeasePolicy:
 
 
 @dataclass(frozen=True, slots=True)
+class Claim:
+    """What one acquire request asks for, as it goes into each ``LeaseAcquired`` it tries."""
+
+    selector: dict[str, str]
+    ttl: float
+    requested_ttl: float
+    holder: str
+
+
+@dataclass(frozen=True, slots=True)
 class Granted:
     view: LeaseView
     record: LeaseRecord
 
 
 def eligible(proxy: ProxyView, selector: Mapping[str, str]) -> bool:
-    """Ready, not being deleted, not known unhealthy, and matching every selector pair.
-
-    ``healthy`` is None until a health prober has reported on the proxy: that counts as healthy,
-    or nothing could be leased in a system without the prober.
-    """
-    if proxy.phase is not Phase.READY or proxy.deleting or proxy.removed or not proxy.url:
-        return False
-    if proxy.healthy is False:
-        return False
+    """Leasable (``candidates.leasable``) and matching every selector pair."""
     attributes = proxy.spec.attributes
-    return all(attributes.get(key) == value for key, value in selector.items())
+    return leasable(proxy) and all(attributes.get(k) == v for k, v in selector.items())
 
 
 class Leases:
@@ -86,29 +98,28 @@ class Leases:
 
     # ------------------------------------------------------------------------------ acquire
 
-    def check_ttl(self, ttl: float | None) -> float:
-        if ttl is None:
+    def grant_ttl(self, requested: float | None) -> float:
+        """The TTL granted: the default when none is asked for, never above the maximum. A
+        longer request is clamped, not refused: the holder gets the longest lease it may have
+        and learns so from ``ttlClamped``, where a refusal would only make it ask again."""
+        if requested is None:
             return self.policy.default_ttl
-        if ttl > self.policy.max_ttl:
-            raise TtlTooLong(
-                f"ttl_seconds {ttl:g} is longer than this server's maximum lease TTL "
-                f"({self.policy.max_ttl:g} s); ask for less, or release and acquire again"
-            )
-        return ttl
+        return min(requested, self.policy.max_ttl)
 
     async def acquire(
-        self, selector: Mapping[str, str], ttl_seconds: float | None, holder: str
+        self, selector: Mapping[str, str], requested_ttl: float | None, holder: str
     ) -> Granted:
-        ttl = self.check_ttl(ttl_seconds)
+        ttl = self.grant_ttl(requested_ttl)
         with self.metrics.acquire_seconds.time():
-            matching = [p for p in self.views.all_proxies() if eligible(p, selector)]
+            matching = self.views.candidates.matching(selector)
             if not matching:
                 self.metrics.acquisitions.labels("no_match").inc()
                 raise NoProxyAvailable(
                     f"no Ready, healthy proxy matches the selector {dict(selector)}",
                     headers={"Retry-After": "5"},
                 )
-            granted = await self._try(self._order(matching), selector, ttl, holder)
+            claim = Claim(dict(selector), ttl, requested_ttl or 0.0, holder)
+            granted = await self._try(matching, claim)
             if granted is None:
                 self.metrics.acquisitions.labels("busy").inc()
                 raise NoProxyAvailable(
@@ -119,41 +130,35 @@ class Leases:
             self.metrics.acquisitions.labels("acquired").inc()
             return granted
 
-    def _order(self, matching: list[ProxyView]) -> list[str]:
-        """Available proxies in random order, so requests and replicas spread out instead of all
-        racing for the first one."""
-        now = self.views.now()
-        uids = [p.uid for p in matching if is_available(self.views.lease_view(p.uid), now)]
-        self.rng.shuffle(uids)
-        return uids
-
-    async def _try(
-        self, uids: list[str], selector: Mapping[str, str], ttl: float, holder: str
-    ) -> Granted | None:
-        queue = deque(uids)
-        fresh: dict[str, LeaseView | None] = {}
+    async def _try(self, matching: list[str], claim: Claim) -> Granted | None:
+        """Claim free candidates in random order, so requests and replicas spread out instead
+        of all racing for the first one, until one is granted or the attempts run out."""
+        order = random_order(matching, self.rng)
+        again: deque[tuple[str, LeaseView | None]] = deque()
         reread: set[str] = set()
         attempts = 0
-        while queue and attempts < self.policy.max_attempts:
-            uid = queue.popleft()
-            view = fresh.pop(uid) if uid in fresh else self.views.lease_view(uid)
-            if self._trying[uid] or not is_available(view, self.views.now()):
+        now = self.views.now()
+        while attempts < self.policy.max_attempts:
+            if again:
+                uid, view = again.popleft()
+            elif (uid := next(order, "")) != "":
+                view = self.views.lease_view(uid)
+            else:
+                break
+            if self._trying[uid] or not is_available(view, now):
                 # Another request of this replica is claiming it: one claim per replica is
                 # enough to race with the other replicas; more would only lose to it.
                 continue
             attempts += 1
             self._trying[uid] += 1
             try:
-                seq = await self._claim(uid, view, selector, ttl, holder)
+                seq = await self._claim(uid, view, claim)
                 if seq is None:
                     # Lost the race; re-read once: a report, not a claim, may have moved it.
                     self.metrics.conflicts.labels("sequence").inc()
                     if uid not in reread:
                         reread.add(uid)
-                        view = await self.views.fresh_lease_view(uid)
-                        if is_available(view, self.views.now()):
-                            fresh[uid] = view
-                            queue.append(uid)
+                        again.append((uid, await self.views.fresh_lease_view(uid)))
                     continue
                 lease_id, last_seq = seq
                 granted = await self._confirm(uid, lease_id, last_seq)
@@ -167,20 +172,16 @@ class Leases:
         return None
 
     async def _claim(
-        self,
-        uid: str,
-        view: LeaseView | None,
-        selector: Mapping[str, str],
-        ttl: float,
-        holder: str,
+        self, uid: str, view: LeaseView | None, claim: Claim
     ) -> tuple[str, int] | None:
         lease_id = str(uuid.uuid4())
         event = LeaseAcquired(
             lease_id=lease_id,
             proxy_uid=uid,
-            holder=holder,
-            ttl_seconds=ttl,
-            selector=dict(selector),
+            holder=claim.holder,
+            ttl_seconds=claim.ttl,
+            requested_ttl_seconds=claim.requested_ttl,
+            selector=claim.selector,
             fencing_token=(view.fencing_token if view else 0) + 1,
             cooldown_seconds=self.policy.cooldown,
         )
@@ -212,11 +213,11 @@ class Leases:
             return await self.views.fresh_lease_view(uid)
         return self.views.lease_view(uid)
 
-    def _retry_after(self, matching: list[ProxyView]) -> int:
+    def _retry_after(self, matching: list[str]) -> int:
         now = self.views.now()
         soonest: datetime | None = None
-        for proxy in matching:
-            when = available_at(self.views.lease_view(proxy.uid))
+        for uid in matching:
+            when = available_at(self.views.lease_view(uid))
             if when is not None and when > now and (soonest is None or when < soonest):
                 soonest = when
         if soonest is None:
@@ -226,54 +227,45 @@ class Leases:
     # ------------------------------------------------------------------------ the rest
 
     def get(self, lease_id: str) -> Granted:
+        """The lease while it holds its proxy. Released and expired leases are answered like
+        unknown ones: the API deals in leases a client can still use, and the log keeps the
+        rest (``egress-proxies events --stream LEASE``)."""
         found = self.views.find_lease(lease_id)
-        if found is None:
-            raise UnknownLease(f"no lease {lease_id!r} (unknown, or too old to be kept)")
-        return Granted(*found)
+        record = active(found[0], lease_id, self.views.now()) if found else None
+        if found is None or record is None:
+            raise UnknownLease(f"no active lease {lease_id!r} (unknown, released or expired)")
+        return Granted(found[0], record)
 
-    async def release(self, lease_id: str) -> Granted:
-        """End the lease now; releasing a lease that has already ended changes nothing."""
-        granted = self.get(lease_id)
-        uid = granted.view.proxy_uid
-        view: LeaseView | None = granted.view
-        for _ in range(self.policy.max_attempts):
-            record = find(view, lease_id)
-            if view is None or record is None:
-                break
-            if view.current is not record or lease_state(record, self.views.now()) != ACTIVE:
-                self.metrics.releases.labels("already_ended").inc()
-                return Granted(view, record)
-            event = LeaseReleased(
-                lease_id=lease_id, proxy_uid=uid, cooldown_seconds=self.policy.cooldown
-            )
-            try:
-                result = await self.store.append(
-                    subjects.lease(uid),
-                    [NewEvent(event, derive_msg_id("lease-released", lease_id))],
-                    expected_seq=view.last_seq,
-                )
-            except ConcurrencyError:
-                view = await self.views.fresh_lease_view(uid)
-                continue
-            self.metrics.releases.labels("released").inc()
-            view = await self._view_at(uid, result.last_seq)
-            record = find(view, lease_id)
-            if view is not None and record is not None:
-                return Granted(view, record)
-            break
-        raise UnknownLease(f"no lease {lease_id!r} (unknown, or too old to be kept)")
+    async def release(self, lease_id: str) -> None:
+        """End the lease now; the proxy cools down before its next lease.
 
-    async def report(self, lease_id: str, outcome: str, detail: str) -> Granted:
-        """Record how the lease went; allowed after release too (the crawl may end later)."""
-        granted = self.get(lease_id)
-        uid = granted.view.proxy_uid
-        event = LeaseReported(lease_id=lease_id, proxy_uid=uid, outcome=outcome, detail=detail)
+        No sequence check: the fold ends the lease only if it is still the current one and not
+        past its end, so a release can never end anything but its own lease, and the msg id
+        makes a retried append harmless. The answer says what the fold made of it.
+        """
+        uid = self.get(lease_id).view.proxy_uid
+        event = LeaseReleased(
+            lease_id=lease_id, proxy_uid=uid, cooldown_seconds=self.policy.cooldown
+        )
+        result = await self.store.append(
+            subjects.lease(uid), [NewEvent(event, derive_msg_id("lease-released", lease_id))]
+        )
+        record = find(await self._view_at(uid, result.last_seq), lease_id)
+        if record is None or record.end != RELEASED:
+            self.metrics.releases.labels("unknown").inc()
+            raise UnknownLease(f"no active lease {lease_id!r} (it expired before the release)")
+        self.metrics.releases.labels("released").inc()
+
+    async def report(self, lease_id: str, outcome: str, target: str, detail: str) -> None:
+        """Record how the work through the proxy went, while the lease is active."""
+        uid = self.get(lease_id).view.proxy_uid
+        event = LeaseReported(
+            lease_id=lease_id, proxy_uid=uid, outcome=outcome, target=target, detail=detail
+        )
         # A fact that depends on no state: no sequence check; every report is its own event.
         result = await self.store.append(
             subjects.lease(uid),
             [NewEvent(event, derive_msg_id("lease-reported", lease_id, str(uuid.uuid4())))],
         )
-        self.metrics.report(outcome)
-        view = await self._view_at(uid, result.last_seq)
-        record = find(view, lease_id)
-        return Granted(view, record) if view is not None and record is not None else granted
+        self.metrics.reports.labels(outcome).inc()
+        await self._view_at(uid, result.last_seq)  # a GET right after shows the report

@@ -10,8 +10,6 @@ import weakref
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-KNOWN_OUTCOMES = frozenset({"success", "failure", "blocked", "captcha", "timeout", "error"})
-
 
 class DiscoveryMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
@@ -36,13 +34,13 @@ class DiscoveryMetrics:
         )
         self.releases = Counter(
             "egress_lease_releases_total",
-            "Release requests by result (released, already_ended)",
+            "Release requests by result (released; unknown: unknown, or no longer active)",
             ["result"],
             registry=r,
         )
         self.reports = Counter(
             "egress_lease_reports_total",
-            "Outcome reports by outcome (known outcomes; anything else is `other`)",
+            "Outcome reports by outcome (success, blocked, failed)",
             ["outcome"],
             registry=r,
         )
@@ -68,9 +66,6 @@ class DiscoveryMetrics:
             ["method", "route"],
             registry=r,
         )
-
-    def report(self, outcome: str) -> None:
-        self.reports.labels(outcome if outcome in KNOWN_OUTCOMES else "other").inc()
 
 
 _by_registry: weakref.WeakKeyDictionary[CollectorRegistry, DiscoveryMetrics] = (

@@ -1,65 +1,89 @@
-"""What the API accepts and answers, as msgspec Structs (Litestar validates and documents them)."""
+"""What the API accepts and answers, as msgspec Structs (Litestar validates and documents them).
+
+Field names are lowerCamel on the wire (``ttlSeconds``, ``acquiredAt``), like the Kubernetes
+resources the same operators read: one naming style whichever of the two they look at.
+"""
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Literal
 
 import msgspec
 from msgspec import Meta
 
+from events.schemas import Condition
 from projections.lease import LeaseRecord, LeaseView, available_at, is_available, is_free
-from projections.lease import state_of as lease_state
 from projections.proxy import ProxyView
 
 AttributeKey = Annotated[str, Meta(min_length=1, max_length=63)]
 AttributeValue = Annotated[str, Meta(max_length=256)]
 Selector = dict[AttributeKey, AttributeValue]
+OutcomeName = Literal["success", "blocked", "failed"]
 
 
-class AcquireRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class _In(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, rename="camel"):
+    """Request bodies: an unknown field is refused, so a misspelt ``ttlSecnds`` is an error
+    rather than a silently default lease."""
+
+
+class _Out(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    pass
+
+
+class AcquireRequest(_In, frozen=True, kw_only=True):
     selector: Selector = msgspec.field(default_factory=dict)
     """Attributes the proxy must have, all of them (``{"country": "de"}``)."""
-    ttl_seconds: Annotated[float, Meta(gt=0, le=86400 * 7)] | None = None
-    """How long the lease lasts unless released; at most the server's maximum (default 300 s,
-    or the maximum if lower)."""
+    ttl_seconds: Annotated[float, Meta(gt=0)] | None = None
+    """How long the lease lasts unless released (default 300 s, or the maximum if lower). More
+    than the server's maximum is granted as the maximum: the answer says ``ttlClamped``."""
     holder: Annotated[str, Meta(max_length=256)] = ""
-    """Who holds the lease (a crawler's name), shown in the log and in the lease."""
+    """Who holds the lease (a crawler's name), recorded in the log and shown in the lease."""
 
 
-class ReportRequest(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    outcome: Annotated[str, Meta(pattern="^[a-z][a-z0-9_-]{0,31}$")]
-    """``success``, ``failure``, ``blocked``, ``captcha``, ``timeout``, ``error``, or another
-    short lowercase word."""
+class ReportRequest(_In, frozen=True, kw_only=True):
+    outcome: OutcomeName
+    """``success``, ``blocked`` (the target refused the proxy's IP) or ``failed``."""
+    target: Annotated[str, Meta(max_length=2048)] = ""
+    """What the holder reached through the proxy: a host or URL."""
     detail: Annotated[str, Meta(max_length=1024)] = ""
+    """Free text, e.g. ``HTTP 403``."""
 
 
-class ProxyOut(msgspec.Struct, frozen=True, kw_only=True):
+class ConditionOut(_Out, frozen=True, kw_only=True):
+    type: str
+    status: str
+    reason: str
+    message: str
+
+
+class ProxyOut(_Out, frozen=True, kw_only=True):
     uid: str
     namespace: str
     name: str
-    phase: str
     url: str
     ip: str
-    provider: str
+    phase: str
     healthy: bool | None
     """None until a health prober has reported on the proxy."""
+    latency_ms: float | None
+    """The probe latency of the last health change; None until probed."""
     attributes: dict[str, str]
+    provider: str
+    conditions: list[ConditionOut]
     leased: bool
     """A lease holds the proxy now."""
     available: bool
-    """It could be leased now: Ready, not unhealthy, not leased, not cooling down."""
-    lease_expires_at: datetime | None
+    """It could be leased now: Ready, healthy, not leased, not cooling down."""
     cooldown_until: datetime | None
-    fencing_token: int
-    """The token of the newest lease on this proxy (0: never leased)."""
+    """While the proxy rests after a lease: when it can be leased again."""
 
 
-class ProxyList(msgspec.Struct, frozen=True, kw_only=True):
+class ProxyList(_Out, frozen=True, kw_only=True):
     items: list[ProxyOut]
 
 
-class LeasedProxy(msgspec.Struct, frozen=True, kw_only=True):
+class LeasedProxy(_Out, frozen=True, kw_only=True):
     uid: str
     namespace: str
     name: str
@@ -69,77 +93,74 @@ class LeasedProxy(msgspec.Struct, frozen=True, kw_only=True):
     attributes: dict[str, str]
 
 
-class OutcomeOut(msgspec.Struct, frozen=True, kw_only=True):
+class OutcomeOut(_Out, frozen=True, kw_only=True):
     outcome: str
+    target: str
     detail: str
     at: datetime
 
 
-class LeaseOut(msgspec.Struct, frozen=True, kw_only=True):
+class LeaseOut(_Out, frozen=True, kw_only=True):
     id: str
-    state: str
-    """``active``, ``released`` or ``expired``."""
-    holder: str
     proxy: LeasedProxy
     acquired_at: datetime
     expires_at: datetime
-    ttl_seconds: float
     fencing_token: int
     """Strictly increasing per proxy: a downstream system can refuse a holder whose token is
     lower than one it has already seen."""
+    ttl_seconds: float
+    """The TTL granted."""
+    ttl_clamped: bool
+    """True when the request asked for more than the server's maximum lease TTL."""
+    holder: str
     selector: dict[str, str]
-    ended_at: datetime | None
-    cooldown_until: datetime | None
-    """When the proxy can be leased again, once this lease has ended."""
     outcomes: list[OutcomeOut]
 
 
-class Health(msgspec.Struct, frozen=True, kw_only=True):
+class Health(_Out, frozen=True, kw_only=True):
     status: str
 
 
+def _condition(condition: Condition) -> ConditionOut:
+    return ConditionOut(
+        type=condition.type,
+        status=condition.status,
+        reason=condition.reason,
+        message=condition.message,
+    )
+
+
 def proxy_out(
-    proxy: ProxyView, view: LeaseView | None, now: datetime, *, eligible: bool
+    proxy: ProxyView,
+    view: LeaseView | None,
+    now: datetime,
+    *,
+    eligible: bool,
+    latency_ms: float | None,
 ) -> ProxyOut:
     leased = not is_free(view, now)
+    cooldown = None if leased else available_at(view)
     return ProxyOut(
         uid=proxy.uid,
         namespace=proxy.namespace,
         name=proxy.name,
-        phase=str(proxy.phase),
         url=proxy.url,
         ip=proxy.ip,
-        provider=proxy.spec.provider,
+        phase=str(proxy.phase),
         healthy=proxy.healthy,
+        latency_ms=latency_ms,
         attributes=dict(proxy.spec.attributes),
+        provider=proxy.spec.provider,
+        conditions=[_condition(c) for c in proxy.conditions],
         leased=leased,
         available=eligible and is_available(view, now),
-        lease_expires_at=view.expires_at if leased and view is not None else None,
-        cooldown_until=_cooldown(view, now),
-        fencing_token=view.fencing_token if view is not None else 0,
+        cooldown_until=cooldown if cooldown is not None and cooldown > now else None,
     )
 
 
-def _cooldown(view: LeaseView | None, now: datetime) -> datetime | None:
-    when = available_at(view)
-    if when is None or when <= now or (view is not None and not is_free(view, now)):
-        return None
-    return when
-
-
-def lease_out(
-    record: LeaseRecord, view: LeaseView, proxy: ProxyView | None, now: datetime
-) -> LeaseOut:
-    state = lease_state(record, now)
-    cooldown: datetime | None = None
-    if record is view.current:
-        cooldown = available_at(view) if state != "active" else None
-    elif view.recent and record is view.recent[-1]:
-        cooldown = view.cooldown_until
+def lease_out(record: LeaseRecord, proxy: ProxyView | None) -> LeaseOut:
     return LeaseOut(
         id=record.lease_id,
-        state=state,
-        holder=record.holder,
         proxy=LeasedProxy(
             uid=record.proxy_uid,
             namespace=proxy.namespace if proxy else "",
@@ -150,10 +171,13 @@ def lease_out(
         ),
         acquired_at=record.acquired_at,
         expires_at=record.expires_at,
-        ttl_seconds=record.ttl_seconds,
         fencing_token=record.fencing_token,
+        ttl_seconds=record.ttl_seconds,
+        ttl_clamped=record.requested_ttl_seconds > record.ttl_seconds,
+        holder=record.holder,
         selector=dict(record.selector),
-        ended_at=record.ended_at or (record.expires_at if state == "expired" else None),
-        cooldown_until=cooldown,
-        outcomes=[OutcomeOut(outcome=o.outcome, detail=o.detail, at=o.at) for o in record.outcomes],
+        outcomes=[
+            OutcomeOut(outcome=o.outcome, target=o.target, detail=o.detail, at=o.at)
+            for o in record.outcomes
+        ],
     )

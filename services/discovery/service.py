@@ -190,7 +190,8 @@ OPTIONS: tuple[click.Option, ...] = (
         callback=duration_option(positive=True),
         show_default=True,
         envvar="MAX_LEASE_TTL",
-        help="Longest lease a client may ask for, e.g. 30s, 5m, 1h [env MAX_LEASE_TTL].",
+        help="Longest lease granted, e.g. 30s, 5m, 1h; a longer request is granted this long "
+        "(the answer says ttlClamped) [env MAX_LEASE_TTL].",
     ),
     click.Option(
         ["--lease-cooldown"],

@@ -1,51 +1,60 @@
 """The projections discovery answers from, kept current by two projectors.
 
-``proxies`` folds ``proxy.*.*`` into ``ProxyView``s; ``leases`` folds ``lease.*`` into
-``LeaseView``s and keeps the lease-id index. Both record the newest JetStream timestamp they
+``proxies`` folds ``proxy.*.*`` into ``ProxyView``s (and keeps each proxy's last probe latency,
+which the shared proxy view does not carry); ``leases`` folds ``lease.*`` into ``LeaseView``s and
+keeps the lease-id index. Both record the newest JetStream timestamp they
 applied, which bounds this replica's idea of "now" from below (``now``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import heapq
+import itertools
 from datetime import UTC, datetime
 from typing import TypeVar
 
 from nats.js import JetStreamContext
 
 from events import subjects
+from events.aio import raise_if_cancelled
+from events.schemas import HealthChanged
 from events.store import EventStore, Recorded
 from projections import lease as lease_fold
 from projections import proxy as proxy_fold
 from projections.lease import LeaseRecord, LeaseView
 from projections.projector import Projector
 from projections.proxy import ProxyView
+from services.discovery.candidates import CandidateIndex
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 V = TypeVar("V")
-BURST = 32
-"""Consecutive single events after which the follower switches to batches (a backlog)."""
+BURST = 4
+"""Consecutive non-empty single fetches after which the follower gathers events in windows."""
+WINDOW = 0.002
+"""How long one windowed fetch gathers events: the most it delays one, under load."""
 
 
 async def follow(projector: Projector[V], batch: int) -> None:
-    """Keep ``projector`` current with low latency.
+    """Keep ``projector`` current with low latency and few requests.
 
-    nats-py's batch fetch returns only when its batch is full or its wait is over, so a
-    projector fetching 1,000 at a time shows a lone new event up to a whole wait late. Following
-    asks for one event at a time instead, which returns the moment it is stored (read-your-writes
-    in milliseconds, one request a second when idle), and switches to full batches while events
-    keep coming (a backlog, a rebuild), where a batch fills at once.
+    nats-py's batch fetch returns only when its batch is full or its wait is over. Idle, the
+    follower asks for one event at a time with a long wait: it returns the moment an event is
+    stored, at one request a second. Once events keep coming, one request per event costs more
+    than the rest of reading them (a fifth of a lease's CPU in ``bench.discovery``), so it asks
+    for a whole batch with a wait of ``WINDOW``: everything stored within those 2 ms comes in
+    one answer, and a backlog in answers of ``batch``. An empty window goes back to single
+    fetches.
     """
     streak = 0
+    idle = projector.idle_timeout
     while True:
-        if streak >= BURST:
-            projector.batch = batch
-            got = await projector.step(no_wait=True)
-            streak = BURST if got >= batch else 0
-        else:
-            projector.batch = 1
-            got = await projector.step()
-            streak = streak + 1 if got else 0
+        raise_if_cancelled()  # nats-py can swallow a cancellation inside a fetch
+        windowed = streak >= BURST
+        projector.batch = batch if windowed else 1
+        projector.idle_timeout = WINDOW if windowed else idle
+        got = await projector.step()
+        streak = (BURST if windowed else streak + 1) if got else 0
 
 
 class Views:
@@ -60,6 +69,10 @@ class Views:
         self.index: dict[str, str] = {}
         """lease id -> proxy uid, for every lease a lease view holds."""
         self.newest = EPOCH
+        self.candidates = CandidateIndex()
+        """The proxies a lease request may get, by attribute."""
+        self.latency_ms: dict[str, float] = {}
+        """proxy uid -> probe latency of its last health change, while it was healthy."""
         self._apply_lease = lease_fold.indexed(self.index)
         self.proxies: Projector[ProxyView] = Projector(
             js, subjects.PROXY_STREAM, "proxy.*.*", self._on_proxy, batch=batch
@@ -69,17 +82,36 @@ class Views:
         )
         self.batch = batch
         self.caught_up = False
+        self.lease_seq = 0
+        """The stream sequence of the last lease event applied."""
+        self._lease_waiters: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._tickets = itertools.count()
 
     def _seen(self, recorded: Recorded) -> None:
         self.newest = max(self.newest, recorded.timestamp)
 
     def _on_proxy(self, view: ProxyView | None, recorded: Recorded) -> ProxyView:
         self._seen(recorded)
-        return proxy_fold.apply(view, recorded)
+        after = proxy_fold.apply(view, recorded)
+        self.candidates.update(after)
+        if isinstance(recorded.event, HealthChanged):
+            if recorded.event.healthy:
+                self.latency_ms[after.uid] = recorded.event.latency_ms
+            else:
+                self.latency_ms.pop(after.uid, None)  # a failed probe has no latency to show
+        return after
 
     def _on_lease(self, view: LeaseView | None, recorded: Recorded) -> LeaseView:
         self._seen(recorded)
-        return self._apply_lease(view, recorded)
+        after = self._apply_lease(view, recorded)
+        self.lease_seq = recorded.seq
+        # Woken callbacks run only after the projector has stored ``after``: futures call back
+        # on the next turn of the loop, and the projector stores the view before it yields.
+        while self._lease_waiters and self._lease_waiters[0][0] <= recorded.seq:
+            _, _, waiter = heapq.heappop(self._lease_waiters)
+            if not waiter.done():
+                waiter.set_result(None)
+        return after
 
     # ------------------------------------------------------------------------------ running
 
@@ -109,6 +141,9 @@ class Views:
     def proxy(self, uid: str) -> ProxyView | None:
         return self.proxies.views.get(uid)
 
+    def latency(self, uid: str) -> float | None:
+        return self.latency_ms.get(uid)
+
     def all_proxies(self) -> list[ProxyView]:
         return list(self.proxies.views.values())
 
@@ -125,7 +160,21 @@ class Views:
         return [v for v in self.leases.views.values() if v.current is not None]
 
     async def wait_for_lease_seq(self, seq: int, timeout: float) -> None:
-        await self.leases.wait_for(seq, timeout)
+        """Until the lease views include stream sequence ``seq`` (read-your-writes).
+
+        Each waiter has its own future, woken when its sequence is applied. The projector's
+        shared condition would wake every waiting request on every event, and with dozens of
+        requests in flight those wake-ups cost more than the leasing itself.
+        """
+        if self.lease_seq >= seq:
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._lease_waiters, (seq, next(self._tickets), waiter))
+        try:
+            async with asyncio.timeout(timeout):
+                await waiter
+        finally:
+            waiter.cancel()  # a timed-out waiter is dropped when its sequence comes
 
     async def fresh_lease_view(self, uid: str) -> LeaseView | None:
         """The lease view with whatever the projector has not applied yet read from the store:

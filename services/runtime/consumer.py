@@ -27,6 +27,7 @@ from nats.js.errors import NotFoundError
 from opentelemetry import propagate, trace
 
 from events import codec, subjects
+from events.aio import raise_if_cancelled
 from events.schemas import DeadLettered
 from events.store import EventStore, NewEvent, Recorded, derive_msg_id
 from services.runtime.connection import Connection
@@ -128,6 +129,7 @@ class ConsumerLoop:
         heartbeat = asyncio.create_task(self._heartbeat(), name=f"{self.spec.durable}-heartbeat")
         try:
             while True:
+                raise_if_cancelled()
                 await self.step()
         finally:
             heartbeat.cancel()

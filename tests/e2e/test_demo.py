@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from services.runtime.natsserver import free_port
+from tests.support.waiting import until
 
 ROOT = Path(__file__).resolve().parents[2]
 PROXIES = "\n---\n".join(
@@ -110,6 +111,8 @@ async def test_up_apply_traffic_delete(tmp_path: Path, target: str) -> None:
         str(free_port()),
         "--observe-interval",
         "1",
+        "--health-check-url",
+        target,
         env=env,
         cwd=ROOT,
         stdout=asyncio.subprocess.PIPE,
@@ -137,6 +140,12 @@ async def test_up_apply_traffic_delete(tmp_path: Path, target: str) -> None:
         items = json.loads(listed.stdout)["items"]
         assert sorted(i["name"] for i in items) == [f"demo-{i}" for i in range(5)]
         assert {i["phase"] for i in items} == {"Ready"}
+
+        async def all_healthy() -> bool:
+            got = await asyncio.to_thread(cli, "get", "-o", "json", env=cli_env)
+            return {i["healthy"] for i in json.loads(got.stdout)["items"]} == {True}
+
+        await until(all_healthy, timeout=60)
         assert len({i["url"] for i in items}) == 5
         for item in items:
             assert await asyncio.to_thread(fetch_via, item["url"], target) == (
@@ -150,7 +159,8 @@ async def test_up_apply_traffic_delete(tmp_path: Path, target: str) -> None:
         assert types[0] == "ProxyDeclared"
         assert "CreateInstance" in types
         assert "InstanceObserved" in types
-        assert types[-1] == "PhaseChanged"
+        assert "PhaseChanged" in types[types.index("InstanceObserved") :]
+        assert "HealthChanged" in types
 
         instances = data_dir / "local" / "instances"
         assert our_processes(str(instances)), "the proxies run as processes under the data dir"

@@ -11,9 +11,8 @@ import pytest
 
 from events import subjects
 from events.jetstream import JetStreamEventStore
-from events.schemas import LeaseExpired, LeaseReleased, Phase
+from events.schemas import LeaseAcquired, LeaseExpired, LeaseReleased, LeaseReported, Phase
 from projections.lease import fold as fold_leases
-from services.discovery.service import DiscoveryService
 from services.runtime.natsserver import EmbeddedNatsServer
 from tests.support.discovery import discovery, ready_proxy, set_health
 from tests.support.waiting import until
@@ -34,37 +33,13 @@ async def api(
         yield client
 
 
-async def test_lists_proxies_with_their_lease_state(
-    api: httpx.AsyncClient, jetstream_store: JetStreamEventStore
-) -> None:
-    await ready_proxy(jetstream_store, "de1", {"country": "de"}, port=3001)
-    await ready_proxy(jetstream_store, "us1", {"country": "us"}, port=3002)
-    await ready_proxy(jetstream_store, "pend", {"country": "de"}, phase=Phase.PROVISIONING)
+LEASE_FIELDS = {"id", "proxy", "acquiredAt", "expiresAt", "fencingToken"}
+PROXY_FIELDS = {"uid", "url", "ip", "attributes"}
 
-    async def three() -> bool:
-        return len((await api.get("/v1/proxies")).json()["items"]) == 3
 
-    await until(three)
-    items = (await api.get("/v1/proxies")).json()["items"]
-    assert [p["uid"] for p in items] == ["de1", "pend", "us1"]  # by namespace, then name
-    de1 = items[0]
-    assert de1["phase"] == "Ready"
-    assert de1["url"] == "http://127.0.0.1:3001"
-    assert de1["attributes"] == {"country": "de"}
-    assert de1["healthy"] is None
-    assert (de1["available"], de1["leased"], de1["fencing_token"]) == (True, False, 0)
-    assert items[1]["available"] is False  # not Ready yet
-
-    de = (await api.get("/v1/proxies", params={"selector": "country=de"})).json()["items"]
-    assert [p["uid"] for p in de] == ["de1", "pend"]
-    free = (await api.get("/v1/proxies", params={"available": "true"})).json()["items"]
-    assert [p["uid"] for p in free] == ["de1", "us1"]
-    one = await api.get("/v1/proxies/us1")
-    assert one.status_code == 200
-    assert one.json()["url"] == "http://127.0.0.1:3002"
-    missing = await api.get("/v1/proxies/nope")
-    assert missing.status_code == 404
-    assert missing.json()["error"] == "unknown_proxy"
+def gone(response: httpx.Response) -> bool:
+    """404 with the documented error code (the message is for people and may change)."""
+    return response.status_code == 404 and response.json()["error"] == "unknown_lease"
 
 
 async def test_acquire_get_release(
@@ -75,21 +50,24 @@ async def test_acquire_get_release(
 
     got = await api.post(
         "/v1/leases",
-        json={"selector": {"country": "de"}, "ttl_seconds": 60, "holder": "crawler-1"},
+        json={"selector": {"country": "de"}, "ttlSeconds": 60, "holder": "crawler-1"},
     )
     assert got.status_code == 201, got.text
     lease = got.json()
-    assert lease["state"] == "active"
-    assert lease["holder"] == "crawler-1"
+    assert set(lease) >= LEASE_FIELDS
+    assert set(lease["proxy"]) >= PROXY_FIELDS
     assert lease["proxy"]["uid"] == "de1"
     assert lease["proxy"]["url"] == "http://127.0.0.1:3128"
-    assert lease["fencing_token"] == 1
-    assert at(lease["expires_at"]) - at(lease["acquired_at"]) == timedelta(seconds=60)
+    assert lease["proxy"]["ip"] == "127.0.0.1"
+    assert lease["proxy"]["attributes"] == {"country": "de", "tier": "gold"}
+    assert lease["fencingToken"] == 1
+    assert (lease["ttlSeconds"], lease["ttlClamped"], lease["holder"]) == (60, False, "crawler-1")
+    assert at(lease["expiresAt"]) - at(lease["acquiredAt"]) == timedelta(seconds=60)
 
     # Read-your-writes on the same replica, right after the answer.
     again = await api.get(f"/v1/leases/{lease['id']}")
     assert again.status_code == 200
-    assert again.json()["id"] == lease["id"]
+    assert again.json() == lease
     proxy = (await api.get("/v1/proxies/de1")).json()
     assert (proxy["leased"], proxy["available"]) == (True, False)
 
@@ -99,57 +77,96 @@ async def test_acquire_get_release(
     assert int(busy.headers["retry-after"]) >= 1
 
     released = await api.delete(f"/v1/leases/{lease['id']}")
-    assert released.status_code == 200, released.text
-    assert released.json()["state"] == "released"
-    assert released.json()["ended_at"] is not None
-    twice = await api.delete(f"/v1/leases/{lease['id']}")
-    assert twice.status_code == 200
-    assert twice.json()["state"] == "released"
+    assert released.status_code == 204, released.text
+    assert released.content == b""
+    # Released is no longer active: every lease route answers it like an unknown lease.
+    assert gone(await api.delete(f"/v1/leases/{lease['id']}"))
+    assert gone(await api.get(f"/v1/leases/{lease['id']}"))
+    assert gone(await api.post(f"/v1/leases/{lease['id']}/report", json={"outcome": "success"}))
 
     second = await api.post("/v1/leases", json={"selector": {"tier": "gold"}})
     assert second.status_code == 201, second.text
-    assert second.json()["fencing_token"] == 2
-    assert second.json()["ttl_seconds"] == 300  # the default, under the maximum
+    assert second.json()["fencingToken"] == 2
+    assert second.json()["ttlSeconds"] == 300  # the default, under the maximum
 
     history = await jetstream_store.read(subjects.lease("de1"))
     released_events = [r.event for r in history.events if isinstance(r.event, LeaseReleased)]
     assert len(released_events) == 1  # the second DELETE appended nothing
 
 
-async def _has_proxies(api: httpx.AsyncClient, n: int) -> bool:
-    return len((await api.get("/v1/proxies")).json()["items"]) >= n
-
-
-async def test_lease_expires_and_is_recorded(
+async def test_a_ttl_above_the_maximum_is_clamped(
     api: httpx.AsyncClient, jetstream_store: JetStreamEventStore
 ) -> None:
     await ready_proxy(jetstream_store, "p1")
     await until(lambda: _has_proxies(api, 1))
-    lease = (await api.post("/v1/leases", json={"ttl_seconds": 0.5})).json()
+    got = await api.post("/v1/leases", json={"ttlSeconds": 7200})  # the maximum is 600
+    assert got.status_code == 201, got.text
+    lease = got.json()
+    assert (lease["ttlSeconds"], lease["ttlClamped"]) == (600, True)
+    assert at(lease["expiresAt"]) - at(lease["acquiredAt"]) == timedelta(seconds=600)
+    assert (await api.get(f"/v1/leases/{lease['id']}")).json()["ttlClamped"] is True
+    history = await jetstream_store.read(subjects.lease("p1"))
+    (claim,) = [r.event for r in history.events if isinstance(r.event, LeaseAcquired)]
+    assert (claim.ttl_seconds, claim.requested_ttl_seconds) == (600, 7200)
+
+
+async def _has_proxies(api: httpx.AsyncClient, n: int) -> bool:
+    return len((await api.get("/v1/proxies")).json()["items"]) >= n
+
+
+async def test_an_expired_lease_is_gone_and_its_expiry_recorded(
+    api: httpx.AsyncClient, jetstream_store: JetStreamEventStore
+) -> None:
+    await ready_proxy(jetstream_store, "p1")
+    await until(lambda: _has_proxies(api, 1))
+    lease = (await api.post("/v1/leases", json={"ttlSeconds": 0.5})).json()
+    lease_id = lease["id"]
+    assert (await api.get(f"/v1/leases/{lease_id}")).status_code == 200
 
     async def expired() -> bool:
         history = await jetstream_store.read(subjects.lease("p1"))
         return any(isinstance(r.event, LeaseExpired) for r in history.events)
 
     await until(expired, timeout=10)
-    state = (await api.get(f"/v1/leases/{lease['id']}")).json()
-    assert state["state"] == "expired"
-    assert state["ended_at"] == lease["expires_at"]
+    assert gone(await api.get(f"/v1/leases/{lease_id}"))
+    assert gone(await api.post(f"/v1/leases/{lease_id}/report", json={"outcome": "failed"}))
+    assert gone(await api.delete(f"/v1/leases/{lease_id}"))
+    history = await jetstream_store.read(subjects.lease("p1"))
+    kinds = [type(r.event).__name__ for r in history.events]
+    assert kinds == ["LeaseAcquired", "LeaseExpired"]  # the 404s appended nothing
     nxt = await api.post("/v1/leases", json={})
     assert nxt.status_code == 201
-    assert nxt.json()["fencing_token"] == 2
+    assert nxt.json()["fencingToken"] == 2
     view = fold_leases((await jetstream_store.read(subjects.lease("p1"))).events)
     assert view is not None
     assert (view.granted, view.rejected) == (2, 0)
 
 
-async def test_unhealthy_and_not_ready_proxies_are_not_leased(
+async def test_past_its_end_a_lease_is_gone_before_the_expiry_is_recorded(
+    nats_server: EmbeddedNatsServer, jetstream_store: JetStreamEventStore
+) -> None:
+    await ready_proxy(jetstream_store, "p1")
+    # No sweep within the test: only the lease's own end makes it unknown.
+    async with (
+        discovery(nats_server.url, expiry_interval=3600) as (_, base),
+        httpx.AsyncClient(base_url=base) as api,
+    ):
+        lease = (await api.post("/v1/leases", json={"ttlSeconds": 0.3})).json()
+        await asyncio.sleep(0.4)
+        assert gone(await api.get(f"/v1/leases/{lease['id']}"))
+        assert gone(await api.delete(f"/v1/leases/{lease['id']}"))
+    history = await jetstream_store.read(subjects.lease("p1"))
+    assert [type(r.event).__name__ for r in history.events] == ["LeaseAcquired"]
+
+
+async def test_only_ready_and_healthy_proxies_are_leased(
     api: httpx.AsyncClient, jetstream_store: JetStreamEventStore
 ) -> None:
     await ready_proxy(jetstream_store, "sick", {"pool": "a"})
     await set_health(jetstream_store, "sick", False)
     await ready_proxy(jetstream_store, "new", {"pool": "a"}, phase=Phase.PROVISIONING)
-    await until(lambda: _has_proxies(api, 2))
+    await ready_proxy(jetstream_store, "unprobed", {"pool": "a"}, healthy=None)
+    await until(lambda: _has_proxies(api, 3))
 
     async def sick_seen() -> bool:
         return (await api.get("/v1/proxies/sick")).json()["healthy"] is False
@@ -157,40 +174,77 @@ async def test_unhealthy_and_not_ready_proxies_are_not_leased(
     await until(sick_seen)
     none = await api.post("/v1/leases", json={"selector": {"pool": "a"}})
     assert none.status_code == 503
+    assert none.json()["error"] == "no_proxy_available"
     assert "no Ready, healthy proxy matches" in none.json()["message"]
-    await set_health(jetstream_store, "sick", True)
+    assert none.headers["retry-after"] == "5"
+    await set_health(jetstream_store, "unprobed", True)  # the first verdict
 
     async def leased() -> bool:
         got = await api.post("/v1/leases", json={"selector": {"pool": "a"}})
-        return got.status_code == 201 and got.json()["proxy"]["uid"] == "sick"
+        return got.status_code == 201 and got.json()["proxy"]["uid"] == "unprobed"
 
     await until(leased)
 
 
-async def test_reports_are_kept_on_the_lease(
+async def test_the_selector_must_match_every_pair(
+    api: httpx.AsyncClient, jetstream_store: JetStreamEventStore
+) -> None:
+    await ready_proxy(jetstream_store, "de-gold", {"country": "de", "tier": "gold"})
+    await ready_proxy(jetstream_store, "de-basic", {"country": "de", "tier": "basic"})
+    await ready_proxy(jetstream_store, "us-gold", {"country": "us", "tier": "gold"})
+    await until(lambda: _has_proxies(api, 3))
+
+    async def lease(selector: dict[str, str]) -> str:
+        got = await api.post("/v1/leases", json={"selector": selector, "ttlSeconds": 30})
+        assert got.status_code == 201, (selector, got.text)
+        return str(got.json()["proxy"]["uid"])
+
+    assert await lease({"country": "de", "tier": "gold"}) == "de-gold"
+    assert await lease({"tier": "gold"}) == "us-gold"  # de-gold is taken
+    assert await lease({"country": "de"}) == "de-basic"
+    for selector in ({"country": "de"}, {}, {"country": "fr"}, {"country": "de", "x": "y"}):
+        busy = await api.post("/v1/leases", json={"selector": selector})
+        assert busy.status_code == 503, selector
+        assert busy.json()["error"] == "no_proxy_available"
+
+
+async def test_reports_are_recorded_while_the_lease_is_active(
     api: httpx.AsyncClient, jetstream_store: JetStreamEventStore
 ) -> None:
     await ready_proxy(jetstream_store, "p1")
     await until(lambda: _has_proxies(api, 1))
     lease = (await api.post("/v1/leases", json={})).json()
-    ok = await api.post(
-        f"/v1/leases/{lease['id']}/report", json={"outcome": "blocked", "detail": "HTTP 403"}
-    )
-    assert ok.status_code == 200, ok.text
-    assert [(o["outcome"], o["detail"]) for o in ok.json()["outcomes"]] == [("blocked", "HTTP 403")]
-    await api.delete(f"/v1/leases/{lease['id']}")
-    late = await api.post(f"/v1/leases/{lease['id']}/report", json={"outcome": "success"})
-    assert late.status_code == 200
-    assert [o["outcome"] for o in late.json()["outcomes"]] == ["blocked", "success"]
-    bad = await api.post(f"/v1/leases/{lease['id']}/report", json={"outcome": "Not A Word"})
-    assert bad.status_code == 400
-    assert bad.json()["error"] == "invalid_request"
-    unknown = await api.post("/v1/leases/nope/report", json={"outcome": "success"})
-    assert unknown.status_code == 404
-    assert unknown.json() == {
-        "error": "unknown_lease",
-        "message": "no lease 'nope' (unknown, or too old to be kept)",
-    }
+    path = f"/v1/leases/{lease['id']}/report"
+    blocked = {"outcome": "blocked", "target": "shop.example", "detail": "HTTP 403"}
+    ok = await api.post(path, json=blocked)
+    assert ok.status_code == 204, ok.text
+    assert ok.content == b""
+    assert (await api.post(path, json={"outcome": "success"})).status_code == 204
+    shown = (await api.get(f"/v1/leases/{lease['id']}")).json()["outcomes"]
+    assert [(o["outcome"], o["target"], o["detail"]) for o in shown] == [
+        ("blocked", "shop.example", "HTTP 403"),
+        ("success", "", ""),
+    ]
+    history = await jetstream_store.read(subjects.lease("p1"))
+    reports = [r.event for r in history.events if isinstance(r.event, LeaseReported)]
+    assert [(e.lease_id, e.outcome, e.target, e.detail) for e in reports] == [
+        (lease["id"], "blocked", "shop.example", "HTTP 403"),
+        (lease["id"], "success", "", ""),
+    ]
+
+    for body, field in (
+        ({"outcome": "captcha"}, "outcome"),
+        ({"outcome": "Success"}, "outcome"),
+        ({}, "outcome"),
+        ({"outcome": "failed", "target": 7}, "target"),
+        ({"outcome": "failed", "colour": "red"}, "colour"),
+    ):
+        bad = await api.post(path, json=body)
+        assert bad.status_code == 400, body
+        assert bad.json()["error"] == "invalid_request"
+        assert field in bad.json()["message"], bad.json()
+    assert gone(await api.post("/v1/leases/nope/report", json={"outcome": "success"}))
+    assert (await api.get("/metrics")).text.count('egress_lease_reports_total{outcome="') == 2
 
 
 async def test_cooldown_after_release(
@@ -203,71 +257,16 @@ async def test_cooldown_after_release(
     ):
         await until(lambda: _has_proxies(client, 1))
         lease = (await client.post("/v1/leases", json={})).json()
-        released = (await client.delete(f"/v1/leases/{lease['id']}")).json()
-        assert at(released["cooldown_until"]) == at(released["ended_at"]) + timedelta(seconds=1)
+        assert (await client.delete(f"/v1/leases/{lease['id']}")).status_code == 204
         resting = await client.post("/v1/leases", json={})
         assert resting.status_code == 503
         assert resting.headers["retry-after"] == "1"
         proxy = (await client.get("/v1/proxies/p1")).json()
         assert (proxy["leased"], proxy["available"]) == (False, False)
-        assert proxy["cooldown_until"] == released["cooldown_until"]
+        history = await jetstream_store.read(subjects.lease("p1"))
+        released = history.events[-1]
+        assert isinstance(released.event, LeaseReleased)
+        rest = at(proxy["cooldownUntil"]) - released.timestamp
+        assert abs(rest - timedelta(seconds=1)) < timedelta(milliseconds=1)  # µs rounding apart
         await asyncio.sleep(1.1)
         assert (await client.post("/v1/leases", json={})).status_code == 201
-
-
-async def test_a_new_replica_catches_up_before_serving(
-    nats_server: EmbeddedNatsServer, jetstream_store: JetStreamEventStore
-) -> None:
-    await ready_proxy(jetstream_store, "p1")
-    async with (
-        discovery(nats_server.url) as (_, first),
-        httpx.AsyncClient(base_url=first) as client,
-    ):
-        await until(lambda: _has_proxies(client, 1))
-        lease = (await client.post("/v1/leases", json={"holder": "a"})).json()
-    async with (
-        discovery(nats_server.url) as (service, second),
-        httpx.AsyncClient(base_url=second) as client,
-    ):
-        assert isinstance(service, DiscoveryService)
-        seen = await client.get(f"/v1/leases/{lease['id']}")
-        assert seen.status_code == 200
-        assert seen.json()["holder"] == "a"
-        assert (await client.post("/v1/leases", json={})).status_code == 503
-
-
-async def test_replicas_record_each_expiry_once(
-    nats_server: EmbeddedNatsServer, jetstream_store: JetStreamEventStore
-) -> None:
-    for uid in ("p1", "p2", "p3"):
-        await ready_proxy(jetstream_store, uid)
-    async with (
-        discovery(nats_server.url, expiry_interval=0.05) as (_, first),
-        discovery(nats_server.url, expiry_interval=0.05) as (_, second),
-        httpx.AsyncClient(base_url=first) as a,
-        httpx.AsyncClient(base_url=second) as b,
-    ):
-        await until(lambda: _has_proxies(b, 3))
-        leases = [
-            (await client.post("/v1/leases", json={"ttl_seconds": 0.3})).json()
-            for client in (a, b, a)
-        ]
-        assert len({lease["proxy"]["uid"] for lease in leases}) == 3
-
-        async def all_expired() -> bool:
-            for client in (a, b):
-                for lease in leases:
-                    state = (await client.get(f"/v1/leases/{lease['id']}")).json()["state"]
-                    if state != "expired":
-                        return False
-            return True
-
-        await until(all_expired, timeout=10)
-        await asyncio.sleep(0.5)  # ten more sweeps on each replica
-    for uid in ("p1", "p2", "p3"):
-        history = await jetstream_store.read(subjects.lease(uid))
-        expired = [r for r in history.events if isinstance(r.event, LeaseExpired)]
-        assert len(expired) == 1, uid
-        # Recorded after the end, never before: the fold would ignore an early one anyway.
-        lease = next(x for x in leases if x["proxy"]["uid"] == uid)
-        assert expired[0].timestamp >= at(lease["expires_at"]) - timedelta(milliseconds=1)

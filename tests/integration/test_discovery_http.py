@@ -64,22 +64,23 @@ async def test_every_error_has_one_shape(api: httpx.AsyncClient) -> None:
         (await api.post("/v1/leases", content=b"x" * 100_000), 413, "body_too_large"),
         (await api.post("/v1/leases", content=b"{not json"), 400, "invalid_request"),
         (await api.post("/v1/leases", json={"colour": "red"}), 400, "invalid_request"),
-        (await api.post("/v1/leases", json={"ttl_seconds": -1}), 400, "invalid_request"),
-        (await api.post("/v1/leases", json={"ttl_seconds": 61}), 400, "ttl_too_long"),
+        (await api.post("/v1/leases", json={"ttlSeconds": -1}), 400, "invalid_request"),
         (await api.get("/v1/proxies", params={"selector": "nokey"}), 400, "invalid_request"),
         (await api.get("/v1/leases/unknown"), 404, "unknown_lease"),
         (await api.delete("/v1/leases/unknown"), 404, "unknown_lease"),
+        (await api.post("/v1/leases/unknown/report", json={"outcome": "failed"}), 404, ""),
         (await api.post("/v1/leases", json={"selector": {"country": "fr"}}), 503, ""),
     ]
     for response, status, code in cases:
         body = response.json()
         assert response.status_code == status, (response.request.url, body)
         assert set(body) == {"error", "message"}, body
-        assert body["error"] == (code or "no_proxy_available")
+        assert body["error"] == (code or {404: "unknown_lease", 503: "no_proxy_available"}[status])
         assert body["message"]
         assert response.headers["content-type"].startswith("application/json")
-    assert "ttl_seconds" in cases[5][0].json()["message"]
-    assert "60 s" in cases[6][0].json()["message"]
+    assert "ttlSeconds" in cases[5][0].json()["message"]
+    assert "selector" in cases[6][0].json()["message"]
+    assert cases[-1][0].headers["retry-after"] == "5"  # nothing matches: no better hint
     assert "65536 bytes at most" in cases[2][0].json()["message"]
     assert cases[1][0].json()["message"] == "PUT is not allowed on /v1/leases"
 
@@ -146,6 +147,21 @@ async def test_openapi_document_is_valid(api: httpx.AsyncClient) -> None:
     assert document["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
     acquire = document["paths"]["/v1/leases"]["post"]
     assert {"201", "400", "401", "413", "503"} <= set(acquire["responses"])
+    lease = document["paths"]["/v1/leases/{lease_id}"]
+    assert {"204", "404"} <= set(lease["delete"]["responses"])
+    report = document["paths"]["/v1/leases/{lease_id}/report"]["post"]
+    assert {"204", "400", "404"} <= set(report["responses"])
+    schemas = document["components"]["schemas"]
+    created = schemas[
+        acquire["responses"]["201"]["content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[
+            1
+        ]
+    ]
+    assert {"id", "proxy", "acquiredAt", "expiresAt", "fencingToken", "ttlClamped"} <= set(
+        created["properties"]
+    )
+    query = {p["name"] for p in document["paths"]["/v1/proxies"]["get"]["parameters"]}
+    assert {"phase", "healthy"} <= query
 
 
 def _server_spans(exporter: InMemorySpanExporter) -> list[ReadableSpan]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import datetime
@@ -17,7 +18,8 @@ import httpx
 
 from events import subjects
 from events.jetstream import JetStreamEventStore
-from projections.lease import LeaseView, apply
+from events.schemas import LeaseReleased
+from projections.lease import LeaseView, apply, find
 from services.runtime.natsserver import EmbeddedNatsServer
 from tests.support.discovery import ready_proxy
 from tests.support.waiting import until
@@ -79,13 +81,16 @@ async def test_two_replicas_never_hand_out_one_proxy_twice(
             for client in clients:
 
                 async def sees_it(c: httpx.AsyncClient = client) -> bool:
-                    items = (await c.get("/v1/proxies", params={"available": "true"})).json()
+                    items = (await c.get("/v1/proxies", params={"phase": "Ready"})).json()
                     return len(items["items"]) == 1
 
                 await until(sees_it)
 
             attempts = 0
-            grants: list[tuple[int, dict[str, Any], dict[str, Any]]] = []
+            doubles = 0
+            held: Counter[str] = Counter()
+            """proxy uid -> crawlers holding a lease on it, as the crawlers were told."""
+            grants: list[tuple[int, dict[str, Any]]] = []
             started = asyncio.get_running_loop().time()
 
             async def crawler(i: int) -> None:
@@ -97,11 +102,11 @@ async def test_two_replicas_never_hand_out_one_proxy_twice(
                     await crawl(i, replica, client)
 
             async def crawl(i: int, replica: int, client: httpx.AsyncClient) -> None:
-                nonlocal attempts
+                nonlocal attempts, doubles
                 while attempts < ATTEMPTS:
                     attempts += 1
                     got = await client.post(
-                        "/v1/leases", json={"ttl_seconds": 30, "holder": f"crawler-{i}"}
+                        "/v1/leases", json={"ttlSeconds": 30, "holder": f"crawler-{i}"}
                     )
                     if got.status_code == 503:
                         assert got.json()["error"] == "no_proxy_available"
@@ -109,9 +114,16 @@ async def test_two_replicas_never_hand_out_one_proxy_twice(
                         continue
                     assert got.status_code == 201, got.text
                     lease = got.json()
+                    uid = lease["proxy"]["uid"]
+                    # Marked from the 201 until just before the release is sent, so a second
+                    # 201 for the proxy inside that window can only be a second holder.
+                    held[uid] += 1
+                    doubles += held[uid] > 1
+                    await asyncio.sleep(0)  # the crawl: other crawlers' answers arrive meanwhile
+                    held[uid] -= 1
                     released = await client.delete(f"/v1/leases/{lease['id']}")
-                    assert released.status_code == 200, released.text
-                    grants.append((replica, lease, released.json()))
+                    assert released.status_code == 204, released.text
+                    grants.append((replica, lease))
 
             await asyncio.gather(*(crawler(i) for i in range(CLIENTS)))
             elapsed = asyncio.get_running_loop().time() - started
@@ -122,20 +134,13 @@ async def test_two_replicas_never_hand_out_one_proxy_twice(
 
     assert attempts >= ATTEMPTS
     assert len(grants) >= 20, f"only {len(grants)} leases granted in {elapsed:.1f}s"
-    assert {replica for replica, _, _ in grants} == {0, 1}, "both replicas must have won some"
+    assert {replica for replica, _ in grants} == {0, 1}, "both replicas must have won some"
     conflicts = sum(metric(t, "egress_lease_conflicts_total") for t in scraped)
     assert conflicts > 0, "the replicas never raced; the test proves nothing"
 
-    # What the clients were told: intervals on the one proxy never overlap.
-    spans = sorted(
-        (datetime.fromisoformat(lease["acquired_at"]), datetime.fromisoformat(rel["ended_at"]))
-        for _, lease, rel in grants
-    )
-    overlaps = sum(1 for (_, end), (start, _) in pairwise(spans) if start < end)
-    assert overlaps == 0
-    assert all(rel["state"] == "released" for _, _, rel in grants)
+    assert doubles == 0, "two crawlers held the one proxy at once"
     tokens = [
-        lease["fencing_token"] for _, lease, _ in sorted(grants, key=lambda g: g[1]["acquired_at"])
+        lease["fencingToken"] for _, lease in sorted(grants, key=lambda g: g[1]["acquiredAt"])
     ]
     assert tokens == list(range(1, len(grants) + 1))
 
@@ -144,11 +149,19 @@ async def test_two_replicas_never_hand_out_one_proxy_twice(
     history = await jetstream_store.read(subjects.lease("solo"))
     view: LeaseView | None = None
     granted_ids: list[str] = []
+    spans: list[tuple[datetime, datetime]] = []
     for recorded in history.events:
         before = view.granted if view else 0
         view = apply(view, recorded)
         if view.granted > before:
             granted_ids.append(view.lease_id)
+        if isinstance(recorded.event, LeaseReleased):
+            record = find(view, recorded.event.lease_id)
+            assert record is not None
+            assert record.ended_at is not None
+            spans.append((record.acquired_at, record.ended_at))
     assert view is not None
     assert view.rejected == 0
-    assert sorted(granted_ids) == sorted(lease["id"] for _, lease, _ in grants)
+    assert sorted(granted_ids) == sorted(lease["id"] for _, lease in grants)
+    assert len(spans) == len(grants)  # every grant released, inside its TTL
+    assert all(end <= start for (_, end), (start, _) in pairwise(sorted(spans)))

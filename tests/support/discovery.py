@@ -12,7 +12,14 @@ from collections.abc import AsyncIterator
 
 from events import subjects
 from events.jetstream import JetStreamEventStore
-from events.schemas import HealthChanged, Phase, PhaseChanged, ProxyDeclared, ProxySpec
+from events.schemas import (
+    Condition,
+    HealthChanged,
+    Phase,
+    PhaseChanged,
+    ProxyDeclared,
+    ProxySpec,
+)
 from events.store import EventStore, NewEvent
 from services.discovery.service import DiscoveryService
 from services.runtime.config import Settings
@@ -28,8 +35,10 @@ async def ready_proxy(
     *,
     port: int = 3128,
     phase: Phase = Phase.READY,
+    healthy: bool | None = True,
 ) -> int:
-    """A proxy as the reconciler leaves it once its instance runs; returns the last sequence."""
+    """A proxy as the reconciler leaves it once its instance runs and, unless ``healthy`` is
+    None, as the health service then finds it; returns the last sequence."""
     spec = ProxySpec(provider="local", attributes=attributes or {})
     declared = ProxyDeclared(uid=uid, namespace="crawl", name=f"px-{uid}", spec=spec)
     ready = PhaseChanged(
@@ -38,17 +47,20 @@ async def ready_proxy(
         ip="127.0.0.1",
         url=f"http://127.0.0.1:{port}" if phase is Phase.READY else "",
         provider_id=f"local-{uid}",
+        conditions=(Condition(type="Ready", status=str(phase is Phase.READY), reason="Running"),),
     )
-    result = await store.append(
-        subjects.proxy(uid),
-        [NewEvent(declared, f"declared-{uid}"), NewEvent(ready, f"ready-{uid}")],
-    )
+    events = [NewEvent(declared, f"declared-{uid}"), NewEvent(ready, f"ready-{uid}")]
+    if healthy is not None:
+        verdict = HealthChanged(healthy=healthy, reason="Probe", latency_ms=12.0)
+        events.append(NewEvent(verdict, f"first-verdict-{uid}"))
+    result = await store.append(subjects.proxy(uid), events)
     return result.last_seq
 
 
-async def set_health(store: EventStore, uid: str, healthy: bool) -> None:
-    event = HealthChanged(healthy=healthy, reason="Probe")
-    await store.append(subjects.proxy(uid), [NewEvent(event, f"health-{uid}-{healthy}")])
+async def set_health(store: EventStore, uid: str, healthy: bool, latency_ms: float = 0.0) -> None:
+    event = HealthChanged(healthy=healthy, reason="Probe", latency_ms=latency_ms)
+    msg_id = f"health-{uid}-{healthy}-{latency_ms}"
+    await store.append(subjects.proxy(uid), [NewEvent(event, msg_id)])
 
 
 @contextlib.asynccontextmanager

@@ -12,11 +12,11 @@ from events.schemas import Phase, ProxySpec
 from projections.proxy import ProxyView
 from services.cli.registry import SERVICES
 from services.cli.up import UpCommand, up
-from services.discovery.app import parse_selector
+from services.discovery.app import ProxyFilter, parse_proxy_filter
 from services.discovery.auth import token_from_env
 from services.discovery.durations import format_duration, parse_duration, seconds_of
 from services.discovery.errors import InvalidRequest
-from services.discovery.leases import eligible
+from services.discovery.leases import LeasePolicy, Leases, eligible
 from services.discovery.service import OPTIONS, build
 from services.runtime.config import ConfigError, Settings
 
@@ -136,13 +136,37 @@ def test_registered_for_run_and_up() -> None:
     assert {"max_lease_ttl", "lease_cooldown", "host"} <= set(names)
 
 
-def test_parse_selector() -> None:
-    assert parse_selector(None) == {}
-    assert parse_selector("country=de, tier = gold") == {"country": "de", "tier": "gold"}
-    assert parse_selector("empty=") == {"empty": ""}
-    for bad in ("country", "=de", "a=b,,c=d"):
-        with pytest.raises(InvalidRequest):
-            parse_selector(bad)
+def test_parse_proxy_filter() -> None:
+    assert parse_proxy_filter([]) == ProxyFilter()
+    query = [("phase", "ready"), ("healthy", "False"), ("attr.country", "de"), ("attr.a.b", "")]
+    assert parse_proxy_filter(query) == ProxyFilter(
+        Phase.READY, False, (("country", "de"), ("a.b", ""))
+    )
+    for bad in (("phase", "Asleep"), ("healthy", "yes"), ("attr.", "x"), ("available", "true")):
+        with pytest.raises(InvalidRequest, match=bad[0]):
+            parse_proxy_filter([bad])
+
+
+def test_a_proxy_filter_matches_only_when_every_part_does() -> None:
+    proxy = _proxy()
+    assert ProxyFilter().matches(proxy)
+    assert ProxyFilter(Phase.READY, True, (("country", "de"), ("tier", "gold"))).matches(proxy)
+    assert not ProxyFilter(Phase.FAILED).matches(proxy)
+    assert not ProxyFilter(healthy=False).matches(proxy)
+    assert not ProxyFilter(attributes=(("country", "de"), ("country", "fr"))).matches(proxy)
+    assert not ProxyFilter(healthy=True).matches(_proxy(healthy=None))  # not probed: neither
+    assert not ProxyFilter(healthy=False).matches(_proxy(healthy=None))
+
+
+@pytest.mark.parametrize(
+    ("requested", "granted"),
+    [(None, 300.0), (30.0, 30.0), (600.0, 600.0), (601.0, 600.0), (1e9, 600.0)],
+)
+def test_a_ttl_above_the_maximum_is_clamped(requested: float | None, granted: float) -> None:
+    leases = Leases(None, None, LeasePolicy(max_ttl=600.0), None)  # type: ignore[arg-type]
+    assert leases.grant_ttl(requested) == granted
+    short = Leases(None, None, LeasePolicy(max_ttl=60.0), None)  # type: ignore[arg-type]
+    assert short.grant_ttl(None) == 60.0  # the default never exceeds the maximum
 
 
 def _proxy(**changes: Any) -> ProxyView:
@@ -151,6 +175,7 @@ def _proxy(**changes: Any) -> ProxyView:
         "phase": Phase.READY,
         "url": "http://127.0.0.1:3128",
         "spec": ProxySpec(attributes={"country": "de", "tier": "gold"}),
+        "healthy": True,
     }
     values.update(changes)
     return ProxyView(**values)
@@ -159,7 +184,7 @@ def _proxy(**changes: Any) -> ProxyView:
 def test_eligible() -> None:
     assert eligible(_proxy(), {})
     assert eligible(_proxy(), {"country": "de", "tier": "gold"})
-    assert eligible(_proxy(healthy=True), {"country": "de"})
+    assert not eligible(_proxy(healthy=None), {"country": "de"})  # not probed yet
     assert not eligible(_proxy(), {"country": "fr"})
     assert not eligible(_proxy(), {"pool": "a"})
     assert not eligible(_proxy(healthy=False), {})

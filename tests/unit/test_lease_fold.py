@@ -21,6 +21,7 @@ from projections.lease import (
     HISTORY,
     RELEASED,
     LeaseView,
+    active,
     apply,
     available_at,
     find,
@@ -213,6 +214,36 @@ def test_history_is_bounded_and_the_index_follows_it() -> None:
     assert set(index.values()) == {"p1"}
     assert find(view, "l1") is None
     assert find(view, "l2") is not None
+
+
+def test_only_the_current_lease_before_its_end_is_active() -> None:
+    log = Log().add(0, acquired("a", ttl=10))
+    view = log.view()
+    assert active(view, "a", at(9.999)) is view.current
+    assert active(view, "a", at(10)) is None  # past its end, recorded or not
+    assert active(view, "b", at(1)) is None
+    assert active(None, "a", at(1)) is None
+    view = log.add(2, released("a")).view()
+    assert find(view, "a") is not None  # the view still knows it...
+    assert active(view, "a", at(3)) is None  # ...but it is over
+
+
+def test_the_requested_ttl_and_the_report_target_are_kept() -> None:
+    claim = LeaseAcquired(lease_id="a", proxy_uid="p1", ttl_seconds=60, requested_ttl_seconds=7200)
+    report = LeaseReported(
+        lease_id="a", proxy_uid="p1", outcome="blocked", target="shop.example", detail="403"
+    )
+    view = Log().add(0, claim).add(1, report).view()
+    assert view.current is not None
+    assert (view.current.ttl_seconds, view.current.requested_ttl_seconds) == (60, 7200)
+    assert view.current.expires_at == at(60)
+    (outcome,) = view.current.outcomes
+    assert (outcome.outcome, outcome.target, outcome.detail, outcome.at) == (
+        "blocked",
+        "shop.example",
+        "403",
+        at(1),
+    )
 
 
 def test_other_events_only_advance_the_sequence() -> None:

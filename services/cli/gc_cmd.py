@@ -1,0 +1,195 @@
+"""``gc run-once [--dry-run]``: one orphan sweep from a shell, shown as a table (or JSON).
+
+For an operator who wants to see what GC would delete before trusting it (``--dry-run`` lists,
+deletes nothing, appends nothing), or to clean up now instead of at the next interval. A real run
+takes the same lock as the service, so it never sweeps alongside a running GC replica.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+
+import click
+from rich.table import Table
+
+from events.jetstream import JetStreamEventStore
+from services.cli.common import (
+    CliState,
+    nats_url_option,
+    open_connection,
+    run_until_signalled,
+    settings_for,
+    stdout_console,
+)
+from services.gc.collector import GarbageCollector
+from services.gc.lock import SweepLock
+from services.gc.service import DEFAULT_GRACE, Duration, providers_from_config
+from services.gc.sweep import ProviderReport, SweepReport
+from services.runtime.metrics import Metrics
+
+BUSY = "busy"
+
+
+def _age(now: datetime, created: datetime) -> str:
+    seconds = int((now - created).total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{max(seconds, 0)}s"
+
+
+def _results(entry: ProviderReport, dry_run: bool) -> dict[str, str]:
+    """What happened to each orphan, by provider id."""
+    if dry_run:
+        return {i.provider_id: "would delete" for i in entry.orphans}
+    out = dict.fromkeys(entry.deleted, "deleted")
+    out.update({f.provider_id: f"failed: {f.error_class}: {f.error}" for f in entry.failed})
+    return out
+
+
+def table(report: SweepReport) -> Table:
+    out = Table(box=None, pad_edge=False, header_style="bold")
+    for column in ("PROVIDER", "INSTANCE", "OWNER", "AGE", "RESULT"):
+        out.add_column(column, no_wrap=column != "RESULT")
+    for entry in report.providers:
+        if entry.skipped:
+            out.add_row(entry.provider, "-", "-", "-", f"skipped: {entry.reason}")
+            continue
+        results = _results(entry, report.dry_run)
+        for instance in entry.orphans:
+            out.add_row(
+                entry.provider,
+                instance.provider_id,
+                instance.owner_uid,
+                _age(report.now, instance.created_at),
+                results.get(instance.provider_id, "-"),
+            )
+    return out
+
+
+def summary(report: SweepReport) -> str:
+    listed = sum(p.listed for p in report.providers)
+    young = sum(p.young for p in report.providers)
+    if report.dry_run:
+        head = f"would delete {report.orphans} orphans"
+    else:
+        head = f"deleted {report.deleted} of {report.orphans} orphans ({report.failed} failed)"
+    return (
+        f"{head}; {listed} instances listed, {young} spared as younger than the grace, "
+        f"{len(report.skipped)} providers skipped"
+    )
+
+
+def as_json(report: SweepReport) -> dict[str, object]:
+    return {
+        "dryRun": report.dry_run,
+        "now": report.now.isoformat(),
+        "graceSeconds": report.grace,
+        "providers": [
+            {
+                "provider": p.provider,
+                "listed": p.listed,
+                "skipped": p.skipped,
+                "reason": p.reason,
+                "young": p.young,
+                "orphans": [
+                    {
+                        "providerId": i.provider_id,
+                        "ownerUid": i.owner_uid,
+                        "createdAt": i.created_at.isoformat(),
+                        "result": _results(p, report.dry_run).get(i.provider_id, ""),
+                    }
+                    for i in p.orphans
+                ],
+                "deleted": len(p.deleted),
+                "failed": len(p.failed),
+            }
+            for p in report.providers
+        ],
+    }
+
+
+@click.group("gc")
+def gc() -> None:
+    """Orphan garbage collection: instances tagged as ours whose proxy is gone."""
+
+
+@gc.command("run-once")
+@click.option("--dry-run", is_flag=True, help="Show what would be deleted; delete nothing.")
+@click.option(
+    "--grace",
+    type=Duration(),
+    default=f"{int(DEFAULT_GRACE // 60)}m",
+    show_default=True,
+    help="Spare instances younger than this (creates in flight), e.g. 30s, 10m.",
+)
+@click.option(
+    "--providers-config",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    envvar="PROVIDERS_CONFIG",
+    help="Named provider instances (YAML); without it, one `local` provider "
+    "[env PROVIDERS_CONFIG].",
+)
+@click.option(
+    "--data-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path(".data"),
+    show_default=True,
+    envvar="DATA_DIR",
+    help="Where local providers keep their data [env DATA_DIR].",
+)
+@click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table")
+@nats_url_option
+@click.pass_obj
+def run_once(
+    state: CliState,
+    *,
+    dry_run: bool,
+    grace: float,
+    providers_config: Path | None,
+    data_dir: Path,
+    output: str,
+    nats_url: str | None,
+) -> None:
+    """Sweep every provider once. Exits 1 if a provider was skipped or a delete failed."""
+    settings = settings_for(state, nats_url=nats_url)
+    providers = providers_from_config(providers_config, data_dir.resolve())
+
+    async def work() -> SweepReport | str:
+        conn = await open_connection(settings.nats_url)
+        collector = GarbageCollector(
+            conn.js,
+            JetStreamEventStore(conn.nc, conn.js),
+            providers,
+            grace=grace,
+            lock=SweepLock(conn.js),
+            registry=Metrics().registry,
+        )
+        try:
+            return await collector.run_once(dry_run=dry_run) or BUSY
+        finally:
+            await collector.close()
+            await conn.close()
+            for provider in providers.values():
+                await provider.close()
+
+    report = run_until_signalled(work())
+    if report is None:
+        return  # stopped by a signal
+    if report == BUSY:
+        raise click.ClickException("another GC sweep holds the lock now; try again shortly")
+    assert isinstance(report, SweepReport)
+    if output == "json":
+        click.echo(json.dumps(as_json(report), indent=2))
+    else:
+        console = stdout_console()
+        if report.orphans or report.skipped:
+            console.print(table(report))
+        console.print(summary(report))
+    if report.skipped or report.failed:
+        problems = [f"providers skipped: {', '.join(report.skipped)}"] if report.skipped else []
+        problems += [f"{report.failed} deletes failed"] if report.failed else []
+        raise click.ClickException("; ".join(problems))

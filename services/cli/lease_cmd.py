@@ -1,0 +1,249 @@
+"""``lease acquire|release|report``: the discovery API from a shell.
+
+For scripts (``ID=$(egress-proxies lease acquire -o json | jq -r .id)``) and for an operator
+trying a selector by hand. It speaks HTTP to a running discovery service, like a crawler would,
+rather than appending to the log itself: the API is where leases are granted, and going around
+it would skip its checks. The exit code tells a script what to do next: 6 means try again later
+(no proxy free), 7 means the lease is gone (acquire a new one).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+from urllib.parse import quote, urlsplit
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from services.cli.common import stdout_console
+from services.cli.render import format_time
+from services.discovery.auth import TOKEN_ENV, token_from_env
+from services.discovery.durations import EXAMPLES, parse_duration
+from services.runtime.config import ConfigError
+from services.runtime.connection import ConnectError
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+DEFAULT_API_URL = "http://127.0.0.1:8080"
+EXIT_NO_PROXY = 6
+EXIT_UNKNOWN_LEASE = 7
+OUTCOMES = ("success", "blocked", "failed")
+
+
+class LeaseFailed(click.ClickException):
+    """An answer a script acts on by its exit code; shown like every other CLI error."""
+
+    def show(self, file: Any = None) -> None:
+        Console(stderr=True, soft_wrap=True, highlight=False).print(
+            f"error: {self.message}", style="red", markup=False
+        )
+
+
+class NoProxyFree(LeaseFailed):
+    exit_code = EXIT_NO_PROXY
+
+
+class LeaseGone(LeaseFailed):
+    exit_code = EXIT_UNKNOWN_LEASE
+
+
+@dataclass(frozen=True, slots=True)
+class DiscoveryClient:
+    base: str
+    token: str | None
+    timeout: float = 10.0
+
+    def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        """The decoded answer (None for 204); an error answer raises what its code means."""
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(
+            self.base + path, data=data, headers=headers, method=method
+        )
+        # No proxy from the environment: this API is reached directly, and an operator of
+        # egress proxies may well have HTTP_PROXY set for something else.
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        try:
+            with opener.open(request, timeout=self.timeout) as response:
+                raw = response.read()
+        except urllib.error.HTTPError as exc:
+            raise self._refused(exc) from None
+        except (urllib.error.URLError, OSError) as exc:
+            reason = getattr(exc, "reason", exc)
+            raise ConnectError(
+                f"cannot reach the discovery API at {self.base}: {reason}. Start it "
+                "(`egress-proxies up`) or set --api-url / DISCOVERY_URL"
+            ) from None
+        return json.loads(raw) if raw else None
+
+    def _refused(self, exc: urllib.error.HTTPError) -> Exception:
+        try:
+            answer = json.loads(exc.read() or b"{}")
+        except ValueError:
+            answer = {}
+        if not isinstance(answer, dict):
+            answer = {}
+        code = str(answer.get("error", ""))
+        message = str(answer.get("message", "")) or f"HTTP {exc.code}"
+        if code == "no_proxy_available":
+            retry = exc.headers.get("Retry-After")
+            hint = f"; try again in {retry} s" if retry else ""
+            return NoProxyFree(f"no proxy available: {message}{hint}")
+        if code == "unknown_lease":
+            return LeaseGone(message)
+        if exc.code == 401:
+            return ConfigError(
+                f"the discovery API refused the request ({message}); set {TOKEN_ENV}"
+            )
+        if exc.code == 503:
+            return ConnectError(f"the discovery API at {self.base} cannot serve yet: {message}")
+        if exc.code < 500:
+            return ConfigError(f"the discovery API refused the request: {message}")
+        return click.ClickException(f"the discovery API failed: {message} (HTTP {exc.code})")
+
+
+def _api_url(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise click.BadParameter(f"{value!r} is not an http(s) URL, e.g. {DEFAULT_API_URL}")
+    return value.rstrip("/")
+
+
+def api_options(f: F) -> F:
+    f = click.option(
+        "-o",
+        "--output",
+        type=click.Choice(["table", "json"]),
+        default="table",
+        help="table for people, json for scripts.",
+    )(f)
+    return click.option(
+        "--api-url",
+        envvar="DISCOVERY_URL",
+        default=DEFAULT_API_URL,
+        show_default=True,
+        metavar="URL",
+        callback=_api_url,
+        help=f"The discovery API [env DISCOVERY_URL]; the token comes from {TOKEN_ENV}.",
+    )(f)
+
+
+def _client(api_url: str) -> DiscoveryClient:
+    return DiscoveryClient(api_url, token_from_env())
+
+
+def _selector(
+    ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
+) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for text in values:
+        key, sep, value = text.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"{text!r}: write key=value, e.g. country=de")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _ttl(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        seconds = parse_duration(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+    if seconds <= 0:
+        raise click.BadParameter(f"{value!r} must be more than 0; use {EXAMPLES}")
+    return seconds
+
+
+def _emit_json(answer: object) -> None:
+    click.echo(json.dumps(answer, indent=2))
+
+
+@click.group("lease")
+def lease() -> None:
+    """Acquire, release and report on proxy leases through the discovery API."""
+
+
+@lease.command("acquire")
+@click.option(
+    "--selector",
+    "-l",
+    multiple=True,
+    callback=_selector,
+    metavar="KEY=VALUE",
+    help="An attribute the proxy must have; repeat for more (all must match).",
+)
+@click.option("--ttl", callback=_ttl, metavar="DURATION", help=f"Lease length ({EXAMPLES}).")
+@click.option("--holder", default="", help="Who holds the lease, recorded in the log.")
+@api_options
+def acquire(
+    *, selector: dict[str, str], ttl: float | None, holder: str, api_url: str, output: str
+) -> None:
+    """Lease a free proxy matching every selector; prints its lease id and address."""
+    body: dict[str, Any] = {"selector": selector, "holder": holder}
+    if ttl is not None:
+        body["ttlSeconds"] = ttl
+    answer = _client(api_url).call("POST", "/v1/leases", body)
+    if output == "json":
+        _emit_json(answer)
+        return
+    proxy = answer["proxy"]
+    expires = datetime.fromisoformat(answer["expiresAt"])
+    left = math.ceil((expires - datetime.now(UTC)).total_seconds())
+    ttl_note = f"{answer['ttlSeconds']:g}s" + (" (clamped)" if answer.get("ttlClamped") else "")
+    table = Table(box=None, show_header=False, pad_edge=False)
+    table.add_column(style="bold", no_wrap=True)
+    table.add_column(overflow="fold")
+    for key, value in (
+        ("lease", answer["id"]),
+        ("proxy", f"{proxy.get('namespace', '')}/{proxy.get('name', '')} ({proxy['uid']})"),
+        ("url", proxy["url"]),
+        ("ttl", ttl_note),
+        ("expires", f"{format_time(expires)} (in {max(left, 0)}s)"),
+        ("fencing token", str(answer["fencingToken"])),
+    ):
+        table.add_row(key, value)
+    stdout_console().print(table)
+
+
+@lease.command("release")
+@click.argument("lease_id")
+@api_options
+def release(*, lease_id: str, api_url: str, output: str) -> None:
+    """End a lease now; the proxy rests for the server's cooldown, then is leased again."""
+    _client(api_url).call("DELETE", f"/v1/leases/{quote(lease_id, safe='')}")
+    if output == "json":
+        _emit_json({"id": lease_id, "released": True})
+    else:
+        stdout_console().print(f"lease {lease_id} released", markup=False)
+
+
+@lease.command("report")
+@click.argument("lease_id")
+@click.option("--outcome", required=True, type=click.Choice(OUTCOMES), help="How it went.")
+@click.option("--target", default="", help="What was reached through the proxy (host or URL).")
+@click.option("--detail", default="", help="Free text, e.g. 'HTTP 403'.")
+@api_options
+def report(
+    *, lease_id: str, outcome: str, target: str, detail: str, api_url: str, output: str
+) -> None:
+    """Record how the work through a leased proxy went, while the lease is active."""
+    body = {"outcome": outcome, "target": target, "detail": detail}
+    _client(api_url).call("POST", f"/v1/leases/{quote(lease_id, safe='')}/report", body)
+    if output == "json":
+        _emit_json({"id": lease_id, **body})
+    else:
+        stdout_console().print(f"lease {lease_id}: reported {outcome}", markup=False)

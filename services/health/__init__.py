@@ -1,0 +1,1 @@
+"""Health prober: probes every Ready proxy through itself and records verdict changes."""

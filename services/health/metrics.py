@@ -1,0 +1,67 @@
+"""The health prober's Prometheus metrics: every probe lands here, not in the log or the event log.
+
+Fleet-level series only (no proxy label): a label per proxy would make thousands of series per
+replica for figures an operator reads as a distribution. Which proxy is unhealthy is in the event
+log and the proxy views; these say how the probing goes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from weakref import WeakKeyDictionary
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class HealthMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.probes = Counter(
+            "egress_health_probes_total",
+            "Health probes by result (ok, timeout, connect_error, bad_status, ...)",
+            ["result"],
+            registry=registry,
+        )
+        self.latency = Histogram(
+            "egress_health_probe_latency_seconds",
+            "Latency of successful health probes through the proxy",
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.events = Counter(
+            "egress_health_events_total",
+            "HealthChanged appends by outcome (healthy, unhealthy, latency, conflict, error)",
+            ["outcome"],
+            registry=registry,
+        )
+        self.owned = Gauge(
+            "egress_health_owned_proxies",
+            "Proxies this replica probes",
+            registry=registry,
+        )
+        self.members = Gauge(
+            "egress_health_members",
+            "Live health replicas this replica sees",
+            registry=registry,
+        )
+        self.last_probe_age = Gauge(
+            "egress_health_last_probe_age_seconds",
+            "Age of the oldest last probe among the proxies this replica probes "
+            "(grows when probing falls behind)",
+            registry=registry,
+        )
+
+    def watch_age(self, oldest_age: Callable[[], float]) -> None:
+        self.last_probe_age.set_function(oldest_age)
+
+
+_by_registry: WeakKeyDictionary[CollectorRegistry, HealthMetrics] = WeakKeyDictionary()
+
+
+def health_metrics(registry: CollectorRegistry) -> HealthMetrics:
+    """One set per registry: a process registers the series once, however often it starts."""
+    found = _by_registry.get(registry)
+    if found is None:
+        found = _by_registry[registry] = HealthMetrics(registry)
+    return found

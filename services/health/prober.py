@@ -1,0 +1,284 @@
+"""The probe scheduler: one small task per owned proxy, probing every ``intervalSeconds``.
+
+Why a task per proxy rather than rounds over the fleet: each proxy has its own interval and
+timeout, and a slow or dead proxy (a probe that waits out its timeout) must not delay the others.
+A sleeping task costs a timer and a few hundred bytes; the probes themselves share one bounded
+semaphore, so a burst (every proxy's first probe) cannot open thousands of sockets at once.
+Start times are spread over the interval by a hash of the uid, so probes do not arrive in waves.
+
+Appends use optimistic concurrency on the sequence of the view the verdict was judged on, with an
+id derived from that sequence and the verdict: if the proxy moved meanwhile (replaced, deleted,
+a newer verdict) the append is refused and the next probe judges again on the newer view; two
+replicas judging the same state (a handover) store one event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import msgspec
+import structlog
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+
+from events import subjects
+from events.errors import ConcurrencyError, EventStoreError
+from events.schemas import HealthChanged, HealthCheck, Phase
+from events.store import EventStore, NewEvent, Recorded, derive_msg_id
+from projections import proxy
+from projections.projector import Projector
+from services.health.metrics import HealthMetrics
+from services.health.probe import CheckUrl, ProbeClient, ProbeResult
+from services.health.verdict import (
+    LATENCY_CHANGED,
+    Known,
+    Outcome,
+    Streak,
+    Thresholds,
+    Verdict,
+    judge,
+)
+from services.runtime.telemetry import tracer
+
+log = structlog.get_logger("egress.health")
+_tracer = tracer("egress_proxies.health")
+
+
+class Watched(msgspec.Struct, frozen=True, kw_only=True):
+    """The proxy view plus which instance the last verdict was about, and its latency."""
+
+    view: proxy.ProxyView
+    judged_provider_id: str | None = None
+    latency_ms: float = 0.0
+
+
+def apply_watched(current: Watched | None, recorded: Recorded) -> Watched:
+    view = proxy.apply(current.view if current else None, recorded)
+    base = Watched(view=view) if current is None else msgspec.structs.replace(current, view=view)
+    if isinstance(recorded.event, HealthChanged):
+        return msgspec.structs.replace(
+            base,
+            judged_provider_id=recorded.event.provider_id,
+            latency_ms=recorded.event.latency_ms,
+        )
+    return base
+
+
+def probed(watched: Watched) -> bool:
+    """Ready proxies with an address: anything else is not in service, nothing to judge."""
+    view = watched.view
+    return view.phase is Phase.READY and bool(view.url) and not view.deleting and not view.removed
+
+
+def known(watched: Watched) -> Known:
+    """The recorded verdict, if it is about the current instance (a replacement starts over)."""
+    view = watched.view
+    if view.healthy is None or watched.judged_provider_id != view.provider_id:
+        return Known()
+    return Known(view.healthy, watched.latency_ms)
+
+
+def phase_of(uid: str) -> float:
+    """Where in its interval a proxy is probed, in [0, 1): stable per uid."""
+    digest = hashlib.blake2b(uid.encode(), digest_size=4).digest()
+    return int.from_bytes(digest, "big") / 2**32
+
+
+@dataclass
+class _Slot:
+    provider_id: str = ""
+    proxy_url: str = ""
+    streak: Streak = field(default_factory=Streak)
+    last_probe: float = 0.0
+    task: asyncio.Task[None] | None = None
+
+
+class Prober:
+    def __init__(
+        self,
+        store: EventStore,
+        projector: Projector[Watched],
+        client: ProbeClient,
+        metrics: HealthMetrics,
+        *,
+        default_check_url: str,
+        latency_band_ms: float = 0.0,
+        concurrency: int = 256,
+        trace_probes: bool = False,
+    ) -> None:
+        self.store = store
+        self.projector = projector
+        self.client = client
+        self.metrics = metrics
+        self.default_check_url = default_check_url
+        self.latency_band_ms = latency_band_ms
+        self.trace_probes = trace_probes
+        self.probes: collections.Counter[str] = collections.Counter()
+        """Probes sent per proxy uid by this replica (what the tests and the benchmark count)."""
+        self._gate = asyncio.Semaphore(concurrency)
+        self._slots: dict[str, _Slot] = {}
+        self._checks: dict[str, CheckUrl | str] = {}
+        self._recorded: dict[str, tuple[int, Known]] = {}
+        metrics.watch_age(self.oldest_probe_age)
+
+    @property
+    def owned(self) -> set[str]:
+        return set(self._slots)
+
+    def sync(self, owns: Callable[[str], bool]) -> None:
+        """Probe exactly the Ready proxies ``owns`` accepts: start new ones, stop the rest."""
+        wanted = {uid for uid, w in self.projector.views.items() if probed(w) and owns(uid)}
+        for uid in set(self._slots) - wanted:
+            self._stop(uid)
+        for uid in wanted - set(self._slots):
+            slot = self._slots[uid] = _Slot()
+            slot.task = asyncio.create_task(self._loop(uid, slot), name=f"probe {uid}")
+        self.metrics.owned.set(len(self._slots))
+
+    async def close(self) -> None:
+        tasks = [slot.task for slot in self._slots.values() if slot.task is not None]
+        for uid in list(self._slots):
+            self._stop(uid)
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await self.client.close()
+
+    def oldest_probe_age(self) -> float:
+        probed_at = [s.last_probe for s in self._slots.values() if s.last_probe]
+        return asyncio.get_running_loop().time() - min(probed_at) if probed_at else 0.0
+
+    def _stop(self, uid: str) -> None:
+        slot = self._slots.pop(uid)
+        if slot.task is not None:
+            slot.task.cancel()
+        if slot.proxy_url:
+            self.client.forget(slot.proxy_url)
+        self._recorded.pop(uid, None)
+
+    async def _loop(self, uid: str, slot: _Slot) -> None:
+        loop = asyncio.get_running_loop()
+        watched = self.projector.views.get(uid)
+        interval = watched.view.spec.health_check.interval_seconds if watched else 1.0
+        due = loop.time() + phase_of(uid) * interval
+        while True:
+            await asyncio.sleep(max(0.0, due - loop.time()))
+            interval = await self.probe_once(uid, slot)
+            due = max(due + interval, loop.time())
+
+    async def probe_once(self, uid: str, slot: _Slot) -> float:
+        """Probe, judge, record; returns the interval until the next probe."""
+        watched = self.projector.views.get(uid)
+        if watched is None or not probed(watched):
+            return 1.0  # the next sync stops this task
+        view = watched.view
+        spec = view.spec.health_check
+        if slot.provider_id != view.provider_id or slot.proxy_url != view.url:
+            if slot.proxy_url:
+                self.client.forget(slot.proxy_url)
+            slot.provider_id, slot.proxy_url, slot.streak = view.provider_id, view.url, Streak()
+        async with self._gate:
+            result = await self._probe(uid, view.url, spec.url or self.default_check_url, spec)
+        slot.last_probe = asyncio.get_running_loop().time()
+        self.probes[uid] += 1
+        self.metrics.probes.labels(result.outcome).inc()
+        if result.ok:
+            self.metrics.latency.observe(result.latency_ms / 1000.0)
+        after = self.projector.views.get(uid)
+        if after is None or not probed(after) or after.view.provider_id != view.provider_id:
+            return spec.interval_seconds  # judged on an instance that is no longer current
+        thresholds = Thresholds(
+            spec.failure_threshold, spec.success_threshold, self.latency_band_ms
+        )
+        outcome = Outcome(result.ok, result.latency_ms, result.detail)
+        slot.streak, verdict = judge(self._known(uid, after), slot.streak, outcome, thresholds)
+        if verdict is not None:
+            await self._append(uid, after, verdict)
+        return spec.interval_seconds
+
+    def _known(self, uid: str, watched: Watched) -> Known:
+        """The log's verdict, or our own append the projection has not caught up with yet."""
+        mine = self._recorded.get(uid)
+        if mine is not None:
+            if self.projector.last_seq < mine[0]:
+                return mine[1]
+            del self._recorded[uid]
+        return known(watched)
+
+    async def _probe(
+        self, uid: str, proxy_url: str, check_url: str, spec: HealthCheck
+    ) -> ProbeResult:
+        check = self._check(check_url)
+        timeout = spec.timeout_seconds
+        if isinstance(check, str):
+            return ProbeResult(False, "protocol_error", 0.0, 0, check)
+        if not self.trace_probes:
+            return await self.client.probe(proxy_url, check, timeout)
+        # A root span: a probe is caused by the clock, not by whatever ran before it.
+        with _tracer.start_as_current_span(
+            "health.probe",
+            context=otel_context.Context(),
+            kind=trace.SpanKind.CLIENT,
+            attributes={"proxy.uid": uid, "url.full": check.url, "http.request.method": "GET"},
+        ) as span:
+            result = await self.client.probe(proxy_url, check, timeout)
+            span.set_attribute("health.result", result.outcome)
+            span.set_attribute("health.latency_ms", round(result.latency_ms, 2))
+            if result.status:
+                span.set_attribute("http.response.status_code", result.status)
+            if not result.ok:
+                span.set_status(trace.Status(trace.StatusCode.ERROR, result.detail))
+            return result
+
+    def _check(self, url: str) -> CheckUrl | str:
+        """Parsed once per distinct URL; an unusable URL is kept as its error message."""
+        found = self._checks.get(url)
+        if found is None:
+            try:
+                found = CheckUrl.parse(url)
+            except ValueError as exc:
+                found = str(exc)
+            self._checks[url] = found
+        return found
+
+    async def _append(self, uid: str, watched: Watched, verdict: Verdict) -> None:
+        view = watched.view
+        event = HealthChanged(
+            healthy=verdict.healthy,
+            reason=verdict.reason,
+            message=verdict.message,
+            latency_ms=verdict.latency_ms,
+            provider_id=view.provider_id,
+        )
+        msg_id = derive_msg_id(
+            "health",
+            uid,
+            view.provider_id,
+            str(view.last_seq),
+            str(verdict.healthy),
+            verdict.reason,
+        )
+        try:
+            result = await self.store.append(
+                subjects.proxy(uid), [NewEvent(event, msg_id)], expected_seq=view.last_seq
+            )
+        except ConcurrencyError:
+            self.metrics.events.labels("conflict").inc()
+            return  # the proxy moved: the next probe judges on the newer view
+        except EventStoreError as exc:
+            self.metrics.events.labels("error").inc()
+            log.warning("health verdict not recorded", proxy_uid=uid, error=str(exc))
+            return
+        self._recorded[uid] = (result.last_seq, Known(verdict.healthy, verdict.latency_ms))
+        kind = "healthy" if verdict.healthy else "unhealthy"
+        self.metrics.events.labels("latency" if verdict.reason == LATENCY_CHANGED else kind).inc()
+        log.info(
+            "health changed",
+            proxy_uid=uid,
+            healthy=verdict.healthy,
+            reason=verdict.reason,
+            message=verdict.message,
+            latency_ms=verdict.latency_ms,
+        )

@@ -1,0 +1,176 @@
+"""The health service: probes every Ready proxy through itself and records verdict changes.
+
+Three loops share the work of one replica: a projection of the ``PROXY`` stream (which proxies are
+Ready, at which URL, with which check settings, and what verdict the log holds), the membership
+heartbeat (which replicas are alive, so which proxies are ours), and a sync every heartbeat that
+starts or stops per-proxy probe tasks accordingly (``prober.Prober``).
+
+Nothing here is durable state: a restarted replica rebuilds the projection, rejoins, and continues
+from the verdicts in the log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass, field
+
+import click
+import structlog
+
+from events import subjects
+from events.aio import raise_if_cancelled
+from events.errors import EventStoreError
+from projections.projector import Projector
+from services.health.assign import Membership, default_replica_id
+from services.health.metrics import health_metrics
+from services.health.probe import CheckUrl, ProbeClient
+from services.health.prober import Prober, Watched, apply_watched
+from services.runtime.config import ConfigError, Settings
+from services.runtime.service import ServiceContext
+
+log = structlog.get_logger("egress.health")
+
+DEFAULT_CHECK_URL = "http://connectivitycheck.gstatic.com/generate_204"
+
+
+@dataclass
+class HealthService:
+    name: str = "health"
+    check_url: str = DEFAULT_CHECK_URL
+    """Probed when a proxy's ``spec.healthCheck.url`` is empty."""
+    latency_band_ms: float = 250.0
+    concurrency: int = 256
+    trace_probes: bool = False
+    heartbeat: float = 1.0
+    replica_id: str = field(default_factory=default_replica_id)
+    client: ProbeClient = field(default_factory=ProbeClient)
+    prober: Prober | None = field(default=None, init=False)
+    """Set while running (tests and the benchmark read its counters)."""
+    membership: Membership | None = field(default=None, init=False)
+
+    async def run(self, ctx: ServiceContext) -> None:
+        metrics = health_metrics(ctx.metrics.registry)
+        projector: Projector[Watched] = Projector(
+            ctx.conn.js, subjects.PROXY_STREAM, "proxy.*.*", apply_watched
+        )
+        membership = self.membership = Membership(
+            ctx.conn.js, self.replica_id, heartbeat=self.heartbeat
+        )
+        prober = self.prober = Prober(
+            ctx.store,
+            projector,
+            self.client,
+            metrics,
+            default_check_url=self.check_url,
+            latency_band_ms=self.latency_band_ms,
+            concurrency=self.concurrency,
+            trace_probes=self.trace_probes,
+        )
+        log.info(
+            "health prober starting",
+            replica=self.replica_id,
+            check_url=self.check_url,
+            trace_probes=self.trace_probes,
+        )
+        try:
+            await projector.catch_up()
+            await membership.join()
+            async with asyncio.TaskGroup() as group:
+                group.create_task(self._follow(projector), name="health projector")
+                group.create_task(membership.run(), name="health heartbeat")
+                group.create_task(self._sync(prober, membership), name="health sync")
+        finally:
+            await prober.close()
+            with contextlib.suppress(Exception):
+                await membership.leave()
+            await projector.close()
+
+    @staticmethod
+    async def _follow(projector: Projector[Watched]) -> None:
+        """``Projector.run`` with a cancellation check after every step (``raise_if_cancelled``):
+        a replica whose connection died must still stop when told to."""
+        while True:
+            try:
+                await projector.step()
+            except EventStoreError as exc:
+                log.warning("health projection cannot read yet", error=str(exc))
+                raise_if_cancelled()
+                await asyncio.sleep(projector.idle_timeout)
+            raise_if_cancelled()
+
+    async def _sync(self, prober: Prober, membership: Membership) -> None:
+        while True:
+            prober.metrics.members.set(len(membership.members))
+            prober.sync(membership.owns)
+            await asyncio.sleep(min(self.heartbeat, 1.0))
+
+
+def build(
+    settings: Settings,
+    *,
+    check_url: str = DEFAULT_CHECK_URL,
+    latency_band_ms: float = 250.0,
+    trace_health_probes: bool = False,
+    health_concurrency: int = 256,
+    health_heartbeat: float = 1.0,
+) -> HealthService:
+    """The factory ``run health`` and ``up`` call; a check URL that cannot work fails here."""
+    del settings  # the prober needs nothing beyond the ServiceContext
+    try:
+        CheckUrl.parse(check_url)
+    except ValueError as exc:
+        raise ConfigError(f"--health-check-url / HEALTH_CHECK_URL: {exc}") from exc
+    return HealthService(
+        check_url=check_url,
+        latency_band_ms=latency_band_ms,
+        concurrency=health_concurrency,
+        trace_probes=trace_health_probes,
+        heartbeat=health_heartbeat,
+    )
+
+
+OPTIONS: tuple[click.Option, ...] = (
+    click.Option(
+        ["--health-check-url", "check_url"],
+        default=DEFAULT_CHECK_URL,
+        show_default=True,
+        envvar="HEALTH_CHECK_URL",
+        help="URL fetched through each proxy when its spec.healthCheck.url is empty; an "
+        "answer 200-399 is a success [env HEALTH_CHECK_URL].",
+    ),
+    click.Option(
+        ["--latency-band-ms"],
+        type=click.FloatRange(min=0),
+        default=250.0,
+        show_default=True,
+        envvar="HEALTH_LATENCY_BAND_MS",
+        help="Record a healthy proxy's latency again when its moving average moves by more than "
+        "this; 0 records none [env HEALTH_LATENCY_BAND_MS].",
+    ),
+    click.Option(
+        ["--trace-health-probes"],
+        is_flag=True,
+        default=False,
+        envvar="TRACE_HEALTH_PROBES",
+        help="Emit one health.probe client span per probe (when tracing is on); the probe "
+        "request itself never carries trace headers [env TRACE_HEALTH_PROBES].",
+    ),
+    click.Option(
+        ["--health-concurrency"],
+        type=click.IntRange(min=1, max=65536),
+        default=256,
+        show_default=True,
+        envvar="HEALTH_CONCURRENCY",
+        help="Probes one health replica has in flight at once [env HEALTH_CONCURRENCY].",
+    ),
+    click.Option(
+        ["--health-heartbeat"],
+        type=click.FloatRange(min=0.1),
+        default=1.0,
+        show_default=True,
+        envvar="HEALTH_HEARTBEAT",
+        help="Seconds between a health replica's membership heartbeats; a replica silent for "
+        "three is considered gone and its proxies move to the others [env HEALTH_HEARTBEAT].",
+    ),
+)
