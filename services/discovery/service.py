@@ -18,6 +18,7 @@ import click
 import structlog
 import uvicorn
 
+from events.aio import raise_if_cancelled
 from services.discovery.app import DiscoveryApi, create_app
 from services.discovery.auth import TOKEN_ENV, token_from_env
 from services.discovery.durations import duration_option, format_duration, seconds_of
@@ -98,6 +99,9 @@ class DiscoveryService:
         sock = listen(self.host, self.port)
         try:
             await views.catch_up()
+            # A stop that arrived while catching up may have been swallowed by nats-py (its
+            # requests wait with ``asyncio.wait_for``); serving on would outlive the stop.
+            raise_if_cancelled()
             self.api = DiscoveryApi(leases, views, ctx.metrics, problem)
             app = TracingMiddleware(create_app(self.api, token=self.token), metrics)
             config = uvicorn.Config(

@@ -20,7 +20,11 @@ from events import subjects
 from services.executor.commands import CommandHandler, CommandPolicy
 from services.executor.observe import ObserveSweep
 from services.executor.providers.base import Provider
-from services.executor.providers.config import build_providers, load_providers_config
+from services.executor.providers.config import (
+    PROVIDER_OPTIONS,
+    build_providers,
+    load_providers_config,
+)
 from services.executor.providers.instrumented import Instrumented
 from services.runtime.config import ConfigError, Settings
 from services.runtime.consumer import ConsumerLoop, ConsumerSpec
@@ -144,23 +148,7 @@ def build(
 
 
 OPTIONS: tuple[click.Option, ...] = (
-    click.Option(
-        ["--providers-config"],
-        type=click.Path(exists=True, dir_okay=False, path_type=Path),
-        default=None,
-        envvar="PROVIDERS_CONFIG",
-        help="Named provider instances (YAML); without it, one `local` provider "
-        "[env PROVIDERS_CONFIG].",
-    ),
-    click.Option(
-        ["--data-dir"],
-        type=click.Path(file_okay=False, path_type=Path),
-        default=Path(".data"),
-        show_default=True,
-        envvar="DATA_DIR",
-        help="Where local providers keep their data, unless the config says otherwise "
-        "[env DATA_DIR].",
-    ),
+    *PROVIDER_OPTIONS,
     click.Option(
         ["--observe-interval"],
         type=click.FloatRange(min=0, min_open=True),

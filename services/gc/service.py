@@ -18,6 +18,7 @@ import click
 import structlog
 
 from services.executor.providers.base import Provider
+from services.executor.providers.config import PROVIDER_OPTIONS
 from services.gc.collector import GarbageCollector
 from services.gc.lock import DEFAULT_TTL, SweepLock
 from services.runtime.config import ConfigError, Settings
@@ -169,23 +170,7 @@ def build(
 
 
 OPTIONS: tuple[click.Option, ...] = (
-    click.Option(
-        ["--providers-config"],
-        type=click.Path(exists=True, dir_okay=False, path_type=Path),
-        default=None,
-        envvar="PROVIDERS_CONFIG",
-        help="Named provider instances (YAML); without it, one `local` provider "
-        "[env PROVIDERS_CONFIG].",
-    ),
-    click.Option(
-        ["--data-dir"],
-        type=click.Path(file_okay=False, path_type=Path),
-        default=Path(".data"),
-        show_default=True,
-        envvar="DATA_DIR",
-        help="Where local providers keep their data, unless the config says otherwise "
-        "[env DATA_DIR].",
-    ),
+    *PROVIDER_OPTIONS,
     click.Option(
         ["--gc-interval"],
         type=Duration(),

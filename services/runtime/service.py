@@ -8,9 +8,9 @@ behaves the same either way.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import structlog
 
@@ -79,7 +79,7 @@ async def run_services(
                 await result
         async with asyncio.TaskGroup() as group:
             for service in services:
-                group.create_task(service.run(ctx), name=service.name)
+                group.create_task(_supervised(service.run(ctx)), name=service.name)
             if not services:
                 group.create_task(asyncio.Event().wait(), name="idle")
     finally:
@@ -87,3 +87,20 @@ async def run_services(
             await server.close()
         await conn.close()
         shutdown_tracing()
+
+
+async def _supervised(work: Coroutine[Any, Any, None]) -> None:
+    """Run a service so that a stop always stops it.
+
+    nats-py can swallow a ``CancelledError`` that lands inside one of its calls, and a service
+    loop then carries on as if nothing happened, so ``up`` would hang on Ctrl-C. The service
+    runs as its own task; when we are cancelled we keep cancelling it until it has ended.
+    """
+    task = asyncio.ensure_future(work)
+    try:
+        await asyncio.shield(task)
+    except asyncio.CancelledError:
+        while not task.done():
+            task.cancel()
+            await asyncio.wait({task}, timeout=0.5)
+        raise

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
+import click
 import msgspec
 import yaml
 
@@ -179,3 +180,26 @@ def build_providers(entries: list[ProviderEntry]) -> dict[str, Provider]:
         except ConfigError as exc:
             raise ConfigError(f"{_FLAG}: providers[{index}] ({entry.name}): {exc}") from exc
     return providers
+
+
+PROVIDER_OPTIONS: tuple[click.Option, ...] = (
+    click.Option(
+        ["--providers-config"],
+        type=click.Path(exists=True, dir_okay=False, path_type=Path),
+        default=None,
+        envvar="PROVIDERS_CONFIG",
+        help="Named provider instances (YAML); without it, one `local` provider "
+        "[env PROVIDERS_CONFIG].",
+    ),
+    click.Option(
+        ["--data-dir"],
+        type=click.Path(file_okay=False, path_type=Path),
+        default=Path(".data"),
+        show_default=True,
+        envvar="DATA_DIR",
+        help="Where local providers keep their data, unless the config says otherwise "
+        "[env DATA_DIR].",
+    ),
+)
+"""The flags of every service that talks to providers (executor, gc): one definition, so `up`
+shows them once and both services read the same file."""
