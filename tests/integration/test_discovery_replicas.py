@@ -109,8 +109,21 @@ async def test_rebuilt_views_equal_the_live_ones(
         await api.post(f"/v1/leases/{one['id']}/report", json={"outcome": "blocked"})
         assert (await api.delete(f"/v1/leases/{one['id']}")).status_code == 204
         await set_health(jetstream_store, "p3", False)
-        await asyncio.sleep(0.4)  # two's end passes; the sweep records it
-        three = await api.post("/v1/leases", json={"ttlSeconds": 7200})
+        async def two_recorded_as_expired() -> bool:
+            return two["id"] not in {v.lease_id for v in views.leases.views.values()}
+
+        await until(two_recorded_as_expired, timeout=10)
+        # The cooldowns run out: some proxy becomes free again.
+        granted: list[httpx.Response] = []
+
+        async def acquired() -> bool:
+            answer = await api.post("/v1/leases", json={"ttlSeconds": 7200})
+            assert answer.status_code in (201, 503), answer.text
+            granted.append(answer)
+            return answer.status_code == 201
+
+        await until(acquired, timeout=10, every=0.1)
+        three = granted[-1]
         assert three.status_code == 201, three.text
         lease_end = (await conn.js.stream_info(subjects.LEASE_STREAM)).state.last_seq
         proxy_end = (await conn.js.stream_info(subjects.PROXY_STREAM)).state.last_seq
