@@ -109,6 +109,7 @@ async def test_rebuilt_views_equal_the_live_ones(
         await api.post(f"/v1/leases/{one['id']}/report", json={"outcome": "blocked"})
         assert (await api.delete(f"/v1/leases/{one['id']}")).status_code == 204
         await set_health(jetstream_store, "p3", False)
+
         async def two_recorded_as_expired() -> bool:
             return two["id"] not in {v.lease_id for v in views.leases.views.values()}
 
