@@ -23,6 +23,7 @@ from services.cli.common import (
     settings_for,
     stdout_console,
 )
+from services.executor.providers.config import PROVIDER_OPTIONS
 from services.gc.collector import GarbageCollector
 from services.gc.lock import SweepLock
 from services.gc.service import DEFAULT_GRACE, Duration, providers_from_config
@@ -125,22 +126,6 @@ def gc() -> None:
     show_default=True,
     help="Spare instances younger than this (creates in flight), e.g. 30s, 10m.",
 )
-@click.option(
-    "--providers-config",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    default=None,
-    envvar="PROVIDERS_CONFIG",
-    help="Named provider instances (YAML); without it, one `local` provider "
-    "[env PROVIDERS_CONFIG].",
-)
-@click.option(
-    "--data-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path(".data"),
-    show_default=True,
-    envvar="DATA_DIR",
-    help="Where local providers keep their data [env DATA_DIR].",
-)
 @click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table")
 @nats_url_option
 @click.pass_obj
@@ -193,3 +178,7 @@ def run_once(
         problems = [f"providers skipped: {', '.join(report.skipped)}"] if report.skipped else []
         problems += [f"{report.failed} deletes failed"] if report.failed else []
         raise click.ClickException("; ".join(problems))
+
+
+# The same flags as `run executor` / `run gc`, defined once with the provider library.
+run_once.params.extend(PROVIDER_OPTIONS)
