@@ -2,41 +2,22 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
-
 import pytest
 
 from events.jetstream import JetStreamEventStore
 from services.health.service import HealthService
 from services.runtime.natsserver import EmbeddedNatsServer
-from tests.contract.provider import delete_all
 from tests.support.health import (
     RecordingTarget,
     Squid,
     declare_ready,
     fast_check,
     health_events,
-    recording_target,
     start_replica,
 )
 from tests.support.waiting import until
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-async def squid(tmp_path: Path) -> AsyncIterator[Squid]:
-    proxy = Squid(tmp_path / "local")
-    await proxy.start()
-    yield proxy
-    await delete_all(proxy.provider)
-
-
-@pytest.fixture
-async def target() -> AsyncIterator[RecordingTarget]:
-    async with recording_target() as origin:
-        yield origin
 
 
 def service(name: str, check_url: str) -> HealthService:

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import Iterator
 
 import pytest
 import trustme
@@ -19,14 +18,12 @@ from services.health.probe import USER_AGENT, CheckUrl, ProbeClient
 from services.health.service import HealthService
 from services.runtime.natsserver import EmbeddedNatsServer
 from services.runtime.telemetry import reset_for_tests, tracer
-from tests.contract.provider import delete_all
 from tests.support.health import (
     RecordingTarget,
     Squid,
     declare_ready,
     fast_check,
     health_events,
-    recording_target,
     start_replica,
 )
 from tests.support.waiting import until
@@ -47,20 +44,6 @@ def spans() -> Iterator[InMemorySpanExporter]:
     reset_for_tests(SimpleSpanProcessor(exporter))
     yield exporter
     reset_for_tests()
-
-
-@pytest.fixture
-async def squid(tmp_path: Path) -> AsyncIterator[Squid]:
-    proxy = Squid(tmp_path / "local")
-    await proxy.start()
-    yield proxy
-    await delete_all(proxy.provider)
-
-
-@pytest.fixture
-async def target() -> AsyncIterator[RecordingTarget]:
-    async with recording_target() as origin:
-        yield origin
 
 
 async def test_a_probe_in_an_active_trace_sends_exactly_three_headers(
