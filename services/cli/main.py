@@ -14,6 +14,7 @@ from rich.console import Console
 
 from events.errors import EventStoreError
 from services.cli.common import CliState
+from services.cli.crd_cmd import crd
 from services.cli.events_cmd import events
 from services.cli.gc_cmd import gc
 from services.cli.lease_cmd import lease
@@ -127,6 +128,7 @@ main.add_command(delete_cmd)
 main.add_command(get_cmd)
 main.add_command(gc)
 main.add_command(lease)
+main.add_command(crd)
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from services.gc import service as gc
 from services.health import service as health
 from services.reconciler import service as reconciler
 from services.runtime.service import Service
+from services.watcher import options as watcher
 
 ServiceFactory = Callable[..., Service]
 """``factory(settings, **flags) -> Service``; ``flags`` are the values of the entry's options,
@@ -35,6 +36,10 @@ class ServiceEntry:
     """Flags this service takes from an option of ``up`` with another name, e.g. discovery's
     ``port`` is ``up --api-port``: one command running everything needs names that say whose
     port it is."""
+
+    up_optional: bool = False
+    """``up`` runs this service only with ``--with-NAME`` (one that needs something the demo
+    lacks, e.g. the watcher needs a cluster)."""
 
     def up_name(self, param: str) -> str:
         return self.up_names.get(param, param)
@@ -83,6 +88,13 @@ SERVICES: dict[str, ServiceEntry] = entries(
         health.build,
         health.OPTIONS,
     ),
+    ServiceEntry(
+        "watcher",
+        "Watch Proxy custom resources into the event log; write their status back.",
+        watcher.build,
+        watcher.OPTIONS,
+        up_optional=True,
+    ),
 )
 
 
@@ -91,4 +103,5 @@ def known_names() -> str:
 
 
 def option_names(entry: ServiceEntry) -> list[str]:
-    return [opt.name for opt in entry.options if opt.name]
+    # An option that does not expose its value (it acts in a callback) is no factory flag.
+    return [opt.name for opt in entry.options if opt.name and opt.expose_value]

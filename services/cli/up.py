@@ -67,6 +67,8 @@ class UpCommand(click.Command):
         seen = {p.name for p in params}
         extra: list[click.Parameter] = []
         for entry in SERVICES.values():
+            if entry.up_optional:
+                extra.append(_with_option(entry))
             for opt in entry.options:
                 if opt.name is None or entry.up_name(opt.name) in seen:
                     continue
@@ -74,6 +76,15 @@ class UpCommand(click.Command):
                 extra.append(opt)
         # Keep --help last, where click puts it.
         return [*params[:-1], *extra, params[-1]]
+
+
+def _with_option(entry: ServiceEntry) -> click.Option:
+    return click.Option(
+        [f"--with-{entry.name}"],
+        is_flag=True,
+        default=False,
+        help=f"Also run the {entry.name} service (off by default). {entry.help}",
+    )
 
 
 @click.command(cls=UpCommand)
@@ -123,7 +134,11 @@ def up(state: CliState, /, **values: Any) -> None:
     # Settings and services are built before anything starts: a bad flag must not leave a
     # nats-server behind, nor show a banner for a system that then falls over.
     settings = settings_for(state, nats_url=values["nats_url"], metrics_port=values["metrics_port"])
-    services = [build(entry, settings, values) for entry in SERVICES.values()]
+    services = [
+        build(entry, settings, values)
+        for entry in SERVICES.values()
+        if not entry.up_optional or values[f"with_{entry.name}"]
+    ]
     run_until_signalled(_up(settings, services, values))
     log.info("stopped")
 

@@ -33,6 +33,7 @@ import msgspec
 import yaml
 
 from services.executor.providers.base import Provider
+from services.executor.providers.gcp import wirelog
 from services.runtime.config import ConfigError
 
 Factory = Callable[[str, Any], Provider]
@@ -63,6 +64,17 @@ PROVIDER_TYPES: dict[str, ProviderType] = {
         "services.executor.providers.local", "LocalConfig", "LocalProvider.from_config"
     ),
     "fake": ProviderType("services.executor.testing", "FakeConfig", "FakeProvider.from_config"),
+    "gcp": ProviderType(
+        "services.executor.providers.gcp.provider", "GcpConfig", "GcpProvider.from_config"
+    ),
+    "kubernetes": ProviderType(
+        "services.executor.providers.kubernetes.provider",
+        "KubernetesConfig",
+        "KubernetesProvider.from_config",
+    ),
+    "kvm": ProviderType(
+        "services.executor.providers.kvm.provider", "KvmConfig", "KvmProvider.from_config"
+    ),
 }
 
 
@@ -182,6 +194,12 @@ def build_providers(entries: list[ProviderEntry]) -> dict[str, Provider]:
     return providers
 
 
+def _set_gcp_wire_log(full: bool) -> None:
+    """A process-wide logging setting, like the log level: set where the flag is parsed, so no
+    service signature carries it (wirelog has no SDK imports: cheap when gcp is unused)."""
+    wirelog.set_full_payloads(full)
+
+
 PROVIDER_OPTIONS: tuple[click.Option, ...] = (
     click.Option(
         ["--providers-config"],
@@ -199,6 +217,16 @@ PROVIDER_OPTIONS: tuple[click.Option, ...] = (
         envvar="DATA_DIR",
         help="Where local providers keep their data, unless the config says otherwise "
         "[env DATA_DIR].",
+    ),
+    click.Option(
+        ["--gcp-wire-log-full-payloads"],
+        is_flag=True,
+        default=False,
+        envvar="GCP_WIRE_LOG_FULL_PAYLOADS",
+        expose_value=False,
+        callback=lambda _ctx, _param, value: _set_gcp_wire_log(value),
+        help="Debug wire logs of gcp providers show string fields over 1 KiB (cloud-init) in "
+        "full; tokens stay redacted [env GCP_WIRE_LOG_FULL_PAYLOADS].",
     ),
 )
 """The flags of every service that talks to providers (executor, gc): one definition, so `up`

@@ -1,0 +1,325 @@
+"""The Proxy CustomResourceDefinition, built from the structs the code decodes Proxies with.
+
+``deploy/crd/proxies.yaml`` is this module's output (``egress-proxies crd > deploy/crd/
+proxies.yaml``; a unit test fails when the two differ), so the apiserver can never accept a spec
+field the watcher does not know, or reject one it does. The spec schema is msgspec's JSON Schema
+of ``ProxySpec`` made structural (Kubernetes rejects ``$ref``, untyped nodes and ``anyOf`` with
+types); the rules of ``events.resource.validate`` that a schema can express are added as
+patterns, bounds and ``anyOf`` alternatives, with CEL rules carrying the messages users read in
+``kubectl apply`` errors. What no schema can express (a Secret's label) stays in the watcher.
+
+``ProxyStatus`` is the ``.status`` the watcher's status writer fills; its schema comes from the
+same struct. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import msgspec
+import yaml
+
+from events.resource import API_VERSION, GROUP, KIND, PLURAL, SHORT_NAME, VERSION
+from events.schemas import Phase, ProxySpec
+
+Schema = dict[str, Any]
+
+CRD_NAME = f"{PLURAL}.{GROUP}"
+FINALIZER = f"{GROUP}/finalizer"
+CLOUD_INIT_LABEL = f"{GROUP}/cloud-init"
+CATEGORIES = ("egress", "crawl")
+
+# Condition types the status writer sets (``Ready`` summarises the others).
+READY = "Ready"
+PROVISIONED = "Provisioned"
+HEALTHY = "Healthy"
+CLOUD_INIT_ERROR = "CloudInitError"
+
+# ``status.health``: one word for the HEALTH printer column.
+HEALTH_HEALTHY = "Healthy"
+HEALTH_UNHEALTHY = "Unhealthy"
+HEALTH_UNKNOWN = "Unknown"
+
+
+class StatusCondition(msgspec.Struct, kw_only=True, rename="camel", omit_defaults=True):
+    """One condition, in the shape of metav1.Condition (what ``kubectl describe`` lists)."""
+
+    type: str
+    status: str
+    """``True``, ``False`` or ``Unknown``."""
+    reason: str = ""
+    """CamelCase, machine-readable: why the condition has this status."""
+    message: str = ""
+    last_transition_time: str = ""
+    """RFC 3339 time the status last changed (not when the message did)."""
+    observed_generation: int = 0
+
+
+class ProxyStatus(msgspec.Struct, kw_only=True, rename="camel", omit_defaults=True):
+    """``.status`` of a Proxy: a projection of its events, written through the status
+    subresource by the watcher's status writer. Empty fields are left out."""
+
+    phase: Phase | None = None
+    reason: str = ""
+    message: str = ""
+    ip: str = ""
+    url: str = ""
+    """How to use the proxy, e.g. http://10.244.0.7:3128."""
+    provider_id: str = msgspec.field(default="", name="providerID")
+    observed_generation: int = 0
+    """The spec generation the status describes."""
+    health: str = ""
+    """Healthy, Unhealthy or Unknown: the HEALTH column."""
+    latency_ms: float | None = None
+    """Latency of the last health probe through the proxy, in milliseconds."""
+    conditions: list[StatusCondition] = msgspec.field(default_factory=list)
+
+
+# Descriptions for `kubectl explain`, by path in the spec (the structs carry none).
+_DESCRIPTIONS: dict[str, str] = {
+    "": "What the proxy should be. Changing mode, provider, placement or cloudInit replaces "
+    "the instance (new IP); attributes and healthCheck apply in place.",
+    "mode": "Managed: provisioned on a provider. External: an existing proxy, probed and "
+    "leased but never created or deleted.",
+    "provider": "Name of a provider instance from the providers config (--providers-config), "
+    "e.g. local or k8s. Required for mode Managed.",
+    "placement": "Where the instance runs; the provider decides what each field means.",
+    "attributes": "Labels crawlers select proxies by when they lease one (e.g. country: de).",
+    "cloudInit": "User data for VM providers: inline, or from a Secret labelled "
+    f'{CLOUD_INIT_LABEL}: "true" in the Proxy\'s namespace.',
+    "cloudInit.secretRef": "The Secret (same namespace) and key holding the user data.",
+    "external": "For mode External: the proxy to use.",
+    "external.url": "http://, https://, socks5:// or socks5h:// URL of the proxy.",
+    "healthCheck": "How the proxy is probed through itself.",
+    "healthCheck.url": "URL fetched through the proxy; empty: the service's default.",
+}
+
+_DNS_LABEL = "^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+_DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+
+# Value rules of events.resource.validate, by path in the spec (merged into the generated nodes).
+_RULES: dict[str, Schema] = {
+    "provider": {"pattern": "^[A-Za-z0-9_-]{0,63}$", "maxLength": 63},
+    "attributes": {
+        "maxProperties": 64,
+        "x-kubernetes-validations": [
+            {
+                "rule": "self.all(k, k.matches('"
+                "^[A-Za-z0-9]([A-Za-z0-9._/-]{0,61}[A-Za-z0-9])?$'))",
+                "message": "attribute keys are 1-63 letters, digits, '.', '_', '/' or '-'",
+            }
+        ],
+    },
+    "attributes.*": {"maxLength": 256},
+    "cloudInit": {
+        "anyOf": [
+            {"not": {"required": ["secretRef"]}},
+            {"properties": {"inline": {"maxLength": 0}}},
+        ],
+        "x-kubernetes-validations": [
+            {
+                "rule": "!(has(self.secretRef) && has(self.inline) && size(self.inline) > 0)",
+                "message": "set either inline or secretRef, not both",
+            }
+        ],
+    },
+    "cloudInit.secretRef.name": {"pattern": _DNS_SUBDOMAIN, "maxLength": 253},
+    "cloudInit.secretRef.key": {"pattern": "^[-._a-zA-Z0-9]+$", "maxLength": 253},
+    "external.url": {"pattern": r"^((https?|socks5h?)://[^/\s:]+(:[0-9]+)?(/\S*)?)?$"},
+    "healthCheck.url": {"pattern": r"^(https?://\S+)?$"},
+    "healthCheck.intervalSeconds": {"minimum": 0, "exclusiveMinimum": True},
+    "healthCheck.timeoutSeconds": {"minimum": 0, "exclusiveMinimum": True},
+    "healthCheck.failureThreshold": {"minimum": 1},
+    "healthCheck.successThreshold": {"minimum": 1},
+    # Managed needs a provider and no external URL; External needs an external URL.
+    "": {
+        "anyOf": [
+            {
+                "required": ["mode", "external"],
+                "properties": {
+                    "mode": {"enum": ["External"]},
+                    "external": {"required": ["url"], "properties": {"url": {"minLength": 1}}},
+                },
+            },
+            {
+                "required": ["provider"],
+                "properties": {
+                    "mode": {"enum": ["Managed"]},
+                    "provider": {"minLength": 1},
+                    "external": {"properties": {"url": {"maxLength": 0}}},
+                },
+            },
+        ],
+        "x-kubernetes-validations": [
+            {
+                "rule": "(has(self.mode) && self.mode == 'External') || "
+                "(has(self.provider) && size(self.provider) > 0)",
+                "message": "provider is required for mode Managed: the name of a provider "
+                "instance from the providers config (e.g. local)",
+            },
+            {
+                "rule": "!(has(self.mode) && self.mode == 'External') || "
+                "(has(self.external) && has(self.external.url) && size(self.external.url) > 0)",
+                "message": "external.url is required for mode External, e.g. http://10.0.0.5:3128",
+            },
+        ],
+    },
+}
+
+_DROP = ("title", "default", "$defs")
+
+
+def structural(schema: Schema) -> Schema:
+    """A structural openAPIV3Schema from msgspec's JSON Schema: refs inlined, every node typed,
+    ``anyOf [X, null]`` as a nullable X, no titles or defaults (defaulting would write values
+    into stored objects that the structs already default when decoding)."""
+    defs = schema.get("$defs", {})
+
+    def convert(node: Schema) -> Schema:
+        if "$ref" in node:
+            target = defs[node["$ref"].rsplit("/", 1)[-1]]
+            merged = {**target, **{k: v for k, v in node.items() if k != "$ref"}}
+            return convert(merged)
+        if "anyOf" in node:
+            options = [o for o in node["anyOf"] if o.get("type") != "null"]
+            if len(options) != 1:
+                raise ValueError(f"cannot make {node} structural: one non-null option expected")
+            rest = {k: v for k, v in node.items() if k != "anyOf"}
+            result = convert({**rest, **options[0]})
+            result["nullable"] = True
+            return result
+        out: Schema = {}
+        for key, value in node.items():
+            if key in _DROP or (key == "required" and not value):
+                continue
+            if key == "properties":
+                out[key] = {name: convert(sub) for name, sub in value.items()}
+            elif key in ("items", "additionalProperties") and isinstance(value, dict):
+                out[key] = convert(value)
+            else:
+                out[key] = copy.deepcopy(value)
+        if "enum" in out and "type" not in out:
+            kinds = {type(v) for v in out["enum"]}
+            if kinds != {str}:
+                raise ValueError(f"enum {out['enum']} is not all strings")
+            out["type"] = "string"
+        if "type" not in out:
+            raise ValueError(f"untyped schema node {node}")
+        return out
+
+    root = schema if "$ref" not in schema else {"$ref": schema["$ref"]}
+    return convert(root)
+
+
+def _node(schema: Schema, path: str) -> Schema:
+    node = schema
+    for part in [p for p in path.split(".") if p]:
+        if part == "*":
+            node = node["additionalProperties"]
+        elif part in node.get("properties", {}):
+            node = node["properties"][part]
+        else:
+            raise KeyError(f"spec path {path!r} is not in the ProxySpec schema")
+    return node
+
+
+def spec_schema() -> Schema:
+    schema = structural(msgspec.json.schema(ProxySpec))
+    for path, rules in _RULES.items():
+        _node(schema, path).update(copy.deepcopy(rules))
+    for path, text in _DESCRIPTIONS.items():
+        _node(schema, path)["description"] = text
+    return schema
+
+
+def status_schema() -> Schema:
+    schema = structural(msgspec.json.schema(ProxyStatus))
+    schema["description"] = "Observed state, written by the watcher from the event log."
+    # The writer leaves empty fields out rather than writing null; an enum would refuse null.
+    schema["properties"]["phase"].pop("nullable", None)
+    conditions = schema["properties"]["conditions"]
+    conditions["x-kubernetes-list-type"] = "map"
+    conditions["x-kubernetes-list-map-keys"] = ["type"]
+    conditions["items"]["properties"]["status"]["enum"] = ["True", "False", "Unknown"]
+    schema["properties"]["health"]["enum"] = [
+        "",
+        HEALTH_HEALTHY,
+        HEALTH_UNHEALTHY,
+        HEALTH_UNKNOWN,
+    ]
+    return schema
+
+
+def proxy_schema() -> Schema:
+    """The whole object's openAPIV3Schema."""
+    return {
+        "type": "object",
+        "description": "An egress proxy for crawlers: one Squid instance on a provider.",
+        "required": ["spec"],
+        "properties": {
+            "apiVersion": {"type": "string"},
+            "kind": {"type": "string"},
+            # Only name and generateName may be constrained; the watcher needs a DNS label.
+            "metadata": {
+                "type": "object",
+                "properties": {"name": {"type": "string", "maxLength": 63, "pattern": _DNS_LABEL}},
+            },
+            "spec": spec_schema(),
+            "status": status_schema(),
+        },
+    }
+
+
+PRINTER_COLUMNS: tuple[Schema, ...] = (
+    {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+    {"name": "IP", "type": "string", "jsonPath": ".status.ip"},
+    {"name": "Provider", "type": "string", "jsonPath": ".spec.provider"},
+    {"name": "Health", "type": "string", "jsonPath": ".status.health"},
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    {"name": "Reason", "type": "string", "jsonPath": ".status.reason", "priority": 1},
+    {"name": "URL", "type": "string", "jsonPath": ".status.url", "priority": 1},
+)
+
+
+def proxy_crd() -> Schema:
+    """The CustomResourceDefinition for ``proxies.crawl.example.com``."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": CRD_NAME,
+            "labels": {"app.kubernetes.io/part-of": "egress-proxies"},
+        },
+        "spec": {
+            "group": GROUP,
+            "scope": "Namespaced",
+            "names": {
+                "kind": KIND,
+                "listKind": f"{KIND}List",
+                "plural": PLURAL,
+                "singular": KIND.lower(),
+                "shortNames": [SHORT_NAME],
+                "categories": list(CATEGORIES),
+            },
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": [dict(c) for c in PRINTER_COLUMNS],
+                    "schema": {"openAPIV3Schema": proxy_schema()},
+                }
+            ],
+        },
+    }
+
+
+def render_yaml() -> str:
+    """The text of ``deploy/crd/proxies.yaml``."""
+    header = (
+        f"# The {KIND} CRD ({API_VERSION}). Generated from the code's structs: do not edit.\n"
+        "# Regenerate with: egress-proxies crd > deploy/crd/proxies.yaml\n"
+    )
+    return header + yaml.safe_dump(proxy_crd(), sort_keys=False, width=100)

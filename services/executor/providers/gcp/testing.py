@@ -1,0 +1,375 @@
+"""A local HTTP fake of the Compute Engine REST endpoints the gcp provider calls.
+
+The provider is tested through the real ``google-cloud-compute`` client (REST transport,
+anonymous credentials, ``apiEndpoint`` pointing here), so request encoding, error decoding and
+paging are the library's own, not a mock's. The fake answers what GCE answers for the calls we
+make: instances insert/get/delete, aggregatedList (label filters, paging), zone operations get,
+with GCE's JSON error shape. Instances move PROVISIONING -> STAGING -> RUNNING, one step per
+``get``, and get a distinct ephemeral ``natIP`` when they run; a deleted instance is STOPPING for
+one more ``get``, then gone.
+
+Errors are injected per call kind (``insert``, ``get``, ``delete``, ``aggregatedList``,
+``operations``) or for the next call of any kind, with the HTTP status and GCE reason to answer;
+``operation_error`` makes the next insert accepted-but-failed, as GCE reports capacity stock-outs.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta, timezone
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+KINDS = ("insert", "get", "delete", "aggregatedList", "operations", "any")
+_BASE = "/compute/v1/projects/"
+_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+_LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
+_LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")
+_FILTER_TERM = re.compile(r'\(\s*labels\.([a-z0-9_-]+)\s*=\s*"?([^")]*?)"?\s*\)')
+# GCE reports times in the project's local offset; UTC conversion is the provider's job.
+_GCE_TZ = timezone(timedelta(hours=-7))
+_OPERATION_STATUS = {
+    "QUOTA_EXCEEDED": 403,
+    "RESOURCE_OPERATION_RATE_EXCEEDED": 403,
+    "ZONE_RESOURCE_POOL_EXHAUSTED": 503,
+    "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS": 503,
+}
+_REASON_DOMAINS = {"quotaExceeded": "usageLimits", "rateLimitExceeded": "usageLimits"}
+
+
+@dataclass
+class _Fault:
+    status: int
+    reason: str
+    message: str
+    remaining: int
+
+
+@dataclass
+class _Instance:
+    body: dict[str, Any]
+    zone: str
+    steps: deque[str] = field(default_factory=lambda: deque(["STAGING", "RUNNING"]))
+    deleting: bool = False
+
+
+class ComputeFake:
+    """The fake server; use as a context manager (``with ComputeFake() as fake``)."""
+
+    def __init__(self, project: str = "test-project") -> None:
+        self.project = project
+        self.requests: list[tuple[str, str]] = []
+        self.instances: dict[tuple[str, str], _Instance] = {}
+        self.inserted_total = 0
+        self._faults: dict[str, deque[_Fault]] = {kind: deque() for kind in KINDS}
+        self._stalls: dict[str, float] = {}
+        self._operation_errors: deque[tuple[str, str, int]] = deque()
+        self._lock = threading.RLock()
+        self._ids = itertools.count(4_000_000_000_000_000_001, 7919)
+        self._ips = itertools.count(1)
+        self._ops = itertools.count(1)
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # ---------------------------------------------------------------- control
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None, "start the fake first"
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def start(self) -> ComputeFake:
+        server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
+        server.daemon_threads = True
+        self._server = server
+        # A short poll interval: stop() waits for one, and tests stop a fake each.
+        self._thread = threading.Thread(
+            target=server.serve_forever, args=(0.05,), name="compute-fake"
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+        if self._thread is not None:
+            self._thread.join()
+        self._server = self._thread = None
+
+    def __enter__(self) -> ComputeFake:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def inject(
+        self, status: int, reason: str, *, kind: str = "any", times: int = 1, message: str = ""
+    ) -> None:
+        """Answer the next ``times`` calls of ``kind`` with a GCE error."""
+        if kind not in KINDS:
+            raise ValueError(f"unknown call kind {kind!r}; use one of {', '.join(KINDS)}")
+        text = message or f"injected {reason} ({status})"
+        with self._lock:
+            self._faults[kind].append(_Fault(status, reason, text, times))
+
+    def stall(self, kind: str, seconds: float) -> None:
+        """Delay every answer to ``kind`` (a slow API, to trip the client's timeout)."""
+        with self._lock:
+            self._stalls[kind] = seconds
+
+    def operation_error(self, code: str, message: str = "", *, status: int = 0) -> None:
+        """Accept the next insert but report it DONE with this error and create nothing;
+        ``status`` is the operation's httpErrorStatusCode (by default the one GCE uses)."""
+        status = status or _OPERATION_STATUS.get(code, 400)
+        with self._lock:
+            self._operation_errors.append((code, message or f"injected {code}", status))
+
+    def vanish(self, zone: str, name: str) -> None:
+        """Delete behind the provider's back (a preemption, a person in the console)."""
+        with self._lock:
+            del self.instances[(zone, name)]
+
+    def set_status(self, zone: str, name: str, status: str) -> None:
+        with self._lock:
+            record = self.instances[(zone, name)]
+            record.body["status"] = status
+            record.steps.clear()
+
+    # ---------------------------------------------------------------- dispatch
+
+    def handle(self, method: str, target: str, body: bytes) -> tuple[int, dict[str, Any]]:
+        url = urlsplit(target)
+        query = {key: values[-1] for key, values in parse_qs(url.query).items()}
+        with self._lock:
+            self.requests.append((method, url.path))
+        route = self._route(method, url.path)
+        if route is None:
+            return _error(404, "notFound", f"no fake route for {method} {url.path}")
+        kind, project, args = route
+        if self._stalls.get(kind):
+            time.sleep(self._stalls[kind])
+        with self._lock:
+            fault = self._take_fault(kind)
+            if fault is not None:
+                return _error(fault.status, fault.reason, fault.message)
+            if project != self.project:
+                return _error(404, "notFound", f"The resource 'projects/{project}' was not found")
+            if kind == "insert":
+                return self._insert(args[0], _json(body))
+            if kind == "get":
+                return self._get(*args)
+            if kind == "delete":
+                return self._delete(*args)
+            if kind == "aggregatedList":
+                return self._aggregated(query)
+            return 200, self._operation(args[0], "insert", "", done=True, name=args[1])
+
+    def _route(self, method: str, path: str) -> tuple[str, str, tuple[str, ...]] | None:
+        if not path.startswith(_BASE):
+            return None
+        parts = path[len(_BASE) :].split("/")
+        match (method, parts):
+            case ("POST", [project, "zones", zone, "instances"]):
+                return "insert", project, (zone,)
+            case ("GET", [project, "zones", zone, "instances", name]):
+                return "get", project, (zone, name)
+            case ("DELETE", [project, "zones", zone, "instances", name]):
+                return "delete", project, (zone, name)
+            case ("GET", [project, "aggregated", "instances"]):
+                return "aggregatedList", project, ()
+            case ("GET", [project, "zones", zone, "operations", name]):
+                return "operations", project, (zone, name)
+        return None
+
+    def _take_fault(self, kind: str) -> _Fault | None:
+        for queue in (self._faults[kind], self._faults["any"]):
+            if queue:
+                fault = queue[0]
+                fault.remaining -= 1
+                if fault.remaining <= 0:
+                    queue.popleft()
+                return fault
+        return None
+
+    # ---------------------------------------------------------------- calls
+
+    def _insert(self, zone: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        name = str(body.get("name", ""))
+        problem = _invalid(body)
+        if problem:
+            return _error(400, "invalid", problem)
+        if (zone, name) in self.instances:
+            return _error(
+                409, "alreadyExists", f"The resource '{self._link(zone, name)}' already exists"
+            )
+        if self._operation_errors:
+            code, message, status = self._operation_errors.popleft()
+            operation = self._operation(zone, "insert", name, done=True)
+            operation["error"] = {"errors": [{"code": code, "message": message}]}
+            operation["httpErrorStatusCode"] = status
+            return 200, operation
+        now = datetime.now(_GCE_TZ).isoformat(timespec="milliseconds")
+        stored = dict(body)
+        stored.update(
+            kind="compute#instance",
+            id=str(next(self._ids)),
+            status="PROVISIONING",
+            zone=self._zone_link(zone),
+            selfLink=self._link(zone, name),
+            creationTimestamp=now,
+        )
+        self.instances[(zone, name)] = _Instance(stored, zone)
+        self.inserted_total += 1
+        return 200, self._operation(zone, "insert", name, done=False)
+
+    def _get(self, zone: str, name: str) -> tuple[int, dict[str, Any]]:
+        record = self.instances.get((zone, name))
+        if record is None:
+            return self._not_found(zone, name)
+        answer = json.loads(json.dumps(record.body))
+        if record.deleting:
+            del self.instances[(zone, name)]  # STOPPING once more, then gone
+        elif record.steps:
+            record.body["status"] = record.steps.popleft()
+            if record.body["status"] == "RUNNING":
+                number = next(self._ips)
+                nat_ip = f"10.{number // 65536 % 256}.{number // 256 % 256}.{number % 256}"
+                for interface in record.body.get("networkInterfaces", []):
+                    for access in interface.get("accessConfigs", []):
+                        access["natIP"] = nat_ip
+        return 200, answer
+
+    def _delete(self, zone: str, name: str) -> tuple[int, dict[str, Any]]:
+        record = self.instances.get((zone, name))
+        if record is None:
+            return self._not_found(zone, name)
+        record.deleting = True
+        record.steps.clear()
+        record.body["status"] = "STOPPING"
+        return 200, self._operation(zone, "delete", name, done=False)
+
+    def _aggregated(self, query: dict[str, str]) -> tuple[int, dict[str, Any]]:
+        wanted = dict(_FILTER_TERM.findall(query.get("filter", "")))
+        if query.get("filter") and not wanted:
+            return _error(400, "invalid", f"Invalid value for field 'filter': {query['filter']!r}")
+        matching = [
+            record
+            for _, record in sorted(self.instances.items())
+            if all(record.body.get("labels", {}).get(k) == v for k, v in wanted.items())
+        ]
+        start = int(query.get("pageToken") or 0)
+        size = int(query.get("maxResults") or 500)
+        page = matching[start : start + size]
+        items: dict[str, dict[str, Any]] = {}
+        for record in page:
+            scope = items.setdefault(f"zones/{record.zone}", {"instances": []})
+            scope["instances"].append(record.body)
+        answer: dict[str, Any] = {
+            "kind": "compute#instanceAggregatedList",
+            "id": f"projects/{self.project}/aggregated/instances",
+            "items": items,
+        }
+        if start + size < len(matching):
+            answer["nextPageToken"] = str(start + size)
+        return 200, answer
+
+    # ---------------------------------------------------------------- shapes
+
+    def _zone_link(self, zone: str) -> str:
+        return f"https://www.googleapis.com/compute/v1/projects/{self.project}/zones/{zone}"
+
+    def _link(self, zone: str, name: str) -> str:
+        return f"projects/{self.project}/zones/{zone}/instances/{name}"
+
+    def _not_found(self, zone: str, name: str) -> tuple[int, dict[str, Any]]:
+        return _error(404, "notFound", f"The resource '{self._link(zone, name)}' was not found")
+
+    def _operation(
+        self, zone: str, kind: str, target: str, *, done: bool, name: str = ""
+    ) -> dict[str, Any]:
+        return {
+            "kind": "compute#operation",
+            "id": str(next(self._ids)),
+            "name": name or f"operation-{next(self._ops)}",
+            "zone": self._zone_link(zone),
+            "operationType": kind,
+            "targetLink": self._link(zone, target) if target else "",
+            "status": "DONE" if done else "RUNNING",
+            "progress": 100 if done else 0,
+            "insertTime": datetime.now(UTC).isoformat(),
+        }
+
+
+def _invalid(body: dict[str, Any]) -> str:
+    """What GCE would refuse in an insert body, for the fields the provider sends."""
+    name = str(body.get("name", ""))
+    if not _NAME.match(name):
+        return f"Invalid value for field 'resource.name': {name!r}. Must be a match of regex"
+    if not body.get("machineType"):
+        return "Invalid value for field 'resource.machineType': ''"
+    if not body.get("disks") or not body.get("networkInterfaces"):
+        return "Invalid value for field 'resource': disks and networkInterfaces are required"
+    for key, value in body.get("labels", {}).items():
+        if not _LABEL_KEY.match(key) or not _LABEL_VALUE.match(str(value)):
+            return f"Invalid value for field 'resource.labels': {key}={value!r}"
+    return ""
+
+
+def _json(body: bytes) -> dict[str, Any]:
+    try:
+        decoded = json.loads(body or b"{}")
+    except ValueError:
+        return {}
+    return decoded if isinstance(decoded, dict) else {}
+
+
+def _error(status: int, reason: str, message: str) -> tuple[int, dict[str, Any]]:
+    """GCE's JSON error shape, which the client turns into a GoogleAPICallError."""
+    return status, {
+        "error": {
+            "code": status,
+            "message": message,
+            "errors": [
+                {
+                    "message": message,
+                    "domain": _REASON_DOMAINS.get(reason, "global"),
+                    "reason": reason,
+                }
+            ],
+        }
+    }
+
+
+def _handler(fake: ComputeFake) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive, as the client's session expects
+        # Headers and body leave in separate writes: without this, delayed ACKs cost 40 ms each.
+        disable_nagle_algorithm = True
+
+        def _serve(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length) if length else b""
+            status, answer = fake.handle(self.command, self.path, body)
+            data = json.dumps(answer).encode()
+            self.send_response(status, HTTPStatus(status).phrase)
+            self.send_header("Content-Type", "application/json; charset=UTF-8")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        do_GET = do_POST = do_DELETE = _serve
+
+        def log_message(self, format: str, *args: Any) -> None:
+            """Quiet: ``fake.requests`` records what was asked."""
+
+    return Handler

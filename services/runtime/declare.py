@@ -1,0 +1,150 @@
+"""Turning a declared Proxy into ``declared`` events: shared by the CLI and the Kubernetes watcher.
+
+Appends are decided on the folded aggregate with optimistic concurrency, so both sources behave
+alike: an unchanged spec appends nothing, a changed one appends a ``ProxySpecChanged``, and two
+concurrent writers (two CLI runs, two watchers) cannot both win. Every id derives from the cause
+(uid, the sequence folded, the generation and the content), so a retried or duplicated append is
+stored once, and a re-declaration after the dedupe window is caught by the fold instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import msgspec
+
+from events import subjects
+from events.resource import ProxyResource, cli_uid
+from events.schemas import (
+    ProxyDeclared,
+    ProxyDeletionRequested,
+    ProxySpec,
+    ProxySpecChanged,
+)
+from events.store import EventStore, History, NewEvent, Recorded, decide_and_append, derive_msg_id
+from projections.proxy import fold
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    uid: str
+    namespace: str
+    name: str
+    result: str  # created | changed | unchanged | deleting | deleted | absent
+
+
+@dataclass(frozen=True, slots=True)
+class Declaration:
+    """One Proxy as a source declares it.
+
+    ``generation`` 0 lets the log count (the CLI has no apiserver to count for it); the watcher
+    passes the object's ``metadata.generation`` so ``status.observedGeneration`` means what
+    Kubernetes users expect. ``cloud_init`` is the resolved content (inline or from a Secret).
+    """
+
+    uid: str
+    namespace: str
+    name: str
+    spec: ProxySpec
+    source: str = "cli"
+    generation: int = 0
+    cloud_init: str = ""
+
+
+def uid_of(resource: ProxyResource) -> str:
+    meta = resource.metadata
+    return meta.uid or cli_uid(meta.namespace, meta.name)
+
+
+def from_resource(resource: ProxyResource) -> Declaration:
+    """The CLI's declaration: cloud-init can only be inline without a cluster."""
+    meta = resource.metadata
+    ci = resource.spec.cloud_init
+    return Declaration(
+        uid=uid_of(resource),
+        namespace=meta.namespace,
+        name=meta.name,
+        spec=resource.spec,
+        cloud_init=ci.inline if ci is not None else "",
+    )
+
+
+def content_hash(spec: ProxySpec, cloud_init: str) -> str:
+    """Everything a declaration says (unlike ``spec_hash``, which keeps only what makes the
+    instance): two declarations with equal content hashes change nothing."""
+    data = msgspec.json.encode([spec, cloud_init], order="sorted")
+    return hashlib.blake2b(data, digest_size=8).hexdigest()
+
+
+def declared_cloud_init(events: list[Recorded]) -> str:
+    """The resolved cloud-init of the latest declaration (the proxy view does not keep it)."""
+    current = ""
+    for recorded in events:
+        match recorded.event:
+            case ProxyDeclared(cloud_init_resolved=ci) | ProxySpecChanged(cloud_init_resolved=ci):
+                current = ci
+    return current
+
+
+async def apply(store: EventStore, declared: ProxyResource | Declaration) -> Applied:
+    """Declare (or re-declare) one proxy; a ``ProxyResource`` is the CLI's form."""
+    decl = from_resource(declared) if isinstance(declared, ProxyResource) else declared
+    uid = decl.uid
+    results: list[str] = []
+    wanted = content_hash(decl.spec, decl.cloud_init)
+
+    def decide(history: History) -> list[NewEvent]:
+        view = fold(history.events)
+        results.clear()
+        if view is None or view.removed:
+            generation = decl.generation or ((view.generation + 1) if view is not None else 1)
+            results.append("created")
+            event = ProxyDeclared(
+                uid=uid,
+                namespace=decl.namespace,
+                name=decl.name,
+                spec=decl.spec,
+                generation=generation,
+                source=decl.source,
+                cloud_init_resolved=decl.cloud_init,
+            )
+            return [NewEvent(event, derive_msg_id(uid, "declared", str(history.last_seq)))]
+        if view.deleting:
+            results.append("deleting")
+            return []
+        same = content_hash(view.spec, declared_cloud_init(history.events)) == wanted
+        if same and decl.generation <= view.generation:
+            results.append("unchanged")
+            return []
+        results.append("changed")
+        generation = decl.generation if decl.generation > 0 else view.generation + 1
+        changed = ProxySpecChanged(
+            uid=uid, spec=decl.spec, generation=generation, cloud_init_resolved=decl.cloud_init
+        )
+        return [NewEvent(changed, derive_msg_id(uid, "spec", str(generation), wanted))]
+
+    await decide_and_append(store, subjects.proxy(uid), decide)
+    return Applied(uid, decl.namespace, decl.name, results[-1])
+
+
+async def delete(store: EventStore, namespace: str, name: str, uid: str = "") -> Applied:
+    """Request deletion; the reconciler removes the instance, then appends ``ProxyRemoved``."""
+    uid = uid or cli_uid(namespace, name)
+    results: list[str] = []
+
+    def decide(history: History) -> list[NewEvent]:
+        view = fold(history.events)
+        results.clear()
+        if view is None or view.removed:
+            results.append("absent")
+            return []
+        if view.deleting:
+            results.append("deleting")
+            return []
+        results.append("deleted")
+        event = ProxyDeletionRequested(uid=uid)
+        return [NewEvent(event, derive_msg_id(uid, "delete", str(history.last_seq)))]
+
+    await decide_and_append(store, subjects.proxy(uid), decide)
+    return Applied(uid, namespace, name, results[-1])

@@ -1,0 +1,283 @@
+"""The one way services reach a Kubernetes cluster: settings, the API client, errors, tracing.
+
+Shared by the watcher (CRD watch, status writer, leader election) and the kubernetes provider, so
+both find the cluster the same way (``--kubeconfig``, then in-cluster, then ``~/.kube/config``),
+fail start-up with the same field-named message, and trace the same way.
+
+Tracing rule (DESIGN §6, issue 4): an API call becomes a client span only when a span is already
+current. A watch long-poll or a leader-election renewal runs outside any trace; a root span per
+renewal would flood the tracing backend with one-span traces that explain nothing. Calls made
+while handling a traced event (a status patch, a pod create) join that event's trace.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlparse
+
+import click
+from kubernetes_asyncio import client as k8s_client
+from kubernetes_asyncio import config as k8s_config
+from kubernetes_asyncio.client.exceptions import ApiException
+from kubernetes_asyncio.config.config_exception import ConfigException
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
+from services.runtime.config import ConfigError
+from services.runtime.telemetry import tracer
+
+_tracer = tracer("egress.kubernetes")
+_SERVICE_HOST = "KUBERNETES_SERVICE_HOST"
+
+
+@dataclass(frozen=True, slots=True)
+class KubeSettings:
+    """Where the cluster is: an explicit kubeconfig (and context), or wherever we run."""
+
+    kubeconfig: str = ""
+    context: str = ""
+
+
+class KubeConfigError(ConfigError):
+    """The cluster cannot be reached as configured; the message names the flag and the fix."""
+
+
+KUBE_OPTIONS: tuple[click.Option, ...] = (
+    click.Option(
+        ["--kubeconfig"],
+        envvar="KUBECONFIG",
+        default="",
+        metavar="PATH",
+        help="Kubeconfig file of the cluster; empty: in-cluster credentials when running in a "
+        "pod, else ~/.kube/config [env KUBECONFIG].",
+    ),
+    click.Option(
+        ["--kube-context"],
+        envvar="KUBE_CONTEXT",
+        default="",
+        metavar="NAME",
+        help="Context of the kubeconfig to use; empty: its current context [env KUBE_CONTEXT].",
+    ),
+)
+
+
+def settings_from_flags(kubeconfig: str | None, kube_context: str | None) -> KubeSettings:
+    """The settings from ``KUBE_OPTIONS`` values (click passes None for an unset option)."""
+    # KUBECONFIG may be a list of files (path-separated); the first one is the one we load.
+    path = (kubeconfig or "").split(os.pathsep)[0].strip()
+    return KubeSettings(kubeconfig=path, context=(kube_context or "").strip())
+
+
+async def new_api_client(settings: KubeSettings) -> k8s_client.ApiClient:
+    """An API client for the cluster ``settings`` point at; the caller closes it."""
+    configuration = k8s_client.Configuration()
+    path = kubeconfig_path(settings)
+    if path is None:
+        _load_incluster(configuration)
+    else:
+        await _load_file(path, settings.context, configuration)
+    return TracedApiClient(configuration=configuration)
+
+
+def kubeconfig_path(settings: KubeSettings, env: Mapping[str, str] | None = None) -> str | None:
+    """The kubeconfig file to load, or None for the in-cluster credentials."""
+    env = os.environ if env is None else env
+    if settings.kubeconfig:
+        if not os.path.isfile(settings.kubeconfig):
+            raise KubeConfigError(
+                f"--kubeconfig / KUBECONFIG: {settings.kubeconfig!r} is not a file; "
+                "give the path of a kubeconfig"
+            )
+        return settings.kubeconfig
+    if env.get(_SERVICE_HOST):
+        if settings.context:
+            raise KubeConfigError(
+                f"--kube-context / KUBE_CONTEXT: {settings.context!r} needs a kubeconfig; in a "
+                "pod the in-cluster credentials have no contexts. Unset it, or set --kubeconfig"
+            )
+        return None
+    default = os.path.expanduser(k8s_config.kube_config.KUBE_CONFIG_DEFAULT_LOCATION)
+    if not os.path.isfile(default):
+        raise KubeConfigError(
+            f"--kubeconfig / KUBECONFIG is not set, this is not a pod ({_SERVICE_HOST} is "
+            f"unset) and {default} does not exist; pass --kubeconfig PATH"
+        )
+    return default
+
+
+def _load_incluster(configuration: k8s_client.Configuration) -> None:
+    try:
+        k8s_config.load_incluster_config(  # type: ignore[no-untyped-call]  # untyped in the library
+            client_configuration=configuration
+        )
+    except ConfigException as exc:
+        raise KubeConfigError(
+            f"in-cluster credentials ({_SERVICE_HOST} is set): {exc}; mount the service "
+            "account token (automountServiceAccountToken: true) or pass --kubeconfig"
+        ) from exc
+
+
+async def _load_file(path: str, context: str, configuration: k8s_client.Configuration) -> None:
+    try:
+        await k8s_config.load_kube_config(
+            config_file=path,
+            context=context or None,
+            client_configuration=configuration,
+            persist_config=False,
+        )
+    except ConfigException as exc:
+        flag = "--kube-context / KUBE_CONTEXT" if context else "--kubeconfig / KUBECONFIG"
+        raise KubeConfigError(
+            f"{flag}: cannot use {path!r}"
+            + (f" with context {context!r}" if context else "")
+            + f" ({exc}); check the file with `kubectl --kubeconfig {path} config view`"
+        ) from exc
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise KubeConfigError(
+            f"--kubeconfig / KUBECONFIG: {path!r} is not a usable kubeconfig ({exc!r})"
+        ) from exc
+
+
+class TracedApiClient(k8s_client.ApiClient):
+    """An ApiClient whose requests are client spans, but only inside an existing trace."""
+
+    async def request(  # noqa: PLR0917 - the signature is the library's own
+        self,
+        method: str,
+        url: str,
+        query_params: Any = None,
+        headers: Any = None,
+        post_params: Any = None,
+        body: Any = None,
+        _preload_content: bool = True,
+        _request_timeout: Any = None,
+    ) -> Any:
+        call = super().request(
+            method,
+            url,
+            query_params=query_params,
+            headers=headers,
+            post_params=post_params,
+            body=body,
+            _preload_content=_preload_content,
+            _request_timeout=_request_timeout,
+        )
+        if not trace.get_current_span().get_span_context().is_valid:
+            return await call
+        path = urlparse(url).path
+        attributes = {
+            "http.request.method": method,
+            "url.path": path,
+            "server.address": urlparse(url).hostname or "",
+            "k8s.api.resource": resource_of(path),
+        }
+        with _tracer.start_as_current_span(
+            f"{method} {resource_of(path)}",
+            kind=SpanKind.CLIENT,
+            attributes=attributes,
+            record_exception=False,
+            set_status_on_exception=False,
+        ) as span:
+            try:
+                response = await call
+            except ApiException as exc:
+                span.set_attribute("http.response.status_code", int(exc.status or 0))
+                # A 404 or 409 is an answer the caller expects, not a failed call.
+                if exc.status not in (404, 409):
+                    span.set_status(Status(StatusCode.ERROR, str(exc.reason or "")))
+                raise
+            except BaseException as exc:
+                span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+                raise
+            span.set_attribute("http.response.status_code", int(getattr(response, "status", 0)))
+            return response
+
+
+def resource_of(path: str) -> str:
+    """``pods``, ``proxies/status``: a low-cardinality span name from an API path."""
+    parts = [p for p in path.split("/") if p]
+    if parts[:1] == ["api"]:
+        parts = parts[2:]
+    elif parts[:1] == ["apis"]:
+        parts = parts[3:]
+    if parts[:1] == ["namespaces"] and len(parts) > 2:
+        parts = parts[2:]
+    if not parts:
+        return path or "/"
+    return parts[0] + ("/" + "/".join(parts[2:]) if len(parts) > 2 else "")
+
+
+# --------------------------------------------------------------------------- errors
+
+
+class KubeApiError(Exception):
+    """A Kubernetes API call failed; ``status`` is the HTTP status (0: no answer at all)."""
+
+    def __init__(self, message: str, *, status: int = 0, reason: str = "") -> None:
+        super().__init__(message)
+        self.status = status
+        self.reason = reason
+
+
+class KubeNotFound(KubeApiError):
+    """404: the object (or its namespace) does not exist."""
+
+
+class KubeConflict(KubeApiError):
+    """409: it exists already, or a resourceVersion precondition failed."""
+
+
+class KubeGone(KubeApiError):
+    """410: the resourceVersion is too old; list again."""
+
+
+class KubeForbidden(KubeApiError):
+    """403: RBAC refused, or an admission rule such as a ResourceQuota did."""
+
+
+class KubeInvalid(KubeApiError):
+    """422 (or 400): the object was rejected as malformed."""
+
+
+class KubeUnavailable(KubeApiError):
+    """5xx, 429, or no answer: worth retrying later."""
+
+
+_BY_STATUS: dict[int, type[KubeApiError]] = {
+    404: KubeNotFound,
+    409: KubeConflict,
+    410: KubeGone,
+    401: KubeForbidden,
+    403: KubeForbidden,
+    400: KubeInvalid,
+    422: KubeInvalid,
+    429: KubeUnavailable,
+}
+
+
+def status_message(exc: ApiException) -> tuple[str, str]:
+    """``(reason, message)`` from the Status object the apiserver puts in an error body."""
+    raw: object = exc.body
+    body = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw or "")
+    try:
+        decoded: object = json.loads(body) if body else {}
+    except ValueError:
+        decoded = {}
+    status: dict[str, Any] = decoded if isinstance(decoded, dict) else {}
+    reason = str(status.get("reason") or exc.reason or "")
+    message = str(status.get("message") or body or exc.reason or "")
+    return reason, message
+
+
+def classify_api_error(exc: ApiException, what: str = "") -> KubeApiError:
+    """Our error for an ApiException, by status; raise it ``from exc``."""
+    status = int(exc.status or 0)
+    reason, message = status_message(exc)
+    cls = _BY_STATUS.get(status) or (KubeUnavailable if status >= 500 or status == 0 else None)
+    cls = cls or KubeApiError
+    prefix = f"{what}: " if what else ""
+    return cls(f"{prefix}HTTP {status} {reason}: {message}", status=status, reason=reason)

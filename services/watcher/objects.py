@@ -1,0 +1,146 @@
+"""What the watcher reads from the cluster, as plain values: a Proxy object and its cloud-init.
+
+Pure: the API layer hands raw dicts in, and everything the watcher decides from them is decided
+here, so the rules (what counts as deleting, which Secret is acceptable, what a rotation is) are
+tested without a server.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from events.crd import CLOUD_INIT_LABEL, FINALIZER
+from events.resource import ProxyResource
+from events.schemas import ProxySpec
+
+__all__ = ["CLOUD_INIT_LABEL", "FINALIZER", "SOURCE", "Problem", "ProxyObject", "parse_proxy"]
+
+SOURCE = "kubernetes"
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """Why a declaration cannot be acted on; shown as a condition, never appended to the log
+    (the cluster holds the cause, so a new leader finds it again at its first listing)."""
+
+    condition: str  # CloudInitError | InvalidSpec
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyObject:
+    uid: str
+    namespace: str
+    name: str
+    generation: int = 1
+    resource_version: str = ""
+    deleting: bool = False
+    finalizers: tuple[str, ...] = ()
+    spec: ProxySpec | None = None
+    invalid: Problem | None = None
+    status: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def has_finalizer(self) -> bool:
+        return FINALIZER in self.finalizers
+
+    @property
+    def secret_name(self) -> str:
+        ci = self.spec.cloud_init if self.spec is not None else None
+        return ci.secret_ref.name if ci is not None and ci.secret_ref is not None else ""
+
+
+def parse_proxy(raw: dict[str, Any]) -> ProxyObject:
+    """A Proxy as the API returned it; a spec that does not even convert is kept as a problem."""
+    meta = raw.get("metadata") or {}
+    spec: ProxySpec | None = None
+    invalid: Problem | None = None
+    try:
+        resource = msgspec.convert(
+            {"metadata": {}, "spec": raw.get("spec") or {}}, ProxyResource, strict=False
+        )
+        spec = resource.spec
+    except msgspec.ValidationError as exc:
+        message, _, path = str(exc).partition(" - at `$.")
+        where = path.rstrip("`") or "spec"
+        invalid = Problem(
+            "InvalidSpec", "InvalidSpec", f"{where}: {message}; see the Proxy CRD's schema"
+        )
+    status = raw.get("status")
+    return ProxyObject(
+        uid=str(meta.get("uid") or ""),
+        namespace=str(meta.get("namespace") or "default"),
+        name=str(meta.get("name") or ""),
+        generation=int(meta.get("generation") or 1),
+        resource_version=str(meta.get("resourceVersion") or ""),
+        deleting=bool(meta.get("deletionTimestamp")),
+        finalizers=tuple(meta.get("finalizers") or ()),
+        spec=spec,
+        invalid=invalid,
+        status=status if isinstance(status, dict) else {},
+    )
+
+
+def finalizers_with(obj: ProxyObject) -> list[str]:
+    return [*obj.finalizers, FINALIZER] if not obj.has_finalizer else list(obj.finalizers)
+
+
+def finalizers_without(obj: ProxyObject) -> list[str]:
+    return [f for f in obj.finalizers if f != FINALIZER]
+
+
+def resolve_cloud_init(obj: ProxyObject, secret: dict[str, Any] | None) -> str | Problem:
+    """The cloud-init an instance of ``obj`` is built with, or why there is none.
+
+    Only a Secret labelled ``crawl.example.com/cloud-init: "true"`` is read: the label is the
+    owner's consent that the watcher (which may read Secrets cluster-wide) use it as cloud-init.
+    """
+    spec = obj.spec
+    ci = spec.cloud_init if spec is not None else None
+    if ci is None:
+        return ""
+    if ci.secret_ref is None:
+        return ci.inline
+    ref = ci.secret_ref
+    where = f"Secret {obj.namespace}/{ref.name}"
+    if secret is None:
+        return Problem(
+            "CloudInitError",
+            "SecretNotFound",
+            f"{where} (spec.cloudInit.secretRef) does not exist; create it in the Proxy's "
+            f'namespace with the label {CLOUD_INIT_LABEL}: "true"',
+        )
+    labels = (secret.get("metadata") or {}).get("labels") or {}
+    if labels.get(CLOUD_INIT_LABEL) != "true":
+        return Problem(
+            "CloudInitError",
+            "SecretNotLabelled",
+            f'{where} lacks the label {CLOUD_INIT_LABEL}: "true"; label it to allow its use '
+            f"as cloud-init (kubectl label secret -n {obj.namespace} {ref.name} "
+            f"{CLOUD_INIT_LABEL}=true)",
+        )
+    string_data = secret.get("stringData") or {}
+    if ref.key in string_data:
+        return str(string_data[ref.key])
+    data = secret.get("data") or {}
+    if ref.key not in data:
+        return Problem(
+            "CloudInitError",
+            "SecretKeyMissing",
+            f"{where} has no key {ref.key!r} (spec.cloudInit.secretRef.key); "
+            f"keys: {', '.join(sorted(data)) or 'none'}",
+        )
+    try:
+        return base64.b64decode(str(data[ref.key]), validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError) as exc:
+        return Problem(
+            "CloudInitError",
+            "SecretUnreadable",
+            f"{where} key {ref.key!r} is not base64-encoded UTF-8 text ({exc})",
+        )

@@ -1,0 +1,244 @@
+"""Proxy objects → ``declared`` events, and the finalizer that makes deletion wait for the log.
+
+Every step here is finite and idempotent: handling one object (``observe``), one watch event
+(``handle``), one listing (``relist``). The loop in ``run`` only strings them together: list,
+watch from the list's resourceVersion, list again when the watch cannot resume (410 Gone) or
+every ``resync`` seconds. Appends are decided on the folded aggregate (``runtime.declare``), so
+handling an object twice, or by two watchers, stores nothing twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from typing import Any
+
+import structlog
+
+from events.errors import EventStoreError
+from events.store import EventStore
+from services.runtime.declare import Declaration, apply, delete
+from services.runtime.kubeclient import KubeApiError, KubeGone
+from services.watcher.board import Board
+from services.watcher.kube import ProxyApi, Raw
+from services.watcher.logview import LogView
+from services.watcher.objects import (
+    SOURCE,
+    Problem,
+    ProxyObject,
+    finalizers_with,
+    finalizers_without,
+    parse_proxy,
+    resolve_cloud_init,
+)
+from services.watcher.tracked import vanished
+
+log = structlog.get_logger("egress.watcher")
+
+
+class ProxySync:
+    def __init__(
+        self,
+        store: EventStore,
+        api: ProxyApi,
+        logview: LogView,
+        board: Board,
+        *,
+        resync: float = 300.0,
+        retry_delay: float = 1.0,
+    ) -> None:
+        self.store = store
+        self.api = api
+        self.logview = logview
+        self.board = board
+        self.resync = resync
+        self.retry_delay = retry_delay
+        self.resource_version = ""
+        self.relists = 0
+
+    # ------------------------------------------------------------------ one object
+
+    async def observe(self, raw: Raw) -> None:
+        obj = parse_proxy(raw)
+        if obj.uid:
+            await self.sync_object(obj)
+
+    async def sync_object(self, obj: ProxyObject) -> None:
+        """Bring the log in line with one object; errors are logged, and the object is handled
+        again at its next event or the next listing."""
+        try:
+            await self._sync_object(obj)
+        except (KubeApiError, EventStoreError) as exc:
+            log.warning(
+                "proxy not synced, will retry",
+                namespace=obj.namespace,
+                name=obj.name,
+                error=str(exc),
+            )
+
+    async def _sync_object(self, obj: ProxyObject) -> None:
+        self.board.put(obj)
+        if obj.deleting:
+            await self._deleting(obj)
+            return
+        if not obj.has_finalizer:
+            # First sight: the finalizer comes before the first event, so no proxy the log
+            # knows can vanish from the cluster without the log hearing of it.
+            updated = await self.api.set_finalizers(obj, finalizers_with(obj))
+            if updated is None:
+                return  # moved or gone: its next watch event brings it back
+            obj = parse_proxy(updated)
+            self.board.put(obj)
+        if obj.invalid is not None or obj.spec is None:
+            self.board.set_problem(obj.uid, obj.invalid)
+            return
+        cloud_init = await self._cloud_init(obj)
+        if isinstance(cloud_init, Problem):
+            self.board.set_problem(obj.uid, cloud_init)
+            return
+        self.board.set_problem(obj.uid, None)
+        declaration = Declaration(
+            uid=obj.uid,
+            namespace=obj.namespace,
+            name=obj.name,
+            spec=obj.spec,
+            source=SOURCE,
+            generation=obj.generation,
+            cloud_init=cloud_init,
+        )
+        applied = await apply(self.store, declaration)
+        if applied.result in ("created", "changed"):
+            log.info(
+                "proxy declared",
+                namespace=obj.namespace,
+                name=obj.name,
+                uid=obj.uid,
+                generation=obj.generation,
+                result=applied.result,
+            )
+
+    async def _cloud_init(self, obj: ProxyObject) -> str | Problem:
+        secret = None
+        if obj.secret_name:
+            secret = await self.api.read_secret(obj.namespace, obj.secret_name)
+        return resolve_cloud_init(obj, secret)
+
+    async def _deleting(self, obj: ProxyObject) -> None:
+        if not obj.has_finalizer:
+            return
+        result = await delete(self.store, obj.namespace, obj.name, obj.uid)
+        if result.result == "deleted":
+            log.info("proxy deletion requested", namespace=obj.namespace, name=obj.name)
+        if result.result == "absent":
+            # Never declared, or already removed: nothing in the log waits for it.
+            await self.release(obj)
+
+    async def release(self, obj: ProxyObject) -> None:
+        """Drop our finalizer from an object being deleted, whose proxy the log says is gone."""
+        if not obj.deleting or not obj.has_finalizer:
+            return
+        updated = await self.api.set_finalizers(obj, finalizers_without(obj))
+        if updated is not None:
+            log.info("finalizer released", namespace=obj.namespace, name=obj.name)
+
+    async def released_in_log(self, uid: str) -> None:
+        """The log says the proxy is removed: release its object if it waits for that."""
+        obj = self.board.objects.get(uid)
+        if obj is None or not obj.deleting:
+            return
+        fresh = await self.api.get_proxy(obj.namespace, obj.name)
+        if fresh is None:
+            self.board.forget(uid)
+            return
+        current = parse_proxy(fresh)
+        if current.uid == uid:
+            await self.release(current)
+
+    async def gone(self, raw: Raw) -> None:
+        """The object left the cluster. With our finalizer that happens only after removal,
+        unless someone removed the finalizer by hand: then deletion is requested now."""
+        obj = parse_proxy(raw)
+        self.board.forget(obj.uid)
+        try:
+            await delete(self.store, obj.namespace, obj.name, obj.uid)
+        except EventStoreError as exc:
+            log.warning("deletion not recorded, the next listing retries", error=str(exc))
+
+    # ------------------------------------------------------------------ one event, one listing
+
+    async def handle(self, event: dict[str, Any]) -> None:
+        kind = str(event.get("type", "")).upper()
+        raw = event.get("raw_object") or event.get("object") or {}
+        version = (raw.get("metadata") or {}).get("resourceVersion")
+        if version:
+            self.resource_version = str(version)
+        if kind in ("ADDED", "MODIFIED"):
+            await self.observe(raw)
+        elif kind == "DELETED":
+            await self.gone(raw)
+
+    async def relist(self) -> str:
+        """Sync every object, request deletion of what vanished; the list's resourceVersion."""
+        items, version = await self.api.list_proxies()
+        self.relists += 1
+        await self.logview.sync()
+        listed = [parse_proxy(raw) for raw in items]
+        for obj in listed:
+            if obj.uid:
+                await self.sync_object(obj)
+        await self._vanished({obj.uid for obj in listed})
+        self.resource_version = version
+        return version
+
+    async def _vanished(self, listed: Iterable[str]) -> None:
+        present = set(listed)
+        for uid in list(self.board.objects):
+            if uid not in present:
+                self.board.forget(uid)
+        for uid in vanished(present, self.logview.views):
+            view = self.logview.views[uid].view
+            log.info("proxy deleted while unwatched", namespace=view.namespace, name=view.name)
+            try:
+                await delete(self.store, view.namespace, view.name, uid)
+            except EventStoreError as exc:
+                log.warning("deletion not recorded, the next listing retries", error=str(exc))
+
+    # ------------------------------------------------------------------ the loop
+
+    async def run(self) -> None:
+        while True:
+            try:
+                version = await self.relist()
+                async with asyncio.timeout(self.resync if self.resync > 0 else None):
+                    async for event in self.api.watch_proxies(version):
+                        await self.handle(event)
+            except TimeoutError:
+                continue  # periodic resync: list again
+            except KubeGone:
+                log.info("watch expired (410 Gone), listing again", after=self.resource_version)
+            except KubeApiError as exc:
+                log.warning("watch failed, listing again", error=str(exc))
+                await asyncio.sleep(self.retry_delay)
+
+    async def run_secrets(self) -> None:
+        """A labelled Secret changed: re-resolve the proxies that use it (a rotation replaces
+        their instances through the new spec hash)."""
+        while True:
+            try:
+                async for event in self.api.watch_secrets():
+                    if str(event.get("type", "")).upper() == "BOOKMARK":
+                        continue
+                    meta = (event.get("raw_object") or {}).get("metadata") or {}
+                    await self._secret_changed(str(meta.get("namespace")), str(meta.get("name")))
+            except KubeApiError as exc:
+                log.warning("secret watch failed, starting again", error=str(exc))
+                await asyncio.sleep(self.retry_delay)
+
+    async def _secret_changed(self, namespace: str, name: str) -> None:
+        users = [
+            obj
+            for obj in list(self.board.objects.values())
+            if obj.namespace == namespace and obj.secret_name == name and not obj.deleting
+        ]
+        for obj in users:
+            await self.sync_object(obj)

@@ -1,0 +1,120 @@
+"""The status writer: keeps each Proxy's ``.status`` equal to its projection of the log.
+
+The loop reads the ``PROXY`` stream in order (``LogView``); after each batch it recomputes the
+status of every proxy that changed (in the log, or on the board: a new object, a cloud-init
+problem) and patches only when the result differs from what the object shows. Each patch is a
+``status.patch`` span continuing the trace of the event that caused it, so a ``kubectl apply``
+is one trace from the watcher's append to the status the user sees.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime
+from typing import Any
+
+import structlog
+from opentelemetry import propagate, trace
+
+from events.errors import EventStoreError
+from services.runtime.kubeclient import KubeApiError
+from services.watcher.board import Board
+from services.watcher.kube import ProxyApi
+from services.watcher.logview import LogView
+from services.watcher.status import desired_status, differs, notices, patch_body
+from services.watcher.sync import ProxySync
+
+log = structlog.get_logger("egress.watcher.status")
+_tracer = trace.get_tracer("egress_proxies.watcher")
+
+
+class StatusWriter:
+    def __init__(
+        self,
+        api: ProxyApi,
+        logview: LogView,
+        board: Board,
+        sync: ProxySync,
+        *,
+        retry_delay: float = 1.0,
+    ) -> None:
+        self.api = api
+        self.logview = logview
+        self.board = board
+        self.sync = sync
+        self.retry_delay = retry_delay
+        self.written: dict[str, dict[str, Any]] = {}
+        self.patches = 0
+
+    async def run(self) -> None:
+        await self.logview.sync()
+        while True:
+            try:
+                await self.logview.advance()
+            except EventStoreError as exc:
+                log.warning("cannot read the log yet", error=str(exc))
+                await asyncio.sleep(self.retry_delay)
+            failed = await self.flush()
+            if failed:
+                await asyncio.sleep(self.retry_delay)
+
+    async def flush(self) -> bool:
+        """Write every changed proxy's status; True when some failed (they stay marked)."""
+        uids = self.logview.take_changed() | self.board.take_dirty()
+        failed = False
+        for uid in sorted(uids):
+            try:
+                await self.write(uid)
+            except KubeApiError as exc:
+                log.warning("status not written, will retry", proxy_uid=uid, error=str(exc))
+                self.board.mark(uid)
+                failed = True
+        return failed
+
+    async def write(self, uid: str) -> None:
+        tracked = self.logview.views.get(uid)
+        view = tracked.view if tracked is not None else None
+        obj = self.board.objects.get(uid)
+        if view is not None and view.removed:
+            await self.sync.released_in_log(uid)
+            return
+        if obj is None or (obj.deleting and view is None):
+            return  # not a custom resource we know (e.g. declared by the CLI)
+        previous = self.written.get(uid) or obj.status
+        now = view.updated_at if view is not None and view.updated_at else datetime.now(UTC)
+        desired = desired_status(
+            view,
+            self.board.problems.get(uid),
+            generation=obj.generation,
+            previous=previous,
+            now=now,
+        )
+        if not differs(desired, previous):
+            return
+        parent = propagate.extract(self.logview.carriers.get(uid, {}))
+        with _tracer.start_as_current_span(
+            "status.patch",
+            context=parent,
+            attributes={
+                "proxy.uid": uid,
+                "k8s.namespace.name": obj.namespace,
+                "proxy.name": obj.name,
+                "proxy.phase": str(desired["phase"]),
+            },
+        ):
+            if not await self.api.patch_status(
+                obj.namespace, obj.name, patch_body(desired, previous)
+            ):
+                return  # the object is gone; its DELETED event does the rest
+            self.written[uid] = desired
+            self.patches += 1
+            cause = str(view.last_seq) if view is not None else "cluster"
+            for notice in notices(previous, desired):
+                await self.api.record_event(obj, notice, cause)
+        log.info(
+            "status written",
+            namespace=obj.namespace,
+            name=obj.name,
+            phase=desired["phase"],
+            ip=desired.get("ip", ""),
+        )

@@ -1,0 +1,136 @@
+"""Fixtures of the kvm tests (imported by tests/integration/test_kvm_*.py).
+
+One private libvirtd, one bridge and one set of SSH keys per session (starting them is the slow
+part); per test a storage pool of its own, an HTTP image server, and an SSH "hypervisor" in front
+of the daemon. Domains use ``domainType: qemu`` (TCG), so no /dev/kvm is needed.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from services.executor.providers.kvm.config import KvmConfig
+from services.executor.providers.kvm.provider import KvmProvider, load_credentials
+from tests.contract.provider import delete_all
+from tests.support.kvm_daemon import (
+    LibvirtDaemon,
+    bridge,
+    make_qcow2,
+    start_daemon,
+    stop_daemon,
+    storage_pool,
+)
+from tests.support.kvm_http import ImageServer, image_server
+from tests.support.kvm_ssh import Hypervisor, SshKeys, hypervisor
+
+MACHINE = {"vcpus": 1, "memoryMiB": 96}
+ConfigFactory = Callable[..., KvmConfig]
+
+
+@pytest.fixture(scope="session")
+def libvirtd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LibvirtDaemon]:
+    daemon = start_daemon(tmp_path_factory.mktemp("libvirtd"))
+    yield daemon
+    stop_daemon(daemon)
+
+
+@pytest.fixture(scope="session")
+def kvm_bridge() -> Iterator[str]:
+    with bridge(f"egt{secrets.token_hex(3)}") as name:
+        yield name
+
+
+@pytest.fixture(scope="session")
+def ssh_keys(tmp_path_factory: pytest.TempPathFactory) -> SshKeys:
+    return SshKeys.create(tmp_path_factory.mktemp("ssh"))
+
+
+@pytest.fixture(scope="session")
+def qcow2(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    return make_qcow2(tmp_path_factory.mktemp("image") / "base.qcow2")
+
+
+@pytest.fixture
+def pool(libvirtd: LibvirtDaemon, tmp_path: Path) -> Iterator[str]:
+    with storage_pool(libvirtd, tmp_path / "pool") as name:
+        yield name
+
+
+@pytest.fixture
+async def images(qcow2: bytes) -> AsyncIterator[ImageServer]:
+    async with image_server(qcow2) as server:
+        yield server
+
+
+@pytest.fixture
+async def hv(libvirtd: LibvirtDaemon, ssh_keys: SshKeys) -> AsyncIterator[Hypervisor]:
+    async with hypervisor(libvirtd.socket, ssh_keys) as host:
+        yield host
+
+
+def host_entry(name: str, host: Hypervisor, bridge_name: str, pool_name: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "address": host.address,
+        "user": "root",
+        "bridge": bridge_name,
+        "socket": str(host.daemon_socket),
+        "pool": pool_name,
+    }
+
+
+@pytest.fixture
+def kvm_config(  # noqa: PLR0917 - pytest passes fixtures by parameter name
+    tmp_path: Path,
+    ssh_keys: SshKeys,
+    hv: Hypervisor,
+    images: ImageServer,
+    kvm_bridge: str,
+    pool: str,
+) -> ConfigFactory:
+    """``kvm_config(**overrides)``: the ``kvm:`` block for one host ``hv1`` behind ``hv``,
+    decoded the way the providers config is (camelCase keys)."""
+
+    def make(**overrides: Any) -> KvmConfig:
+        known_hosts = tmp_path / "known_hosts"
+        known_hosts.write_text(hv.known_hosts())
+        block: dict[str, Any] = {
+            "sshKeyFile": str(ssh_keys.client_key_file),
+            "knownHostsFile": str(known_hosts),
+            "domainType": "qemu",
+            "diskSizeGb": 1,
+            "connectTimeout": 10,
+            "keepaliveInterval": 5,
+            "images": {"tiny": {"url": images.url("tiny.qcow2"), "sha256": images.sha256}},
+            "machineTypes": {"small": MACHINE},
+            "hosts": [host_entry("hv1", hv, kvm_bridge, pool)],
+        }
+        block.update(overrides)
+        return msgspec.convert(block, KvmConfig)
+
+    return make
+
+
+@pytest.fixture
+async def provider(kvm_config: ConfigFactory) -> AsyncIterator[KvmProvider]:
+    kvm = make_provider(kvm_config())
+    yield kvm
+    await delete_all(kvm)
+    await kvm.close()
+
+
+def make_provider(config: KvmConfig, **kwargs: float) -> KvmProvider:
+    if not kwargs:
+        return KvmProvider.from_config("kvm", config)
+    return KvmProvider("kvm", config, load_credentials(config), **kwargs)
+
+
+def trust(config: KvmConfig, known_hosts: str) -> None:
+    """Replace the known_hosts file ``config`` names."""
+    Path(config.known_hosts_file).write_text(known_hosts)
