@@ -72,44 +72,59 @@ def settings_from_flags(kubeconfig: str | None, kube_context: str | None) -> Kub
     return KubeSettings(kubeconfig=path, context=(kube_context or "").strip())
 
 
-async def new_api_client(settings: KubeSettings) -> k8s_client.ApiClient:
+@dataclass(frozen=True, slots=True)
+class Sources:
+    """How error messages name the settings: CLI flags, or a providers-config block's fields."""
+
+    kubeconfig: str = "--kubeconfig / KUBECONFIG"
+    context: str = "--kube-context / KUBE_CONTEXT"
+
+
+FLAGS = Sources()
+
+
+async def new_api_client(
+    settings: KubeSettings, *, sources: Sources = FLAGS
+) -> k8s_client.ApiClient:
     """An API client for the cluster ``settings`` point at; the caller closes it."""
     configuration = k8s_client.Configuration()
-    path = kubeconfig_path(settings)
+    path = kubeconfig_path(settings, sources=sources)
     if path is None:
-        _load_incluster(configuration)
+        _load_incluster(configuration, sources)
     else:
-        await _load_file(path, settings.context, configuration)
+        await _load_file(path, settings.context, configuration, sources)
     return TracedApiClient(configuration=configuration)
 
 
-def kubeconfig_path(settings: KubeSettings, env: Mapping[str, str] | None = None) -> str | None:
+def kubeconfig_path(
+    settings: KubeSettings, env: Mapping[str, str] | None = None, *, sources: Sources = FLAGS
+) -> str | None:
     """The kubeconfig file to load, or None for the in-cluster credentials."""
     env = os.environ if env is None else env
     if settings.kubeconfig:
         if not os.path.isfile(settings.kubeconfig):
             raise KubeConfigError(
-                f"--kubeconfig / KUBECONFIG: {settings.kubeconfig!r} is not a file; "
+                f"{sources.kubeconfig}: {settings.kubeconfig!r} is not a file; "
                 "give the path of a kubeconfig"
             )
         return settings.kubeconfig
     if env.get(_SERVICE_HOST):
         if settings.context:
             raise KubeConfigError(
-                f"--kube-context / KUBE_CONTEXT: {settings.context!r} needs a kubeconfig; in a "
-                "pod the in-cluster credentials have no contexts. Unset it, or set --kubeconfig"
+                f"{sources.context}: {settings.context!r} needs a kubeconfig; in a pod the "
+                f"in-cluster credentials have no contexts. Unset it, or set {sources.kubeconfig}"
             )
         return None
     default = os.path.expanduser(k8s_config.kube_config.KUBE_CONFIG_DEFAULT_LOCATION)
     if not os.path.isfile(default):
         raise KubeConfigError(
-            f"--kubeconfig / KUBECONFIG is not set, this is not a pod ({_SERVICE_HOST} is "
-            f"unset) and {default} does not exist; pass --kubeconfig PATH"
+            f"{sources.kubeconfig} is not set, this is not a pod ({_SERVICE_HOST} is "
+            f"unset) and {default} does not exist; set {sources.kubeconfig} to a kubeconfig PATH"
         )
     return default
 
 
-def _load_incluster(configuration: k8s_client.Configuration) -> None:
+def _load_incluster(configuration: k8s_client.Configuration, sources: Sources) -> None:
     try:
         k8s_config.load_incluster_config(  # type: ignore[no-untyped-call]  # untyped in the library
             client_configuration=configuration
@@ -117,11 +132,13 @@ def _load_incluster(configuration: k8s_client.Configuration) -> None:
     except ConfigException as exc:
         raise KubeConfigError(
             f"in-cluster credentials ({_SERVICE_HOST} is set): {exc}; mount the service "
-            "account token (automountServiceAccountToken: true) or pass --kubeconfig"
+            f"account token (automountServiceAccountToken: true) or set {sources.kubeconfig}"
         ) from exc
 
 
-async def _load_file(path: str, context: str, configuration: k8s_client.Configuration) -> None:
+async def _load_file(
+    path: str, context: str, configuration: k8s_client.Configuration, sources: Sources
+) -> None:
     try:
         await k8s_config.load_kube_config(
             config_file=path,
@@ -130,15 +147,15 @@ async def _load_file(path: str, context: str, configuration: k8s_client.Configur
             persist_config=False,
         )
     except ConfigException as exc:
-        flag = "--kube-context / KUBE_CONTEXT" if context else "--kubeconfig / KUBECONFIG"
+        setting = sources.context if context else sources.kubeconfig
         raise KubeConfigError(
-            f"{flag}: cannot use {path!r}"
+            f"{setting}: cannot use {path!r}"
             + (f" with context {context!r}" if context else "")
             + f" ({exc}); check the file with `kubectl --kubeconfig {path} config view`"
         ) from exc
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise KubeConfigError(
-            f"--kubeconfig / KUBECONFIG: {path!r} is not a usable kubeconfig ({exc!r})"
+            f"{sources.kubeconfig}: {path!r} is not a usable kubeconfig ({exc!r})"
         ) from exc
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import structlog
 
+from events.aio import raise_if_cancelled
 from events.errors import EventStoreError
 from events.store import EventStore
 from services.runtime.declare import Declaration, apply, delete
@@ -207,6 +208,7 @@ class ProxySync:
 
     async def run(self) -> None:
         while True:
+            raise_if_cancelled()  # nats-py can swallow a cancellation inside an append
             try:
                 version = await self.relist()
                 async with asyncio.timeout(self.resync if self.resync > 0 else None):
@@ -224,6 +226,7 @@ class ProxySync:
         """A labelled Secret changed: re-resolve the proxies that use it (a rotation replaces
         their instances through the new spec hash)."""
         while True:
+            raise_if_cancelled()
             try:
                 async for event in self.api.watch_secrets():
                     if str(event.get("type", "")).upper() == "BOOKMARK":

@@ -16,6 +16,7 @@ from typing import Any
 import structlog
 from opentelemetry import propagate, trace
 
+from events.aio import raise_if_cancelled
 from events.errors import EventStoreError
 from services.runtime.kubeclient import KubeApiError
 from services.watcher.board import Board
@@ -49,6 +50,7 @@ class StatusWriter:
     async def run(self) -> None:
         await self.logview.sync()
         while True:
+            raise_if_cancelled()  # nats-py can swallow a cancellation inside a fetch
             try:
                 await self.logview.advance()
             except EventStoreError as exc:

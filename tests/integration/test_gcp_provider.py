@@ -1,20 +1,13 @@
 """The gcp provider through the real google-cloud-compute client against a local HTTP fake of the
-Compute REST API: the shared contract, errors as GCE sends them, the insert body, listing, and the
-wire log."""
+Compute REST API: the shared contract, errors as GCE sends them, what an insert sends, what a get
+and a listing read."""
 
 from __future__ import annotations
 
-import io
-import json
-import logging
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
-from typing import Any
 
 import pytest
-import structlog
-from google.oauth2.credentials import Credentials
-from opentelemetry.sdk.trace import TracerProvider
 
 from events.schemas import InstanceState, Placement, ProxySpec
 from services.executor.providers.base import (
@@ -31,7 +24,6 @@ from services.executor.providers.base import (
 from services.executor.providers.gcp.config import GcpConfig
 from services.executor.providers.gcp.provider import GcpProvider
 from services.executor.providers.gcp.testing import ComputeFake
-from services.runtime.logs import configure_logging
 from tests.contract.provider import (
     MakeRequest,
     ProviderContract,
@@ -39,18 +31,9 @@ from tests.contract.provider import (
     delete_all,
     request_factory,
 )
+from tests.support.gcp_support import PROJECT, ZONE, config, request
 
 pytestmark = pytest.mark.integration
-
-PROJECT = "test-project"
-ZONE = "europe-west1-b"
-tracer = TracerProvider().get_tracer("tests.gcp")
-
-
-def config(fake: ComputeFake, **overrides: Any) -> GcpConfig:
-    settings: dict[str, Any] = {"project": PROJECT, "zone": ZONE, "api_endpoint": fake.url}
-    settings.update(overrides)
-    return GcpConfig(**settings)
 
 
 @pytest.fixture
@@ -64,17 +47,6 @@ async def gcp(fake: ComputeFake) -> AsyncIterator[GcpProvider]:
     provider = GcpProvider("gcp-eu", config(fake))
     yield provider
     await provider.close()
-
-
-def request(name: str, **spec: Any) -> CreateRequest:
-    return CreateRequest(
-        name=name,
-        owner_uid="owner-1",
-        namespace="crawl",
-        proxy_name=name,
-        spec=ProxySpec(provider="gcp-eu", **spec),
-        spec_hash="abc123",
-    )
 
 
 # ----------------------------------------------------------------------------- contract
@@ -145,6 +117,17 @@ async def test_insert_errors_from_the_api_are_classified(
     assert "the API says" in str(caught.value)
     assert isinstance(caught.value.__cause__, Exception)  # the client's error, chained
     assert fake.instances == {}
+
+
+async def test_a_409_on_insert_is_the_existing_instance_unless_it_says_otherwise(
+    gcp: GcpProvider, fake: ComputeFake
+) -> None:
+    fake.inject(409, "alreadyExists", kind="insert")
+    assert await gcp.create(request("px-409")) == f"zones/{ZONE}/instances/px-409"
+    assert fake.instances == {}  # nothing was created: the API said it exists
+    fake.inject(409, "resourceNotReady", kind="insert")
+    with pytest.raises(Transient, match="resourceNotReady"):
+        await gcp.create(request("px-409"))
 
 
 async def test_refused_credentials_are_permanent(gcp: GcpProvider, fake: ComputeFake) -> None:
@@ -362,8 +345,9 @@ async def test_listing_pages_and_sees_only_this_named_provider(fake: ComputeFake
     try:
         eu_ids = {await eu.create(request(f"px-eu-{i}")) for i in range(5)}
         us_id = await us.create(request("px-us-0"))
-        fake.instances[(ZONE, "px-unmanaged")] = fake.instances[(ZONE, "px-eu-0")].__class__(
-            {"name": "px-unmanaged", "labels": {}}, ZONE
+        fake.put(ZONE, "px-unmanaged", {"team": "crawl"})
+        fake.put(
+            ZONE, "px-other", {"egress_proxies_managed": "true", "egress_proxies_provider": "x"}
         )
         fake.requests.clear()
         assert {i.provider_id for i in await eu.list_by_tag()} == eu_ids
@@ -371,95 +355,7 @@ async def test_listing_pages_and_sees_only_this_named_provider(fake: ComputeFake
         assert len(pages) == 3
         assert [i.provider_id for i in await us.list_by_tag()] == [us_id]
     finally:
-        del fake.instances[(ZONE, "px-unmanaged")]
         await delete_all(eu)
         await delete_all(us)
         await eu.close()
         await us.close()
-
-
-# ----------------------------------------------------------------------------- wire log
-
-
-@pytest.fixture
-def wire() -> Iterator[io.StringIO]:
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    saved = structlog.get_config()
-    stream = io.StringIO()
-    configure_logging("debug", "json", stream)
-    try:
-        yield stream
-    finally:
-        root.handlers[:] = handlers
-        root.setLevel(level)
-        structlog.configure(**saved)
-
-
-def wire_lines(stream: io.StringIO) -> list[dict[str, Any]]:
-    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
-    return [line for line in lines if line.get("logger") == "egress.provider.gcp.wire"]
-
-
-JWT = "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJjcmF3bGVyIn0.c2lnbmF0dXJlLXNpZ25hdHVyZQ"
-ACCESS_TOKEN = "ya29.a0AfH6SMBfake-access-token"
-BIG_CLOUD_INIT = "#cloud-config\nwrite_files:\n  - content: " + "x" * 2000 + f"\n# {JWT}\n"
-
-
-@pytest.mark.parametrize("full", [False, True])
-async def test_wire_log_elides_long_fields_hides_tokens_and_names_the_span(
-    fake: ComputeFake, wire: io.StringIO, full: bool
-) -> None:
-    provider = GcpProvider(
-        "gcp-eu",
-        config(fake),
-        full_payloads=full,
-        credentials=Credentials(token=ACCESS_TOKEN),  # type: ignore[no-untyped-call]
-    )
-    try:
-        with tracer.start_as_current_span("provider.create") as span:
-            await provider.create(
-                CreateRequest(
-                    name="px-wire",
-                    owner_uid="owner-1",
-                    namespace="crawl",
-                    proxy_name="wire",
-                    spec=ProxySpec(provider="gcp-eu"),
-                    cloud_init=BIG_CLOUD_INIT,
-                )
-            )
-        await provider.get(f"zones/{ZONE}/instances/px-wire")  # outside any span
-    finally:
-        await provider.close()
-    raw = wire.getvalue()
-    assert ACCESS_TOKEN not in raw
-    assert JWT not in raw
-    request_line, response_line, outside, _ = wire_lines(wire)
-    context = span.get_span_context()
-    for line in (request_line, response_line):
-        assert line["traceID"] == format(context.trace_id, "032x")
-        assert line["spanID"] == format(context.span_id, "016x")
-        assert line["level"] == "debug"
-    assert "traceID" not in outside
-    assert request_line["event"] == "gcp request"
-    assert request_line["method"] == "POST"
-    assert request_line["headers"]["authorization"] == "<redacted>"
-    assert response_line["status"] == 200
-    (item,) = request_line["body"]["metadata"]["items"]
-    if full:
-        assert item["value"].startswith("#cloud-config\nwrite_files:")
-        assert "x" * 2000 in item["value"]
-        assert "<redacted>" in item["value"]
-    else:
-        assert item["value"] == f"<elided {len(BIG_CLOUD_INIT.encode())} bytes>"
-    assert request_line["body"]["name"] == "px-wire"  # short fields stay
-
-
-async def test_no_wire_log_above_debug(fake: ComputeFake, wire: io.StringIO) -> None:
-    configure_logging("info", "json", wire)
-    provider = GcpProvider("gcp-eu", config(fake))
-    try:
-        await provider.create(request("px-quiet"))
-    finally:
-        await provider.close()
-    assert wire_lines(wire) == []

@@ -28,10 +28,15 @@ async def kube(tmp_path: Path) -> AsyncIterator[KubeCluster]:
 
 
 @pytest.fixture
-async def api(kube: KubeCluster) -> AsyncIterator[k8s.CustomObjectsApi]:
+async def api_client(kube: KubeCluster) -> AsyncIterator[k8s.ApiClient]:
     client = await new_api_client(kube.settings)
     async with client:
-        yield k8s.CustomObjectsApi(client)
+        yield client
+
+
+@pytest.fixture
+def api(api_client: k8s.ApiClient) -> k8s.CustomObjectsApi:
+    return k8s.CustomObjectsApi(api_client)
 
 
 def proxy(name: str, **labels: str) -> dict[str, Any]:
@@ -56,8 +61,11 @@ async def patch(
     call = (
         api.patch_namespaced_custom_object_status if status else api.patch_namespaced_custom_object
     )
-    kind = MERGE if isinstance(body, dict) else "application/json-patch+json"
-    result: dict[str, Any] = await call(G, V, "default", P, name, body, _content_type=kind)
+    # The generated stubs omit the override the client accepts.
+    kind: dict[str, Any] = {
+        "_content_type": MERGE if isinstance(body, dict) else "application/json-patch+json"
+    }
+    result: dict[str, Any] = await call(G, V, "default", P, name, body, **kind)
     return result
 
 
@@ -87,7 +95,9 @@ async def test_metadata_generation_and_the_status_subresource(
     assert caught.value.status == 409
 
 
-async def test_preconditions_conflict(api: k8s.CustomObjectsApi, kube: KubeCluster) -> None:
+async def test_preconditions_conflict(
+    api: k8s.CustomObjectsApi, api_client: k8s.ApiClient, kube: KubeCluster
+) -> None:
     created = await create(api, "b")
     stale = created["metadata"]["resourceVersion"]
     await patch(api, "b", {"metadata": {"labels": {"x": "1"}}})
@@ -99,7 +109,7 @@ async def test_preconditions_conflict(api: k8s.CustomObjectsApi, kube: KubeClust
     assert caught.value.status == 422
     # PUT (how leader election renews its Lease) checks the resourceVersion too.
     lease = kube.create(LEASES, {"metadata": {"name": "w"}, "spec": {"holderIdentity": "a"}})
-    coordination = k8s.CoordinationV1Api(api.api_client)
+    coordination = k8s.CoordinationV1Api(api_client)
     body: Any = dict(lease, spec={"holderIdentity": "b"})
     renewed = await coordination.replace_namespaced_lease("w", "default", body)
     assert renewed.spec.holder_identity == "b"
@@ -222,3 +232,15 @@ async def test_faults_answer_before_anything_changes(
     assert kube.get(PROXIES, "default", "h") is None
     await create(api, "h")
     assert kube.get(PROXIES, "default", "h") is not None
+
+
+async def test_defaulting_of_secrets_and_pods(api_client: k8s.ApiClient, kube: KubeCluster) -> None:
+    core = k8s.CoreV1Api(api_client)
+    body: Any = {"metadata": {"name": "s"}, "stringData": {"userdata": "#cloud-config\n"}}
+    await core.create_namespaced_secret("default", body)
+    secret = await core.read_namespaced_secret("s", "default")
+    assert secret.data == {"userdata": "I2Nsb3VkLWNvbmZpZwo="}
+    assert secret.string_data is None
+    pod: Any = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "i"}]}}
+    created = await core.create_namespaced_pod("default", pod)
+    assert created.status.phase == "Pending"

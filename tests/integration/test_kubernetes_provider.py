@@ -61,7 +61,8 @@ class Kubelet:
             if not self.paused:
                 for pod in self.kube.list_objects(PODS):
                     meta = pod["metadata"]
-                    if (pod.get("status") or {}).get("phase") or meta.get("deletionTimestamp"):
+                    phase = (pod.get("status") or {}).get("phase")
+                    if phase != "Pending" or meta.get("deletionTimestamp"):
                         continue
                     self.next_ip += 1
                     status = {

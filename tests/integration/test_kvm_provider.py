@@ -25,8 +25,9 @@ from tests.contract.provider import delete_all
 from tests.support.kvm_arp import ArpTable, arp_watcher
 from tests.support.kvm_daemon import LibvirtDaemon, pool_volumes
 from tests.support.kvm_fixtures import *  # noqa: F403  # pytest finds fixtures by name here
-from tests.support.kvm_fixtures import ConfigFactory, make_provider
+from tests.support.kvm_fixtures import ConfigFactory, host_entry, make_provider
 from tests.support.kvm_http import ImageServer
+from tests.support.kvm_ssh import Hypervisor
 
 pytestmark = pytest.mark.integration
 
@@ -306,7 +307,8 @@ async def test_volumes_left_without_a_domain_are_reported_and_removed(
     finally:
         conn.close()
     orphans = await provider.orphan_volumes()
-    assert sorted(o.volume for o in orphans) == [overlay_name(name), seed_name(name)]
+    assert {o.volume for o in orphans} == {overlay_name(name), seed_name(name)}
+    assert len(orphans) == 2
     assert {(o.host, o.pool, o.vm, o.owner_uid) for o in orphans} == {("hv1", pool, name, "1f3a")}
     assert all(o.modified_at is not None for o in orphans)
     for orphan in orphans:
@@ -339,3 +341,36 @@ async def test_an_orphan_whose_domain_came_back_is_kept(
     await provider.create(request(name, owner="2b4c"))
     assert [await provider.delete_orphan_volume(o) for o in orphans] == [False, False]
     assert {overlay_name(name), seed_name(name)} <= pool_volumes(libvirtd, pool)
+
+
+async def test_concurrent_creates_on_a_host_share_one_download(
+    provider: KvmProvider, images: ImageServer
+) -> None:
+    ids = await asyncio.gather(*(provider.create(request(f"vm-j{i}")) for i in range(3)))
+    assert len(set(ids)) == 3
+    assert images.requests["tiny.qcow2"] == 1
+
+
+async def test_a_missing_pool_fails_create_permanently_and_delete_cleans_nothing(
+    kvm_config: ConfigFactory, hv: Hypervisor, kvm_bridge: str, images: ImageServer
+) -> None:
+    kvm = make_provider(kvm_config(hosts=[host_entry("hv1", hv, kvm_bridge, "no-such-pool")]))
+    try:
+        with pytest.raises(Permanent, match="no-such-pool"):
+            await kvm.create(request("vm-k"))
+        await kvm.delete("hosts/hv1/domains/vm-k")
+        assert images.requests["tiny.qcow2"] == 0
+    finally:
+        await kvm.close()
+
+
+async def test_an_unreachable_image_server_is_transient(
+    provider: KvmProvider, libvirtd: LibvirtDaemon, pool: str
+) -> None:
+    server = await asyncio.start_server(lambda _r, _w: None, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    server.close()
+    await server.wait_closed()
+    with pytest.raises(Transient, match="download failed"):
+        await provider.create(request("vm-l", image=f"http://127.0.0.1:{port}/gone.qcow2"))
+    assert pool_volumes(libvirtd, pool) == set()

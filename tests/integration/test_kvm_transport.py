@@ -187,6 +187,37 @@ async def test_hosts_are_independent(
                 await stuck
 
 
+async def test_a_host_hung_mid_call_does_not_hold_up_another(  # noqa: PLR0917 - fixtures
+    kvm_config: ConfigFactory,
+    hv: Hypervisor,
+    libvirtd: LibvirtDaemon,
+    ssh_keys: SshKeys,
+    kvm_bridge: str,
+    pool: str,
+) -> None:
+    async with hypervisor(libvirtd.socket, ssh_keys) as other:
+        hosts = [host_entry("a", hv, kvm_bridge, pool), host_entry("b", other, kvm_bridge, pool)]
+        config = kvm_config(hosts=hosts)
+        trust(config, hv.known_hosts() + other.known_hosts())
+        async with closing(make_provider(config, call_timeout=120.0)) as kvm:
+            for host in ("a", "b"):
+                with pytest.raises(NotFound):
+                    await kvm.get(f"hosts/{host}/domains/x")
+            hv.paused = True
+            stuck = asyncio.create_task(kvm.get("hosts/a/domains/x"))
+            await until("a call in flight on a", lambda: kvm.transports["a"].calls_in_flight)
+            for _ in range(3):
+                with pytest.raises(NotFound):
+                    await kvm.get("hosts/b/domains/x")
+            assert not stuck.done()
+            stuck.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await stuck
+            # Giving up closed the connection under the call, so its thread is free again.
+            await until("thread released", lambda: kvm.transports["a"].calls_in_flight == 0)
+            assert kvm.transports["b"].connected
+
+
 async def test_an_unreachable_host_fails_the_whole_listing(
     kvm_config: ConfigFactory, hv: Hypervisor, kvm_bridge: str, pool: str
 ) -> None:

@@ -10,7 +10,9 @@ checks it):
   v1alpha1 with the status subresource, v1 pods/secrets/events/configmaps, events.k8s.io/v1
   events, coordination.k8s.io/v1 leases); others answer 404 like an unknown CRD.
 - create (POST): uid, creationTimestamp, generation 1, resourceVersion; 409 AlreadyExists;
-  ``generateName``; status is dropped on create where the status subresource is on.
+  ``generateName``; status is dropped on create where the status subresource is on (proxies,
+  pods). Defaulting: a pod starts with ``status.phase: Pending``; a Secret's ``stringData`` is
+  stored base64-encoded in ``data`` (and never returned), as on a real apiserver.
 - get / list (``labelSelector`` with =, ==, !=, exists, !exists, in, notin; ``fieldSelector``
   ``metadata.name=`` only) / delete; the list's ``metadata.resourceVersion`` is current.
 - update (PUT, e.g. leader-election Leases) with ``metadata.resourceVersion`` → 409 Conflict when

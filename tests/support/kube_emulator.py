@@ -13,12 +13,12 @@ See ``tests.support.kube`` for the list of what is and is not emulated.
 from __future__ import annotations
 
 import asyncio
+import base64
 import copy
 import datetime
-import time
 import uuid
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import attrs
@@ -26,6 +26,7 @@ import kmock
 from kmock._internal.rendering import Response
 
 from tests.support.kube_patch import apply_json_patch, match_labels, merge_patch
+from tests.support.kube_watch import Watch, watch_stream
 
 Key = tuple[str, str, str]  # (resource, namespace or "", name)
 Obj = dict[str, Any]
@@ -71,13 +72,6 @@ class Fault:
     hits: int = 0
 
 
-@dataclass(slots=True)
-class _Watch:
-    resource: str
-    stop: asyncio.Event = field(default_factory=asyncio.Event)
-    gone: bool = False
-
-
 def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -99,8 +93,8 @@ class ApiServerEmulator(kmock.KubernetesScaffold):
     compacted: int = 0  # watches from a resourceVersion below this get 410 Gone
     faults: list[Fault] = attrs.field(factory=list)
     revision: int = 100
-    _changed: asyncio.Event = attrs.field(factory=asyncio.Event)
-    _watches: list[_Watch] = attrs.field(factory=list)
+    changed: asyncio.Event = attrs.field(factory=asyncio.Event)
+    watches: list[Watch] = attrs.field(factory=list)
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
@@ -133,7 +127,7 @@ class ApiServerEmulator(kmock.KubernetesScaffold):
                 {"type": kind, "object": copy.deepcopy(obj)},
             )
         )
-        changed, self._changed = self._changed, asyncio.Event()
+        changed, self.changed = self.changed, asyncio.Event()
         changed.set()
 
     def _bump(self, obj: Obj) -> None:
@@ -161,6 +155,7 @@ class ApiServerEmulator(kmock.KubernetesScaffold):
         obj["apiVersion"], obj["kind"] = rtype.api_version, rtype.kind
         if rtype.status_subresource:
             obj.pop("status", None)
+        _default(rtype, obj)
         self._bump(obj)
         self.store[key] = obj
         self._record(rtype, "ADDED", obj)
@@ -211,6 +206,7 @@ class ApiServerEmulator(kmock.KubernetesScaffold):
             if _spec_of(result) != _spec_of(old):
                 meta["generation"] = int(old_meta.get("generation", 1)) + 1
         result["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
+        _default(rtype, result)
         if result == old:
             return old  # a no-op write stores nothing, as on a real apiserver
         if old["metadata"].get("deletionTimestamp") and not result["metadata"].get("finalizers"):
@@ -248,13 +244,13 @@ class ApiServerEmulator(kmock.KubernetesScaffold):
 
     def end_watches(self, *, gone: bool = False) -> None:
         """End every open watch (as a server-side timeout would), or with a 410 ERROR event."""
-        for watch in self._watches:
+        for watch in self.watches:
             watch.gone = gone
             watch.stop.set()
 
     @property
     def open_watches(self) -> int:
-        return len(self._watches)
+        return len(self.watches)
 
     # ------------------------------------------------------------------ serving
 
@@ -313,7 +309,9 @@ class ApiServerEmulator(kmock.KubernetesScaffold):
         if verb == "list":
             return 200, self._list(rtype, request.namespace, params)
         if verb == "watch":
-            return 200, self._watch(rtype, request.namespace, params)
+            return 200, watch_stream(
+                self, rtype, self._select(rtype, request.namespace, params), params
+            )
         if verb == "create":
             if not isinstance(request.data, dict):
                 raise _error(400, "BadRequest", "the body is not a JSON object")
@@ -394,79 +392,16 @@ class ApiServerEmulator(kmock.KubernetesScaffold):
             "items": items,
         }
 
-    async def _watch(
-        self, rtype: ResourceType, namespace: str | None, params: dict[str, str]
-    ) -> AsyncIterator[Any]:
-        wanted = self._select(rtype, namespace, params)
-        since = params.get("resourceVersion", "")
-        bookmarks = params.get("allowWatchBookmarks", "").lower() in ("true", "1")
-        timeout = float(params.get("timeoutSeconds") or 0)
-        deadline = time.monotonic() + timeout if timeout > 0 else None
-        watch = _Watch(rtype.key)
-        self._watches.append(watch)
-        try:
-            yield b""  # send the headers now: a watch may legitimately see nothing for a while
-            if since in ("", "0"):
-                position = self.revision
-                for (res, _, _), obj in sorted(self.store.items()):
-                    if res == rtype.key and wanted(obj):
-                        yield {"type": "ADDED", "object": obj}
-            elif int(since) < self.compacted:
-                yield _gone(since)
-                return
-            else:
-                position = int(since)
-            last_bookmark = time.monotonic()
-            while not watch.stop.is_set():
-                changed = self._changed
-                for rv, res, event in list(self.history):
-                    if rv > position:
-                        position = rv
-                        if res == rtype.key and wanted(event["object"]):
-                            yield event
-                wait = self.bookmark_interval if bookmarks else 3600.0
-                if deadline is not None:
-                    wait = min(wait, deadline - time.monotonic())
-                    if wait <= 0:
-                        return
-                stop = asyncio.ensure_future(watch.stop.wait())
-                change = asyncio.ensure_future(changed.wait())
-                try:
-                    await asyncio.wait(
-                        {stop, change}, timeout=wait, return_when=asyncio.FIRST_COMPLETED
-                    )
-                finally:
-                    stop.cancel()
-                    change.cancel()
-                if bookmarks and time.monotonic() - last_bookmark >= self.bookmark_interval:
-                    last_bookmark = time.monotonic()
-                    yield {
-                        "type": "BOOKMARK",
-                        "object": {
-                            "apiVersion": rtype.api_version,
-                            "kind": rtype.kind,
-                            "metadata": {"resourceVersion": str(position)},
-                        },
-                    }
-            if watch.gone:
-                yield _gone(str(position))
-        finally:
-            self._watches.remove(watch)
 
-
-def _gone(since: str) -> Obj:
-    return {
-        "type": "ERROR",
-        "object": {
-            "apiVersion": "v1",
-            "kind": "Status",
-            "metadata": {},
-            "status": "Failure",
-            "message": f"too old resource version: {since}",
-            "reason": "Expired",
-            "code": 410,
-        },
-    }
+def _default(rtype: ResourceType, obj: Obj) -> None:
+    """What the apiserver fills in on every write, where tests can observe the difference."""
+    if rtype.key == "v1/secrets" and obj.get("stringData"):
+        # Write-only: stored base64-encoded in data, never returned.
+        data = obj.setdefault("data", {})
+        for key, value in obj.pop("stringData").items():
+            data[key] = base64.b64encode(str(value).encode()).decode()
+    if rtype.key == "v1/pods" and not (obj.get("status") or {}).get("phase"):
+        obj.setdefault("status", {})["phase"] = "Pending"
 
 
 def _verb(method: str, name: str | None, watching: bool) -> str:

@@ -7,6 +7,7 @@ of the daemon. Domains use ``domainType: qemu`` (TCG), so no /dev/kvm is needed.
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -33,17 +34,45 @@ MACHINE = {"vcpus": 1, "memoryMiB": 96}
 ConfigFactory = Callable[..., KvmConfig]
 
 
+class _Shared:
+    """One daemon and one bridge for the whole run. Each test module that star-imports these
+    fixtures gets its own copy of a session fixture, so the copies share these by count."""
+
+    stack = contextlib.ExitStack()
+    daemon: LibvirtDaemon | None = None
+    bridge_name = ""
+    users = 0
+
+
+@contextlib.contextmanager
+def _shared(factory: pytest.TempPathFactory) -> Iterator[_Shared]:
+    if _Shared.users == 0:
+        with contextlib.ExitStack() as stack:
+            _Shared.bridge_name = stack.enter_context(bridge(f"egt{secrets.token_hex(3)}"))
+            _Shared.daemon = start_daemon(factory.mktemp("libvirtd"))
+            stack.callback(stop_daemon, _Shared.daemon)  # before the bridge goes
+            _Shared.stack = stack.pop_all()
+    _Shared.users += 1
+    try:
+        yield _Shared()
+    finally:
+        _Shared.users -= 1
+        if _Shared.users == 0:
+            _Shared.stack.close()
+            _Shared.daemon = None
+
+
 @pytest.fixture(scope="session")
 def libvirtd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LibvirtDaemon]:
-    daemon = start_daemon(tmp_path_factory.mktemp("libvirtd"))
-    yield daemon
-    stop_daemon(daemon)
+    with _shared(tmp_path_factory) as shared:
+        assert shared.daemon is not None
+        yield shared.daemon
 
 
 @pytest.fixture(scope="session")
-def kvm_bridge() -> Iterator[str]:
-    with bridge(f"egt{secrets.token_hex(3)}") as name:
-        yield name
+def kvm_bridge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with _shared(tmp_path_factory) as shared:
+        yield shared.bridge_name
 
 
 @pytest.fixture(scope="session")

@@ -37,7 +37,10 @@ class Replica:
     task: asyncio.Task[None]
 
     async def stop(self) -> None:
-        self.task.cancel()
+        # As ``run_services`` does: nats-py may swallow one cancellation, so repeat it.
+        while not self.task.done():
+            self.task.cancel()
+            await asyncio.wait({self.task}, timeout=0.5)
         with contextlib.suppress(asyncio.CancelledError):
             await self.task
 

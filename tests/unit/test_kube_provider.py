@@ -20,7 +20,7 @@ from services.executor.providers.base import (
     QuotaExceeded,
     Transient,
 )
-from services.executor.providers.config import parse_providers_config
+from services.executor.providers.config import build_providers, parse_providers_config
 from services.executor.providers.kubernetes.classify import classify, error_for
 from services.executor.providers.kubernetes.config import DEFAULT_IMAGE, KubernetesConfig
 from services.executor.providers.kubernetes.mapping import (
@@ -204,3 +204,21 @@ def test_bad_settings_name_the_field(block: dict[str, Any], complaint: str) -> N
     with pytest.raises(ConfigError, match="providers\\[0\\] \\(k8s\\)") as caught:
         _config(block)
     assert complaint in str(caught.value)
+
+
+def test_outside_a_cluster_the_provider_names_its_own_field(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    raw = {"providers": [{"name": "k8s", "type": "kubernetes", "kubernetes": {}}]}
+    entries = parse_providers_config(raw, source="p.yaml", base_dir=Path(), default_data_dir=Path())
+    with pytest.raises(
+        ConfigError, match=r"providers\[0\] \(k8s\): kubernetes.kubeconfig is not set"
+    ):
+        build_providers(entries)
+    missing = {"kubeconfig": str(tmp_path / "nope")}
+    raw = {"providers": [{"name": "k8s", "type": "kubernetes", "kubernetes": missing}]}
+    entries = parse_providers_config(raw, source="p.yaml", base_dir=Path(), default_data_dir=Path())
+    with pytest.raises(ConfigError, match=r"kubernetes\.kubeconfig: .* is not a file"):
+        build_providers(entries)

@@ -90,7 +90,7 @@ def test_outside_a_pod_without_a_kubeconfig_says_what_to_pass(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("HOME", str(tmp_path))
-    with pytest.raises(KubeConfigError, match="pass --kubeconfig PATH"):
+    with pytest.raises(KubeConfigError, match="set --kubeconfig / KUBECONFIG to a kubeconfig PATH"):
         kubeconfig_path(KubeSettings(), env={})
 
 

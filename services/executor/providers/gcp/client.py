@@ -131,6 +131,13 @@ def reasons(exc: core.GoogleAPICallError) -> list[str]:
     return [reason for reason in found if reason]
 
 
+def already_exists(exc: core.Conflict) -> bool:
+    """A 409 on insert is "that name is taken" unless it says otherwise (an operation on the
+    name still in progress is a conflict to retry, not an instance to return)."""
+    why = {reason.lower() for reason in reasons(exc)}
+    return not why or "alreadyexists" in why
+
+
 def translate(exc: Exception, *, op: str, what: str) -> ProviderError | None:
     """``exc`` as a taxonomy error saying what failed, or None for an exception that is not the
     client's (a bug, which the instrumentation layer reports as such)."""

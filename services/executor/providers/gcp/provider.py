@@ -29,7 +29,12 @@ from services.executor.providers.base import (
     ProviderError,
 )
 from services.executor.providers.gcp import mapping
-from services.executor.providers.gcp.client import build_client, operation_error, translate
+from services.executor.providers.gcp.client import (
+    already_exists,
+    build_client,
+    operation_error,
+    translate,
+)
 from services.executor.providers.gcp.config import RFC1035, GcpConfig
 
 __all__ = ["GcpConfig", "GcpProvider"]
@@ -42,7 +47,11 @@ SCOPES = ["https://www.googleapis.com/auth/cloud-platform"]
 
 
 class GcpProvider:
-    """A ``Provider`` creating one VM per instance; see the module docstring."""
+    """A ``Provider`` creating one VM per instance; see the module docstring.
+
+    ``full_payloads`` overrides the process-wide wire-log setting, ``page_size`` the listing's
+    page size and ``credentials`` the ADC lookup: all three exist for tests.
+    """
 
     type = "gcp"
 
@@ -83,7 +92,9 @@ class GcpProvider:
                     timeout=self.config.timeout_seconds,
                     retry=None,
                 )
-            except core.Conflict:
+            except core.Conflict as exc:
+                if not already_exists(exc):
+                    raise
                 return pid  # the deterministic name exists: a repeated create
             failed = operation_error(operation, op="create", what=what)
             if failed is not None:
@@ -155,6 +166,10 @@ class GcpProvider:
         return await self._run("list", f"{self.name}: list", listing)
 
     async def close(self) -> None:
+        # In a thread: the lock may be held by a first call still looking for credentials.
+        await asyncio.to_thread(self._close)
+
+    def _close(self) -> None:
         with self._client_lock:
             client, self._client = self._client, None
         if client is not None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
+import sys
 import threading
 import time
 from collections import deque
@@ -88,8 +89,7 @@ class ComputeFake:
         return f"http://{host!s}:{port}"
 
     def start(self) -> ComputeFake:
-        server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
-        server.daemon_threads = True
+        server = _Server(("127.0.0.1", 0), _handler(self))
         self._server = server
         # A short poll interval: stop() waits for one, and tests stop a fake each.
         self._thread = threading.Thread(
@@ -133,6 +133,13 @@ class ComputeFake:
         status = status or _OPERATION_STATUS.get(code, 400)
         with self._lock:
             self._operation_errors.append((code, message or f"injected {code}", status))
+
+    def put(self, zone: str, name: str, labels: dict[str, str], status: str = "RUNNING") -> None:
+        """An instance made by someone else (the console, another tool), for listing tests."""
+        body = {"name": name, "labels": labels, "status": status, "zone": self._zone_link(zone)}
+        body["creationTimestamp"] = datetime.now(_GCE_TZ).isoformat(timespec="milliseconds")
+        with self._lock:
+            self.instances[(zone, name)] = _Instance(body, zone, deque())
 
     def vanish(self, zone: str, name: str) -> None:
         """Delete behind the provider's back (a preemption, a person in the console)."""
@@ -348,6 +355,15 @@ def _error(status: int, reason: str, message: str) -> tuple[int, dict[str, Any]]
             ],
         }
     }
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        """A client that gave up (a timeout test) is expected; anything else is printed."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)  # type: ignore[arg-type]
 
 
 def _handler(fake: ComputeFake) -> type[BaseHTTPRequestHandler]:

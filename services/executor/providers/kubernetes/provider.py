@@ -40,12 +40,14 @@ from services.executor.providers.kubernetes.mapping import (
 from services.runtime.config import ConfigError
 from services.runtime.kubeclient import (
     KubeSettings,
+    Sources,
     kubeconfig_path,
     new_api_client,
     status_message,
 )
 
 T = TypeVar("T")
+SOURCES = Sources(kubeconfig="kubernetes.kubeconfig", context="kubernetes.context")
 
 
 class KubernetesProvider:
@@ -62,17 +64,15 @@ class KubernetesProvider:
     def from_config(cls, name: str, config: KubernetesConfig) -> KubernetesProvider:
         """Checks where the cluster is now (a missing kubeconfig stops start-up); connects on
         first use, since constructors do no network I/O."""
-        try:
-            kubeconfig_path(KubeSettings(kubeconfig=config.kubeconfig, context=config.context))
-        except ConfigError as exc:
-            raise ConfigError(f"kubernetes.kubeconfig: {exc}") from exc
+        settings = KubeSettings(kubeconfig=config.kubeconfig, context=config.context)
+        kubeconfig_path(settings, sources=SOURCES)
         return cls(name, config)
 
     async def _core(self) -> k8s.CoreV1Api:
         async with self._lock:
             if self._api is None:
                 try:
-                    self._api = await new_api_client(self._settings)
+                    self._api = await new_api_client(self._settings, sources=SOURCES)
                 except ConfigError as exc:
                     raise Permanent(f"{self.name}: cannot reach the cluster: {exc}") from exc
         return k8s.CoreV1Api(self._api)

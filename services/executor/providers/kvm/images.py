@@ -310,6 +310,11 @@ class ImageCache:
                     f"image {image.url}: got {sent} bytes, Content-Length said {length}"
                 )
             await link.run(lambda _conn: stream.finish(), f"finish upload of {base}", deadline)
+        except asyncio.CancelledError:
+            # The daemon would keep the half-written volume open for this stream: closing the
+            # link ends both, and the next ensure deletes the leftover.
+            link.close("cancelled during an image upload")
+            raise
         except Exception:
             abort_by = asyncio.get_running_loop().time() + _CLEANUP_SECONDS
             with contextlib.suppress(ProviderError):

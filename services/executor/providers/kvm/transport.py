@@ -153,6 +153,12 @@ class HostLink:
                     f"{self.host.name}: {what}: lost the connection to libvirtd ({exc})"
                 ) from exc
             raise wrap_libvirt(exc, f"{self.host.name}: {what}") from exc
+        except ProviderError:
+            raise
+        except Exception as exc:
+            # Not libvirt's: a stream that refused data, an answer we could not read. Retrying
+            # is all a caller can do, and the contract wants every error classified.
+            raise Transient(f"{self.host.name}: {what}: {exc!r}") from exc
 
     def _is_transport_failure(self, exc: libvirt.libvirtError) -> bool:
         if self.broken or self.ssh.is_closed():

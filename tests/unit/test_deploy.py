@@ -1,0 +1,329 @@
+"""deploy/: every manifest parses and is what it claims, the kustomize base is complete, the
+Deployments run real commands with real flags and settings, and RBAC grants each service account
+exactly what its code calls (derived from the code, so a new API call without a rule fails here).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import click
+import pytest
+import yaml
+
+from services.cli.main import main
+from services.executor.providers.config import build_providers, parse_providers_config
+from services.runtime.config import _ENV_VARS, Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+Doc = dict[str, Any]
+
+KINDS = {
+    ("v1", "Namespace"),
+    ("v1", "ServiceAccount"),
+    ("v1", "ConfigMap"),
+    ("v1", "Secret"),
+    ("v1", "Service"),
+    ("apps/v1", "Deployment"),
+    ("rbac.authorization.k8s.io/v1", "ClusterRole"),
+    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"),
+    ("rbac.authorization.k8s.io/v1", "Role"),
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"),
+    ("apiextensions.k8s.io/v1", "CustomResourceDefinition"),
+    ("crawl.example.com/v1alpha1", "Proxy"),
+    ("kustomize.config.k8s.io/v1beta1", "Kustomization"),
+}
+# Variables the code reads outside click options: leader identity, the API token, the cluster.
+OTHER_ENV = {"POD_NAME", "DISCOVERY_TOKEN"}
+
+
+def yaml_files() -> list[Path]:
+    return sorted(p for p in DEPLOY.rglob("*") if p.suffix in (".yaml", ".yml"))
+
+
+def docs_of(path: Path) -> list[Doc]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+
+
+def kustomization() -> Doc:
+    doc: Doc = yaml.safe_load((DEPLOY / "kustomization.yaml").read_text())
+    return doc
+
+
+def base_docs() -> list[Doc]:
+    return [d for name in kustomization()["resources"] for d in docs_of(DEPLOY / name)]
+
+
+def of_kind(kind: str) -> list[Doc]:
+    return [d for d in base_docs() if d["kind"] == kind]
+
+
+def test_every_yaml_parses_and_is_a_known_kind() -> None:
+    assert yaml_files()
+    for path in yaml_files():
+        for doc in docs_of(path):
+            assert isinstance(doc, dict), path
+            if "kind" not in doc:
+                # Two files are no manifests: Helm values and providers configs.
+                assert path == DEPLOY / "nats" / "values.yaml" or "providers" in doc, path
+                continue
+            assert (doc.get("apiVersion"), doc["kind"]) in KINDS, f"{path}: {doc['kind']}"
+            if doc["kind"] != "Kustomization":
+                assert doc["metadata"]["name"], path
+
+
+def test_the_kustomization_lists_every_manifest_and_nothing_missing() -> None:
+    listed = {DEPLOY / name for name in kustomization()["resources"]}
+    assert all(path.is_file() for path in listed), sorted(p for p in listed if not p.is_file())
+    manifests = {
+        path
+        for path in yaml_files()
+        if path.parent.name not in ("examples", "nats") and path.name != "kustomization.yaml"
+    }
+    assert manifests == listed
+    assert kustomization()["namespace"] == "egress-proxies"
+    assert {img["name"] for img in kustomization()["images"]} == {"egress-proxies"}
+
+
+def test_nats_values_ask_for_a_three_node_jetstream_on_disk() -> None:
+    values = yaml.safe_load((DEPLOY / "nats" / "values.yaml").read_text())
+    assert values["config"]["cluster"]["enabled"] is True
+    assert values["config"]["cluster"]["replicas"] == 3
+    assert values["config"]["jetstream"]["enabled"] is True
+    assert values["config"]["jetstream"]["fileStore"]["enabled"] is True
+
+
+def env_config() -> dict[str, str]:
+    (config,) = [d for d in of_kind("ConfigMap") if d["metadata"]["name"] == "egress-proxies-env"]
+    data: dict[str, str] = config["data"]
+    return data
+
+
+def test_the_shared_settings_are_valid_for_a_cluster() -> None:
+    settings = Settings.from_env(env_config())
+    assert settings.stream_replicas == 3
+    assert settings.metrics_host == "0.0.0.0"
+    assert settings.nats_url.startswith("nats://nats")
+
+
+def providers_configs() -> Iterator[tuple[str, object]]:
+    for config in of_kind("ConfigMap") + [
+        d for p in (DEPLOY / "examples").glob("*.yaml") for d in docs_of(p)
+    ]:
+        if config.get("kind") == "ConfigMap" and "providers.yaml" in config.get("data", {}):
+            yield config["metadata"]["name"], yaml.safe_load(config["data"]["providers.yaml"])
+        elif "providers" in config and "kind" not in config:
+            yield "examples", config
+
+
+def test_providers_configs_parse_and_build(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")  # as in a pod
+    found = list(providers_configs())
+    assert len(found) >= 3
+    for source, raw in found:
+        entries = parse_providers_config(
+            raw, source=source, base_dir=Path(), default_data_dir=Path("/tmp/data")
+        )
+        kinds = {entry.type for entry in entries}
+        providers = build_providers([e for e in entries if e.type == "kubernetes"])
+        assert kinds <= {"kubernetes", "gcp"}, source
+        assert all(p.type == "kubernetes" for p in providers.values())
+
+
+def containers() -> Iterator[tuple[Doc, Doc]]:
+    for deployment in of_kind("Deployment"):
+        for container in deployment["spec"]["template"]["spec"]["containers"]:
+            yield deployment, container
+
+
+def leaf_command(args: list[str]) -> tuple[click.Command, list[str]]:
+    assert args[0] == "run", args
+    run = main.commands["run"]
+    assert isinstance(run, click.Group)
+    command = run.get_command(click.Context(run), args[1])
+    assert command is not None, f"`egress-proxies run {args[1]}` does not exist"
+    return command, args[2:]
+
+
+def envvars_of(command: click.Command) -> set[str]:
+    names = set()
+    for param in [*main.params, *command.params]:
+        envvar = getattr(param, "envvar", None)
+        if isinstance(envvar, str):
+            names.add(envvar)
+    return names
+
+
+def test_deployments_run_real_commands_with_real_settings(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    services = set()
+    for deployment, container in containers():
+        command, rest = leaf_command(container["args"])
+        services.add(container["args"][1])
+        env = dict(env_config())
+        for item in container.get("env", []):
+            env[item["name"]] = item.get("value", "from-the-cluster")
+        known = envvars_of(command) | set(_ENV_VARS.values()) | OTHER_ENV
+        unknown = set(env) - known
+        assert not unknown, f"{deployment['metadata']['name']}: nothing reads {sorted(unknown)}"
+        if "PROVIDERS_CONFIG" in env:
+            # The mounted ConfigMap, as a file, so click's exists=True check runs for real.
+            (name,) = [
+                v["configMap"]["name"]
+                for v in deployment["spec"]["template"]["spec"]["volumes"]
+                if "configMap" in v
+            ]
+            (raw,) = [
+                c["data"]["providers.yaml"]
+                for c in of_kind("ConfigMap")
+                if c["metadata"]["name"] == name
+            ]
+            (tmp_path / "providers.yaml").write_text(raw)
+            env["PROVIDERS_CONFIG"] = str(tmp_path / "providers.yaml")
+        for key, value in env.items():
+            monkeypatch.setenv(key, value)
+        ctx = command.make_context(container["args"][1], list(rest))
+        assert ctx.params, command.name
+        Settings.from_env()
+    assert services == {"watcher", "reconciler", "executor", "health", "gc", "discovery"}
+
+
+def test_probes_and_services_point_at_declared_ports() -> None:
+    env = env_config()
+    for deployment, container in containers():
+        ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+        assert ports["metrics"] == int(env["METRICS_PORT"])
+        for probe in ("readinessProbe", "livenessProbe"):
+            target = container[probe]["httpGet"]
+            assert target["path"] == "/healthz"
+            assert target["port"] in ports
+        template = deployment["spec"]["template"]
+        assert (
+            deployment["spec"]["selector"]["matchLabels"].items()
+            <= template["metadata"]["labels"].items()
+        )
+    (service,) = of_kind("Service")
+    (discovery,) = [c for d, c in containers() if c["args"][1] == "discovery"]
+    names = {p["name"] for p in discovery["ports"]}
+    assert {p["targetPort"] for p in service["spec"]["ports"]} <= names
+    value = {e["name"]: e.get("value") for e in discovery["env"]}
+    assert int(value["DISCOVERY_PORT"]) == next(
+        p["containerPort"] for p in discovery["ports"] if p["name"] == "http"
+    )
+    assert value["DISCOVERY_HOST"] == "0.0.0.0"
+
+
+def test_the_watcher_elects_a_leader_among_replicas() -> None:
+    (watcher,) = [d for d, c in containers() if c["args"][1] == "watcher"]
+    assert watcher["spec"]["replicas"] >= 2
+    env = {e["name"]: e for e in watcher["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["LEADER_ELECTION"]["value"] == "true"
+    assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+
+
+# ----------------------------------------------------------------------------- RBAC from the code
+
+_CALL = re.compile(
+    r"\.(create|read|get|patch|replace|delete|list)_(?:namespaced_|cluster_)?([a-z_]+?)"
+    r"(?:_for_all_namespaces)?\b"
+)
+_STREAMED = re.compile(r"stream\(\s*[\w.]*\.list_(?:namespaced_|cluster_)?([a-z_]+?)\b")
+_VERBS = {"create": "create", "read": "get", "get": "get", "patch": "patch"}
+_VERBS |= {"replace": "update", "delete": "delete", "list": "list"}
+_RESOURCES = {
+    "pod": ("", "pods"),
+    "secret": ("", "secrets"),
+    "event": ("", "events"),
+    "lease": ("coordination.k8s.io", "leases"),
+    "custom_object": ("crawl.example.com", "proxies"),
+    "custom_object_status": ("crawl.example.com", "proxies/status"),
+}
+Need = set[tuple[str, str, str]]  # (apiGroup, resource, verb)
+
+
+def needs_of(source: str) -> Need:
+    needs: Need = set()
+    for verb, found in _CALL.findall(source):
+        noun = found.removesuffix("_for_all_namespaces")
+        if noun in _RESOURCES:
+            needs.add((*_RESOURCES[noun], _VERBS[verb]))
+    for found in _STREAMED.findall(source):
+        noun = found.removesuffix("_for_all_namespaces")
+        if noun in _RESOURCES:
+            needs.add((*_RESOURCES[noun], "watch"))
+    if "LeaseLock(" in source:  # kubernetes_asyncio's lock reads, creates and replaces
+        needs |= {("coordination.k8s.io", "leases", v) for v in ("get", "create", "update")}
+    return needs
+
+
+def code_needs(service: str) -> Need:
+    provider = ROOT / "services" / "executor" / "providers" / "kubernetes"
+    if service == "watcher":
+        files = sorted((ROOT / "services" / "watcher").rglob("*.py"))
+        return set().union(*(needs_of(f.read_text()) for f in files))
+    if service == "executor":
+        return set().union(*(needs_of(f.read_text()) for f in provider.glob("*.py")))
+    if service == "gc":  # gc calls list_by_tag and delete, nothing else of the provider
+        tree = ast.parse((provider / "provider.py").read_text())
+        bodies = [
+            ast.unparse(node)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.AsyncFunctionDef) and node.name in ("list_by_tag", "delete")
+        ]
+        return needs_of("\n".join(bodies))
+    return set()
+
+
+# Events may be patched (a count) by either Events API; the finalizers subresource is checked
+# only by the OwnerReferencesPermissionEnforcement admission plugin.
+LENIENCY: Need = {
+    ("", "events", "patch"),
+    ("events.k8s.io", "events", "create"),
+    ("events.k8s.io", "events", "patch"),
+    ("crawl.example.com", "proxies/finalizers", "update"),
+}
+
+
+def grants(service_account: str) -> Need:
+    roles = {(d["kind"], d["metadata"]["name"]): d for d in base_docs() if "rules" in d}
+    granted: Need = set()
+    for binding in of_kind("ClusterRoleBinding") + of_kind("RoleBinding"):
+        if not any(s["name"] == service_account for s in binding["subjects"]):
+            continue
+        role = roles[(binding["roleRef"]["kind"], binding["roleRef"]["name"])]
+        for rule in role["rules"]:
+            for group in rule["apiGroups"]:
+                for resource in rule["resources"]:
+                    granted |= {(group, resource, verb) for verb in rule["verbs"]}
+    return granted
+
+
+@pytest.mark.parametrize(
+    "service", ["watcher", "executor", "gc", "reconciler", "health", "discovery"]
+)
+def test_rbac_covers_what_the_code_calls_and_no_more(service: str) -> None:
+    (deployment,) = [d for d, c in containers() if c["args"][1] == service]
+    pod = deployment["spec"]["template"]["spec"]
+    needs = code_needs(service)
+    granted = grants(pod["serviceAccountName"])
+    assert needs <= granted, f"{service} calls without permission: {sorted(needs - granted)}"
+    if not needs:
+        assert pod["automountServiceAccountToken"] is False
+        assert granted == set()
+    else:
+        # Nothing beyond the calls, except what Kubernetes itself may check on our behalf.
+        extra = granted - needs - LENIENCY
+        assert not extra, f"{service} may do what its code never does: {sorted(extra)}"
+
+
+def test_the_code_scan_finds_calls() -> None:
+    assert ("", "pods", "create") in code_needs("executor")
+    assert code_needs("gc") == {("", "pods", "list"), ("", "pods", "delete")}
+    assert ("crawl.example.com", "proxies/status", "patch") in code_needs("watcher")
+    assert ("coordination.k8s.io", "leases", "update") in code_needs("watcher")
