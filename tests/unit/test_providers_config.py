@@ -103,12 +103,13 @@ providers:
             r"providers\[0\] \(a\.b\): `name` must be 1-63 letters",
         ),
         (
-            "providers: [{name: gce, type: gcp, gcp: {}}]",
-            r"providers\[0\] \(gce\): `type` is 'gcp'; use one of fake, local",
+            "providers: [{name: os, type: openstack, openstack: {}}]",
+            r"providers\[0\] \(os\): `type` is 'openstack'; use one of fake, gcp, kubernetes, kvm, "
+            "local",
         ),
         (
             "providers: [{name: l, local: {}}]",
-            r"providers\[0\] \(l\): `type` is missing; use one of fake, local",
+            r"providers\[0\] \(l\): `type` is missing; use one of fake, gcp, kubernetes, kvm, local",
         ),
         (
             "providers: [{name: f, type: fake}]",
@@ -169,8 +170,8 @@ def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
 
 
 def test_build_reports_an_unknown_type_and_factory_failures(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"providers\[0\] \(k\): unknown type 'kubernetes'"):
-        build_providers([ProviderEntry("k", "kubernetes", FakeConfig())])
+    with pytest.raises(ConfigError, match=r"providers\[0\] \(k\): unknown type 'openstack'"):
+        build_providers([ProviderEntry("k", "openstack", FakeConfig())])
     with pytest.raises(ConfigError, match=r"providers\[1\] \(l\): .*local\.dataDir is required"):
         build_providers(
             [ProviderEntry("f", "fake", FakeConfig()), ProviderEntry("l", "local", LocalConfig())]
