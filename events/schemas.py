@@ -299,6 +299,9 @@ class OrphanFound(Event, frozen=True, kw_only=True):
     created_at: str = ""
     sweep_id: str = ""
     """The sweep that found it: the same id on its ``OrphanDeleted`` and ``SweepCompleted``."""
+    kind: str = "instance"
+    """``instance``, or what kind of leftover a provider reported (e.g. ``volume``): something
+    it made for an instance that outlived it."""
 
 
 class OrphanDeleted(Event, frozen=True, kw_only=True):
@@ -313,6 +316,8 @@ class OrphanDeleted(Event, frozen=True, kw_only=True):
     ok: bool = True
     error_class: str = ""
     error: str = ""
+    kind: str = "instance"
+    """As on ``OrphanFound``."""
 
 
 class SweepCompleted(Event, frozen=True, kw_only=True):
@@ -328,6 +333,14 @@ class SweepCompleted(Event, frozen=True, kw_only=True):
     """Orphans whose delete failed this round (not counted in ``deleted``)."""
     young: int = 0
     """Instances of no live proxy spared because they are younger than the grace."""
+    leftovers: int = 0
+    """Orphaned leftovers found (not counted in ``orphans``); the fields below are theirs."""
+    leftovers_deleted: int = 0
+    leftovers_failed: int = 0
+    leftovers_in_use: int = 0
+    """Kept at delete time because their instance came back (a create resumed)."""
+    leftovers_reason: str = ""
+    """Why the leftovers were skipped this round (their listing failed); "" when they were not."""
 
 
 # --------------------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ from services.cli.common import (
 )
 from services.executor.providers.config import PROVIDER_OPTIONS
 from services.gc.collector import GarbageCollector
+from services.gc.leftovers import LeftoverReport
 from services.gc.lock import SweepLock
 from services.gc.service import DEFAULT_GRACE, Duration, providers_from_config
 from services.gc.sweep import ProviderReport, SweepReport
@@ -50,22 +51,48 @@ def _results(entry: ProviderReport, dry_run: bool) -> dict[str, str]:
     return out
 
 
+def _leftover_results(left: LeftoverReport, dry_run: bool) -> dict[str, str]:
+    """What happened to each orphaned leftover, by provider id."""
+    if dry_run:
+        return {lo.provider_id: "would delete" for lo in left.orphans}
+    out = dict.fromkeys(left.deleted, "deleted")
+    out.update(dict.fromkeys(left.in_use, "kept: in use again"))
+    out.update({f.provider_id: f"failed: {f.error_class}: {f.error}" for f in left.failed})
+    return out
+
+
 def table(report: SweepReport) -> Table:
     out = Table(box=None, pad_edge=False, header_style="bold")
-    for column in ("PROVIDER", "INSTANCE", "OWNER", "AGE", "RESULT"):
+    for column in ("PROVIDER", "KIND", "INSTANCE", "OWNER", "AGE", "RESULT"):
         out.add_column(column, no_wrap=column != "RESULT")
     for entry in report.providers:
         if entry.skipped:
-            out.add_row(entry.provider, "-", "-", "-", f"skipped: {entry.reason}")
+            out.add_row(entry.provider, "-", "-", "-", "-", f"skipped: {entry.reason}")
             continue
         results = _results(entry, report.dry_run)
         for instance in entry.orphans:
             out.add_row(
                 entry.provider,
+                "instance",
                 instance.provider_id,
                 instance.owner_uid,
                 _age(report.now, instance.created_at),
                 results.get(instance.provider_id, "-"),
+            )
+        left = entry.leftovers
+        if left is None:
+            continue
+        if left.skipped:
+            out.add_row(entry.provider, "-", "-", "-", "-", f"leftovers skipped: {left.reason}")
+        left_results = _leftover_results(left, report.dry_run)
+        for leftover in left.orphans:
+            out.add_row(
+                entry.provider,
+                leftover.kind,
+                leftover.provider_id,
+                leftover.owner_uid,
+                _age(report.now, leftover.created_at),
+                left_results.get(leftover.provider_id, "-"),
             )
     return out
 
@@ -77,10 +104,42 @@ def summary(report: SweepReport) -> str:
         head = f"would delete {report.orphans} orphans"
     else:
         head = f"deleted {report.deleted} of {report.orphans} orphans ({report.failed} failed)"
-    return (
+    text = (
         f"{head}; {listed} instances listed, {young} spared as younger than the grace, "
         f"{len(report.skipped)} providers skipped"
     )
+    if report.leftovers or report.leftovers_skipped:
+        done = "would delete" if report.dry_run else f"deleted {report.leftovers_deleted} of"
+        text += (
+            f"; leftovers: {done} {report.leftovers} ({report.leftovers_failed} failed), "
+            f"{len(report.leftovers_skipped)} providers' leftovers skipped"
+        )
+    return text
+
+
+def _leftovers_json(left: LeftoverReport | None, dry_run: bool) -> dict[str, object] | None:
+    if left is None:
+        return None
+    results = _leftover_results(left, dry_run)
+    return {
+        "listed": left.listed,
+        "skipped": left.skipped,
+        "reason": left.reason,
+        "young": left.young,
+        "orphans": [
+            {
+                "providerId": lo.provider_id,
+                "kind": lo.kind,
+                "ownerUid": lo.owner_uid,
+                "createdAt": lo.created_at.isoformat(),
+                "result": results.get(lo.provider_id, ""),
+            }
+            for lo in left.orphans
+        ],
+        "deleted": len(left.deleted),
+        "inUse": len(left.in_use),
+        "failed": len(left.failed),
+    }
 
 
 def as_json(report: SweepReport) -> dict[str, object]:
@@ -106,6 +165,7 @@ def as_json(report: SweepReport) -> dict[str, object]:
                 ],
                 "deleted": len(p.deleted),
                 "failed": len(p.failed),
+                "leftovers": _leftovers_json(p.leftovers, report.dry_run),
             }
             for p in report.providers
         ],
@@ -114,7 +174,8 @@ def as_json(report: SweepReport) -> dict[str, object]:
 
 @click.group("gc")
 def gc() -> None:
-    """Orphan garbage collection: instances tagged as ours whose proxy is gone."""
+    """Orphan garbage collection: instances tagged as ours whose proxy is gone, and what
+    providers report such instances left behind (leftovers)."""
 
 
 @gc.command("run-once")
@@ -139,7 +200,8 @@ def run_once(
     output: str,
     nats_url: str | None,
 ) -> None:
-    """Sweep every provider once. Exits 1 if a provider was skipped or a delete failed."""
+    """Sweep every provider once, instances and the leftovers providers report. Exits 1 if a
+    provider (or its leftovers) was skipped or a delete failed."""
     settings = settings_for(state, nats_url=nats_url)
     providers = providers_from_config(providers_config, data_dir.resolve())
 
@@ -171,12 +233,15 @@ def run_once(
         click.echo(json.dumps(as_json(report), indent=2))
     else:
         console = stdout_console()
-        if report.orphans or report.skipped:
+        if report.orphans or report.skipped or report.leftovers or report.leftovers_skipped:
             console.print(table(report))
         console.print(summary(report))
-    if report.skipped or report.failed:
+    failed = report.failed + report.leftovers_failed
+    if report.skipped or report.leftovers_skipped or failed:
         problems = [f"providers skipped: {', '.join(report.skipped)}"] if report.skipped else []
-        problems += [f"{report.failed} deletes failed"] if report.failed else []
+        if report.leftovers_skipped:
+            problems.append(f"leftovers skipped: {', '.join(report.leftovers_skipped)}")
+        problems += [f"{failed} deletes failed"] if failed else []
         raise click.ClickException("; ".join(problems))
 
 

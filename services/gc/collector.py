@@ -12,6 +12,7 @@ import time
 import weakref
 from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import structlog
@@ -24,7 +25,9 @@ from events.store import EventStore, NewEvent, derive_msg_id
 from projections.projector import Projector
 from projections.proxy import ProxyView, apply
 from services.executor.providers.base import Provider
+from services.gc.leftovers import LeftoverReport
 from services.gc.lock import SweepLock
+from services.gc.rules import DeleteFailure
 from services.gc.sweep import ProviderReport, SweepReport, sweep_once
 from services.runtime.telemetry import tracer
 
@@ -56,6 +59,27 @@ class GcMetrics:
             ["provider"],
             registry=r,
         )
+        # Leftovers have counters of their own: a kind label on the ones above would change
+        # their series, which dashboards and alerts already select on.
+        self.leftovers = Counter(
+            "egress_gc_leftovers_found_total",
+            "Orphaned leftovers found (resources an instance left behind), by provider and kind",
+            ["provider", "kind"],
+            registry=r,
+        )
+        self.leftover_deletes = Counter(
+            "egress_gc_leftover_deletes_total",
+            "Leftover deletes by provider, kind and result (ok, in_use: kept because in use "
+            "again, or the error class)",
+            ["provider", "kind", "result"],
+            registry=r,
+        )
+        self.leftovers_skipped = Counter(
+            "egress_gc_leftovers_skipped_total",
+            "Providers whose leftovers were skipped for a round because listing them failed",
+            ["provider"],
+            registry=r,
+        )
         self.last_sweep = Gauge(
             "egress_gc_last_sweep_timestamp_seconds",
             "When this replica last finished a sweep (Unix time)",
@@ -77,40 +101,74 @@ def gc_metrics(registry: CollectorRegistry) -> GcMetrics:
     return metrics
 
 
+@dataclass(frozen=True, slots=True)
+class _Found:
+    """An orphan instance or leftover, as its events need it."""
+
+    provider_id: str
+    owner_uid: str
+    created_at: datetime
+    kind: str
+
+
 def sweep_events(report: ProviderReport, sweep_id: str) -> list[NewEvent]:
-    """A provider's round as events; ids derive from the sweep and the instance, so a retried
-    append within the round is stored once."""
+    """A provider's round as events; ids derive from the sweep and the instance (or leftover),
+    so a retried append within the round is stored once. Leftovers are ``OrphanFound`` /
+    ``OrphanDeleted`` with their ``kind``; one kept because it is in use again gets no
+    ``OrphanDeleted`` (nothing was attempted that a later sweep would retry)."""
 
     def new(event: Event, *parts: str) -> NewEvent:
         return NewEvent(event, derive_msg_id("gc", sweep_id, report.provider, *parts))
 
-    out: list[NewEvent] = []
-    for instance in report.orphans:
-        pid, owner = instance.provider_id, instance.owner_uid
-        found = OrphanFound(
-            provider=report.provider,
-            provider_id=pid,
-            owner_uid=owner,
-            created_at=instance.created_at.isoformat(),
-            sweep_id=sweep_id,
-        )
-        out.append(new(found, "found", pid))
-    failures = {f.provider_id: f for f in report.failed}
-    for instance in report.orphans:
-        pid, owner = instance.provider_id, instance.owner_uid
-        failure = failures.get(pid)
-        if failure is None and pid not in report.deleted:
-            continue
-        result = OrphanDeleted(
-            provider=report.provider,
-            provider_id=pid,
-            owner_uid=owner,
-            sweep_id=sweep_id,
-            ok=failure is None,
-            error_class=failure.error_class if failure else "",
-            error=failure.error if failure else "",
-        )
-        out.append(new(result, "deleted", pid))
+    def orphan_events(
+        found: list[_Found], deleted: list[str], failed: list[DeleteFailure], *scope: str
+    ) -> list[NewEvent]:
+        events = [
+            new(
+                OrphanFound(
+                    provider=report.provider,
+                    provider_id=f.provider_id,
+                    owner_uid=f.owner_uid,
+                    created_at=f.created_at.isoformat(),
+                    sweep_id=sweep_id,
+                    kind=f.kind,
+                ),
+                "found",
+                *scope,
+                f.provider_id,
+            )
+            for f in found
+        ]
+        failures = {f.provider_id: f for f in failed}
+        done = set(deleted)
+        for f in found:
+            failure = failures.get(f.provider_id)
+            if failure is None and f.provider_id not in done:
+                continue
+            result = OrphanDeleted(
+                provider=report.provider,
+                provider_id=f.provider_id,
+                owner_uid=f.owner_uid,
+                sweep_id=sweep_id,
+                ok=failure is None,
+                error_class=failure.error_class if failure else "",
+                error=failure.error if failure else "",
+                kind=f.kind,
+            )
+            events.append(new(result, "deleted", *scope, f.provider_id))
+        return events
+
+    instances = [
+        _Found(i.provider_id, i.owner_uid, i.created_at, "instance") for i in report.orphans
+    ]
+    out = orphan_events(instances, report.deleted, report.failed)
+    left = report.leftovers
+    if left is not None:
+        found = [
+            _Found(lo.provider_id, lo.owner_uid, lo.created_at, lo.kind) for lo in left.orphans
+        ]
+        # A scope of their own in the ids: a leftover's never collides with an instance's.
+        out += orphan_events(found, left.deleted, left.failed, "leftover")
     summary = SweepCompleted(
         provider=report.provider,
         listed=report.listed,
@@ -121,6 +179,11 @@ def sweep_events(report: ProviderReport, sweep_id: str) -> list[NewEvent]:
         sweep_id=sweep_id,
         failed=len(report.failed),
         young=report.young,
+        leftovers=len(left.orphans) if left else 0,
+        leftovers_deleted=len(left.deleted) if left else 0,
+        leftovers_failed=len(left.failed) if left else 0,
+        leftovers_in_use=len(left.in_use) if left else 0,
+        leftovers_reason=left.reason if left else "",
     )
     out.append(new(summary, "completed"))
     return out
@@ -190,6 +253,8 @@ class GarbageCollector:
             span.set_attribute("gc.orphans", report.orphans)
             span.set_attribute("gc.failed", report.failed)
             span.set_attribute("gc.skipped_providers", report.skipped)
+            span.set_attribute("gc.leftovers", report.leftovers)
+            span.set_attribute("gc.leftovers_deleted", report.leftovers_deleted)
             if not dry_run:
                 for entry in report.providers:
                     await self.store.append(
@@ -197,7 +262,7 @@ class GarbageCollector:
                     )
         self._count(report)
         self.metrics.seconds.observe(time.perf_counter() - started)
-        if report.orphans or report.skipped:
+        if report.orphans or report.skipped or report.leftovers or report.leftovers_skipped:
             log.info(
                 "gc sweep",
                 dry_run=dry_run,
@@ -205,6 +270,10 @@ class GarbageCollector:
                 deleted=report.deleted,
                 failed=report.failed,
                 skipped_providers=report.skipped,
+                leftovers=report.leftovers,
+                leftovers_deleted=report.leftovers_deleted,
+                leftovers_failed=report.leftovers_failed,
+                leftovers_skipped=report.leftovers_skipped,
             )
         return report
 
@@ -220,3 +289,19 @@ class GarbageCollector:
             self.metrics.deletes.labels(entry.provider, "ok").inc(len(entry.deleted))
             for failure in entry.failed:
                 self.metrics.deletes.labels(entry.provider, failure.error_class).inc()
+            if entry.leftovers is not None:
+                self._count_leftovers(entry.provider, entry.leftovers)
+
+    def _count_leftovers(self, provider: str, report: LeftoverReport) -> None:
+        if report.skipped:
+            self.metrics.leftovers_skipped.labels(provider).inc()
+        kinds = {lo.provider_id: lo.kind for lo in report.orphans}
+        for leftover in report.orphans:
+            self.metrics.leftovers.labels(provider, leftover.kind).inc()
+        for pid in report.deleted:
+            self.metrics.leftover_deletes.labels(provider, kinds[pid], "ok").inc()
+        for pid in report.in_use:
+            self.metrics.leftover_deletes.labels(provider, kinds[pid], "in_use").inc()
+        for failure in report.failed:
+            kind = kinds[failure.provider_id]
+            self.metrics.leftover_deletes.labels(provider, kind, failure.error_class).inc()

@@ -80,9 +80,9 @@ def providers_from_config(providers_config: Path | None, data_dir: Path) -> dict
 
 
 def instrumented(providers: Mapping[str, Provider], ctx: ServiceContext) -> dict[str, Provider]:
-    from services.executor.providers.instrumented import Instrumented  # noqa: PLC0415
+    from services.executor.providers.instrumented import instrument  # noqa: PLC0415  # as above
 
-    return {name: Instrumented(p, ctx.metrics) for name, p in providers.items()}
+    return {name: instrument(p, ctx.metrics) for name, p in providers.items()}
 
 
 class GcService:

@@ -15,6 +15,9 @@ Safety rules, all of which err towards keeping an instance:
 - an instance younger than the grace is spared (a create in flight whose proxy the view has not
   caught up with yet, or one made by another system writing to the same tags);
 - an instance without an owner uid is not ours to judge.
+
+A provider that is also a ``LeftoverCleaner`` has its leftovers swept by the same rules in the
+same round (leftovers.py).
 """
 
 from __future__ import annotations
@@ -23,50 +26,48 @@ import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from enum import StrEnum
+from datetime import datetime
 
 import structlog
 
-from services.executor.providers.base import Instance, NotFound, Provider, ProviderError
+from services.executor.providers.base import (
+    Instance,
+    LeftoverCleaner,
+    NotFound,
+    Provider,
+    ProviderError,
+)
+from services.gc import leftovers
+from services.gc.leftovers import LeftoverReport
+from services.gc.rules import EPOCH, DeleteFailure, Verdict, judge, moment
+
+__all__ = [
+    "EPOCH",
+    "DeleteFailure",
+    "LiveSource",
+    "ProviderReport",
+    "SweepReport",
+    "Verdict",
+    "created_at_of",
+    "orphans",
+    "sweep_once",
+    "verdict",
+]
 
 log = structlog.get_logger("egress.gc")
 
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 LiveSource = Callable[[], Awaitable[AbstractSet[str]]]
 
 
-class Verdict(StrEnum):
-    LIVE = "live"
-    """Its owner proxy exists and has not been removed (deleting included)."""
-    YOUNG = "young"
-    """No live owner, but created within the grace: possibly a create in flight."""
-    UNTAGGED = "untagged"
-    """No owner uid: not tagged as ours."""
-    ORPHAN = "orphan"
-
-
 def created_at_of(instance: Instance) -> datetime:
-    """When the instance was made; a missing or zero time is the epoch (so it counts as old:
-    an instance whose age cannot be told would otherwise be spared forever)."""
-    created: datetime | None = instance.created_at
-    if created is None:
-        return EPOCH
-    if created.tzinfo is None:
-        created = created.replace(tzinfo=UTC)
-    return max(created, EPOCH)
+    """When the instance was made, normalised (``rules.moment``)."""
+    return moment(instance.created_at)
 
 
 def verdict(
     instance: Instance, live_uids: AbstractSet[str], now: datetime, grace: float
 ) -> Verdict:
-    if not instance.owner_uid:
-        return Verdict.UNTAGGED
-    if instance.owner_uid in live_uids:
-        return Verdict.LIVE
-    if (now - created_at_of(instance)).total_seconds() < grace:
-        return Verdict.YOUNG
-    return Verdict.ORPHAN
+    return judge(instance.owner_uid, instance.created_at, live_uids, now, grace)
 
 
 def orphans(
@@ -74,14 +75,6 @@ def orphans(
 ) -> list[Instance]:
     """The instances GC should delete, in the order listed."""
     return [i for i in instances if verdict(i, live_uids, now, grace) is Verdict.ORPHAN]
-
-
-@dataclass(frozen=True, slots=True)
-class DeleteFailure:
-    provider_id: str
-    owner_uid: str
-    error_class: str
-    error: str
 
 
 @dataclass
@@ -96,6 +89,8 @@ class ProviderReport:
     young: int = 0
     skipped: bool = False
     reason: str = ""
+    leftovers: LeftoverReport | None = None
+    """None when the provider has no leftovers to clean, or its listing failed."""
 
 
 @dataclass
@@ -121,18 +116,47 @@ class SweepReport:
     def skipped(self) -> list[str]:
         return [p.provider for p in self.providers if p.skipped]
 
+    def _leftovers(self) -> list[LeftoverReport]:
+        return [p.leftovers for p in self.providers if p.leftovers is not None]
 
-async def _list(name: str, provider: Provider) -> tuple[list[Instance], str]:
-    """The listing, or the reason it failed ("" when it did not)."""
+    @property
+    def leftovers(self) -> int:
+        """Orphaned leftovers found."""
+        return sum(len(r.orphans) for r in self._leftovers())
+
+    @property
+    def leftovers_deleted(self) -> int:
+        return sum(len(r.deleted) for r in self._leftovers())
+
+    @property
+    def leftovers_failed(self) -> int:
+        return sum(len(r.failed) for r in self._leftovers())
+
+    @property
+    def leftovers_skipped(self) -> list[str]:
+        """Providers whose leftovers could not be listed this round."""
+        return [p.provider for p in self.providers if p.leftovers and p.leftovers.skipped]
+
+
+Listing = tuple[list[Instance], str, LeftoverReport | None]
+
+
+async def _list(name: str, provider: Provider) -> Listing:
+    """The listing or the reason it failed ("" when it did not), then the leftovers of a
+    provider that has them, only when its listing succeeded."""
     try:
-        return await provider.list_by_tag(), ""
+        instances = await provider.list_by_tag()
     except ProviderError as exc:
         reason = f"{exc.error_class}: {exc}"
     except Exception as exc:
         # Outside the taxonomy (a provider bug): still a listing we cannot trust.
         reason = f"unclassified {type(exc).__name__}: {exc}"
+    else:
+        if isinstance(provider, LeftoverCleaner):
+            return instances, "", await leftovers.list_leftovers(name, provider)
+        return instances, "", None
     log.warning("gc skips a provider this round: its listing failed", provider=name, reason=reason)
-    return [], reason
+    return [], reason, None
 
 
 async def _delete(
@@ -182,26 +206,41 @@ async def sweep_once(
     listings = await asyncio.gather(*(_list(n, providers[n]) for n in names))
     live = live_uids if isinstance(live_uids, AbstractSet) else await live_uids()
     report = SweepReport(now=now, grace=grace, dry_run=dry_run)
-    for name, (instances, reason) in zip(names, listings, strict=True):
+    for name, (instances, reason, left) in zip(names, listings, strict=True):
         entry = ProviderReport(provider=name, listed=len(instances), skipped=bool(reason))
         entry.reason = reason
         if not reason:
             verdicts = [(i, verdict(i, live, now, grace)) for i in instances]
             entry.orphans = [i for i, v in verdicts if v is Verdict.ORPHAN]
             entry.young = sum(v is Verdict.YOUNG for _, v in verdicts)
+        if left is not None and not left.skipped:
+            leftovers.judge_leftovers(left, live, now, grace)
+        entry.leftovers = left
         report.providers.append(entry)
     if not dry_run:
-        slots = asyncio.Semaphore(concurrency)
-        await asyncio.gather(
-            *(
-                _delete(providers[entry.provider], entry, instance, slots)
-                for entry in report.providers
-                for instance in entry.orphans
-            )
-        )
-        for entry in report.providers:
-            # Deletes finish in any order; the report lists them as the provider did.
-            order = {i.provider_id: n for n, i in enumerate(entry.orphans)}
-            entry.deleted.sort(key=order.__getitem__)
-            entry.failed.sort(key=lambda f: order[f.provider_id])
+        await _delete_all(providers, report, asyncio.Semaphore(concurrency))
     return report
+
+
+async def _delete_all(
+    providers: Mapping[str, Provider], report: SweepReport, slots: asyncio.Semaphore
+) -> None:
+    """Instances and leftovers together, at most ``slots`` at a time across all providers."""
+    deletes: list[Awaitable[None]] = []
+    for entry in report.providers:
+        provider = providers[entry.provider]
+        deletes += [_delete(provider, entry, instance, slots) for instance in entry.orphans]
+        left = entry.leftovers
+        if left is not None and isinstance(provider, LeftoverCleaner):
+            deletes += [
+                leftovers.delete_leftover(entry.provider, provider, left, leftover, slots)
+                for leftover in left.orphans
+            ]
+    await asyncio.gather(*deletes)
+    for entry in report.providers:
+        # Deletes finish in any order; the report lists them as the provider did.
+        order = {i.provider_id: n for n, i in enumerate(entry.orphans)}
+        entry.deleted.sort(key=order.__getitem__)
+        entry.failed.sort(key=lambda f: order[f.provider_id])
+        if entry.leftovers is not None:
+            leftovers.sort_results(entry.leftovers)

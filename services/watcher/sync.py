@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from typing import Any
 
 import structlog
+from opentelemetry import trace
 
 from events.aio import raise_if_cancelled
 from events.errors import EventStoreError
@@ -35,6 +36,7 @@ from services.watcher.objects import (
 from services.watcher.tracked import vanished
 
 log = structlog.get_logger("egress.watcher")
+_tracer = trace.get_tracer("egress_proxies.watcher")
 
 
 class ProxySync:
@@ -56,6 +58,9 @@ class ProxySync:
         self.retry_delay = retry_delay
         self.resource_version = ""
         self.relists = 0
+        self.synced: dict[str, int] = {}
+        """The generation last brought into the log, per uid: a watch event that changes no
+        generation (our own status patches, mostly) costs no log read, no Secret read."""
 
     # ------------------------------------------------------------------ one object
 
@@ -64,11 +69,12 @@ class ProxySync:
         if obj.uid:
             await self.sync_object(obj)
 
-    async def sync_object(self, obj: ProxyObject) -> None:
+    async def sync_object(self, obj: ProxyObject, *, force: bool = False) -> None:
         """Bring the log in line with one object; errors are logged, and the object is handled
-        again at its next event or the next listing."""
+        again at its next event or the next listing. ``force``: even if its generation was
+        synced already (a listing, a Secret that changed)."""
         try:
-            await self._sync_object(obj)
+            await self._sync_object(obj, force)
         except (KubeApiError, EventStoreError) as exc:
             log.warning(
                 "proxy not synced, will retry",
@@ -77,7 +83,7 @@ class ProxySync:
                 error=str(exc),
             )
 
-    async def _sync_object(self, obj: ProxyObject) -> None:
+    async def _sync_object(self, obj: ProxyObject, force: bool) -> None:
         self.board.put(obj)
         if obj.deleting:
             await self._deleting(obj)
@@ -93,6 +99,8 @@ class ProxySync:
         if obj.invalid is not None or obj.spec is None:
             self.board.set_problem(obj.uid, obj.invalid)
             return
+        if not force and self.synced.get(obj.uid) == obj.generation:
+            return
         cloud_init = await self._cloud_init(obj)
         if isinstance(cloud_init, Problem):
             self.board.set_problem(obj.uid, cloud_init)
@@ -107,7 +115,20 @@ class ProxySync:
             generation=obj.generation,
             cloud_init=cloud_init,
         )
-        applied = await apply(self.store, declaration)
+        # The root of the trace a `kubectl apply` becomes: reconciler, executor and the status
+        # patch continue it through the event headers.
+        with _tracer.start_as_current_span(
+            "watcher.declare",
+            attributes={
+                "proxy.uid": obj.uid,
+                "k8s.namespace.name": obj.namespace,
+                "proxy.name": obj.name,
+                "proxy.generation": obj.generation,
+            },
+        ) as span:
+            applied = await apply(self.store, declaration)
+            span.set_attribute("watcher.result", applied.result)
+        self.synced[obj.uid] = obj.generation
         if applied.result in ("created", "changed"):
             log.info(
                 "proxy declared",
@@ -149,7 +170,7 @@ class ProxySync:
             return
         fresh = await self.api.get_proxy(obj.namespace, obj.name)
         if fresh is None:
-            self.board.forget(uid)
+            self.forget(uid)
             return
         current = parse_proxy(fresh)
         if current.uid == uid:
@@ -159,11 +180,15 @@ class ProxySync:
         """The object left the cluster. With our finalizer that happens only after removal,
         unless someone removed the finalizer by hand: then deletion is requested now."""
         obj = parse_proxy(raw)
-        self.board.forget(obj.uid)
+        self.forget(obj.uid)
         try:
             await delete(self.store, obj.namespace, obj.name, obj.uid)
         except EventStoreError as exc:
             log.warning("deletion not recorded, the next listing retries", error=str(exc))
+
+    def forget(self, uid: str) -> None:
+        self.board.forget(uid)
+        self.synced.pop(uid, None)
 
     # ------------------------------------------------------------------ one event, one listing
 
@@ -186,7 +211,7 @@ class ProxySync:
         listed = [parse_proxy(raw) for raw in items]
         for obj in listed:
             if obj.uid:
-                await self.sync_object(obj)
+                await self.sync_object(obj, force=True)
         await self._vanished({obj.uid for obj in listed})
         self.resource_version = version
         return version
@@ -195,7 +220,7 @@ class ProxySync:
         present = set(listed)
         for uid in list(self.board.objects):
             if uid not in present:
-                self.board.forget(uid)
+                self.forget(uid)
         for uid in vanished(present, self.logview.views):
             view = self.logview.views[uid].view
             log.info("proxy deleted while unwatched", namespace=view.namespace, name=view.name)
@@ -244,4 +269,4 @@ class ProxySync:
             if obj.namespace == namespace and obj.secret_name == name and not obj.deleting
         ]
         for obj in users:
-            await self.sync_object(obj)
+            await self.sync_object(obj, force=True)

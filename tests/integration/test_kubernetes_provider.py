@@ -11,9 +11,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import msgspec
 import pytest
@@ -50,30 +50,48 @@ pytestmark = pytest.mark.integration
 
 @dataclass
 class Kubelet:
-    """Marks pods Running with a distinct pod IP, as a node's kubelet would report them."""
+    """Plays a node's kubelet: marks new pods Running with a distinct pod IP, and deletes
+    gracefully (a deleted pod stays Terminating for a few ticks, held by a finalizer, as a real
+    pod stays until its containers stop)."""
 
     kube: KubeCluster
     next_ip: int = 10
     paused: bool = False
+    grace_ticks: int = 3
+    _terminating: dict[tuple[str, str], int] = field(default_factory=dict)
 
     async def run(self) -> None:
         while True:
             if not self.paused:
                 for pod in self.kube.list_objects(PODS):
-                    meta = pod["metadata"]
-                    phase = (pod.get("status") or {}).get("phase")
-                    if phase != "Pending" or meta.get("deletionTimestamp"):
-                        continue
-                    self.next_ip += 1
-                    status = {
-                        "phase": "Running",
-                        "podIP": f"10.244.0.{self.next_ip}",
-                        "conditions": [{"type": "Ready", "status": "True"}],
-                    }
-                    self.kube.patch(
-                        PODS, meta["namespace"], meta["name"], {"status": status}, status=True
-                    )
+                    self.tick(pod)
             await asyncio.sleep(0.02)
+
+    def tick(self, pod: dict[str, Any]) -> None:
+        meta = pod["metadata"]
+        key = (meta["namespace"], meta["name"])
+        if meta.get("deletionTimestamp"):
+            if KUBELET in (meta.get("finalizers") or []):
+                self._terminating[key] = self._terminating.get(key, 0) + 1
+                if self._terminating[key] >= self.grace_ticks:
+                    rest = [f for f in meta["finalizers"] if f != KUBELET]
+                    self.kube.patch(PODS, *key, {"metadata": {"finalizers": rest or None}})
+                    del self._terminating[key]
+            return
+        if (pod.get("status") or {}).get("phase") != "Pending":
+            return
+        self.next_ip += 1
+        status = {
+            "phase": "Running",
+            "podIP": f"10.244.0.{self.next_ip}",
+            "conditions": [{"type": "Ready", "status": "True"}],
+        }
+        self.kube.patch(PODS, *key, {"status": status}, status=True)
+        finalizers = [*(meta.get("finalizers") or []), KUBELET]
+        self.kube.patch(PODS, *key, {"metadata": {"finalizers": finalizers}})
+
+
+KUBELET = "kubelet.test/running"
 
 
 @contextlib.asynccontextmanager
@@ -363,3 +381,21 @@ async def test_api_calls_are_client_spans_only_inside_a_trace(
             )
             assert codes == [200, 404]
             assert not trace.get_current_span().get_span_context().is_valid
+
+
+async def test_a_create_while_the_old_pod_terminates_is_transient(
+    kube_and_kubelet: tuple[KubeCluster, Kubelet], provider: KubernetesProvider
+) -> None:
+    _, kubelet = kube_and_kubelet
+    request = request_in("default", "px-again")
+    contract = ProviderContract()
+    first = await contract.running(provider, await provider.create(request))
+    kubelet.paused = True  # the container takes its time to stop
+    await provider.delete(first.provider_id)
+    assert (await provider.get(first.provider_id)).state is InstanceState.TERMINATING
+    with pytest.raises(Transient, match="still being deleted"):
+        await provider.create(request)
+    kubelet.paused = False
+    await contract.gone(provider, first.provider_id)
+    second = await contract.running(provider, await provider.create(request))
+    assert second.instance_uid != first.instance_uid

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 
 import pytest
 
@@ -297,7 +298,7 @@ async def test_volumes_left_without_a_domain_are_reported_and_removed(
     name = "px-1f3a-0123abcd"
     await provider.create(request(name, owner="1f3a"))
     await provider.create(request("vm-kept"))
-    assert await provider.orphan_volumes() == []
+    assert await provider.leftovers() == []
     conn = libvirtd.connect()
     try:
         # A delete cut off between undefine and the volumes.
@@ -306,14 +307,17 @@ async def test_volumes_left_without_a_domain_are_reported_and_removed(
         dom.undefine()
     finally:
         conn.close()
-    orphans = await provider.orphan_volumes()
-    assert {o.volume for o in orphans} == {overlay_name(name), seed_name(name)}
+    orphans = await provider.leftovers()
+    assert {o.provider_id for o in orphans} == {
+        f"hosts/hv1/volumes/{pool}/{overlay_name(name)}",
+        f"hosts/hv1/volumes/{pool}/{seed_name(name)}",
+    }
     assert len(orphans) == 2
-    assert {(o.host, o.pool, o.vm, o.owner_uid) for o in orphans} == {("hv1", pool, name, "1f3a")}
-    assert all(o.modified_at is not None for o in orphans)
+    assert {(o.owner_uid, o.kind) for o in orphans} == {("1f3a", "volume")}
+    assert all(o.created_at > datetime(2000, 1, 1, tzinfo=UTC) for o in orphans)  # the mtime
     for orphan in orphans:
-        assert await provider.delete_orphan_volume(orphan)
-    assert await provider.orphan_volumes() == []
+        assert await provider.delete_leftover(orphan)
+    assert await provider.leftovers() == []
     base = base_name(provider.config.images["tiny"])
     assert pool_volumes(libvirtd, pool) == {
         base,
@@ -335,11 +339,11 @@ async def test_an_orphan_whose_domain_came_back_is_kept(
         dom.undefine()
     finally:
         conn.close()
-    orphans = await provider.orphan_volumes()
+    orphans = await provider.leftovers()
     assert len(orphans) == 2
     # The create is retried (a redelivered command) before GC acts on its report.
     await provider.create(request(name, owner="2b4c"))
-    assert [await provider.delete_orphan_volume(o) for o in orphans] == [False, False]
+    assert [await provider.delete_leftover(o) for o in orphans] == [False, False]
     assert {overlay_name(name), seed_name(name)} <= pool_volumes(libvirtd, pool)
 
 

@@ -4,8 +4,11 @@
 and yields a ``KubeCluster``: ``kube.settings`` (``KubeSettings`` for ``new_api_client``) plus
 server-side access to the objects. Clients talk real HTTP through kubernetes_asyncio.
 
-What the emulation does (``tests.support.kube_emulator``; tests/integration/test_kube_support.py
-checks it):
+kmock 0.8's own ``KubernetesEmulator`` has none of the apiserver behaviour controllers rely on
+(no resourceVersion, uid or generation; every watch replays everything; no bookmarks, 410, label
+selectors, PUT or status subresource), so only its scaffold (HTTP server, discovery, Status errors,
+request log, DSL) is used. What the emulation adds (``tests.support.kube_emulator``;
+tests/integration/test_kube_support.py checks it):
 - Resources must be registered (``RESOURCES`` below are by default: proxies.crawl.example.com/
   v1alpha1 with the status subresource, v1 pods/secrets/events/configmaps, events.k8s.io/v1
   events, coordination.k8s.io/v1 leases); others answer 404 like an unknown CRD.
@@ -33,7 +36,8 @@ checks it):
   ``kube.end_watches(gone=False|True)`` ends every open stream (optionally with a 410 first).
 - faults: ``kube.fail(verb, resource, status=..., name=..., times=..., delay=...)`` answers
   matching requests with a Kubernetes Status error before any state changes.
-Not emulated: namespaces as objects, admission, defaulting, OpenAPI validation (our CRD schema is
+Not emulated: DeleteOptions (grace period, preconditions, propagation: ignored), namespaces as
+objects, admission, other defaulting, OpenAPI validation (our CRD schema is
 checked by tests/unit/test_crd.py instead), deleteCollection, server-side apply, pagination
 (``limit``/``continue`` are ignored: everything comes in one page), pod lifecycle (no kubelet).
 kmock's DSL still works on ``kube.server`` (scripted reactions win over the emulation) and
@@ -58,6 +62,7 @@ import yaml
 
 from services.runtime.kubeclient import KubeSettings
 from tests.support.kube_emulator import ApiServerEmulator, Fault, Obj, ResourceType
+from tests.support.kube_patch import merge_patch
 
 PROXIES = "crawl.example.com/v1alpha1/proxies"
 PODS = "v1/pods"
@@ -114,8 +119,6 @@ class KubeCluster:
         self, resource: str, namespace: str, name: str, patch: Obj, *, status: bool = False
     ) -> Obj:
         """A merge patch, as a controller (or, for pods, the kubelet) would send it."""
-        from tests.support.kube_patch import merge_patch  # noqa: PLC0415 - keeps the API narrow
-
         rtype = self.server.type_of(resource)
         key = (resource, namespace if rtype.namespaced else "", name)
         old = self.server.store.get(key)

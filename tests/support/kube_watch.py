@@ -5,6 +5,7 @@ the compaction floor; bookmarks; a server-side timeout; ended early by ``end_wat
 from __future__ import annotations
 
 import asyncio
+import bisect
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -51,11 +52,12 @@ async def watch_stream(
         last_bookmark = time.monotonic()
         while not watch.stop.is_set():
             changed = server.changed
-            for rv, res, event in list(server.history):
-                if rv > position:
-                    position = rv
-                    if res == rtype.key and wanted(event["object"]):
-                        yield event
+            # History is in resourceVersion order: start after the last one delivered.
+            start = bisect.bisect_right(server.history, position, key=lambda entry: entry[0])
+            for rv, res, event in server.history[start:]:
+                position = rv
+                if res == rtype.key and wanted(event["object"]):
+                    yield event
             wait = server.bookmark_interval if bookmarks else 3600.0
             if deadline is not None:
                 wait = min(wait, deadline - time.monotonic())

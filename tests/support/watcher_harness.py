@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,11 +14,13 @@ from typing import Any
 from events import subjects
 from events.jetstream import JetStreamEventStore
 from events.schemas import AnyEvent
+from services.executor.service import ExecutorService
 from services.executor.testing import FakeProvider
+from services.reconciler.service import ReconcilerService
 from services.watcher.leader import LeaderSettings
 from services.watcher.service import WatcherService
 from tests.support.kube import PROXIES, KubeCluster, start_kube
-from tests.support.lifecycle import fleet, start
+from tests.support.lifecycle import FAST, start
 
 NAMESPACE = "crawl"
 
@@ -31,18 +34,58 @@ def proxy(name: str, **spec: Any) -> dict[str, Any]:
     }
 
 
+def _task_stacks() -> list[str]:
+    out = []
+    for task in asyncio.all_tasks():
+        buffer = io.StringIO()
+        task.print_stack(file=buffer)
+        out.append(buffer.getvalue())
+    return out
+
+
+async def stop_task(task: asyncio.Task[None], timeout: float = 15.0) -> None:
+    """Cancel until it ends, as ``run_services`` does: nats-py may swallow a cancellation, and
+    a loop that then sleeps (the executor's observe sweep) would outlive a single cancel."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not task.done():
+        if loop.time() > deadline:
+            stack = "".join(_task_stacks())
+            raise AssertionError(f"task {task.get_name()} did not stop in {timeout}s:\n{stack}")
+        task.cancel()
+        # A TaskGroup cancels its children once; a child that lost that cancellation inside
+        # nats-py (the executor's observe sweep has no check) is named after the service.
+        for child in asyncio.all_tasks():
+            if child.get_name().startswith(f"{task.get_name()}-") and child.cancelling():
+                child.cancel()
+        await asyncio.wait({task}, timeout=0.5)
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+@contextlib.asynccontextmanager
+async def fleet(url: str, fake: FakeProvider, data_dir: Path) -> AsyncIterator[None]:
+    """The reconciler and the executor (``tests.support.lifecycle.fleet``, stopped robustly)."""
+    tasks: list[asyncio.Task[None]] = []
+    try:
+        await start(url, ReconcilerService(), tasks)
+        executor = ExecutorService(
+            None, data_dir, 0.2, providers={"fake": fake}, policy=FAST, ack_wait=5.0
+        )
+        await start(url, executor, tasks)
+        yield
+    finally:
+        for task in tasks:
+            await stop_task(task)
+
+
 @dataclass
 class Replica:
     service: WatcherService
     task: asyncio.Task[None]
 
-    async def stop(self) -> None:
-        # As ``run_services`` does: nats-py may swallow one cancellation, so repeat it.
-        while not self.task.done():
-            self.task.cancel()
-            await asyncio.wait({self.task}, timeout=0.5)
-        with contextlib.suppress(asyncio.CancelledError):
-            await self.task
+    async def stop(self, timeout: float = 15.0) -> None:
+        await stop_task(self.task, timeout)
 
 
 @dataclass
@@ -107,7 +150,7 @@ async def bench(
     fake = FakeProvider(pending_polls=pending_polls)
     async with start_kube(tmp_path, bookmark_interval=0.5) as kube:
         b = Bench(kube, url, store, fake)
-        async with fleet(url, {"fake": fake}, data_dir=tmp_path):
+        async with fleet(url, fake, tmp_path):
             try:
                 yield b
             finally:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 import msgspec
 
@@ -37,8 +38,8 @@ def ready_view(**kw: object) -> ProxyView:
     return msgspec.structs.replace(base, **kw)
 
 
-def conditions(status: dict[str, object]) -> dict[str, dict[str, str]]:
-    return {c["type"]: c for c in status["conditions"]}  # type: ignore[attr-defined,index]
+def conditions(status: dict[str, Any]) -> dict[str, dict[str, str]]:
+    return {c["type"]: c for c in status["conditions"]}
 
 
 def test_ready_view_gives_the_printer_column_fields_and_ready_conditions() -> None:

@@ -124,17 +124,15 @@ def _recorded(seq: int, event: Any) -> Recorded:
 def test_tracked_fold_keeps_source_and_cloud_init_and_vanished_ignores_the_cli() -> None:
     views: dict[str, Tracked] = {}
     spec = ProxySpec(provider="local")
-    for seq, event in enumerate(
-        [
-            ProxyDeclared(uid="k1", namespace="a", name="x", spec=spec, source="kubernetes"),
-            ProxyDeclared(uid="k2", namespace="a", name="y", spec=spec, source="kubernetes"),
-            ProxyDeclared(uid="k3", namespace="a", name="z", spec=spec, source="kubernetes"),
-            ProxyDeclared(uid="c1", namespace="a", name="w", spec=spec, source="cli"),
-            ProxySpecChanged(uid="k1", spec=spec, cloud_init_resolved="new"),
-            ProxyDeletionRequested(uid="k3"),
-        ],
-        start=1,
-    ):
+    events: list[ProxyDeclared | ProxySpecChanged | ProxyDeletionRequested] = [
+        ProxyDeclared(uid="k1", namespace="a", name="x", spec=spec, source="kubernetes"),
+        ProxyDeclared(uid="k2", namespace="a", name="y", spec=spec, source="kubernetes"),
+        ProxyDeclared(uid="k3", namespace="a", name="z", spec=spec, source="kubernetes"),
+        ProxyDeclared(uid="c1", namespace="a", name="w", spec=spec, source="cli"),
+        ProxySpecChanged(uid="k1", spec=spec, cloud_init_resolved="new"),
+        ProxyDeletionRequested(uid="k3"),
+    ]
+    for seq, event in enumerate(events, start=1):
         views[event.uid] = track(views.get(event.uid), _recorded(seq, event))
     assert views["k1"].cloud_init == "new"
     assert views["k1"].source == "kubernetes"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import ClassVar, Protocol
+from typing import ClassVar, Protocol, runtime_checkable
 
 from events.schemas import ErrorClass, InstanceState, ProxySpec
 
@@ -106,4 +106,38 @@ class Provider(Protocol):
 
     async def close(self) -> None:
         """Release clients and connections."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Leftover:
+    """Something a provider made for one instance that can outlive it: a VM's disk whose domain
+    is gone, say. ``provider_id`` names it to ``delete_leftover`` (kvm:
+    ``hosts/<host>/volumes/<pool>/<volume>``), ``created_at`` is when it last changed (the epoch
+    when unknown, so it counts as old), ``kind`` says what it is (``volume``)."""
+
+    provider_id: str
+    owner_uid: str
+    created_at: datetime
+    kind: str
+
+
+@runtime_checkable
+class LeftoverCleaner(Protocol):
+    """An optional capability of a provider, checked with ``isinstance``.
+
+    Some providers make resources for an instance besides the instance itself (disks, seeds) and
+    cannot make them vanish together: a delete cut off half-way, or a create cut off before the
+    instance exists, leaves them behind. ``list_by_tag`` cannot report them, there being no
+    instance, so nothing would ever delete them; this lets GC find them and judge them by the
+    same rules as instances (owner uid and age)."""
+
+    async def leftovers(self) -> list[Leftover]:
+        """Every leftover whose instance does not exist. Fails as a whole (never a partial
+        list) when a part of the provider cannot be read."""
+        ...
+
+    async def delete_leftover(self, leftover: Leftover) -> bool:
+        """Delete one reported leftover. True when it is gone (already gone included); False
+        when it was kept because it is in use again (its instance came back meanwhile)."""
         ...

@@ -9,6 +9,9 @@ NotFound is a normal answer (the reconciler polls for it after a delete), so its
 An exception outside the taxonomy is a provider bug; it is wrapped into ``Transient`` here (the
 original chained and recorded on the span) so callers can rely on the contract: every error is
 exactly one of the four classes.
+
+Optional capabilities (``LeftoverCleaner``) are found with ``isinstance``, so the wrapper must
+have them exactly when the provider it wraps does: ``instrument`` picks the class that does.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from services.executor.providers.base import (
     CreateRequest,
     Instance,
+    Leftover,
+    LeftoverCleaner,
     NotFound,
     Provider,
     ProviderError,
@@ -37,8 +42,16 @@ CANCELLED = "cancelled"
 _tracer = tracer("egress.provider")
 
 
+def instrument(provider: Provider, metrics: Metrics) -> Instrumented:
+    """``provider`` wrapped, keeping its optional capabilities (see the module docstring)."""
+    if isinstance(provider, LeftoverCleaner):
+        return InstrumentedCleaner(provider, metrics)
+    return Instrumented(provider, metrics)
+
+
 class Instrumented:
-    """A ``Provider`` that traces and counts every call of the provider it wraps."""
+    """A ``Provider`` that traces and counts every call of the provider it wraps. It has none
+    of the optional capabilities; ``instrument`` builds the wrapper that keeps them."""
 
     def __init__(self, provider: Provider, metrics: Metrics) -> None:
         self.inner = provider
@@ -102,3 +115,23 @@ class Instrumented:
                 )
             span.set_status(Status(StatusCode.OK))
             return value
+
+
+class InstrumentedCleaner(Instrumented):
+    """``Instrumented`` around a provider that is also a ``LeftoverCleaner``."""
+
+    def __init__(self, provider: Provider, metrics: Metrics) -> None:
+        if not isinstance(provider, LeftoverCleaner):
+            raise TypeError(f"provider {provider.name!r} cannot clean leftovers; use instrument()")
+        super().__init__(provider, metrics)
+        self.cleaner: LeftoverCleaner = provider
+
+    async def leftovers(self) -> list[Leftover]:
+        return await self._call("leftovers", "", self.cleaner.leftovers)
+
+    async def delete_leftover(self, leftover: Leftover) -> bool:
+        return await self._call(
+            "delete_leftover",
+            leftover.provider_id,
+            lambda: self.cleaner.delete_leftover(leftover),
+        )

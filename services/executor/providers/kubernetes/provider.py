@@ -18,6 +18,7 @@ import aiohttp
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from events.schemas import InstanceState
 from services.executor.providers.base import (
     CreateRequest,
     Instance,
@@ -33,7 +34,6 @@ from services.executor.providers.kubernetes.mapping import (
     build_pod,
     instance_of,
     parse_provider_id,
-    pod_name,
     provider_id,
     selector,
 )
@@ -131,6 +131,9 @@ class KubernetesProvider:
                 f"{self.name}: pod {namespace}/{name} exists but belongs to "
                 f"{instance.owner_uid or 'someone else'} ({instance.name}); delete it or rename"
             )
+        if instance.state is InstanceState.TERMINATING:
+            # The previous pod of this name is still shutting down; a new one can follow it.
+            raise Transient(f"{self.name}: pod {namespace}/{name} is still being deleted")
         return instance.provider_id
 
     async def get(self, provider_id: str) -> Instance:
@@ -193,4 +196,5 @@ def _is_conflict(exc: ProviderError) -> bool:
     return isinstance(cause, ApiException) and cause.status == 409
 
 
-__all__ = ["KubernetesProvider", "pod_name"]
+# KubernetesConfig is looked up here by the providers registry (PROVIDER_TYPES).
+__all__ = ["KubernetesConfig", "KubernetesProvider"]

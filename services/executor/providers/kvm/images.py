@@ -2,44 +2,60 @@
 
 The pool is the only state. An image is a base volume named by its content (``base_name``) plus a
 marker volume holding the sha256 of the verified upload; the marker is written last, so a base
-without it is an interrupted download. Ready = both exist and, when a sha256 is configured, the
-marker says exactly that. Anything else is deleted and downloaded again, streamed from HTTP
-straight into ``virStorageVolUpload`` chunk by chunk while hashing: nothing is buffered whole, so a
-multi-gigabyte image costs one chunk of memory. One download per (host, image) at a time; callers
-waiting for it find the image ready when it finishes.
+without it is an interrupted download (or one in progress). Ready = both exist and the marker is
+a sha256 equal to the configured one, if any. Otherwise the image is downloaded (imagefetch.py).
 
-HTTP 4xx (the URL is wrong) and a checksum mismatch (the configured sha256 is wrong, or so is the
-server) are Permanent; 5xx and network failures are Transient. A response without Content-Length
-is Permanent: the volume must be created with the size the upload fills.
+One download per (host, image) at a time, across every executor replica: the downloader holds
+the image's lock volume (imagelock.py), and only the holder deletes leftovers, uploads, and
+writes the marker (after checking the lock is still its own). Others poll the pool until the
+marker appears (ready), the lock goes (they try to take it), or it goes stale (taken over).
+Within one process an asyncio lock keeps the others from polling at all.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import hashlib
-from collections.abc import Callable
+import re
+import time
 from dataclasses import dataclass
 
-import aiohttp
 import libvirt  # type: ignore[import-untyped, unused-ignore]  # no stubs; see pyproject
 import structlog
 
-from services.executor.providers.base import Permanent, ProviderError, Transient
+from services.executor.providers.base import ProviderError, Transient
+from services.executor.providers.kvm import imagelock
 from services.executor.providers.kvm.config import ImageConfig
-from services.executor.providers.kvm.domain import (
-    base_name,
-    base_volume_xml,
-    marker_name,
-    raw_volume_xml,
+from services.executor.providers.kvm.domain import base_name, marker_name, raw_volume_xml
+from services.executor.providers.kvm.imagefetch import Fetcher
+from services.executor.providers.kvm.imagelock import (
+    CHUNK,
+    Seen,
+    delete_volume,
+    download_bytes,
+    is_stale,
+    lock_name,
+    lookup_volume,
+    new_lock,
+    upload_bytes,
 )
-from services.executor.providers.kvm.transport import HostLink, HostTransport
+from services.executor.providers.kvm.transport import HostTransport
+
+# volumes.py and the tests use the volume helpers from here, where they used to live.
+__all__ = [
+    "BaseImage",
+    "ImageCache",
+    "delete_volume",
+    "download_bytes",
+    "lookup_volume",
+    "upload_bytes",
+]
 
 log = structlog.get_logger("egress.provider.kvm")
 
-CHUNK = 1 << 20
 _MARKER_MAX = 256
-# Removing what a failed download left must not wait on a deadline that has already passed.
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+# Removing what a failed download left must not wait on a deadline that has already passed; a
+# holder's lock lasts this much longer than its deadline, so the cleanup still holds it.
 _CLEANUP_SECONDS = 30.0
 
 
@@ -57,81 +73,22 @@ class BaseImage:
 class _Inspection:
     base: BaseImage | None
     marker: str | None
+    lock: Seen | None
 
-
-def lookup_volume(pool: libvirt.virStoragePool, name: str) -> libvirt.virStorageVol | None:
-    """The volume, or None when the pool has none of that name."""
-    try:
-        return pool.storageVolLookupByName(name)
-    except libvirt.libvirtError as exc:
-        if exc.get_error_code() == libvirt.VIR_ERR_NO_STORAGE_VOL:
+    def ready(self, sha256: str) -> BaseImage | None:
+        """The base when usable: a marker cut off mid-write holds no sha256, so is not one."""
+        if self.base is None or self.marker is None or not _SHA256.match(self.marker):
             return None
-        raise
+        return self.base if not sha256 or self.marker == sha256 else None
 
 
-def delete_volume(pool: libvirt.virStoragePool, name: str) -> bool:
-    """Delete ``name`` if it exists; True when it did."""
-    volume = lookup_volume(pool, name)
-    if volume is None:
-        return False
-    try:
-        volume.delete(0)
-    except libvirt.libvirtError as exc:
-        if exc.get_error_code() != libvirt.VIR_ERR_NO_STORAGE_VOL:
-            raise
-    return True
+@dataclass(frozen=True, slots=True)
+class _Lease:
+    """This caller holds the image's lock: ``token`` is in it, and it lasts until
+    ``release_by`` (loop time) plus the skew grace."""
 
-
-def upload_bytes(conn: libvirt.virConnect, volume: libvirt.virStorageVol, data: bytes) -> None:
-    """Small contents (seed ISO, marker) in one stream."""
-    stream = conn.newStream(0)
-    try:
-        volume.upload(stream, 0, len(data), 0)
-        _send_all(stream, data)
-        stream.finish()
-    except BaseException:
-        with contextlib.suppress(libvirt.libvirtError):
-            stream.abort()
-        raise
-
-
-def download_bytes(conn: libvirt.virConnect, volume: libvirt.virStorageVol, limit: int) -> bytes:
-    """At most ``limit`` bytes of a volume: markers, and seeds read back by tests."""
-    stream = conn.newStream(0)
-    chunks: list[bytes] = []
-    try:
-        volume.download(stream, 0, limit, 0)
-        while True:
-            got = stream.recv(CHUNK)
-            if not got:
-                break
-            if isinstance(got, int):  # -2: only on non-blocking streams, which this is not
-                raise RuntimeError(f"unexpected stream status {got}")
-            chunks.append(got)
-        stream.finish()
-    except BaseException:
-        with contextlib.suppress(libvirt.libvirtError):
-            stream.abort()
-        raise
-    return b"".join(chunks)
-
-
-def _sender(stream: libvirt.virStream, data: bytes) -> Callable[[libvirt.virConnect], None]:
-    return lambda _conn: _send_all(stream, data)
-
-
-def _abort(stream: libvirt.virStream) -> None:
-    with contextlib.suppress(libvirt.libvirtError):
-        stream.abort()
-
-
-def _send_all(stream: libvirt.virStream, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        sent = stream.send(bytes(view))
-        if sent <= 0:
-            raise RuntimeError(f"libvirt stream refused data (status {sent})")
-        view = view[sent:]
+    token: str
+    release_by: float
 
 
 def _base_image(volume: libvirt.virStorageVol, fmt: str) -> BaseImage:
@@ -139,185 +96,217 @@ def _base_image(volume: libvirt.virStorageVol, fmt: str) -> BaseImage:
     return BaseImage(volume.name(), volume.path(), fmt, int(capacity))
 
 
+@dataclass(frozen=True, slots=True)
+class _Target:
+    """One image on one host: what every step below works on."""
+
+    transport: HostTransport
+    pool: str
+    base: str
+    image: ImageConfig
+
+    @property
+    def host(self) -> str:
+        return self.transport.host.name
+
+
 class ImageCache:
     """Ensures images on hosts; one instance per provider (it owns the HTTP client)."""
 
-    def __init__(self, *, download_timeout: float = 3600.0, chunk_size: int = CHUNK) -> None:
+    def __init__(
+        self,
+        *,
+        download_timeout: float = 3600.0,
+        chunk_size: int = CHUNK,
+        poll_interval: float = 2.0,
+    ) -> None:
         self.download_timeout = download_timeout
-        self.chunk_size = chunk_size
+        # How often a caller waiting for another replica's download looks at the pool again.
+        self.poll_interval = poll_interval
+        self.fetcher = Fetcher(chunk_size)
         self._locks: dict[tuple[str, str], asyncio.Lock] = {}
-        self._http: aiohttp.ClientSession | None = None
+        self._releases: set[asyncio.Task[None]] = set()
 
     async def close(self) -> None:
-        if self._http is not None:
-            await self._http.close()
-            self._http = None
+        if self._releases:
+            await asyncio.wait(self._releases, timeout=_CLEANUP_SECONDS)
+        await self.fetcher.close()
 
     async def ensure(self, transport: HostTransport, pool: str, image: ImageConfig) -> BaseImage:
         """The image's base volume on this host, downloading it first when not ready."""
-        base = base_name(image)
-        lock = self._locks.setdefault((transport.host.name, base), asyncio.Lock())
+        target = _Target(transport, pool, base_name(image), image)
+        lock = self._locks.setdefault((target.host, target.base), asyncio.Lock())
         async with lock:
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + self.download_timeout
-            found = await transport.run(
-                lambda conn: self._inspect(conn, pool, base, image.format),
-                f"inspect image {base} in pool {pool}",
+            deadline = asyncio.get_running_loop().time() + self.download_timeout
+            found = await self._ready_or_lease(target, deadline)
+            if isinstance(found, BaseImage):
+                return found
+            return await self._fill(target, found, deadline)
+
+    async def _ready_or_lease(self, target: _Target, deadline: float) -> BaseImage | _Lease:
+        """The ready image, or the lock to download it under; waits while another holds it."""
+        loop = asyncio.get_running_loop()
+        waiting_for: str | None = None
+        while True:
+            found = await target.transport.run(
+                lambda conn: _inspect(conn, target),
+                f"inspect image {target.base} in pool {target.pool}",
                 deadline,
             )
-            ready = found.marker is not None and found.marker == (image.sha256 or found.marker)
-            if found.base is not None and ready:
-                return found.base
-            log.info(
-                "kvm image download",
-                host=transport.host.name,
-                image=image.url,
-                volume=base,
-                leftover=found.base is not None,
+            ready = found.ready(target.image.sha256)
+            if ready is not None:
+                if waiting_for is not None:
+                    log.info("kvm image ready after waiting", volume=target.base)
+                return ready
+            lock = found.lock
+            if True:
+                taken = await self._acquire(target, lock, deadline)
+                if not isinstance(taken, _Inspection):
+                    return taken
+                lock = taken.lock
+            holder = lock.describe() if lock is not None else "another executor"
+            if waiting_for != holder:
+                waiting_for = holder
+                log.info("kvm image busy", host=target.host, volume=target.base, holder=holder)
+            await asyncio.sleep(max(0.0, min(self.poll_interval, deadline - loop.time())))
+            if loop.time() >= deadline:
+                raise Transient(
+                    f"{target.host}: image {target.base} is still being downloaded by {holder} "
+                    f"after {self.download_timeout:.0f}s; a retry uses it once it is ready"
+                )
+
+    async def _acquire(
+        self, target: _Target, seen: Seen | None, deadline: float
+    ) -> _Lease | BaseImage | _Inspection:
+        """Try to take the lock (taking a stale one over). Taken: the lease, or the image when
+        it became ready meanwhile (the lock is then released). Not taken: the pool as seen."""
+        lifetime = deadline - asyncio.get_running_loop().time() + _CLEANUP_SECONDS
+        info = new_lock(time.time(), lifetime)
+        lease = _Lease(info.token, deadline + _CLEANUP_SECONDS)
+
+        def claim(conn: libvirt.virConnect) -> tuple[bool, _Inspection]:
+            pool = conn.storagePoolLookupByName(target.pool)
+            imagelock.drop(pool, target.base)
+            taken = imagelock.acquire(
+                conn, pool, target.base, seen, info, fallback_lifetime=self.download_timeout
             )
-            link = await transport.link(deadline)
+            found = _inspect(conn, target)
+            if taken and found.ready(target.image.sha256) is not None:
+                imagelock.drop(pool, target.base)
+            return taken, found
+
+        try:
+            taken, found = await target.transport.run(claim, f"lock image {target.base}", deadline)
+        except BaseException:
+            # The lock may exist without us knowing: release it if it carries our token.
+            await self._abandon(target, lease, digest=None, cleanup=False)
+            raise
+        ready = found.ready(target.image.sha256)
+        if ready is not None:
+            return ready
+        return lease if taken else found
+
+    async def _fill(self, target: _Target, lease: _Lease, deadline: float) -> BaseImage:
+        """Download the image under ``lease``; whatever happens, the lock is released."""
+        base = target.base
+        log.info("kvm image download", host=target.host, image=target.image.url, volume=base)
+        digest: str | None = None
+        try:
+            link = await target.transport.link(deadline)
             await link.run(
-                lambda conn: self._delete_both(conn, pool, base),
+                lambda conn: _delete_leftovers(conn, target, lease.token),
                 f"delete leftovers of {base}",
                 deadline,
             )
-            try:
-                return await self._download(link, pool, base, image, deadline)
-            except Exception:
-                # Not on cancellation: the link under it is closed then, and the next ensure
-                # deletes the leftovers anyway.
-                await self._cleanup(transport, pool, base)
-                raise
-
-    def _inspect(
-        self, conn: libvirt.virConnect, pool_name: str, base: str, fmt: str
-    ) -> _Inspection:
-        pool = conn.storagePoolLookupByName(pool_name)
-        volume = lookup_volume(pool, base)
-        marker = lookup_volume(pool, marker_name(base))
-        text = None
-        if marker is not None:
-            text = download_bytes(conn, marker, _MARKER_MAX).decode(errors="replace").strip()
-        return _Inspection(None if volume is None else _base_image(volume, fmt), text)
-
-    def _delete_both(self, conn: libvirt.virConnect, pool_name: str, base: str) -> None:
-        pool = conn.storagePoolLookupByName(pool_name)
-        # The marker first: a base without its marker is never taken for ready.
-        delete_volume(pool, marker_name(base))
-        delete_volume(pool, base)
-
-    async def _cleanup(self, transport: HostTransport, pool: str, base: str) -> None:
-        deadline = asyncio.get_running_loop().time() + _CLEANUP_SECONDS
-        try:
-            await transport.run(
-                lambda conn: self._delete_both(conn, pool, base),
-                f"delete the failed download {base}",
+            digest = await self.fetcher.download(link, target.pool, base, target.image, deadline)
+            verified = digest
+            ready = await link.run(
+                lambda conn: _finish(conn, target, lease.token, verified),
+                f"finish image {base}",
                 deadline,
             )
-        except ProviderError as exc:
-            # The next ensure deletes it anyway: a base without a marker is never used.
-            log.warning("kvm image cleanup failed", volume=base, error=str(exc))
-
-    def _client(self) -> aiohttp.ClientSession:
-        if self._http is None:
-            self._http = aiohttp.ClientSession(
-                timeout=aiohttp.ClientTimeout(total=None, sock_connect=30, sock_read=60),
-                auto_decompress=False,
-            )
-        return self._http
-
-    async def _download(
-        self, link: HostLink, pool: str, base: str, image: ImageConfig, deadline: float
-    ) -> BaseImage:
-        url = image.url
-        try:
-            async with self._client().get(url) as response:
-                if 400 <= response.status < 500:
-                    raise Permanent(f"image {url}: HTTP {response.status} {response.reason}")
-                if response.status >= 300:
-                    raise Transient(f"image {url}: HTTP {response.status} {response.reason}")
-                if response.content_length is None:
-                    raise Permanent(
-                        f"image {url}: the server sent no Content-Length; serve the image as "
-                        "a plain file so its size is known before the upload"
-                    )
-                length = response.content_length
-                if length <= 0:
-                    raise Permanent(f"image {url}: the server sent an empty image")
-                digest = await self._stream(
-                    link,
-                    pool=pool,
-                    base=base,
-                    image=image,
-                    response=response,
-                    length=length,
-                    deadline=deadline,
-                )
-        except (aiohttp.InvalidURL, ValueError) as exc:
-            raise Permanent(f"image {url}: not a usable URL ({exc})") from exc
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            raise Transient(f"image {url}: download failed ({exc or type(exc).__name__})") from exc
-        if image.sha256 and digest != image.sha256:
-            raise Permanent(
-                f"image {url}: its sha256 is {digest}, not the configured {image.sha256}; "
-                "fix kvm.images[].sha256 or the URL"
-            )
-
-        def finish(conn: libvirt.virConnect) -> BaseImage:
-            pool_obj = conn.storagePoolLookupByName(pool)
-            # The upload wrote a qcow2 into a volume sized to the file; the refresh makes
-            # libvirt read the image's own header (virtual size, format) before overlays use it.
-            pool_obj.refresh(0)
-            volume = pool_obj.storageVolLookupByName(base)
-            marker = pool_obj.createXML(raw_volume_xml(marker_name(base), len(digest)), 0)
-            upload_bytes(conn, marker, digest.encode())
-            return _base_image(volume, image.format)
-
-        ready = await link.run(finish, f"finish image {base}", deadline)
-        log.info("kvm image ready", host=link.host.name, volume=base, sha256=digest)
+        except BaseException:
+            await self._abandon(target, lease, digest=digest, cleanup=True)
+            raise
+        log.info("kvm image ready", host=target.host, volume=base, sha256=digest)
         return ready
 
-    async def _stream(
-        self,
-        link: HostLink,
-        *,
-        pool: str,
-        base: str,
-        image: ImageConfig,
-        response: aiohttp.ClientResponse,
-        length: int,
-        deadline: float,
-    ) -> str:
-        def start(conn: libvirt.virConnect) -> libvirt.virStream:
-            pool_obj = conn.storagePoolLookupByName(pool)
-            volume = pool_obj.createXML(base_volume_xml(base, length, image.format), 0)
-            stream = conn.newStream(0)
-            volume.upload(stream, 0, length, 0)
-            return stream
+    async def _abandon(
+        self, target: _Target, lease: _Lease, *, digest: str | None, cleanup: bool
+    ) -> None:
+        """Release the lock if it is still ours, first (``cleanup``) deleting what the failed
+        download left unless its marker made it (the image is then good, and may be in use
+        already). A task of its own: a caller cancelled again still lets it finish."""
 
-        stream = await link.run(start, f"create volume {base}", deadline)
-        hasher = hashlib.sha256()
-        sent = 0
-        try:
-            async for chunk in response.content.iter_chunked(self.chunk_size):
-                hasher.update(chunk)
-                sent += len(chunk)
-                if sent > length:
-                    break
-                await link.run(_sender(stream, chunk), f"upload {base}", deadline)
-            if sent != length:
-                raise Transient(
-                    f"image {image.url}: got {sent} bytes, Content-Length said {length}"
+        async def release() -> None:
+            by = min(asyncio.get_running_loop().time() + _CLEANUP_SECONDS, lease.release_by)
+            try:
+                await target.transport.run(
+                    lambda conn: _release(conn, target, lease.token, digest, cleanup=cleanup),
+                    f"release the lock of {target.base}",
+                    by,
                 )
-            await link.run(lambda _conn: stream.finish(), f"finish upload of {base}", deadline)
-        except asyncio.CancelledError:
-            # The daemon would keep the half-written volume open for this stream: closing the
-            # link ends both, and the next ensure deletes the leftover.
-            link.close("cancelled during an image upload")
-            raise
-        except Exception:
-            abort_by = asyncio.get_running_loop().time() + _CLEANUP_SECONDS
-            with contextlib.suppress(ProviderError):
-                await link.run(lambda _conn: _abort(stream), f"abort upload of {base}", abort_by)
-            raise
-        return hasher.hexdigest()
+            except ProviderError as exc:
+                # It goes stale once past its expiry, and is then taken over.
+                log.warning("kvm image lock not released", volume=target.base, error=str(exc))
+
+        task = asyncio.ensure_future(release())
+        self._releases.add(task)
+        task.add_done_callback(self._releases.discard)
+        await asyncio.shield(task)
+
+
+# ------------------------------------------------------------ libvirt steps (in the host thread)
+
+
+def _inspect(conn: libvirt.virConnect, target: _Target) -> _Inspection:
+    pool = conn.storagePoolLookupByName(target.pool)
+    volume = lookup_volume(pool, target.base)
+    marker = _marker(conn, pool, target.base)
+    lock = imagelock.read_lock(conn, pool, lock_name(target.base))
+    base = None if volume is None else _base_image(volume, target.image.format)
+    return _Inspection(base, marker, lock)
+
+
+def _marker(conn: libvirt.virConnect, pool: libvirt.virStoragePool, base: str) -> str | None:
+    volume = lookup_volume(pool, marker_name(base))
+    if volume is None:
+        return None
+    return download_bytes(conn, volume, _MARKER_MAX).decode(errors="replace").strip()
+
+
+def _delete_leftovers(conn: libvirt.virConnect, target: _Target, token: str) -> None:
+    pool = conn.storagePoolLookupByName(target.pool)
+    imagelock.check_held(conn, pool, target.base, token, "not deleting its leftovers")
+    # The marker first: a base without its marker is never taken for ready.
+    delete_volume(pool, marker_name(target.base))
+    delete_volume(pool, target.base)
+
+
+def _finish(conn: libvirt.virConnect, target: _Target, token: str, digest: str) -> BaseImage:
+    pool = conn.storagePoolLookupByName(target.pool)
+    imagelock.check_held(conn, pool, target.base, token, "not writing its marker")
+    # The upload wrote a qcow2 into a volume sized to the file; the refresh makes libvirt read
+    # the image's own header (virtual size, format) before overlays use it.
+    pool.refresh(0)
+    volume = pool.storageVolLookupByName(target.base)
+    marker = pool.createXML(raw_volume_xml(marker_name(target.base), len(digest)), 0)
+    upload_bytes(conn, marker, digest.encode())
+    imagelock.drop(pool, target.base)
+    return _base_image(volume, target.image.format)
+
+
+def _release(
+    conn: libvirt.virConnect, target: _Target, token: str, digest: str | None, *, cleanup: bool
+) -> None:
+    pool = conn.storagePoolLookupByName(target.pool)
+    if not imagelock.holds(conn, pool, target.base, token):
+        return  # taken over: whatever is there is no longer ours to touch
+    if cleanup and (digest is None or _marker(conn, pool, target.base) != digest):
+        try:
+            delete_volume(pool, marker_name(target.base))
+            delete_volume(pool, target.base)
+        except libvirt.libvirtError as exc:
+            # Still open for the cut-off upload, say: the next holder deletes it.
+            log.warning("kvm image cleanup failed", volume=target.base, error=str(exc))
+    imagelock.drop(pool, target.base)

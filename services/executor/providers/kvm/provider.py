@@ -32,6 +32,7 @@ from services.executor.providers.base import (
     OWNER_LABEL,
     CreateRequest,
     Instance,
+    Leftover,
     NotFound,
     Permanent,
     ProviderError,
@@ -46,6 +47,7 @@ from services.executor.providers.kvm.config import (
 from services.executor.providers.kvm.domain import (
     DomainSpec,
     check_vm_name,
+    is_per_vm_volume,
     mac_for,
     overlay_name,
     seed_name,
@@ -63,6 +65,9 @@ log = structlog.get_logger("egress.provider.kvm")
 T = TypeVar("T")
 HOST_LABEL = "egress-proxies/kvm-host"
 _PROVIDER_ID = re.compile(r"^hosts/(?P<host>[^/]+)/domains/(?P<name>[^/]+)$")
+_VOLUME_ID = re.compile(r"^hosts/(?P<host>[^/]+)/volumes/(?P<pool>[^/]+)/(?P<volume>[^/]+)$")
+VOLUME_KIND = "volume"
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 GIB = 1 << 30
 
 
@@ -214,12 +219,14 @@ class KvmProvider:
         await asyncio.gather(*(t.close() for t in self.transports.values()))
         await self.images.close()
 
-    # ---------------------------------------------------------------- orphans
+    # ---------------------------------------------------------------- LeftoverCleaner
 
-    async def orphan_volumes(self) -> list[OrphanVolume]:
+    async def leftovers(self) -> list[Leftover]:
         """Per-VM volumes (overlay, seed) whose domain is gone, on every host: what a create
-        cut off before its define, or a delete cut off after its undefine, left behind. A host
-        that cannot be listed fails the whole call, like ``list_by_tag``."""
+        cut off before its define, or a delete cut off after its undefine, left behind. Each is
+        ``hosts/<host>/volumes/<pool>/<volume>``, owned by the uid its VM's name carries, as old
+        as its file's mtime. A host that cannot be listed fails the whole call, like
+        ``list_by_tag``."""
         found = await asyncio.gather(
             *(
                 self._run(
@@ -231,23 +238,30 @@ class KvmProvider:
             ),
             return_exceptions=True,
         )
-        orphans: list[OrphanVolume] = []
+        leftovers: list[Leftover] = []
         for result in found:
             if isinstance(result, BaseException):
                 raise result
-            orphans.extend(result)
-        return orphans
+            leftovers.extend(
+                Leftover(
+                    provider_id=f"hosts/{o.host}/volumes/{o.pool}/{o.volume}",
+                    owner_uid=o.owner_uid,
+                    created_at=o.modified_at or EPOCH,
+                    kind=VOLUME_KIND,
+                )
+                for o in result
+            )
+        return leftovers
 
-    async def delete_orphan_volume(self, orphan: OrphanVolume) -> bool:
-        """Delete one reported volume unless its VM has a domain again (a create resumed);
-        True when it was deleted."""
-        host = self.hosts.get(orphan.host)
-        if host is None:
-            raise Permanent(f"host {orphan.host!r} is no longer in the kvm config")
+    async def delete_leftover(self, leftover: Leftover) -> bool:
+        """Delete one reported volume unless its VM has a domain again (a create resumed):
+        then False. Only a per-VM volume in the host's configured pool is ever touched, so no
+        id can name a base image or a volume that is not ours."""
+        host, orphan = self._parse_volume(leftover)
         async with self._lock(host.name, orphan.vm):
             return await self._run(
                 self.transports[host.name],
-                lambda c: volumes.delete_orphan(c, host, orphan),
+                lambda c: _delete_unused(c, host, orphan),
                 f"delete volume {orphan.volume}",
             )
 
@@ -277,6 +291,32 @@ class KvmProvider:
                 "back to reach this VM, or delete the VM on that host by hand"
             )
         return host, match["name"]
+
+    def _parse_volume(self, leftover: Leftover) -> tuple[HostConfig, volumes.OrphanVolume]:
+        match = _VOLUME_ID.match(leftover.provider_id)
+        if match is None:
+            raise Permanent(
+                f"{leftover.provider_id!r} is not a kvm volume id (hosts/<host>/volumes/<pool>/"
+                "<volume>)"
+            )
+        host = self.hosts.get(match["host"])
+        if host is None or host.pool != match["pool"]:
+            raise Permanent(
+                f"{leftover.provider_id}: host {match['host']!r} with pool {match['pool']!r} is "
+                "not in the kvm config (any more); delete the volume on that host by hand"
+            )
+        vm = is_per_vm_volume(match["volume"])
+        if vm is None:
+            raise Permanent(f"{leftover.provider_id}: not the disk or seed of a VM we name")
+        orphan = volumes.OrphanVolume(
+            host=host.name,
+            pool=host.pool,
+            volume=match["volume"],
+            vm=vm,
+            owner_uid=leftover.owner_uid,
+            modified_at=None,
+        )
+        return host, orphan
 
     async def _address(self, link: HostLink, name: str) -> str:
         """ARP first (no guest cooperation needed), then the guest agent; a source that fails
@@ -321,3 +361,18 @@ class KvmProvider:
                 HOST_LABEL: host.name,
             },
         )
+
+
+def _delete_unused(
+    conn: libvirt.virConnect, host: HostConfig, orphan: volumes.OrphanVolume
+) -> bool:
+    """True when the volume is gone, already gone included; False when its domain is back."""
+    if volumes.delete_orphan(conn, host, orphan):
+        return True
+    try:
+        conn.lookupByName(orphan.vm)
+    except libvirt.libvirtError as exc:
+        if exc.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
+            return True  # not deleted because the volume (or its pool) was gone already
+        raise
+    return False
