@@ -37,8 +37,8 @@ MAIN_FIELDS: Mapping[str, tuple[str, ...]] = {
     "LeaseReleased": ("lease_id", "cooldown_seconds"),
     "LeaseReported": ("lease_id", "outcome", "detail"),
     "LeaseExpired": ("lease_id",),
-    "OrphanFound": ("provider", "provider_id", "owner_uid"),
-    "OrphanDeleted": ("provider", "provider_id", "owner_uid"),
+    "OrphanFound": ("provider", "kind", "provider_id", "owner_uid"),
+    "OrphanDeleted": ("provider", "kind", "provider_id", "owner_uid"),
     "SweepCompleted": ("listed", "orphans", "deleted", "skipped", "reason"),
     "DeadLettered": ("consumer", "subject", "sequence", "deliveries", "reason"),
 }
