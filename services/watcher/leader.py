@@ -30,7 +30,8 @@ log = structlog.get_logger("egress.watcher.leader")
 class LeaderSettings:
     namespace: str = "default"
     name: str = "egress-proxies-watcher"
-    lease_duration: float = 15.0
+    lease_duration: int = 15
+    """Whole seconds: the Lease stores ``leaseDurationSeconds`` as an integer."""
     renew_deadline: float = 10.0
     retry_period: float = 2.0
     identity: str = ""

@@ -24,7 +24,7 @@ def build(
     kube_context: str | None = None,
     leader_election: bool = True,
     lease_namespace: str = "default",
-    lease_duration: float = 15.0,
+    lease_duration: int = 15,
     resync_seconds: float = 300.0,
 ) -> WatcherService:
     """The factory ``run watcher`` (and ``up --with-watcher``) calls."""
@@ -71,8 +71,8 @@ OPTIONS: tuple[click.Option, ...] = (
     ),
     click.Option(
         ["--lease-duration"],
-        type=click.FloatRange(min=0),
-        default=15.0,
+        type=click.IntRange(min=0),
+        default=15,
         show_default=True,
         envvar="LEASE_DURATION",
         help="Seconds a standby waits for a silent leader before taking over [env LEASE_DURATION].",

@@ -376,3 +376,22 @@ async def test_waiting_is_bounded_by_the_download_timeout(
         await provider.close()
     assert images.requests["tiny.qcow2"] == 0
     assert await read_lock(libvirtd, pool, base) == holder
+
+
+async def test_a_cancelled_download_releases_its_lock(
+    gated_config: KvmConfig, gated: GatedServer, libvirtd: LibvirtDaemon, pool: str
+) -> None:
+    base = base_name(gated_config.images["tiny"])
+    async with replicas(gated_config, 1) as (provider,):
+        create = asyncio.create_task(provider.create(request("vm-c")))
+        await asyncio.wait_for(gated.halfway.wait(), WAIT)
+        assert await read_lock(libvirtd, pool, base) is not None
+        create.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await create
+        # Released on the way out, not left to go stale an hour later; no marker either.
+        assert not {lock_name(base), marker_name(base)} & pool_volumes(libvirtd, pool)
+        gated.gate.set()
+        await provider.create(request("vm-c"))
+        assert gated.requests == 2
+        await check_image(libvirtd, pool, base, gated.image, ["vm-c"])

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import jsonschema  # type: ignore[import-untyped]  # no stubs installed (types-jsonschema)
+import jsonschema
 import msgspec
 import pytest
 import yaml

@@ -109,7 +109,8 @@ providers:
         ),
         (
             "providers: [{name: l, local: {}}]",
-            r"providers\[0\] \(l\): `type` is missing; use one of fake, gcp, kubernetes, kvm, local",
+            r"providers\[0\] \(l\): `type` is missing; use one of fake, gcp, kubernetes, kvm, "
+            "local",
         ),
         (
             "providers: [{name: f, type: fake}]",

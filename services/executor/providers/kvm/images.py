@@ -159,7 +159,7 @@ class ImageCache:
                     log.info("kvm image ready after waiting", volume=target.base)
                 return ready
             lock = found.lock
-            if True:
+            if lock is None or is_stale(lock, time.time(), self.download_timeout):
                 taken = await self._acquire(target, lock, deadline)
                 if not isinstance(taken, _Inspection):
                     return taken
@@ -186,7 +186,6 @@ class ImageCache:
 
         def claim(conn: libvirt.virConnect) -> tuple[bool, _Inspection]:
             pool = conn.storagePoolLookupByName(target.pool)
-            imagelock.drop(pool, target.base)
             taken = imagelock.acquire(
                 conn, pool, target.base, seen, info, fallback_lifetime=self.download_timeout
             )
