@@ -23,6 +23,7 @@ import structlog
 from nats.js import JetStreamContext
 
 from events import subjects
+from events.aio import raise_if_cancelled
 from events.errors import ConcurrencyError
 from events.schemas import (
     Event,
@@ -132,6 +133,7 @@ class ObserveSweep:
     async def run(self, interval: float) -> None:
         try:
             while True:
+                raise_if_cancelled()  # nats-py can swallow a cancellation inside a read
                 try:
                     await self.sweep_once()
                 except Exception as exc:

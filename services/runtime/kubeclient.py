@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
 
-import click
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -27,49 +26,23 @@ from kubernetes_asyncio.config.config_exception import ConfigException
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from services.runtime.config import ConfigError
+from services.runtime.kubesettings import (
+    KUBE_OPTIONS,
+    KubeConfigError,
+    KubeSettings,
+    settings_from_flags,
+)
 from services.runtime.telemetry import tracer
+
+__all__ = [
+    "KUBE_OPTIONS",
+    "KubeConfigError",
+    "KubeSettings",
+    "settings_from_flags",
+]
 
 _tracer = tracer("egress.kubernetes")
 _SERVICE_HOST = "KUBERNETES_SERVICE_HOST"
-
-
-@dataclass(frozen=True, slots=True)
-class KubeSettings:
-    """Where the cluster is: an explicit kubeconfig (and context), or wherever we run."""
-
-    kubeconfig: str = ""
-    context: str = ""
-
-
-class KubeConfigError(ConfigError):
-    """The cluster cannot be reached as configured; the message names the flag and the fix."""
-
-
-KUBE_OPTIONS: tuple[click.Option, ...] = (
-    click.Option(
-        ["--kubeconfig"],
-        envvar="KUBECONFIG",
-        default="",
-        metavar="PATH",
-        help="Kubeconfig file of the cluster; empty: in-cluster credentials when running in a "
-        "pod, else ~/.kube/config [env KUBECONFIG].",
-    ),
-    click.Option(
-        ["--kube-context"],
-        envvar="KUBE_CONTEXT",
-        default="",
-        metavar="NAME",
-        help="Context of the kubeconfig to use; empty: its current context [env KUBE_CONTEXT].",
-    ),
-)
-
-
-def settings_from_flags(kubeconfig: str | None, kube_context: str | None) -> KubeSettings:
-    """The settings from ``KUBE_OPTIONS`` values (click passes None for an unset option)."""
-    # KUBECONFIG may be a list of files (path-separated); the first one is the one we load.
-    path = (kubeconfig or "").split(os.pathsep)[0].strip()
-    return KubeSettings(kubeconfig=path, context=(kube_context or "").strip())
 
 
 @dataclass(frozen=True, slots=True)

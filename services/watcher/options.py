@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import click
 
 from services.runtime.config import ConfigError, Settings
-from services.runtime.kubeclient import KUBE_OPTIONS, settings_from_flags
+from services.runtime.kubesettings import KUBE_OPTIONS, settings_from_flags
 
 if TYPE_CHECKING:
     from services.watcher.service import WatcherService

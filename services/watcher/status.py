@@ -87,6 +87,10 @@ def desired_status(
             reason = "ProbeSucceeded" if view.healthy else "ProbeFailed"
             conditions[HEALTHY] = _cond(HEALTHY, view.healthy, reason)
         phase, reason, message = view.phase, view.reason, view.message
+        if phase is Phase.FAILED and reason == INVALID_SPEC:
+            # The reconciler refused the spec: the same condition a spec that does not even
+            # convert gets here, so one condition type says "fix the spec".
+            conditions[INVALID_SPEC] = _cond(INVALID_SPEC, True, reason, message)
     else:
         phase, reason, message = Phase.PENDING, "Waiting", "not declared to the event log yet"
     if view is not None and view.spec.cloud_init is not None and view.spec.cloud_init.secret_ref:

@@ -239,11 +239,15 @@ class ProxySync:
                 async with asyncio.timeout(self.resync if self.resync > 0 else None):
                     async for event in self.api.watch_proxies(version):
                         await self.handle(event)
+                        # A cancellation swallowed inside the append would otherwise wait for
+                        # the next watch event, which may never come.
+                        raise_if_cancelled()
             except TimeoutError:
                 continue  # periodic resync: list again
             except KubeGone:
                 log.info("watch expired (410 Gone), listing again", after=self.resource_version)
-            except KubeApiError as exc:
+            except (KubeApiError, EventStoreError) as exc:
+                # The apiserver or NATS away for a moment: list again once it answers.
                 log.warning("watch failed, listing again", error=str(exc))
                 await asyncio.sleep(self.retry_delay)
 
@@ -258,6 +262,7 @@ class ProxySync:
                         continue
                     meta = (event.get("raw_object") or {}).get("metadata") or {}
                     await self._secret_changed(str(meta.get("namespace")), str(meta.get("name")))
+                    raise_if_cancelled()
             except KubeApiError as exc:
                 log.warning("secret watch failed, starting again", error=str(exc))
                 await asyncio.sleep(self.retry_delay)

@@ -48,7 +48,7 @@ class StatusWriter:
         self.patches = 0
 
     async def run(self) -> None:
-        await self.logview.sync()
+        await self._catch_up()
         while True:
             raise_if_cancelled()  # nats-py can swallow a cancellation inside a fetch
             try:
@@ -58,6 +58,18 @@ class StatusWriter:
                 await asyncio.sleep(self.retry_delay)
             failed = await self.flush()
             if failed:
+                await asyncio.sleep(self.retry_delay)
+
+    async def _catch_up(self) -> None:
+        """Fold the whole log before the first write: a new leader must not patch statuses
+        from a half-read history (they would flap back to old phases)."""
+        while True:
+            raise_if_cancelled()
+            try:
+                await self.logview.sync()
+                return
+            except EventStoreError as exc:
+                log.warning("cannot read the log yet", error=str(exc))
                 await asyncio.sleep(self.retry_delay)
 
     async def flush(self) -> bool:
@@ -80,8 +92,11 @@ class StatusWriter:
         if view is not None and view.removed:
             await self.sync.released_in_log(uid)
             return
-        if obj is None or (obj.deleting and view is None):
-            return  # not a custom resource we know (e.g. declared by the CLI)
+        if obj is None:
+            self.written.pop(uid, None)
+            return  # not a custom resource we know (e.g. declared by the CLI), or gone
+        if obj.deleting and view is None:
+            return
         previous = self.written.get(uid) or obj.status
         now = view.updated_at if view is not None and view.updated_at else datetime.now(UTC)
         desired = desired_status(

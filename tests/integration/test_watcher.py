@@ -3,6 +3,7 @@ reconciler and executor on the fake provider: Proxy objects become proxies, and 
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pytest
@@ -60,6 +61,15 @@ async def test_create_becomes_ready_with_status_finalizer_and_events(
             return any(e["reason"] == "InstanceRunning" for e in b.kube_events("de-1"))
 
         await until(described)
+        # Patch only on change: no two successive status patches say the same thing.
+        bodies = [
+            r.data["status"]
+            for r in b.kube.requests(
+                lambda r: "PATCH" in str(r.method).upper() and r.url.path.endswith("/status")
+            )
+        ]
+        assert len(bodies) >= 2
+        assert all(a != z for a, z in itertools.pairwise(bodies))
         events = b.kube_events("de-1")
         assert all(e["source"]["component"] == "egress-proxies-watcher" for e in events)
         assert all(e["involvedObject"]["uid"] == uid for e in events)

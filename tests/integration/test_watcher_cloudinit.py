@@ -133,4 +133,6 @@ async def test_invalid_proxies_are_failed_with_the_reason(
         assert await b.events(garbled) == []
         assert b.status("no-provider")["reason"] == "InvalidSpec"
         assert "spec.provider" in b.status("no-provider")["message"]
+        assert b.condition("no-provider", "InvalidSpec")["status"] == "True"
+        assert b.condition("no-provider", "Ready")["reason"] == "InvalidSpec"
         assert b.fake.created_total == 0

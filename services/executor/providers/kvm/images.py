@@ -84,8 +84,8 @@ class _Inspection:
 
 @dataclass(frozen=True, slots=True)
 class _Lease:
-    """This caller holds the image's lock: ``token`` is in it, and it lasts until
-    ``release_by`` (loop time) plus the skew grace."""
+    """This caller holds the image's lock: ``token`` is in it. The holder acts until
+    ``release_by`` (loop time); others take the lock over only a skew grace after that."""
 
     token: str
     release_by: float
@@ -286,8 +286,15 @@ def _finish(conn: libvirt.virConnect, target: _Target, token: str, digest: str) 
     pool = conn.storagePoolLookupByName(target.pool)
     imagelock.check_held(conn, pool, target.base, token, "not writing its marker")
     # The upload wrote a qcow2 into a volume sized to the file; the refresh makes libvirt read
-    # the image's own header (virtual size, format) before overlays use it.
-    pool.refresh(0)
+    # the image's own header (virtual size) before overlays use it. libvirt refuses it while
+    # another volume is being built (a VM's overlay, by any replica): the volume's own info,
+    # read below, reads the header too, so that is no reason to throw the download away.
+    try:
+        pool.refresh(0)
+    except libvirt.libvirtError as exc:
+        if exc.get_error_code() != libvirt.VIR_ERR_INTERNAL_ERROR:
+            raise
+        log.debug("kvm pool refresh skipped", pool=target.pool, error=str(exc))
     volume = pool.storageVolLookupByName(target.base)
     marker = pool.createXML(raw_volume_xml(marker_name(target.base), len(digest)), 0)
     upload_bytes(conn, marker, digest.encode())
