@@ -28,6 +28,7 @@ from collections.abc import Collection
 from pathlib import Path
 
 from services.executor.providers.base import Permanent, ProviderError, QuotaExceeded, Transient
+from services.executor.providers.squidconf import squid_config as shared_squid_config
 
 SQUID = "squid"
 PROXYPY = "proxypy"
@@ -71,30 +72,14 @@ def _squid_user() -> str:
 
 
 def squid_config(instance_dir: Path, port: int, name: str, user: str | None) -> str:
-    """A forward proxy and nothing else: no disk or memory cache (crawlers want fresh pages), no
-    helpers that would outlive it (pinger), an immediate shutdown, and client addresses hidden."""
-    lines = [
-        f"http_port {HOST}:{port}",
-        f"visible_hostname egress-{name}",
-        "pid_filename none",
-        "cache deny all",
-        "cache_mem 0 MB",
-        "access_log none",
-        "cache_store_log none",
-        f"cache_log {instance_dir / 'cache.log'}",
-        f"coredump_dir {instance_dir}",
-        "netdb_filename none",
-        "pinger_enable off",
-        "digest_generation off",
-        "shutdown_lifetime 0 seconds",
-        "forwarded_for delete",
-        "via off",
-        "http_access allow localhost",
-        "http_access deny all",
-    ]
-    if user is not None:
-        lines.append(f"cache_effective_user {user}")
-    return "\n".join(lines) + "\n"
+    """The shared egress Squid on loopback, logging into the instance directory."""
+    return shared_squid_config(
+        listen=f"{HOST}:{port}",
+        name=name,
+        cache_log=str(instance_dir / "cache.log"),
+        coredump_dir=str(instance_dir),
+        user=user,
+    )
 
 
 def squid_service(instance_dir: Path) -> str:

@@ -21,6 +21,7 @@ from services.executor.providers.base import (
     Instance,
 )
 from services.executor.providers.kubernetes.config import KubernetesConfig
+from services.executor.providers.squidconf import squid_config as shared_squid_config
 
 GROUP = "crawl.example.com"
 K8S_MANAGED = f"{GROUP}/managed"
@@ -73,30 +74,14 @@ def selector(provider_name: str) -> str:
 
 
 def squid_config(config: KubernetesConfig, name: str) -> str:
-    """A forward proxy and nothing else (as the local provider's): no cache, no helpers, client
-    addresses hidden, and only ``allowedClients`` may use it."""
-    lines = [
-        f"http_port {config.port}",
-        f"visible_hostname egress-{name}",
-        "pid_filename none",
-        "cache deny all",
-        "cache_mem 0 MB",
-        "access_log none",
-        "cache_store_log none",
-        "cache_log /dev/stderr",
-        "coredump_dir /tmp",
-        "netdb_filename none",
-        "pinger_enable off",
-        "digest_generation off",
-        "shutdown_lifetime 0 seconds",
-        "forwarded_for delete",
-        "via off",
-        f"acl egress_clients src {' '.join(config.allowed_clients)}",
-        "http_access allow localhost",
-        "http_access allow egress_clients",
-        "http_access deny all",
-    ]
-    return "\n".join(lines) + "\n"
+    """The shared egress Squid, listening on the pod's port for ``allowedClients`` only."""
+    return shared_squid_config(
+        listen=str(config.port),
+        name=name,
+        cache_log="/dev/stderr",
+        coredump_dir="/tmp",
+        allowed_clients=config.allowed_clients,
+    )
 
 
 # The image's own entrypoint expects a config file; ours arrives in the environment, so the
