@@ -140,8 +140,16 @@ def read_lock(conn: libvirt.virConnect, pool: libvirt.virStoragePool, name: str)
     except libvirt.libvirtError as exc:
         if exc.get_error_code() == libvirt.VIR_ERR_NO_STORAGE_VOL:
             return None  # released while we read it
-        raise
+        if not being_built(exc):
+            raise
+        # Its creator's createXML is still running: a lock, fresh, content not there yet.
+        return Seen(None, None, "")
     return seen_from(data, mtime)
+
+
+def being_built(exc: libvirt.libvirtError) -> bool:
+    """libvirt refuses to read (or delete) a volume whose createXML has not returned yet."""
+    return bool(exc.get_error_code() == libvirt.VIR_ERR_OPERATION_INVALID)
 
 
 def try_create(

@@ -57,6 +57,8 @@ _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 # Removing what a failed download left must not wait on a deadline that has already passed; a
 # holder's lock lasts this much longer than its deadline, so the cleanup still holds it.
 _CLEANUP_SECONDS = 30.0
+# What one look at the pool may take, at most, while waiting for another replica's download.
+_LOOK_SECONDS = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +148,7 @@ class ImageCache:
     async def _ready_or_lease(self, target: _Target, deadline: float) -> BaseImage | _Lease:
         """The ready image, or the lock to download it under; waits while another holds it."""
         loop = asyncio.get_running_loop()
+        started = loop.time()
         waiting_for: str | None = None
         while True:
             found = await target.transport.run(
@@ -168,12 +171,14 @@ class ImageCache:
             if waiting_for != holder:
                 waiting_for = holder
                 log.info("kvm image busy", host=target.host, volume=target.base, holder=holder)
-            await asyncio.sleep(max(0.0, min(self.poll_interval, deadline - loop.time())))
-            if loop.time() >= deadline:
+            # Give up while there is still time for a look: one cut off by the deadline would
+            # close the link under everyone else's calls.
+            if deadline - loop.time() < self.poll_interval + _LOOK_SECONDS:
                 raise Transient(
                     f"{target.host}: image {target.base} is still being downloaded by {holder} "
-                    f"after {self.download_timeout:.0f}s; a retry uses it once it is ready"
+                    f"after {loop.time() - started:.0f}s of waiting; a retry uses it once ready"
                 )
+            await asyncio.sleep(self.poll_interval)
 
     async def _acquire(
         self, target: _Target, seen: Seen | None, deadline: float
@@ -259,11 +264,20 @@ class ImageCache:
 
 
 def _inspect(conn: libvirt.virConnect, target: _Target) -> _Inspection:
+    """What the pool holds of the image. Another replica may be creating any of these volumes
+    right now, and libvirt refuses to read one until its createXML returns: that one counts as
+    not there yet (a lock counts as held)."""
     pool = conn.storagePoolLookupByName(target.pool)
-    volume = lookup_volume(pool, target.base)
     marker = _marker(conn, pool, target.base)
     lock = imagelock.read_lock(conn, pool, lock_name(target.base))
-    base = None if volume is None else _base_image(volume, target.image.format)
+    base = None
+    volume = lookup_volume(pool, target.base)
+    if volume is not None and marker is not None:
+        try:
+            base = _base_image(volume, target.image.format)
+        except libvirt.libvirtError as exc:
+            if exc.get_error_code() != libvirt.VIR_ERR_NO_STORAGE_VOL:
+                raise
     return _Inspection(base, marker, lock)
 
 
@@ -271,7 +285,13 @@ def _marker(conn: libvirt.virConnect, pool: libvirt.virStoragePool, base: str) -
     volume = lookup_volume(pool, marker_name(base))
     if volume is None:
         return None
-    return download_bytes(conn, volume, _MARKER_MAX).decode(errors="replace").strip()
+    try:
+        data = download_bytes(conn, volume, _MARKER_MAX)
+    except libvirt.libvirtError as exc:
+        if exc.get_error_code() == libvirt.VIR_ERR_NO_STORAGE_VOL or imagelock.being_built(exc):
+            return None
+        raise
+    return data.decode(errors="replace").strip()
 
 
 def _delete_leftovers(conn: libvirt.virConnect, target: _Target, token: str) -> None:
