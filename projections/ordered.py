@@ -71,6 +71,13 @@ class OrderedPull:
     async def pending(self) -> int:
         """Messages the server has not delivered yet plus those queued here: only this count
         tells "nothing left" from "a slow fetch"."""
+        server, queued = await self.pending_parts()
+        return server + queued
+
+    async def pending_parts(self) -> tuple[int, int]:
+        """``(server, queued)``: what the server still holds for this reader, and what sits in
+        the local queue. Queued entries may be status messages (a late "request timeout" of a
+        fetch that already gave up), which no fetch ever returns."""
         for attempt in (1, 2):
             sub = await self._subscription()
             try:
@@ -80,7 +87,7 @@ class OrderedPull:
                 if attempt == 2:
                     raise StoreUnavailable(f"reading {self.stream}: {exc}") from exc
                 continue
-            return int(info.num_pending or 0) + sub.pending_msgs
+            return int(info.num_pending or 0), sub.pending_msgs
         raise AssertionError("unreachable")
 
     async def restart(self) -> None:

@@ -70,9 +70,22 @@ class Projector(Generic[V]):
         """
         before = self.applied
         remaining = await self._reader.pending()
+        drained = False
         while remaining > 0:
-            got = await self.step(no_wait=True)
-            remaining = self._reader.num_pending if got else await self._reader.pending()
+            # After an empty short fetch, a full one gives late messages time to arrive.
+            got = await self.step(no_wait=not drained)
+            if got:
+                drained = False
+                remaining = self._reader.num_pending
+                continue
+            server, queued = await self._reader.pending_parts()
+            if server == 0 and drained:
+                # A full fetch drained the local queue and found nothing: what is still queued
+                # is a late status message ("request timeout") that no fetch returns. Counting
+                # it would spin here for ever.
+                break
+            drained = server == 0
+            remaining = server + queued
         return self.applied - before
 
     async def run(self) -> None:

@@ -82,3 +82,33 @@ async def test_resumes_after_its_consumer_is_lost(
     await projector.close()
     assert set(projector.views) == {"a", "b"}
     assert projector.applied == 2
+
+
+async def test_catch_up_ends_with_a_late_status_message_queued(
+    conn: Connection, jetstream_store: JetStreamEventStore
+) -> None:
+    """A fetch that gives up before the server's "request timeout" answer leaves that answer in
+    the local queue, where no fetch ever returns it: catch_up must not count it as an event."""
+    for i in range(3):
+        await declare(jetstream_store, f"s{i}")
+    projector: Projector[ProxyView] = Projector(conn.js, "PROXY", "proxy.*.*", apply)
+    try:
+        assert await projector.catch_up() == 3
+        reader = projector._reader
+        parts = (0, 0)
+        for _ in range(100):
+            await reader.fetch(0.001)
+            await asyncio.sleep(0.02)
+            parts = await reader.pending_parts()
+            if parts[1]:
+                break
+        assert parts[0] == 0
+        assert parts[1] > 0, "no late status message could be left queued"
+        async with asyncio.timeout(10):
+            assert await projector.catch_up() == 0
+        await declare(jetstream_store, "s3")
+        async with asyncio.timeout(10):
+            assert await projector.catch_up() == 1
+        assert set(projector.views) == {"s0", "s1", "s2", "s3"}
+    finally:
+        await projector.close()
