@@ -34,6 +34,10 @@ from services.runtime.connection import Connection
 from services.runtime.metrics import Metrics, default_metrics
 
 log = structlog.get_logger("egress.consumer")
+
+SHORT_FETCH = 1.0
+SHORT_FETCHES_AFTER_BIND = 3
+"""Fetches after a (re)bind wait at most SHORT_FETCH seconds, whatever the spec's timeout."""
 _tracer = trace.get_tracer("egress_proxies.consumer")
 
 
@@ -113,6 +117,7 @@ class ConsumerLoop:
         self.metrics = metrics or default_metrics()
         self._sub: object | None = None
         self._bound_generation = -1
+        self._short_fetches = 0
         self._slots = asyncio.Semaphore(spec.concurrency)
         self._inflight: dict[asyncio.Task[None], Msg] = {}
         self._keys: dict[str, asyncio.Lock] = {}
@@ -188,7 +193,13 @@ class ConsumerLoop:
                 return []
         assert self._sub is not None
         reconnected = self.conn.reconnected
-        fetch = asyncio.ensure_future(self._sub.fetch(n, timeout=self.spec.fetch_timeout))  # type: ignore[attr-defined]
+        timeout = self.spec.fetch_timeout
+        if self._short_fetches > 0:
+            # Right after a (re)bind: a server still recovering its streams can drop a pull
+            # request without an answer, and a long fetch would wait all of it out.
+            self._short_fetches -= 1
+            timeout = min(timeout, SHORT_FETCH)
+        fetch = asyncio.ensure_future(self._sub.fetch(n, timeout=timeout))  # type: ignore[attr-defined]
         # An abandoned fetch may still fail later (connection closed); retrieve its outcome so
         # asyncio does not report it as never retrieved.
         fetch.add_done_callback(lambda f: f.cancelled() or f.exception())
@@ -241,6 +252,7 @@ class ConsumerLoop:
             await asyncio.sleep(0.5)
             raise _NotBound from exc
         self._bound_generation = generation
+        self._short_fetches = SHORT_FETCHES_AFTER_BIND
 
     # ----------------------------------------------------------------------------- handling
 

@@ -13,7 +13,16 @@ from events.jetstream import JetStreamEventStore
 from events.schemas import DeadLettered, HealthChanged
 from events.store import NewEvent
 from services.runtime.connection import Connection, connect
-from services.runtime.consumer import ConsumerLoop, Delivery, GiveUp, Handler, Outcome, Retry
+from services.runtime.consumer import (
+    SHORT_FETCH,
+    SHORT_FETCHES_AFTER_BIND,
+    ConsumerLoop,
+    Delivery,
+    GiveUp,
+    Handler,
+    Outcome,
+    Retry,
+)
 from services.runtime.metrics import Metrics
 from services.runtime.natsserver import EmbeddedNatsServer
 from tests.support.waiting import until
@@ -355,7 +364,8 @@ async def test_resumes_when_restart_lands_during_a_long_fetch(
     await loop.ensure()
     task = asyncio.create_task(loop.run())
     try:
-        await asyncio.sleep(0.3)
+        # Past the short fetches that follow a bind: the restart lands in a 30 s one.
+        await asyncio.sleep(SHORT_FETCH * SHORT_FETCHES_AFTER_BIND + 0.5)
         await nats_server.stop()
         await nats_server.start()
         await until(lambda: _reconnected(conn))
