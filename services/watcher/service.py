@@ -22,6 +22,7 @@ from services.watcher.board import Board
 from services.watcher.kube import ProxyApi
 from services.watcher.leader import LeaderSettings, Leadership
 from services.watcher.logview import LogView
+from services.watcher.metrics import watcher_metrics
 from services.watcher.sync import ProxySync
 from services.watcher.writer import StatusWriter
 
@@ -64,16 +65,25 @@ class WatcherService:
         api = ProxyApi(api_client)
         logview = LogView(ctx.conn.js)
         board = Board()
+        metrics = watcher_metrics(ctx.metrics.registry)
         sync = ProxySync(
-            ctx.store, api, logview, board, resync=self.resync, retry_delay=self.retry_delay
+            ctx.store,
+            api,
+            logview,
+            board,
+            resync=self.resync,
+            retry_delay=self.retry_delay,
+            metrics=metrics,
         )
         writer = StatusWriter(api, logview, board, sync, retry_delay=self.retry_delay)
         self.term = Term(sync, writer, board)
+        metrics.leader.set(1)
         try:
             async with asyncio.TaskGroup() as group:
                 group.create_task(sync.run(), name="watcher.proxies")
                 group.create_task(sync.run_secrets(), name="watcher.secrets")
                 group.create_task(writer.run(), name="watcher.status")
         finally:
+            metrics.leader.set(0)
             self.term = None
             await logview.close()

@@ -15,6 +15,7 @@ from typing import Any
 
 import structlog
 from opentelemetry import trace
+from prometheus_client import CollectorRegistry
 
 from events.aio import raise_if_cancelled
 from events.errors import EventStoreError
@@ -24,6 +25,7 @@ from services.runtime.kubeclient import KubeApiError, KubeGone
 from services.watcher.board import Board
 from services.watcher.kube import ProxyApi, Raw
 from services.watcher.logview import LogView
+from services.watcher.metrics import WatcherMetrics
 from services.watcher.objects import (
     SOURCE,
     Problem,
@@ -49,7 +51,9 @@ class ProxySync:
         *,
         resync: float = 300.0,
         retry_delay: float = 1.0,
+        metrics: WatcherMetrics | None = None,
     ) -> None:
+        self.metrics = metrics or WatcherMetrics(CollectorRegistry())
         self.store = store
         self.api = api
         self.logview = logview
@@ -129,6 +133,7 @@ class ProxySync:
             applied = await apply(self.store, declaration)
             span.set_attribute("watcher.result", applied.result)
         self.synced[obj.uid] = obj.generation
+        self.metrics.declarations.labels(applied.result).inc()
         if applied.result in ("created", "changed"):
             log.info(
                 "proxy declared",
@@ -207,6 +212,7 @@ class ProxySync:
         """Sync every object, request deletion of what vanished; the list's resourceVersion."""
         items, version = await self.api.list_proxies()
         self.relists += 1
+        self.metrics.relists.inc()
         await self.logview.sync()
         listed = [parse_proxy(raw) for raw in items]
         for obj in listed:

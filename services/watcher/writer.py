@@ -22,6 +22,7 @@ from services.runtime.kubeclient import KubeApiError
 from services.watcher.board import Board
 from services.watcher.kube import ProxyApi
 from services.watcher.logview import LogView
+from services.watcher.metrics import WatcherMetrics
 from services.watcher.status import desired_status, differs, notices, patch_body
 from services.watcher.sync import ProxySync
 
@@ -38,7 +39,9 @@ class StatusWriter:
         sync: ProxySync,
         *,
         retry_delay: float = 1.0,
+        metrics: WatcherMetrics | None = None,
     ) -> None:
+        self.metrics = metrics or sync.metrics
         self.api = api
         self.logview = logview
         self.board = board
@@ -80,6 +83,7 @@ class StatusWriter:
             try:
                 await self.write(uid)
             except KubeApiError as exc:
+                self.metrics.status_patches.labels("failed").inc()
                 log.warning("status not written, will retry", proxy_uid=uid, error=str(exc))
                 self.board.mark(uid)
                 failed = True
@@ -122,12 +126,15 @@ class StatusWriter:
             if not await self.api.patch_status(
                 obj.namespace, obj.name, patch_body(desired, previous)
             ):
+                self.metrics.status_patches.labels("gone").inc()
                 return  # the object is gone; its DELETED event does the rest
             self.written[uid] = desired
             self.patches += 1
+            self.metrics.status_patches.labels("ok").inc()
             cause = str(view.last_seq) if view is not None else "cluster"
             for notice in notices(previous, desired):
                 await self.api.record_event(obj, notice, cause)
+                self.metrics.kube_events.inc()
         log.info(
             "status written",
             namespace=obj.namespace,

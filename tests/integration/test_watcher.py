@@ -35,7 +35,7 @@ async def test_create_becomes_ready_with_status_finalizer_and_events(
     tmp_path: Path, nats_server: EmbeddedNatsServer, jetstream_store: JetStreamEventStore
 ) -> None:
     async with bench(tmp_path, nats_server.url, jetstream_store) as b:
-        await b.watcher()
+        replica = await b.watcher()
         uid = b.create("de-1", attributes={"country": "de"})
         await until(lambda: ready(b, "de-1"))
         obj = b.get("de-1")
@@ -74,6 +74,15 @@ async def test_create_becomes_ready_with_status_finalizer_and_events(
         assert all(e["source"]["component"] == "egress-proxies-watcher" for e in events)
         assert all(e["involvedObject"]["uid"] == uid for e in events)
         assert all(e["involvedObject"]["kind"] == "Proxy" for e in events)
+        # What an operator graphs: leadership, listings, declarations, patches, Events.
+        term = replica.service.term
+        assert term is not None
+        sample = term.sync.metrics.registry.get_sample_value
+        assert sample("egress_watcher_leader") == 1
+        assert (sample("egress_watcher_relists_total") or 0) >= 1
+        assert sample("egress_watcher_declarations_total", {"result": "created"}) == 1
+        assert (sample("egress_watcher_status_patches_total", {"result": "ok"}) or 0) >= 2
+        assert (sample("egress_watcher_kube_events_total") or 0) >= 1
 
 
 async def test_spec_edit_replaces_the_instance_and_shows_the_new_ip(
