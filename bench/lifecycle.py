@@ -38,8 +38,9 @@ from events.store import Recorded
 from events.streams import ensure_streams
 from projections import proxy as proxy_view
 from projections.projector import Projector
-from services.cli.declare import apply, parse_resources
+from services.cli.declare import parse_resources
 from services.runtime.connection import connect
+from services.runtime.declare import apply
 from services.runtime.logs import configure_logging
 
 SECONDS_TARGET = 15.0

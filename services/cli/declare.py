@@ -12,9 +12,7 @@ from pathlib import Path
 import yaml
 
 from events.resource import FieldError, ProxyResource, ResourceError, from_object
-from services.runtime.declare import Applied, apply, delete, uid_of
-
-__all__ = ["Applied", "apply", "delete", "load_resources", "parse_resources", "targets", "uid_of"]
+from services.runtime.declare import uid_of
 
 
 def load_resources(path: Path) -> list[ProxyResource]:

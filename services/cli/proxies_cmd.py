@@ -35,6 +35,7 @@ from services.cli.common import (
     stdout_console,
 )
 from services.cli.render import format_time
+from services.runtime import declare as declaring
 from services.runtime.config import ConfigError
 from services.runtime.connection import Connection
 
@@ -116,7 +117,7 @@ def apply_cmd(
             console = stdout_console()
             uids = []
             for resource in resources:
-                applied = await declare.apply(store, resource)
+                applied = await declaring.apply(store, resource)
                 uids.append(applied.uid)
                 console.print(f"proxy {applied.namespace}/{applied.name} {applied.result}")
             if not wait:
@@ -168,7 +169,7 @@ def delete_cmd(
             store = JetStreamEventStore(conn.nc, conn.js)
             console = stdout_console()
             for namespace, name, uid in targets:
-                result = await declare.delete(store, namespace, name, uid)
+                result = await declaring.delete(store, namespace, name, uid)
                 console.print(f"proxy {namespace}/{name} {result.result}")
             if not wait:
                 return True

@@ -25,7 +25,7 @@ from services.executor.providers.config import (
     build_providers,
     load_providers_config,
 )
-from services.executor.providers.instrumented import Instrumented
+from services.executor.providers.instrumented import instrument
 from services.runtime.config import ConfigError, Settings
 from services.runtime.consumer import ConsumerLoop, ConsumerSpec
 from services.runtime.metrics import Metrics
@@ -93,7 +93,7 @@ class ExecutorService:
         else:
             entries = load_providers_config(self.providers_config, default_data_dir=self.data_dir)
             raw = build_providers(entries)
-        return {name: Instrumented(p, metrics) for name, p in raw.items()}
+        return {name: instrument(p, metrics) for name, p in raw.items()}
 
     async def run(self, ctx: ServiceContext) -> None:
         providers = self.load_providers(ctx.metrics)

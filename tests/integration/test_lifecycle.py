@@ -13,10 +13,11 @@ from events.jetstream import JetStreamEventStore
 from events.resource import cli_uid
 from events.schemas import CreateInstance, ErrorClass, HealthChanged, Phase, ProxySpec
 from events.store import NewEvent
-from services.cli.declare import apply, delete, parse_resources
+from services.cli.declare import parse_resources
 from services.executor.providers.base import Permanent, Transient
 from services.executor.testing import FakeProvider
 from services.runtime.connection import Connection
+from services.runtime.declare import apply, delete
 from services.runtime.natsserver import EmbeddedNatsServer
 from tests.support.lifecycle import fleet, phases, view
 from tests.support.waiting import until

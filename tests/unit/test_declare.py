@@ -9,7 +9,8 @@ from events.memory import InMemoryEventStore
 from events.resource import ResourceError, cli_uid
 from events.schemas import ProxyDeclared, ProxyRemoved, ProxySpecChanged
 from events.store import NewEvent
-from services.cli.declare import apply, delete, parse_resources
+from services.cli.declare import parse_resources
+from services.runtime.declare import apply, delete
 
 DOC = """
 apiVersion: crawl.example.com/v1alpha1

@@ -33,7 +33,6 @@ import msgspec
 import yaml
 
 from services.executor.providers.base import Provider
-from services.executor.providers.gcp import wirelog
 from services.runtime.config import ConfigError
 
 Factory = Callable[[str, Any], Provider]
@@ -196,7 +195,10 @@ def build_providers(entries: list[ProviderEntry]) -> dict[str, Provider]:
 
 def _set_gcp_wire_log(full: bool) -> None:
     """A process-wide logging setting, like the log level: set where the flag is parsed, so no
-    service signature carries it (wirelog has no SDK imports: cheap when gcp is unused)."""
+    service signature carries it. Imported here, not at the top: the registry stays free of any
+    one provider type's modules."""
+    from services.executor.providers.gcp import wirelog  # noqa: PLC0415 (see docstring)
+
     wirelog.set_full_payloads(full)
 
 
