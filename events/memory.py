@@ -11,8 +11,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from events import codec
+from events import codec, reading
 from events.errors import ConcurrencyError
+from events.skips import LEDGER
 from events.store import AppendResult, History, NewEvent, Recorded
 from events.subjects import Aggregate
 
@@ -110,21 +111,19 @@ class InMemoryEventStore:
             last = stored.seq
             if stored.seq <= after_seq:
                 continue
-            try:
-                event = codec.decode(stored.data, stored.headers)
-            except codec.UnknownEventType:
-                skipped += 1
-                continue
-            events.append(
-                Recorded(
-                    event=event,
-                    seq=stored.seq,
-                    subject=stored.subject,
-                    timestamp=stored.timestamp,
-                    msg_id=stored.headers.get(codec.HDR_MSG_ID, ""),
-                    causation_id=stored.headers.get(codec.HDR_CAUSATION, ""),
-                )
+            item, skip = reading.recorded(
+                aggregate.stream,
+                stored.seq,
+                stored.subject,
+                stored.timestamp,
+                stored.data,
+                stored.headers,
             )
+            if skip is not None:
+                skipped += 1
+                LEDGER.note(skip)
+                continue
+            events.append(item)
         return History(events=events, last_seq=last, skipped=skipped)
 
     def raw_append(self, stream: str, subject: str, data: bytes, headers: dict[str, str]) -> int:

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
+import msgspec
+
 from events.errors import ConcurrencyError
 from events.schemas import AnyEvent, Event
 from events.subjects import Aggregate
@@ -26,11 +28,25 @@ class NewEvent:
     causation_id: str = ""
 
 
+class Unreadable(msgspec.Struct, frozen=True, kw_only=True):
+    """Stands in for a stored event no reader could use, so a fold still moves past it.
+
+    Folds keyed by aggregate keep the aggregate's last sequence for optimistic concurrency: a
+    view that stopped at the event before a poison message would conflict on every append for
+    ever. Folding this placeholder (every fold's default case) advances the view and changes
+    nothing else. It is never written: it is not an ``Event`` and not in the union.
+    """
+
+    type: str
+    reason: str
+    detail: str = ""
+
+
 @dataclass(frozen=True, slots=True)
 class Recorded:
     """An event as stored: the sequence and the server's timestamp are what folds rely on."""
 
-    event: AnyEvent
+    event: AnyEvent | Unreadable
     seq: int
     subject: str
     timestamp: datetime
@@ -40,9 +56,17 @@ class Recorded:
 
 @dataclass(frozen=True, slots=True)
 class History:
+    """An aggregate as read: ``events`` holds what decoded; ``last_seq`` is the aggregate's real
+    last sequence even when the newest events were skipped, so an append decided on this history
+    does not conflict for ever with a poison message."""
+
     events: list[Recorded]
     last_seq: int
     skipped: int = 0
+
+    def decoded(self) -> list[AnyEvent]:
+        """The events alone (a read never returns placeholders, this only narrows the type)."""
+        return [r.event for r in self.events if not isinstance(r.event, Unreadable)]
 
 
 @dataclass(frozen=True, slots=True)

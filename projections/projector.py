@@ -14,9 +14,10 @@ import structlog
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
-from events import codec
+from events import reading
 from events.aio import raise_if_cancelled
 from events.errors import EventStoreError
+from events.skips import LEDGER
 from events.store import Recorded
 from events.subjects import proxy_uid_of
 from projections.ordered import OrderedPull
@@ -117,23 +118,29 @@ class Projector(Generic[V]):
         return len(msgs)
 
     def _apply(self, msg: Msg) -> None:
-        seq = msg.metadata.sequence.stream
-        try:
-            event = codec.decode(msg.data, msg.headers)
-        except codec.CodecError as exc:
-            # Views skip what they cannot read; the consumers that act on events dead-letter it.
-            self.skipped += 1
-            log.warning("projector skipped an event", subject=msg.subject, seq=seq, error=str(exc))
-            return
-        headers = msg.headers or {}
-        recorded = Recorded(
-            event=event,
-            seq=seq,
-            subject=msg.subject,
-            timestamp=msg.metadata.timestamp,
-            msg_id=headers.get(codec.HDR_MSG_ID, ""),
-            causation_id=headers.get(codec.HDR_CAUSATION, ""),
+        """Fold one message; never raises on what the message holds.
+
+        An event that does not decode, or that the fold cannot apply, is folded as an
+        ``Unreadable`` placeholder: the view moves past it (its last sequence included, which
+        writers use for optimistic concurrency), and the skip is counted and logged once.
+        """
+        meta = msg.metadata
+        item, skip = reading.recorded(
+            self.stream,
+            meta.sequence.stream,
+            msg.subject,
+            meta.timestamp,
+            msg.data,
+            msg.headers,
         )
         key = self.key(msg.subject)
-        self.views[key] = self.apply(self.views.get(key), recorded)
+        view, failed = reading.apply_tolerantly(self.apply, self.views.get(key), item, self.stream)
+        skip = skip or failed
+        if view is not None:
+            self.views[key] = view
+        if skip is not None:
+            self.skipped += 1
+            if LEDGER.note(skip):
+                log.warning("projector skipped an event no fold can use", **skip.fields())
+            return
         self.applied += 1

@@ -58,6 +58,10 @@ def apply(view: ProxyView | None, recorded: Recorded) -> ProxyView:
     stamp = {"last_seq": recorded.seq, "updated_at": recorded.timestamp}
     match recorded.event:
         case ProxyDeclared(namespace=ns, name=name, spec=spec, generation=gen):
+            if current.removed:
+                # Declared again after its removal: a new life, nothing of the old one carries
+                # over (the reconciler's own fold does the same).
+                current = ProxyView(uid=current.uid)
             return msgspec.structs.replace(
                 current,
                 namespace=ns,

@@ -49,7 +49,7 @@ def command_id(state: ProxyState) -> str:
     return f"{state.uid}-c{state.commands + 1}"
 
 
-def wakes(event: Event) -> bool:
+def wakes(event: object) -> bool:
     """Whether an event can change a decision. ``InstanceCreated`` never concludes a command, so
     the decision it would wake is always "wait"; the answer that concludes the command wakes its
     own reconcile. Skipping it saves a whole-aggregate read per create (docs/benchmarks.md)."""

@@ -7,10 +7,34 @@ metric carries the consumer or service as a label rather than being registered p
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.registry import Collector
+
+from events.skips import LEDGER, SkipLedger
+
+
+class SkippedEvents(Collector):
+    """``egress_events_skipped_total`` from the process's skip ledger, read at scrape time: the
+    readers that skip live below this layer and count without knowing about Prometheus."""
+
+    def __init__(self, ledger: SkipLedger = LEDGER) -> None:
+        self.ledger = ledger
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily(
+            "egress_events_skipped",
+            "Stored events a reader skipped because no fold could use them, each counted once "
+            "per process (reason: undecodable, unknown_type, unusable)",
+            labels=["stream", "type", "reason"],
+        )
+        for (stream, event_type, reason), count in sorted(self.ledger.counts.items()):
+            family.add_metric([stream, event_type, reason], count)
+        yield family
 
 
 @dataclass
@@ -68,6 +92,7 @@ class Metrics:
             ["outcome"],
             registry=r,
         )
+        r.register(SkippedEvents())
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

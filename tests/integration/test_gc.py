@@ -88,7 +88,7 @@ def collector(
 
 
 async def gc_events(store: JetStreamEventStore, provider: str) -> list[Event]:
-    return [r.event for r in (await store.read(subjects.gc(provider))).events]
+    return list((await store.read(subjects.gc(provider))).decoded())
 
 
 @pytest.fixture

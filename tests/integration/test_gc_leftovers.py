@@ -40,7 +40,7 @@ KEPT = "hosts/hv1/volumes/default/px-live-0123abcd.qcow2"
 
 
 async def gc_events(store: JetStreamEventStore, provider: str) -> list[Event]:
-    return [r.event for r in (await store.read(subjects.gc(provider))).events]
+    return list((await store.read(subjects.gc(provider))).decoded())
 
 
 def seeded() -> FakeProviderWithLeftovers:

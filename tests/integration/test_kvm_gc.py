@@ -74,7 +74,7 @@ async def declare(store: JetStreamEventStore, uid: str) -> None:
 
 
 async def gc_events(store: JetStreamEventStore) -> list[Event]:
-    return [r.event for r in (await store.read(subjects.gc("kvm"))).events]
+    return list((await store.read(subjects.gc("kvm"))).decoded())
 
 
 async def test_gc_deletes_the_volumes_of_a_gone_owner_and_keeps_a_live_ones(

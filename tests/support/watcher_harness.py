@@ -130,7 +130,7 @@ class Bench:
         return {}
 
     async def events(self, uid: str) -> list[AnyEvent]:
-        return [r.event for r in (await self.store.read(subjects.proxy(uid))).events]
+        return (await self.store.read(subjects.proxy(uid))).decoded()
 
     async def count(self, uid: str, kind: type) -> int:
         return sum(isinstance(e, kind) for e in await self.events(uid))

@@ -64,7 +64,11 @@ class Story:
         return decision
 
     def command(self) -> Event:
-        return next(e for e in (r.event for r in reversed(self.events)) if e.category == "cmd")
+        return next(
+            e
+            for e in (r.event for r in reversed(self.events))
+            if isinstance(e, Event) and e.category == "cmd"
+        )
 
 
 def declared(spec: ProxySpec = SPEC) -> ProxyDeclared:

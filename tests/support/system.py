@@ -1,0 +1,180 @@
+"""The whole system as a user runs it: `egress-proxies up` and CLI commands as subprocesses."""
+
+from __future__ import annotations
+
+import asyncio
+import http.server
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from services.executor.providers.local_process import PID_FILE
+from services.runtime.natsserver import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Hello(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        body = b"hello through the proxy"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        del format, args
+
+
+@contextmanager
+def hello_target() -> Iterator[str]:
+    """A loopback origin the health prober and the tests fetch through the proxies."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hello)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def base_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("NATS_URL", "OTEL_"))}
+    env["PYTHONPATH"] = str(ROOT)
+    return env
+
+
+def cli(*args: str, env: dict[str, str], timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "services.cli.main", *args],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def fetch_via(proxy_url: str, url: str) -> str:
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({"http": proxy_url}))
+    with opener.open(url, timeout=10) as response:
+        body: bytes = response.read()
+        return body.decode()
+
+
+@dataclass
+class Up:
+    process: asyncio.subprocess.Process
+    env: dict[str, str]
+    """For CLI commands against this system."""
+    api: str
+    data_dir: Path
+    output: bytearray
+
+    async def cli(self, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+        return await asyncio.to_thread(cli, *args, env=self.env, timeout=timeout)
+
+    async def proxies(self) -> list[dict[str, Any]]:
+        got = await self.cli("get", "-o", "json")
+        assert got.returncode == 0, got.stdout + got.stderr
+        items: list[dict[str, Any]] = json.loads(got.stdout)["items"]
+        return items
+
+    async def api_call(
+        self, method: str, path: str, body: dict[str, Any] | None = None
+    ) -> tuple[int, dict[str, Any]]:
+        def call() -> tuple[int, dict[str, Any]]:
+            data = json.dumps(body).encode() if body is not None else None
+            request = urllib.request.Request(
+                self.api + path,
+                data=data,
+                method=method,
+                headers={"Content-Type": "application/json"},
+            )
+            try:
+                with urllib.request.urlopen(request, timeout=30) as response:
+                    raw = response.read()
+                    return response.status, json.loads(raw) if raw else {}
+            except urllib.error.HTTPError as exc:
+                raw = exc.read()
+                return exc.code, json.loads(raw) if raw else {}
+
+        return await asyncio.to_thread(call)
+
+    def squid_pid(self, provider_id: str) -> int:
+        meta = self.data_dir / "local" / "instances" / provider_id / "meta.json"
+        pid = int(json.loads(meta.read_text())["pid"])
+        pid_file = meta.parent / PID_FILE
+        if pid_file.is_file() and pid_file.read_text().strip().isdigit():
+            pid = int(pid_file.read_text().strip())
+        return pid
+
+
+@asynccontextmanager
+async def running_up(
+    tmp_path: Path, *extra: str, nats_url: str = "", health_check_url: str = ""
+) -> AsyncIterator[Up]:
+    """`up` with its own data dir and ports; stopped with SIGINT, which must end it with 0."""
+    data_dir = tmp_path / "data"
+    api_port = free_port()
+    env = base_env()
+    args = ["--data-dir", str(data_dir), "--metrics-port", "0", "--api-port", str(api_port)]
+    if nats_url:
+        args += ["--nats-url", nats_url]
+        url = nats_url
+    else:
+        nats_port = free_port()
+        args += ["--nats-port", str(nats_port)]
+        url = f"nats://127.0.0.1:{nats_port}"
+    if health_check_url:
+        args += ["--health-check-url", health_check_url]
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "services.cli.main",
+        "up",
+        *args,
+        *extra,
+        env=env,
+        cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    output = bytearray()
+    up = Up(process, {**env, "NATS_URL": url}, f"http://127.0.0.1:{api_port}", data_dir, output)
+    pump: asyncio.Task[None] | None = None
+    try:
+        assert process.stdout is not None
+        async with asyncio.timeout(60):
+            while b"Ctrl-C" not in output:
+                line = await process.stdout.readline()
+                assert line, f"up exited early:\n{output.decode()}"
+                output += line
+        pump = asyncio.create_task(_pump(process.stdout, output))
+        yield up
+    finally:
+        if process.returncode is None:
+            process.send_signal(signal.SIGINT)
+            async with asyncio.timeout(30):
+                await process.wait()
+        if pump is not None:
+            await pump
+    assert process.returncode == 0, output.decode()[-4000:]
+
+
+async def _pump(stream: asyncio.StreamReader, into: bytearray) -> None:
+    """Keep reading `up`'s output, so it never blocks on a full pipe."""
+    while line := await stream.readline():
+        into += line
