@@ -195,3 +195,31 @@ class EventStoreContract:
         assert [type(r.event).__name__ for r in history.events] == ["ProxyDeclared"]
         assert history.skipped == 1
         assert history.last_seq == seq
+
+    @pytest.mark.parametrize(
+        ("payload", "headers"),
+        [
+            (b"{not json", {"Egress-Event-Type": "PhaseChanged"}),
+            (b'{"type":"PhaseChanged","phase":"Bogus"}', {}),
+            (b'{"type":"HealthChanged","healthy":"yes"}', {"Egress-Event-Type": "HealthChanged"}),
+            (b"", {}),
+            (b"\xff\xfe\x00binary", {"Egress-Event-Type": "ProxyDeclared"}),
+        ],
+        ids=["not-json", "bad-enum", "wrong-type", "empty", "binary"],
+    )
+    async def test_poison_is_skipped_and_the_aggregate_stays_writable(
+        self, store: EventStore, raw_append: RawAppend, payload: bytes, headers: dict[str, str]
+    ) -> None:
+        agg = subjects.proxy("poisoned")
+        await store.append(agg, [declared("poisoned")], expected_seq=0)
+        seq = await raw_append("PROXY", "proxy.poisoned.status", payload, headers)
+        history = await store.read(agg)
+        assert [type(r.event).__name__ for r in history.events] == ["ProxyDeclared"]
+        assert history.skipped == 1
+        assert history.last_seq == seq
+        # Decide-and-append decides on what decoded and expects the real last sequence.
+        result = await decide_and_append(
+            store, agg, lambda h: [health(h.last_seq)] if h.skipped else []
+        )
+        assert result.seqs == [seq + 1]
+        assert (await store.read(agg)).last_seq == seq + 1

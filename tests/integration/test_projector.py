@@ -7,7 +7,7 @@ import asyncio
 from events import subjects
 from events.jetstream import JetStreamEventStore
 from events.schemas import HealthChanged, Phase, PhaseChanged, ProxyDeclared, ProxySpec
-from events.store import NewEvent
+from events.store import NewEvent, Recorded
 from projections.projector import Projector
 from projections.proxy import ProxyView, apply
 from services.runtime.connection import Connection
@@ -63,6 +63,54 @@ async def test_poison_event_is_skipped_by_views(
     await projector.close()
     assert projector.skipped == 1
     assert projector.views["ok"].healthy is True
+
+
+async def test_a_poison_event_last_still_moves_the_view_to_its_sequence(
+    conn: Connection, jetstream_store: JetStreamEventStore
+) -> None:
+    """Writers append with the view's last sequence as expectation: a view stuck before a
+    poison message would conflict for ever. Also when the poison is an aggregate's first
+    event, the view exists and carries its sequence."""
+    await declare(jetstream_store, "ok")
+    ack = await conn.js.publish(
+        "proxy.ok.status", b"{not json", headers={"Egress-Event-Type": "PhaseChanged"}
+    )
+    first = await conn.js.publish("proxy.fresh.status", b'{"type":"PhaseChanged","phase":1}')
+    projector: Projector[ProxyView] = Projector(conn.js, "PROXY", "proxy.*.*", apply)
+    await projector.catch_up()
+    await projector.close()
+    assert projector.skipped == 2
+    assert projector.views["ok"].last_seq == ack.seq
+    assert projector.views["fresh"].last_seq == first.seq
+    change = PhaseChanged(phase=Phase.READY)
+    appended = await jetstream_store.append(
+        subjects.proxy("ok"), [NewEvent(change, "ok-ready")], expected_seq=ack.seq
+    )
+    assert appended.last_seq > ack.seq
+
+
+async def test_an_event_the_fold_cannot_apply_is_skipped_not_raised(
+    conn: Connection, jetstream_store: JetStreamEventStore
+) -> None:
+    """A fold that raises on an event (an overflow, a broken invariant) does not stop the
+    projector: the event counts as unusable and the view moves past it."""
+    await declare(jetstream_store, "a")
+    await jetstream_store.append(subjects.proxy("a"), [NewEvent(HealthChanged(healthy=True), "h")])
+    await declare(jetstream_store, "b")
+
+    def fussy(view: ProxyView | None, recorded: Recorded) -> ProxyView:
+        if isinstance(recorded.event, HealthChanged):
+            raise OverflowError("date value out of range")
+        return apply(view, recorded)
+
+    projector: Projector[ProxyView] = Projector(conn.js, "PROXY", "proxy.*.*", fussy)
+    await projector.catch_up()
+    await projector.close()
+    assert projector.skipped == 1
+    assert projector.applied == 2
+    assert projector.views["a"].last_seq == 2
+    assert projector.views["a"].healthy is None
+    assert set(projector.views) == {"a", "b"}
 
 
 async def test_resumes_after_its_consumer_is_lost(

@@ -153,11 +153,11 @@ async def test_poison_on_every_subject_leaves_every_proxy_working(
                 assert applied.returncode == 0, applied.stdout + applied.stderr
             proxies = await by_name(up)
             for category in CATEGORIES:
-                await publish_poison(nats_server.url, proxies[f"poisoned-{category}"]["uid"], category)
+                await publish_poison(
+                    nats_server.url, proxies[f"poisoned-{category}"]["uid"], category
+                )
 
-            await asyncio.gather(
-                *(prove_it_works(up, c, target, files[c]) for c in CATEGORIES)
-            )
+            await asyncio.gather(*(prove_it_works(up, c, target, files[c]) for c in CATEGORIES))
 
             # Every poison message is on record as skipped, and nothing crashed on the way.
             log = up.output.decode()
