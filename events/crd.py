@@ -20,7 +20,17 @@ from typing import Any
 import msgspec
 import yaml
 
-from events.resource import API_VERSION, GROUP, KIND, PLURAL, SHORT_NAME, VERSION
+from events.resource import (
+    API_VERSION,
+    GROUP,
+    KIND,
+    MAX_PROBE_INTERVAL,
+    MAX_PROBE_TIMEOUT,
+    MAX_THRESHOLD,
+    PLURAL,
+    SHORT_NAME,
+    VERSION,
+)
 from events.schemas import Phase, ProxySpec
 
 Schema = dict[str, Any]
@@ -120,10 +130,18 @@ _RULES: dict[str, Schema] = {
     "cloudInit.secretRef.key": {"pattern": "^[-._a-zA-Z0-9]+$", "maxLength": 253},
     "external.url": {"pattern": r"^((https?|socks5h?)://\S+)?$"},
     "healthCheck.url": {"pattern": r"^(https?://\S+)?$"},
-    "healthCheck.intervalSeconds": {"minimum": 0, "exclusiveMinimum": True},
-    "healthCheck.timeoutSeconds": {"minimum": 0, "exclusiveMinimum": True},
-    "healthCheck.failureThreshold": {"minimum": 1},
-    "healthCheck.successThreshold": {"minimum": 1},
+    "healthCheck.intervalSeconds": {
+        "minimum": 0,
+        "exclusiveMinimum": True,
+        "maximum": MAX_PROBE_INTERVAL,
+    },
+    "healthCheck.timeoutSeconds": {
+        "minimum": 0,
+        "exclusiveMinimum": True,
+        "maximum": MAX_PROBE_TIMEOUT,
+    },
+    "healthCheck.failureThreshold": {"minimum": 1, "maximum": MAX_THRESHOLD},
+    "healthCheck.successThreshold": {"minimum": 1, "maximum": MAX_THRESHOLD},
     # Managed needs a provider and no external URL; External needs an external URL.
     "": {
         "anyOf": [

@@ -6,7 +6,9 @@ bad Proxy gets the same field-named error whichever way it arrived. Pure: no I/O
 
 from __future__ import annotations
 
+import difflib
 import hashlib
+import math
 import re
 import uuid
 from collections.abc import Iterable
@@ -15,6 +17,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 import msgspec
+import msgspec.inspect as mi
 
 from events.schemas import ProxyMode, ProxySpec
 
@@ -31,6 +34,10 @@ CLI_UID_NAMESPACE = uuid.UUID("6f1c1c55-3f55-4a0e-9a55-7a2f3c1d9e01")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _ATTR_KEY = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._/-]{0,61}[A-Za-z0-9])?$")
 _PROVIDER = re.compile(r"^[A-Za-z0-9_-]{1,63}$")
+
+MAX_PROBE_INTERVAL = 3600.0
+MAX_PROBE_TIMEOUT = 300.0
+MAX_THRESHOLD = 1000
 
 
 class ObjectMeta(msgspec.Struct, kw_only=True, rename="camel", omit_defaults=True):
@@ -88,6 +95,81 @@ def from_object(obj: Any, source: str = "proxy") -> ProxyResource:
     return resource
 
 
+# Kubernetes ObjectMeta fields a manifest may carry (e.g. one saved with `kubectl get -o yaml`):
+# known, so not "unknown", though only name, namespace, labels and annotations matter here.
+_OBJECT_META = frozenset(
+    {
+        "annotations",
+        "creationTimestamp",
+        "deletionGracePeriodSeconds",
+        "deletionTimestamp",
+        "finalizers",
+        "generateName",
+        "generation",
+        "labels",
+        "managedFields",
+        "name",
+        "namespace",
+        "ownerReferences",
+        "resourceVersion",
+        "selfLink",
+        "uid",
+    }
+)
+_TOP_LEVEL = frozenset({"apiVersion", "kind", "metadata", "spec", "status"})
+
+
+def unknown_fields(obj: Any) -> list[FieldError]:
+    """Fields the Proxy schema does not have, each with the closest valid name.
+
+    A misspelt ``spec.atributes`` would otherwise decode as "no attributes", and the proxy would
+    run where no crawler ever selects it; ``kubectl`` refuses the same with strict field
+    validation, and so does ``apply`` unless told to only warn.
+    """
+    if not isinstance(obj, dict):
+        return []
+    errors = _unknown_in(obj, _TOP_LEVEL, "")
+    meta = obj.get("metadata")
+    if isinstance(meta, dict):
+        errors += _unknown_in(meta, _OBJECT_META, "metadata.")
+    spec = obj.get("spec")
+    if isinstance(spec, dict):
+        errors += _unknown_in_struct(spec, mi.type_info(ProxySpec), "spec.")
+    return errors
+
+
+def _unknown_in(obj: dict[Any, Any], known: frozenset[str], prefix: str) -> list[FieldError]:
+    errors = []
+    for key in obj:
+        if isinstance(key, str) and key in known:
+            continue
+        close = difflib.get_close_matches(str(key), sorted(known), n=1, cutoff=0.6)
+        hint = f"did you mean {prefix}{close[0]}?" if close else f"known: {', '.join(sorted(known))}"
+        errors.append(FieldError(f"{prefix}{key}", f"unknown field; {hint}"))
+    return errors
+
+
+def _unknown_in_struct(obj: dict[Any, Any], info: mi.Type, prefix: str) -> list[FieldError]:
+    struct = _struct_of(info)
+    if struct is None:
+        return []
+    fields = {f.encode_name: f for f in struct.fields}
+    errors = _unknown_in(obj, frozenset(fields), prefix)
+    for name, field in fields.items():
+        value = obj.get(name)
+        if isinstance(value, dict) and _struct_of(field.type) is not None:
+            errors += _unknown_in_struct(value, field.type, f"{prefix}{name}.")
+    return errors
+
+
+def _struct_of(info: mi.Type) -> mi.StructType | None:
+    if isinstance(info, mi.StructType):
+        return info
+    if isinstance(info, mi.UnionType):
+        return next((t for t in info.types if isinstance(t, mi.StructType)), None)
+    return None
+
+
 def _from_msgspec(message: str) -> FieldError:
     path = "$"
     if " - at `" in message:
@@ -137,14 +219,21 @@ def validate_spec(spec: ProxySpec, prefix: str = "spec") -> list[FieldError]:
                 )
             )
     hc = spec.health_check
-    if hc.interval_seconds <= 0:
-        errors.append(FieldError(f"{prefix}.healthCheck.intervalSeconds", "must be > 0"))
-    if hc.timeout_seconds <= 0:
-        errors.append(FieldError(f"{prefix}.healthCheck.timeoutSeconds", "must be > 0"))
-    if hc.failure_threshold < 1:
-        errors.append(FieldError(f"{prefix}.healthCheck.failureThreshold", "must be >= 1"))
-    if hc.success_threshold < 1:
-        errors.append(FieldError(f"{prefix}.healthCheck.successThreshold", "must be >= 1"))
+    hcp = f"{prefix}.healthCheck"
+    # Finite bounds: the spec goes into the immutable log, and a value no reader can use (an
+    # infinity encodes as null) would be there for ever.
+    for name, seconds, high in (
+        ("intervalSeconds", hc.interval_seconds, MAX_PROBE_INTERVAL),
+        ("timeoutSeconds", hc.timeout_seconds, MAX_PROBE_TIMEOUT),
+    ):
+        if not (math.isfinite(seconds) and 0 < seconds <= high):
+            errors.append(FieldError(f"{hcp}.{name}", f"must be more than 0 and at most {high:g}"))
+    for name, count in (
+        ("failureThreshold", hc.failure_threshold),
+        ("successThreshold", hc.success_threshold),
+    ):
+        if not 1 <= count <= MAX_THRESHOLD:
+            errors.append(FieldError(f"{hcp}.{name}", f"must be from 1 to {MAX_THRESHOLD}"))
     if hc.url and urlparse(hc.url).scheme not in ("http", "https"):
         errors.append(FieldError(f"{prefix}.healthCheck.url", "must be an http:// or https:// URL"))
     for key, value in spec.attributes.items():
