@@ -12,16 +12,22 @@ the log wants to see the poison message, with the reason.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, replace
 from datetime import datetime
+from typing import Any
 
 import structlog
 from nats.aio.msg import Msg
 
-from events import codec
+from events import codec, reading
 from events.errors import StoreUnavailable
 from events.schemas import AnyEvent
+from events.skips import UNDECODABLE
+from events.store import Recorded, Unreadable
+from events.subjects import LEASE_STREAM, PROXY_STREAM, proxy_uid_of
+from projections import lease as lease_fold
+from projections import proxy as proxy_fold
 from projections.ordered import OrderedPull
 from services.runtime.connection import Connection
 
@@ -41,16 +47,53 @@ class LogEntry:
     event: AnyEvent | None
     error: str = ""
     payload: bytes = b""
+    skipped: str = ""
+    """Why every reader skips this event (``events.skips``: undecodable, unknown_type,
+    unusable); "" for an event the folds use."""
 
 
 def decode_entry(
     seq: int, time: datetime, subject: str, data: bytes, headers: Mapping[str, str] | None
 ) -> LogEntry:
-    try:
-        event = codec.decode(data, headers)
-    except codec.CodecError as exc:
-        return LogEntry(seq, time, subject, UNKNOWN_TYPE, None, str(exc), data)
-    return LogEntry(seq, time, subject, codec.event_type(event), event)
+    item, skip = reading.recorded("", seq, subject, time, data, headers)
+    if skip is not None or isinstance(item.event, Unreadable):
+        reason = skip.reason if skip is not None else UNDECODABLE
+        detail = skip.detail if skip is not None else ""
+        return LogEntry(seq, time, subject, UNKNOWN_TYPE, None, detail, data, reason)
+    return LogEntry(seq, time, subject, codec.event_type(item.event), item.event)
+
+
+FOLDS: dict[str, Callable[[Any, Recorded], Any]] = {
+    PROXY_STREAM: proxy_fold.apply,
+    LEASE_STREAM: lease_fold.apply,
+}
+"""The folds every service builds its views with, per stream: an event one of them cannot apply
+is one no service can use."""
+
+
+class FoldCheck:
+    """Folds entries of one stream by aggregate, as the services do, to tell which decoded
+    events no fold can use (the fold raised on them). Streams without a fold only decode."""
+
+    def __init__(self, stream: str) -> None:
+        self.stream = stream
+        self.apply = FOLDS.get(stream)
+        self.views: dict[str, object] = {}
+
+    def check(self, entry: LogEntry) -> LogEntry:
+        """``entry``, marked ``unusable`` when the fold could not apply it."""
+        if self.apply is None or entry.event is None:
+            return entry
+        key = proxy_uid_of(entry.subject)
+        item = Recorded(
+            event=entry.event, seq=entry.seq, subject=entry.subject, timestamp=entry.time
+        )
+        view, skip = reading.apply_tolerantly(self.apply, self.views.get(key), item, self.stream)
+        if view is not None:
+            self.views[key] = view
+        if skip is None:
+            return entry
+        return replace(entry, error=skip.detail, skipped=skip.reason)
 
 
 class LogReader:
