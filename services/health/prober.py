@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import msgspec
@@ -106,6 +106,7 @@ class Prober:
         metrics: HealthMetrics,
         *,
         default_check_url: str,
+        provider_check_urls: Mapping[str, str] | None = None,
         latency_band_ms: float = 0.0,
         concurrency: int = 256,
         trace_probes: bool = False,
@@ -115,6 +116,9 @@ class Prober:
         self.client = client
         self.metrics = metrics
         self.default_check_url = default_check_url
+        self.provider_check_urls = dict(provider_check_urls or {})
+        """Per provider instance name: the URL probed when the spec names none (``up`` points
+        its local providers at a loopback target, so an offline demo is healthy)."""
         self.latency_band_ms = latency_band_ms
         self.trace_probes = trace_probes
         self.probes: collections.Counter[str] = collections.Counter()
@@ -179,8 +183,9 @@ class Prober:
             if slot.proxy_url:
                 self.client.forget(slot.proxy_url)
             slot.provider_id, slot.proxy_url, slot.streak = view.provider_id, view.url, Streak()
+        check_url = self.check_url_for(view.spec.provider, spec)
         async with self._gate:
-            result = await self._probe(uid, view.url, spec.url or self.default_check_url, spec)
+            result = await self._probe(uid, view.url, check_url, spec)
         slot.last_probe = asyncio.get_running_loop().time()
         self.probes[uid] += 1
         self.metrics.probes.labels(result.outcome).inc()
@@ -192,11 +197,23 @@ class Prober:
         thresholds = Thresholds(
             spec.failure_threshold, spec.success_threshold, self.latency_band_ms
         )
-        outcome = Outcome(result.ok, result.latency_ms, result.detail)
+        outcome = Outcome(result.ok, result.latency_ms, self._explain(result, check_url, spec))
         slot.streak, verdict = judge(self._known(uid, after), slot.streak, outcome, thresholds)
         if verdict is not None:
             await self._append(uid, after, verdict)
         return spec.interval_seconds
+
+    def check_url_for(self, provider: str, spec: HealthCheck) -> str:
+        return spec.url or self.provider_check_urls.get(provider) or self.default_check_url
+
+    @staticmethod
+    def _explain(result: ProbeResult, check_url: str, spec: HealthCheck) -> str:
+        """A failure names what was fetched and what changes it: an operator whose proxies
+        are all unhealthy is most often probing a URL their network cannot reach."""
+        if result.ok:
+            return result.detail
+        where = "spec.healthCheck.url" if spec.url else "spec.healthCheck.url or --health-check-url"
+        return f"{result.detail} (fetched {check_url} through the proxy; set {where} to change it)"
 
     def _known(self, uid: str, watched: Watched) -> Known:
         """The log's verdict, or our own append the projection has not caught up with yet."""

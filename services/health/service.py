@@ -39,6 +39,8 @@ class HealthService:
     name: str = "health"
     check_url: str = DEFAULT_CHECK_URL
     """Probed when a proxy's ``spec.healthCheck.url`` is empty."""
+    provider_check_urls: dict[str, str] = field(default_factory=dict)
+    """Per provider instance: what is probed instead of ``check_url`` for its proxies."""
     latency_band_ms: float = 250.0
     concurrency: int = 256
     trace_probes: bool = False
@@ -63,6 +65,7 @@ class HealthService:
             self.client,
             metrics,
             default_check_url=self.check_url,
+            provider_check_urls=self.provider_check_urls,
             latency_band_ms=self.latency_band_ms,
             concurrency=self.concurrency,
             trace_probes=self.trace_probes,
@@ -71,6 +74,7 @@ class HealthService:
             "health prober starting",
             replica=self.replica_id,
             check_url=self.check_url,
+            provider_check_urls=self.provider_check_urls,
             trace_probes=self.trace_probes,
         )
         try:
@@ -110,6 +114,7 @@ def build(
     settings: Settings,
     *,
     check_url: str = DEFAULT_CHECK_URL,
+    provider_check_url: tuple[str, ...] = (),
     latency_band_ms: float = 250.0,
     trace_health_probes: bool = False,
     health_concurrency: int = 256,
@@ -123,11 +128,29 @@ def build(
         raise ConfigError(f"--health-check-url / HEALTH_CHECK_URL: {exc}") from exc
     return HealthService(
         check_url=check_url,
+        provider_check_urls=provider_check_urls(provider_check_url),
         latency_band_ms=latency_band_ms,
         concurrency=health_concurrency,
         trace_probes=trace_health_probes,
         heartbeat=health_heartbeat,
     )
+
+
+def provider_check_urls(pairs: tuple[str, ...]) -> dict[str, str]:
+    """``NAME=URL`` pairs; each URL must be one the prober can fetch."""
+    found: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, url = pair.partition("=")
+        if not sep or not name.strip():
+            raise ConfigError(
+                f"--provider-check-url: {pair!r} is not NAME=URL; e.g. local=http://127.0.0.1:8081/"
+            )
+        try:
+            CheckUrl.parse(url.strip())
+        except ValueError as exc:
+            raise ConfigError(f"--provider-check-url {name}: {exc}") from exc
+        found[name.strip()] = url.strip()
+    return found
 
 
 OPTIONS: tuple[click.Option, ...] = (
@@ -138,6 +161,13 @@ OPTIONS: tuple[click.Option, ...] = (
         envvar="HEALTH_CHECK_URL",
         help="URL fetched through each proxy when its spec.healthCheck.url is empty; an "
         "answer 200-399 is a success [env HEALTH_CHECK_URL].",
+    ),
+    click.Option(
+        ["--provider-check-url"],
+        multiple=True,
+        metavar="NAME=URL",
+        help="For the proxies of provider instance NAME, fetch URL instead of "
+        "--health-check-url (repeatable); spec.healthCheck.url still wins.",
     ),
     click.Option(
         ["--latency-band-ms"],

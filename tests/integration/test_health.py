@@ -100,3 +100,41 @@ async def test_events_are_appended_only_on_transitions(
         assert sum(probes.prober.probes[uid] for uid in uids) >= 75
     finally:
         await replica.stop()
+
+
+async def test_a_provider_check_url_is_probed_and_a_failure_names_what_was_fetched(
+    nats_server: EmbeddedNatsServer,
+    jetstream_store: JetStreamEventStore,
+    squid: Squid,
+    target: RecordingTarget,
+) -> None:
+    """The proxy's provider (``local``) has its own check URL, which wins over the default; an
+    unreachable default would make every probe fail. When the check then fails, the verdict
+    says which URL was fetched and how to change it."""
+    await declare_ready(jetstream_store, "p1", squid.url, fast_check("", failures=1))
+    unreachable = "http://127.0.0.1:9/nothing-here"
+    probes = HealthService(
+        check_url=unreachable,
+        provider_check_urls={"local": target.url("/local")},
+        heartbeat=0.2,
+        replica_id="solo",
+        latency_band_ms=0,
+    )
+    replica = await start_replica(nats_server.url, probes)
+    try:
+
+        async def events(n: int) -> bool:
+            return len(await health_events(jetstream_store, "p1")) >= n
+
+        await until(lambda: events(1))
+        assert (await health_events(jetstream_store, "p1"))[0].healthy is True
+        assert any("/local" in line for line, _ in target.requests)
+
+        await target.close()
+        await until(lambda: events(2))
+        down = (await health_events(jetstream_store, "p1"))[1]
+        assert down.healthy is False
+        assert target.url("/local") in down.message
+        assert "spec.healthCheck.url or --health-check-url" in down.message
+    finally:
+        await replica.stop()
