@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 # need them, so it installs only the runtime.
 DEV_STAMP := $(VENV)/.installed-dev-stamp
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench chaos clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,8 +20,9 @@ $(DEV_STAMP): $(STAMP)
 	touch $(DEV_STAMP)
 
 ## Run the whole system on this machine: embedded nats-server, every service, local provider.
+## Flags for `up` go in ARGS, e.g. make demo ARGS="--api-port 9090".
 demo: $(STAMP)
-	$(BIN)/egress-proxies up
+	$(BIN)/egress-proxies up $(ARGS)
 
 ## Run the test suite (unit, integration against real servers, end to end).
 ## pytest exits 5 when it collected nothing: that is a broken suite, reported as a failure.
@@ -39,5 +40,17 @@ lint: $(DEV_STAMP)
 bench: $(DEV_STAMP)
 	$(BIN)/python -m bench.eventlog
 
+## One minute of faults under a lease load; fails when an invariant does (docs/benchmarks.md).
+chaos: $(DEV_STAMP)
+	$(BIN)/python -m bench.chaos --minutes 1 --proxies 20
+
+## Local proxies outlive `up` (the next `up` adopts them): stop those of .data before removing it,
+## or they would run on as orphans nobody manages.
 clean:
+	@for dir in .data/local/instances/*/; do \
+	  pid=$$(cat "$$dir/proxy.pid" 2>/dev/null) || continue; \
+	  if tr '\0' ' ' <"/proc/$$pid/cmdline" 2>/dev/null | grep -qF "$$(realpath "$$dir")"; then \
+	    kill "$$pid" && echo "stopped the local proxy in $$dir (pid $$pid)"; \
+	  fi; \
+	done
 	rm -rf $(VENV) .data .mypy_cache .ruff_cache .pytest_cache
