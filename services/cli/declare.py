@@ -12,20 +12,22 @@ from pathlib import Path
 import yaml
 
 from events.resource import FieldError, ProxyResource, ResourceError, from_object
+from services.executor.providers.config import read_config_file, yaml_problem
 from services.runtime.declare import uid_of
 
 
 def load_resources(path: Path) -> list[ProxyResource]:
-    """Every Proxy document in a YAML file (``-`` reads standard input upstream)."""
-    text = path.read_text()
-    return parse_resources(text, str(path))
+    """Every Proxy document in a YAML file (``-`` reads standard input upstream). A file that is
+    no UTF-8 text is a ``ConfigError`` naming it; the same reader as ``--providers-config``."""
+    return parse_resources(read_config_file(path, "-f"), str(path))
 
 
 def parse_resources(text: str, source: str) -> list[ProxyResource]:
     try:
         documents = [d for d in yaml.safe_load_all(text) if d is not None]
-    except yaml.YAMLError as exc:
-        raise ResourceError(source, [FieldError("$", f"not valid YAML: {exc}")]) from exc
+    except (yaml.YAMLError, RecursionError) as exc:
+        problem = f"not valid YAML: {yaml_problem(exc)}"
+        raise ResourceError(source, [FieldError("$", problem)]) from exc
     resources: list[ProxyResource] = []
     errors: list[str] = []
     for index, document in enumerate(documents):

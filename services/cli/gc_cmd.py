@@ -23,6 +23,7 @@ from services.cli.common import (
     settings_for,
     stdout_console,
 )
+from services.cli.render import clean, inert
 from services.executor.providers.config import PROVIDER_OPTIONS
 from services.gc.collector import GarbageCollector
 from services.gc.leftovers import LeftoverReport
@@ -62,16 +63,21 @@ def _leftover_results(left: LeftoverReport, dry_run: bool) -> dict[str, str]:
 
 
 def table(report: SweepReport) -> Table:
+    """Provider ids, owners and errors come from providers' listings: shown inert."""
     out = Table(box=None, pad_edge=False, header_style="bold")
     for column in ("PROVIDER", "KIND", "INSTANCE", "OWNER", "AGE", "RESULT"):
         out.add_column(column, no_wrap=column != "RESULT")
+
+    def row(*cells: str) -> None:
+        out.add_row(*(inert(cell) for cell in cells))
+
     for entry in report.providers:
         if entry.skipped:
-            out.add_row(entry.provider, "-", "-", "-", "-", f"skipped: {entry.reason}")
+            row(entry.provider, "-", "-", "-", "-", f"skipped: {entry.reason}")
             continue
         results = _results(entry, report.dry_run)
         for instance in entry.orphans:
-            out.add_row(
+            row(
                 entry.provider,
                 "instance",
                 instance.provider_id,
@@ -83,10 +89,10 @@ def table(report: SweepReport) -> Table:
         if left is None:
             continue
         if left.skipped:
-            out.add_row(entry.provider, "-", "-", "-", "-", f"leftovers skipped: {left.reason}")
+            row(entry.provider, "-", "-", "-", "-", f"leftovers skipped: {left.reason}")
         left_results = _leftover_results(left, report.dry_run)
         for leftover in left.orphans:
-            out.add_row(
+            row(
                 entry.provider,
                 leftover.kind,
                 leftover.provider_id,
@@ -235,14 +241,14 @@ def run_once(
         console = stdout_console()
         if report.orphans or report.skipped or report.leftovers or report.leftovers_skipped:
             console.print(table(report))
-        console.print(summary(report))
+        console.print(inert(summary(report)))
     failed = report.failed + report.leftovers_failed
     if report.skipped or report.leftovers_skipped or failed:
         problems = [f"providers skipped: {', '.join(report.skipped)}"] if report.skipped else []
         if report.leftovers_skipped:
             problems.append(f"leftovers skipped: {', '.join(report.leftovers_skipped)}")
         problems += [f"{failed} deletes failed"] if failed else []
-        raise click.ClickException("; ".join(problems))
+        raise click.ClickException(clean("; ".join(problems)))
 
 
 # The same flags as `run executor` / `run gc`, defined once with the provider library.

@@ -24,7 +24,7 @@ from rich.console import Console
 from rich.table import Table
 
 from services.cli.common import stdout_console
-from services.cli.render import format_time
+from services.cli.render import clean, format_time, inert
 from services.discovery.auth import TOKEN_ENV, token_from_env
 from services.discovery.durations import EXAMPLES, parse_duration
 from services.runtime.config import ConfigError
@@ -43,7 +43,7 @@ class LeaseFailed(click.ClickException):
 
     def show(self, file: Any = None) -> None:
         Console(stderr=True, soft_wrap=True, highlight=False).print(
-            f"error: {self.message}", style="red", markup=False
+            inert(f"error: {self.message}", style="red")
         )
 
 
@@ -53,6 +53,10 @@ class NoProxyFree(LeaseFailed):
 
 class LeaseGone(LeaseFailed):
     exit_code = EXIT_UNKNOWN_LEASE
+
+
+class Unexpected(LeaseFailed):
+    """The API failed, or answered what no version of it sends (exit 1, as for any failure)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +90,12 @@ class DiscoveryClient:
                 f"cannot reach the discovery API at {self.base}: {reason}. Start it "
                 "(`egress-proxies up`) or set --api-url / DISCOVERY_URL"
             ) from None
-        return json.loads(raw) if raw else None
+        except ValueError as exc:  # http.client's verdict on a URL or header it cannot send
+            raise ConfigError(f"cannot send this request to {self.base}: {exc}") from None
+        try:
+            return json.loads(raw) if raw else None
+        except ValueError:
+            raise Unexpected(f"the discovery API at {self.base} answered no JSON") from None
 
     def _refused(self, exc: urllib.error.HTTPError) -> Exception:
         try:
@@ -95,10 +104,11 @@ class DiscoveryClient:
             answer = {}
         if not isinstance(answer, dict):
             answer = {}
+        # The answer is the server's text: one line, nothing a terminal would act on.
         code = str(answer.get("error", ""))
-        message = str(answer.get("message", "")) or f"HTTP {exc.code}"
+        message = clean(answer.get("message", "")) or f"HTTP {exc.code}"
         if code == "no_proxy_available":
-            retry = exc.headers.get("Retry-After")
+            retry = clean(exc.headers.get("Retry-After") or "")
             hint = f"; try again in {retry} s" if retry else ""
             return NoProxyFree(f"no proxy available: {message}{hint}")
         if code == "unknown_lease":
@@ -111,13 +121,22 @@ class DiscoveryClient:
             return ConnectError(f"the discovery API at {self.base} cannot serve yet: {message}")
         if exc.code < 500:
             return ConfigError(f"the discovery API refused the request: {message}")
-        return click.ClickException(f"the discovery API failed: {message} (HTTP {exc.code})")
+        return Unexpected(f"the discovery API failed: {message} (HTTP {exc.code})")
 
 
 def _api_url(ctx: click.Context, param: click.Parameter, value: str) -> str:
-    parts = urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise click.BadParameter(f"{value!r} is not an http(s) URL, e.g. {DEFAULT_API_URL}")
+    example = f"e.g. {DEFAULT_API_URL}"
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 (parsing the port is what checks it)
+        if parts.hostname:
+            parts.hostname.encode("idna")
+    except ValueError as exc:  # UnicodeError is one: a host name IDNA cannot encode
+        raise click.BadParameter(
+            f"{value!r} is not a usable URL ({clean(exc)}); {example}"
+        ) from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise click.BadParameter(f"{value!r} is not an http(s) URL, {example}")
     return value.rstrip("/")
 
 
@@ -162,7 +181,7 @@ def _ttl(ctx: click.Context, param: click.Parameter, value: str | None) -> float
     try:
         seconds = parse_duration(value)
     except ValueError as exc:
-        raise click.BadParameter(str(exc)) from None
+        raise click.BadParameter(clean(exc)) from None
     if seconds <= 0:
         raise click.BadParameter(f"{value!r} must be more than 0; use {EXAMPLES}")
     return seconds
@@ -200,23 +219,39 @@ def acquire(
     if output == "json":
         _emit_json(answer)
         return
-    proxy = answer["proxy"]
-    expires = datetime.fromisoformat(answer["expiresAt"])
-    left = math.ceil((expires - datetime.now(UTC)).total_seconds())
-    ttl_note = f"{answer['ttlSeconds']:g}s" + (" (clamped)" if answer.get("ttlClamped") else "")
+    try:
+        rows = _granted_rows(answer)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise Unexpected(
+            f"the discovery API answered a lease this command cannot read ({clean(repr(exc))}); "
+            "use -o json to see it"
+        ) from None
     table = Table(box=None, show_header=False, pad_edge=False)
     table.add_column(style="bold", no_wrap=True)
     table.add_column(overflow="fold")
-    for key, value in (
-        ("lease", answer["id"]),
+    for key, value in rows:
+        table.add_row(key, inert(value))
+    stdout_console().print(table)
+
+
+def _granted_rows(answer: Any) -> list[tuple[str, str]]:
+    """The lease as ``key, value`` rows; raises on an answer not shaped like docs/api.md says."""
+    proxy = answer["proxy"]
+    expires = datetime.fromisoformat(answer["expiresAt"])
+    if expires.tzinfo is None:
+        expires = expires.replace(tzinfo=UTC)
+    left = math.ceil((expires - datetime.now(UTC)).total_seconds())
+    ttl_note = f"{float(answer['ttlSeconds']):g}s" + (
+        " (clamped)" if answer.get("ttlClamped") else ""
+    )
+    return [
+        ("lease", str(answer["id"])),
         ("proxy", f"{proxy.get('namespace', '')}/{proxy.get('name', '')} ({proxy['uid']})"),
-        ("url", proxy["url"]),
+        ("url", str(proxy["url"])),
         ("ttl", ttl_note),
         ("expires", f"{format_time(expires)} (in {max(left, 0)}s)"),
         ("fencing token", str(answer["fencingToken"])),
-    ):
-        table.add_row(key, value)
-    stdout_console().print(table)
+    ]
 
 
 @lease.command("release")
@@ -228,7 +263,7 @@ def release(*, lease_id: str, api_url: str, output: str) -> None:
     if output == "json":
         _emit_json({"id": lease_id, "released": True})
     else:
-        stdout_console().print(f"lease {lease_id} released", markup=False)
+        stdout_console().print(inert(f"lease {lease_id} released"))
 
 
 @lease.command("report")
@@ -246,4 +281,4 @@ def report(
     if output == "json":
         _emit_json({"id": lease_id, **body})
     else:
-        stdout_console().print(f"lease {lease_id}: reported {outcome}", markup=False)
+        stdout_console().print(inert(f"lease {lease_id}: reported {outcome}"))

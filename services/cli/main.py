@@ -1,7 +1,9 @@
 """The ``egress-proxies`` command: global options, sub-commands, and what a failure exits with.
 
 Failures we understand end with one red line on standard error and an exit code a script can act
-on; a traceback is kept for what we did not foresee (a bug), where it is the useful answer.
+on; a traceback is kept for what we did not foresee (a bug), where it is the useful answer. Error
+text quotes paths, names and answers from elsewhere, so it is shown inert like every table
+(``render.clean``): it keeps our line breaks, and nothing in it can act on the terminal.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from typing import Any, NoReturn
 
 import click
 from rich.console import Console
+from rich.text import Text
 
 from events.errors import EventStoreError
 from services.cli.common import CliState
@@ -19,11 +22,12 @@ from services.cli.events_cmd import events
 from services.cli.gc_cmd import gc
 from services.cli.lease_cmd import lease
 from services.cli.proxies_cmd import apply_cmd, delete_cmd, get_cmd
+from services.cli.render import clean
 from services.cli.streams_cmd import streams
 from services.cli.up import run, up
 from services.runtime.config import LOG_FORMATS, LOG_LEVELS, ConfigError
 from services.runtime.connection import ConnectError
-from services.runtime.logs import configure_logging
+from services.runtime.logs import configure_logging, scrub
 from services.runtime.natsserver import NatsServerError
 
 EXIT_USAGE = 2
@@ -72,8 +76,9 @@ def classify(exc: BaseException) -> tuple[int, str] | None:
 
 
 def fail(code: int, message: str) -> NoReturn:
+    # Standard error is a service's log too: a password in a URL it quotes is scrubbed like one.
     Console(stderr=True, soft_wrap=True, highlight=False).print(
-        f"error: {message}", style="red", markup=False
+        Text(f"error: {clean(scrub(message), multiline=True)}", style="red")
     )
     raise click.exceptions.Exit(code)
 

@@ -16,9 +16,10 @@ import msgspec
 import yaml
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from events.jetstream import JetStreamEventStore
-from events.resource import ResourceError, cli_uid
+from events.resource import ProxyResource, ResourceError, cli_uid
 from events.schemas import Phase
 from events.subjects import LEASE_STREAM, PROXY_STREAM
 from projections import lease as lease_fold
@@ -34,7 +35,8 @@ from services.cli.common import (
     settings_for,
     stdout_console,
 )
-from services.cli.render import format_time
+from services.cli.render import format_time, inert
+from services.executor.providers.config import decode_config_text, read_config_file
 from services.runtime import declare as declaring
 from services.runtime.config import ConfigError
 from services.runtime.connection import Connection
@@ -42,13 +44,20 @@ from services.runtime.connection import Connection
 Done = Callable[[ProxyView | None], bool]
 
 
-def _read_file(path: str) -> str:
+def _resources(path: str) -> list[ProxyResource]:
+    """The Proxy documents of ``-f``; any file that is not a YAML file of Proxies (unreadable,
+    binary, not UTF-8, not YAML, invalid, empty) is a one-line ``ConfigError`` naming it."""
     if path == "-":
-        return sys.stdin.read()
+        text = decode_config_text(sys.stdin.buffer.read(), "-f - (standard input)")
+    else:
+        text = read_config_file(Path(path), "-f")
     try:
-        return Path(path).read_text()
-    except OSError as exc:
-        raise ConfigError(f"-f {path}: {exc.strerror or exc}; pass a readable YAML file") from exc
+        resources = declare.parse_resources(text, path)
+    except ResourceError as exc:
+        raise ConfigError(str(exc)) from exc
+    if not resources:
+        raise ConfigError(f"-f {path}: no Proxy documents in it")
+    return resources
 
 
 async def _projection(conn: Connection) -> Projector[ProxyView]:
@@ -104,10 +113,7 @@ def apply_cmd(
     state: CliState, *, filename: str, wait: bool, timeout: float, nats_url: str | None
 ) -> None:
     """Declare the proxies in a file; an unchanged proxy appends nothing."""
-    try:
-        resources = declare.parse_resources(_read_file(filename), filename)
-    except ResourceError as exc:
-        raise ConfigError(str(exc)) from exc
+    resources = _resources(filename)
     settings = settings_for(state, nats_url=nats_url)
 
     async def work() -> bool:
@@ -119,7 +125,7 @@ def apply_cmd(
             for resource in resources:
                 applied = await declaring.apply(store, resource)
                 uids.append(applied.uid)
-                console.print(f"proxy {applied.namespace}/{applied.name} {applied.result}")
+                console.print(inert(f"proxy {applied.namespace}/{applied.name} {applied.result}"))
             if not wait:
                 return True
             return await _wait(conn, uids, _settled, "waiting for Ready", timeout)
@@ -150,11 +156,7 @@ def delete_cmd(
     if (target is None) == (filename is None):
         raise click.UsageError("give either NAMESPACE/NAME or -f FILE")
     if filename is not None:
-        try:
-            resources = declare.parse_resources(_read_file(filename), filename)
-        except ResourceError as exc:
-            raise ConfigError(str(exc)) from exc
-        targets = declare.targets(resources)
+        targets = declare.targets(_resources(filename))
     else:
         assert target is not None
         namespace, sep, name = target.partition("/")
@@ -170,7 +172,7 @@ def delete_cmd(
             console = stdout_console()
             for namespace, name, uid in targets:
                 result = await declaring.delete(store, namespace, name, uid)
-                console.print(f"proxy {namespace}/{name} {result.result}")
+                console.print(inert(f"proxy {namespace}/{name} {result.result}"))
             if not wait:
                 return True
             uids = [uid for _, _, uid in targets]
@@ -198,8 +200,8 @@ class LeaseState:
         rest = lease_fold.available_at(view)
         return cls(cooldown_until=rest if rest is not None and rest > now else None)
 
-    def leased_cell(self) -> str:
-        return "no" if self.lease_id is None else (self.holder or "yes")
+    def leased_cell(self) -> Text:
+        return inert("no" if self.lease_id is None else (self.holder or "yes"))
 
     def cooldown_cell(self, now: datetime) -> str:
         if self.cooldown_until is None:
@@ -251,11 +253,11 @@ def table(listed: Listed, now: datetime) -> Table:
     for view, lease in listed:
         health = "-" if view.healthy is None else ("healthy" if view.healthy else "unhealthy")
         out.add_row(
-            view.namespace,
-            view.name,
-            view.phase.value,
-            view.ip or "-",
-            view.spec.provider or "-",
+            inert(view.namespace),
+            inert(view.name),
+            inert(view.phase.value),
+            inert(view.ip or "-"),
+            inert(view.spec.provider or "-"),
             health,
             lease.leased_cell(),
             lease.cooldown_cell(now),

@@ -1,4 +1,11 @@
-"""How the CLI shows events and streams: pure functions from values to text and rich tables."""
+"""How the CLI shows events and streams: pure functions from values to text and rich tables.
+
+Everything the CLI shows that it did not write itself (names, holders, messages, URLs from the log
+or the discovery API, paths from the command line) goes through ``inert`` (a rich ``Text``, never
+markup) or ``clean`` (a plain string): ``[bold]`` stays literal, and control characters (escape
+sequences, carriage returns, bidi overrides) are shown as escapes instead of acting on the
+terminal. JSON output is made equally inert by ``json_text``.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +20,7 @@ from rich.text import Text
 from events import codec
 from events.schemas import Event
 from services.cli.reader import LogEntry
+from services.runtime.logs import UNSAFE_CODES, printable
 
 MAX_VALUE = 60
 EVENT_COLUMNS = ("SEQ", "TIME", "SUBJECT", "TYPE", "SUMMARY")
@@ -42,6 +50,33 @@ MAIN_FIELDS: Mapping[str, tuple[str, ...]] = {
     "SweepCompleted": ("listed", "orphans", "deleted", "skipped", "reason"),
     "DeadLettered": ("consumer", "subject", "sequence", "deliveries", "reason"),
 }
+
+
+def clean(value: object, *, multiline: bool = False) -> str:
+    """For text that is only mostly ours: an escape sequence in it is then seen, not obeyed, and
+    a line break cannot fake a line of output (``multiline`` keeps ours, in messages we laid out).
+    """
+    return printable(str(value), multiline=multiline)
+
+
+def inert(value: object, style: str = "") -> Text:
+    """A cell or a line for rich: a string would be parsed as markup (``[/x]`` raises, ``[red]``
+    styles, ``:smile:`` turns into an emoji); ``Text`` never is."""
+    return Text(clean(value), style=style)
+
+
+# What JSON leaves raw with ensure_ascii=False but a terminal acts on or cannot print: everything
+# ``printable`` spells out but C0, which JSON escapes itself (and whose line breaks indent it).
+_JSON_ESCAPES = {code: f"\\u{code:04x}" for code in UNSAFE_CODES if code >= 0x20}
+
+
+def json_text(
+    value: object, *, indent: int | None = None, separators: tuple[str, str] | None = None
+) -> str:
+    """JSON for tools that is safe on a terminal too, with non-ASCII text left readable. Outside
+    C0 these characters can only occur inside strings, where an escape means the same."""
+    text = json.dumps(value, ensure_ascii=False, indent=indent, separators=separators)
+    return text.translate(_JSON_ESCAPES)
 
 
 def format_time(value: datetime) -> str:
@@ -122,7 +157,7 @@ def event_json(entry: LogEntry) -> str:
     if entry.event is None:
         record["error"] = entry.error
         record["payload"] = entry.payload.decode("utf-8", errors="replace")
-    return json.dumps(record, ensure_ascii=False, separators=(",", ":"))
+    return json_text(record, separators=(",", ":"))
 
 
 def events_table(entries: Iterable[LogEntry], *, header: bool = True) -> Table:
@@ -137,7 +172,7 @@ def events_table(entries: Iterable[LogEntry], *, header: bool = True) -> Table:
     for entry in entries:
         seq, time, subject, kind, text = event_row(entry)
         style = "red" if entry.event is None else ""
-        table.add_row(seq, time, Text(subject), Text(kind, style=style), Text(text, style=style))
+        table.add_row(seq, time, inert(subject), inert(kind, style), inert(text, style))
     return table
 
 
@@ -184,11 +219,11 @@ def streams_table(rows: Iterable[StreamRow]) -> Table:
         table.add_column(name, justify="right" if numeric else "left", no_wrap=True)
     for row in rows:
         if row.missing:
-            table.add_row(row.stream, Text("missing: run `streams init`", style="yellow"))
+            table.add_row(inert(row.stream), Text("missing: run `streams init`", style="yellow"))
             continue
         table.add_row(
-            row.stream,
-            Text(", ".join(row.subjects)),
+            inert(row.stream),
+            inert(", ".join(row.subjects)),
             f"{row.messages:,}",
             human_bytes(row.bytes),
             str(row.first_seq),

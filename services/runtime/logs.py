@@ -7,26 +7,198 @@ stream, and a JSON collector never has to parse two formats.
 The structlog side of the chain is the same whatever the level, format or stream: everything that
 varies lives in the root handler. Reconfiguring (which tests do) therefore never leaves a logger
 that was already used behind on an old set-up.
+
+Every line, from either side, passes ``redact_secrets`` last, and tracebacks never show frame
+locals: a log is read by more people than the secrets it could carry are meant for. Console lines
+are also made inert (``printable``): a value from a client or from the event log must not be able
+to drive the operator's terminal or forge a second line.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import sys
+import traceback
+from collections.abc import Mapping
 from typing import TextIO
 
 import structlog
 from opentelemetry import trace
-from structlog.typing import EventDict, Processor, WrappedLogger
+from structlog.typing import EventDict, ExcInfo, Processor, WrappedLogger
 
 from services.runtime.config import LOG_FORMATS, LOG_LEVELS, ConfigError
 
 TRACE_ID = "traceID"
 SPAN_ID = "spanID"
+REDACTED = "<redacted>"
+
+# Keys whose values are secrets, compared without case, '_', '-' or '.': "Authorization",
+# "nats_password", "client-secret", "x-auth-token" and "credentials_file" all match.
+_SECRET_WORDS = (
+    "authorization",
+    "password",
+    "passwd",
+    "secret",
+    "credential",
+    "token",
+    "apikey",
+    "privatekey",
+    "cookie",
+)
+# A lease's fencing token is a public, increasing counter (docs/api.md), not a credential.
+_NOT_SECRET = frozenset({"fencingtoken"})
+# The password of a URL's userinfo (nats://user:pass@host), and the bare userinfo of the NATS
+# schemes, where nats://token@host carries the token.
+_URL_PASSWORD = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^\s/:@]*:)[^\s/@]+@")
+_NATS_TOKEN = re.compile(r"(?i)\b((?:nats|tls|ws|wss)://)[^\s/:@]+@")
+# A credential after the scheme of an Authorization header: "Bearer" as clients write it, or any
+# case after "authorization:". Not prose ("a bearer token"), nor a challenge ('Bearer realm="x"').
+_BEARER = re.compile(
+    r"(\bBearer\s+|(?i:authorization['\"]?\s*[:=]\s*['\"]?bearer\s+))"
+    r"(?![A-Za-z]+=\")[A-Za-z0-9._~+/-]+=*"
+)
+_MAX_DEPTH = 12
+
+
+_SHORT = {0x09: "\\t", 0x0A: "\\n", 0x0D: "\\r"}
+
+
+def _escape(code: int) -> str:
+    if code in _SHORT:
+        return _SHORT[code]
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
+
+
+_BIDI = (0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A))
+UNSAFE_CODES: tuple[int, ...] = (
+    *range(0x20),  # C0, with ESC, BEL and CR
+    *range(0x7F, 0xA0),  # DEL and C1 (CSI 0x9b starts an escape sequence on its own)
+    *_BIDI,  # reorder what follows on the line (CVE-2021-42574)
+    0x2028,  # line and paragraph separators: a new line to some viewers
+    0x2029,
+    *range(0xD800, 0xE000),  # lone surrogates (undecodable file names) cannot be written at all
+)
+_ONE_LINE = {code: _escape(code) for code in UNSAFE_CODES}
+_MULTILINE = {code: text for code, text in _ONE_LINE.items() if code not in (0x09, 0x0A)}
+
+
+def printable(text: str, *, multiline: bool = False) -> str:
+    """``text`` with every character that a terminal would act on, rather than show, spelt as a
+    visible escape (``\\x1b``, ``\\u202e``), so untrusted text can neither send control sequences
+    nor hide what it says. ``multiline`` keeps newlines and tabs, for text we laid out ourselves.
+    """
+    return text.translate(_MULTILINE if multiline else _ONE_LINE)
+
+
+def scrub(text: str) -> str:
+    """``text`` with URL passwords, NATS tokens in URLs and bearer tokens replaced."""
+    text = _URL_PASSWORD.sub(rf"\1{REDACTED}@", text)
+    text = _NATS_TOKEN.sub(rf"\1{REDACTED}@", text)
+    return _BEARER.sub(rf"\1{REDACTED}", text)
+
+
+def is_secret_key(key: object) -> bool:
+    if isinstance(key, bytes):
+        key = key.decode("latin-1")
+    if not isinstance(key, str):
+        return False
+    name = re.sub(r"[\s_.-]", "", key).lower()
+    return name not in _NOT_SECRET and any(word in name for word in _SECRET_WORDS)
+
+
+def _hidden(value: object) -> object:
+    """An empty value says "not set", which helps and gives nothing away; anything else goes."""
+    if value is None or isinstance(value, bool) or value in ("", b""):
+        return value
+    return REDACTED
+
+
+def redact(value: object, depth: int = 0) -> object:
+    """``value`` with the secrets in it replaced, however deeply nested (a copy; never mutated)."""
+    if isinstance(value, str):
+        return scrub(value)
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    if depth < _MAX_DEPTH and isinstance(value, Mapping):
+        return {
+            k: _hidden(v) if is_secret_key(k) else redact(v, depth + 1) for k, v in value.items()
+        }
+    if depth < _MAX_DEPTH and isinstance(value, list | tuple):
+        if len(value) == 2 and is_secret_key(value[0]):
+            # A (name, value) pair: the shape of header lists (ASGI scopes, HTTP clients).
+            pair = (value[0], _hidden(value[1]))
+            return pair if isinstance(value, tuple) else list(pair)
+        items = [redact(item, depth + 1) for item in value]
+        return tuple(items) if isinstance(value, tuple) else items
+    # Anything else is shown by its repr; replace it only when that repr carries a secret.
+    try:
+        shown = repr(value)
+    except Exception:  # a broken __repr__ is the renderer's to report, as it was before
+        return value
+    cleaned = scrub(shown)
+    return value if cleaned == shown else cleaned
+
+
+def redact_secrets(logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
+    """The last step before rendering, for structlog and stdlib lines alike: values of secret-named
+    keys, and secrets inside any text (URLs, ``Bearer`` headers), never reach the output."""
+    return {
+        key: value
+        if key == "exc_info"  # rendered later; its text is scrubbed by the renderers
+        else (_hidden(value) if is_secret_key(key) else redact(value))
+        for key, value in event_dict.items()
+    }
+
+
+_LAID_OUT = frozenset({"stack", "exception"})
+
+
+class _Shown(str):
+    """A value made printable for the console renderer, which writes a string either bare or as
+    its ``repr`` (when it holds spaces or quotes). Bare, it is the printable text; as a ``repr``,
+    that of the original, which escapes by itself (the printable text's would escape twice)."""
+
+    original: str
+
+    def __repr__(self) -> str:
+        return repr(self.original)
+
+
+def _shown(value: str) -> str:
+    shown = _Shown(printable(value))
+    shown.original = value
+    return shown
+
+
+def inert_for_terminal(logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
+    """Console lines only (JSON escapes by itself): no logged string can drive the terminal, or
+    start what looks like a line of its own."""
+    return {
+        printable(key) if isinstance(key, str) else key: (
+            value
+            if not isinstance(value, str)
+            else printable(value, multiline=True)
+            if key in _LAID_OUT
+            else _shown(value)
+        )
+        for key, value in event_dict.items()
+    }
+
+
+def plain_traceback(sio: TextIO, exc_info: ExcInfo) -> None:
+    """The console's tracebacks: plain text, without frame locals, scrubbed and made printable.
+
+    Rich's tracebacks show every frame's locals (request headers with their bearer token among
+    them), and wrap long lines at the console width, which would split a URL past ``scrub``.
+    """
+    text = "".join(traceback.format_exception(*exc_info))
+    sio.write("\n" + printable(scrub(text), multiline=True))
 
 
 def add_trace_ids(logger: WrappedLogger, method_name: str, event_dict: EventDict) -> EventDict:
-    """Tie a line to the span it was written in (DESIGN §6), so logs and traces join up.
+    """Tie a line to the span it was written in (docs/architecture.md, Telemetry), so logs and
+    traces join up.
 
     The ids of the current span replace any the caller bound: a line must point at the span it was
     written in, and one key per id is what keeps them from appearing twice. Outside a valid span
@@ -74,10 +246,19 @@ def configure_logging(
 
     renderer: list[Processor]
     if fmt == "json":
-        renderer = [structlog.processors.format_exc_info, structlog.processors.JSONRenderer()]
+        # The traceback becomes text first, so redaction sees it. JSON escapes control characters.
+        renderer = [
+            structlog.processors.format_exc_info,
+            redact_secrets,
+            structlog.processors.JSONRenderer(),
+        ]
     else:
         # The console renderer formats exceptions itself and objects to format_exc_info before it.
-        renderer = [structlog.dev.ConsoleRenderer(colors=out.isatty())]
+        renderer = [
+            redact_secrets,
+            inert_for_terminal,
+            structlog.dev.ConsoleRenderer(colors=out.isatty(), exception_formatter=plain_traceback),
+        ]
     handler = _RootHandler(out)
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(

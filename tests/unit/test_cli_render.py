@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
@@ -29,12 +30,15 @@ from services.cli.reader import UNKNOWN_TYPE, LogEntry, decode_entry
 from services.cli.render import (
     MAIN_FIELDS,
     StreamRow,
+    clean,
     event_json,
     event_row,
     events_table,
     format_time,
     format_value,
     human_bytes,
+    inert,
+    json_text,
     streams_table,
     summary,
 )
@@ -219,3 +223,75 @@ class Teleported(Event, frozen=True, kw_only=True):
 def test_a_type_not_in_the_table_shows_its_non_empty_scalars() -> None:
     assert "Teleported" not in MAIN_FIELDS
     assert summary(Teleported(where="moon", hops=2)) == "where=moon hops=2"
+
+
+# ------------------------------------------------------------------- untrusted text is inert
+
+HOSTILE = (
+    "[/bogus]",
+    "[bold red]X[/]",
+    "\x1b[31mred\x1b[0m",
+    "\x1b]0;title\x07",
+    "over\rwrite",
+    "\x9b2J",
+    "admin\u202etxt.exe",
+    "bad\udcff",
+    ":thumbs_up:",
+)
+UNSAFE = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
+)
+
+
+def shown(renderable: object) -> str:
+    out = io.StringIO()
+    Console(file=out, width=300, color_system=None).print(renderable)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("text", HOSTILE)
+def test_inert_text_is_shown_literally_and_acts_on_nothing(text: str) -> None:
+    out = shown(inert(text))
+    assert not UNSAFE.search(out)
+    assert out.rstrip("\n") == clean(text)
+    assert clean(text).isprintable()
+
+
+def test_clean_spells_control_characters_and_keeps_markup_and_unicode() -> None:
+    assert clean("[b]caf\u00e9\x1b[0m\u202e") == "[b]caf\u00e9\\x1b[0m\\u202e"
+    assert clean(3) == "3"
+    assert clean("two\nlines\x1b", multiline=True) == "two\nlines\\x1b"
+    assert clean("two\nlines") == "two\\nlines"
+
+
+def test_json_text_is_the_same_json_with_nothing_a_terminal_acts_on() -> None:
+    value = {"holder": "".join(HOSTILE), "name": "caf\u00e9 \u65e5\u672c", "n": [1, None]}
+    text = json_text(value, indent=2)
+    assert json.loads(text) == value
+    assert not UNSAFE.search(text)
+    assert "caf\u00e9 \u65e5\u672c" in text  # readable, not \u-escaped
+
+
+@pytest.mark.parametrize("text", [t for t in HOSTILE if "\udcff" not in t])
+def test_events_table_and_json_lines_are_inert(text: str) -> None:
+    """Every string an event can carry (UTF-8 has no lone surrogates)."""
+    event = PhaseChanged(phase=Phase.FAILED, reason=text, message=f"a {text} b", ip=text)
+    entry = decode_entry(9, STAMP, f"proxy.{text}.status", codec.encode(event), None)
+    table = render(events_table([entry]))
+    assert not UNSAFE.search(table)
+    assert clean(text) in table
+    line = event_json(entry)
+    assert not UNSAFE.search(line)
+    assert json.loads(line)["event"]["reason"] == text
+
+
+def test_streams_table_is_inert() -> None:
+    rows = [
+        StreamRow("\x1b[31mPROXY[/]", ("proxy.\x9b.*", "[b]x")),
+        StreamRow("[/x]", missing=True),
+    ]
+    text = render(streams_table(rows))
+    assert not UNSAFE.search(text)
+    assert "\\x1b[31mPROXY[/]" in text
+    assert "proxy.\\x9b.*, [b]x" in text
+    assert "[/x]" in text

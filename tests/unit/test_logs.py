@@ -1,4 +1,5 @@
-"""Log lines and spans join up (DESIGN §6): every line inside a span names it, exactly once."""
+"""Log lines and spans join up (docs/architecture.md, Telemetry): every line inside a span names it,
+exactly once. Secrets never reach a line, and console lines cannot drive the terminal."""
 
 from __future__ import annotations
 
@@ -17,7 +18,15 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
 from services.runtime.config import ConfigError
-from services.runtime.logs import add_trace_ids, configure_logging
+from services.runtime.logs import (
+    REDACTED,
+    add_trace_ids,
+    configure_logging,
+    is_secret_key,
+    printable,
+    redact,
+    scrub,
+)
 
 # A local provider: spans become current without installing anything process-wide.
 tracer = TracerProvider().get_tracer("tests.logs")
@@ -206,3 +215,146 @@ def test_console_format_carries_the_ids_once() -> None:
 def test_invalid_settings_name_the_variable(level: str, fmt: str, named: str) -> None:
     with pytest.raises(ConfigError, match=named):
         configure_logging(level, fmt, io.StringIO())
+
+
+# ------------------------------------------------------------------------------------ secrets
+
+SECRET = "hunter2-Secret"
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["authorization", "Authorization", "token", "access_token", "X-Auth-Token", "nats_password",
+     "PASSWORD", "client-secret", "credentials", "api_key", "Cookie", b"authorization"],
+)  # fmt: skip
+def test_secret_keys_are_recognised_whatever_their_spelling(key: str | bytes) -> None:
+    assert is_secret_key(key)
+
+
+@pytest.mark.parametrize("key", ["event", "auth", "holder", "fencing_token", "url", 3, None])
+def test_other_keys_are_not_secret(key: object) -> None:
+    assert not is_secret_key(key)
+
+
+def test_redaction_reaches_into_nested_values_and_header_lists() -> None:
+    headers = {"Authorization": f"Bearer {SECRET}", "accept": "*/*"}
+    value = {
+        "headers": headers,
+        "scope": {"headers": [(b"authorization", SECRET.encode()), (b"host", b"x")]},
+        "items": [{"password": SECRET}, ("token", SECRET), ["Secret", SECRET]],
+        "unset": {"token": "", "password": None},
+    }
+    assert redact(value) == {
+        "headers": {"Authorization": REDACTED, "accept": "*/*"},
+        "scope": {"headers": [(b"authorization", REDACTED), (b"host", b"x")]},
+        "items": [{"password": REDACTED}, ("token", REDACTED), ["Secret", REDACTED]],
+        "unset": {"token": "", "password": None},
+    }
+    assert headers["Authorization"] == f"Bearer {SECRET}"  # a copy; never mutated
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("nats://user:pw@h:4222", f"nats://user:{REDACTED}@h:4222"),
+        ("to https://a:b@c/x and tls://d:e@f", f"to https://a:{REDACTED}@c/x and tls://d:{REDACTED}@f"),
+        ("nats://s3cr3t@h:4222", f"nats://{REDACTED}@h:4222"),
+        ("http://user@h/", "http://user@h/"),
+        ("Authorization: Bearer abc.def-1", f"Authorization: Bearer {REDACTED}"),
+        ("nats://h:4222 is fine", "nats://h:4222 is fine"),
+        ("{'authorization': 'bearer x1'}", f"{{'authorization': 'bearer {REDACTED}'}}"),
+        ("a bearer token holds only ASCII", "a bearer token holds only ASCII"),
+        ('WWW-Authenticate: Bearer realm="egress"', 'WWW-Authenticate: Bearer realm="egress"'),
+    ],
+)  # fmt: skip
+def test_secrets_inside_text_are_scrubbed(text: str, shown: str) -> None:
+    assert scrub(text) == shown
+
+
+def test_an_object_whose_repr_carries_a_secret_is_replaced_by_the_scrubbed_repr() -> None:
+    class Dsn:
+        def __repr__(self) -> str:
+            return "Dsn('nats://u:pw@h')"
+
+    plain = object()
+    assert redact(Dsn()) == f"Dsn('nats://u:{REDACTED}@h')"
+    assert redact(plain) is plain
+
+
+def fail_with_a_secret_in_a_local() -> None:
+    headers = {"authorization": f"Bearer {SECRET}"}
+    raise RuntimeError(f"refused ({len(headers)} headers)")
+
+
+@pytest.mark.parametrize("fmt", ["console", "json"])
+def test_no_secret_reaches_a_line_of_either_format(fmt: str) -> None:
+    stream = io.StringIO()
+    configure_logging("info", fmt, stream)
+    log = structlog.get_logger("egress.test")
+    try:
+        fail_with_a_secret_in_a_local()
+    except RuntimeError:
+        log.exception(
+            "request failed",
+            headers={"Authorization": f"Bearer {SECRET}"},
+            nats=f"nats://u:{SECRET}@h:4222",
+            token=SECRET,
+            fencing_token=7,
+        )
+    logging.getLogger("nats.aio.client").warning("connecting to nats://u:%s@h", SECRET)
+    text = stream.getvalue()
+    assert SECRET not in text
+    assert "RuntimeError: refused (1 headers)" in text  # the traceback is there ...
+    assert "fail_with_a_secret_in_a_local" in text
+    assert "headers = " not in text  # ... without the frame's locals
+    assert "fencing_token" in text
+    assert text.count(REDACTED) == 4
+
+
+def test_secrets_in_an_exception_message_are_scrubbed() -> None:
+    for fmt in ("console", "json"):
+        stream = io.StringIO()
+        configure_logging("info", fmt, stream)
+        try:
+            raise ConnectionError(f"cannot reach nats://u:{SECRET}@h with Bearer {SECRET}")
+        except ConnectionError:
+            structlog.get_logger("egress.test").exception("lost")
+        assert SECRET not in stream.getvalue(), fmt
+        assert "ConnectionError: cannot reach nats://u:" in stream.getvalue()
+
+
+# ---------------------------------------------------------------------------------- terminal
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("\x1b[31mred\x1b[0m", "\\x1b[31mred\\x1b[0m"),
+        ("a\rb\nc\td\x07", "a\\rb\\nc\\td\\x07"),
+        ("\x9b31m", "\\x9b31m"),
+        ("admin\u202e\u2066txt.exe", "admin\\u202e\\u2066txt.exe"),
+        ("line\u2028sep", "line\\u2028sep"),
+        ("bad\udcff", "bad\\udcff"),
+        ("caf\u00e9 \u65e5\u672c [bold]", "caf\u00e9 \u65e5\u672c [bold]"),
+    ],
+)
+def test_printable_spells_out_what_a_terminal_would_act_on(text: str, shown: str) -> None:
+    assert printable(text) == shown
+
+
+def test_printable_multiline_keeps_line_breaks_and_tabs_only() -> None:
+    assert printable("a\n\tb\r\x1b", multiline=True) == "a\n\tb\\r\\x1b"
+
+
+def test_console_lines_cannot_drive_the_terminal_or_forge_a_line() -> None:
+    stream = io.StringIO()
+    configure_logging("info", "console", stream)
+    structlog.get_logger("egress.test").warning(
+        "holder \x1b]0;owned\x07", holder="x\n2026-01-01 [error    ] forged", n=1
+    )
+    text = stream.getvalue()
+    assert "\x1b" not in text
+    assert "\x07" not in text
+    assert text.count("\n") == 1
+    assert "\\x1b]0;owned\\x07" in text
+    assert "x\\n2026-01-01" in text

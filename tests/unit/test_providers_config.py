@@ -7,10 +7,14 @@ from pathlib import Path
 import pytest
 
 from services.executor.providers.config import (
+    MAX_FILE_BYTES,
     PROVIDER_TYPES,
     ProviderEntry,
+    ProviderType,
     build_providers,
+    decode_config_text,
     load_providers_config,
+    read_config_file,
 )
 from services.executor.providers.local import LocalConfig, LocalProvider
 from services.executor.testing import FakeConfig, FakeProvider
@@ -184,3 +188,67 @@ def test_every_registered_type_loads() -> None:
         config, factory = kind.load()
         assert callable(factory)
         assert config.__struct_config__.forbid_unknown_fields
+
+
+# ---------------------------------------------------------------------- files that are no YAML
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (b"\x7fELF\x02\x01\x00\x00", r"a binary file \(a NUL byte at offset 6\)"),
+        (b"providers:\n  - name: caf\xe9\n", r"not UTF-8 text \(byte 0xe9 at offset 24\)"),
+        ("providers: []\n".encode("utf-16"), "UTF-16 text; save it as UTF-8"),
+        (b"a: [\n", r"not valid YAML \(.*at line 2, column 1\)"),
+        (b"a: \x1b\n", r"not valid YAML \(character U\+001B at offset 3"),
+        (b"[" * 5000, r"not valid YAML \(nested too deeply\)"),
+    ],
+)
+def test_a_file_that_is_no_yaml_text_is_one_line_naming_it(
+    tmp_path: Path, content: bytes, problem: str
+) -> None:
+    path = tmp_path / "providers.yaml"
+    path.write_bytes(content)
+    with pytest.raises(ConfigError, match=problem) as caught:
+        load_providers_config(path, default_data_dir=tmp_path)
+    assert str(caught.value).startswith(f"--providers-config {path}: ")
+    assert "\n" not in str(caught.value)
+
+
+def test_a_directory_is_no_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"cannot read it \(Is a directory\)"):
+        read_config_file(tmp_path, "-f")
+
+
+def test_a_byte_order_mark_is_allowed(tmp_path: Path) -> None:
+    path = write(tmp_path, "")
+    path.write_bytes(b"\xef\xbb\xbfproviders: [{name: f, type: fake, fake: {}}]\n")
+    assert [e.name for e in load_providers_config(path, default_data_dir=tmp_path)] == ["f"]
+
+
+def test_reading_stops_past_the_limit() -> None:
+    with pytest.raises(ConfigError, match="more than 32 MiB"):
+        decode_config_text(b"a" * (MAX_FILE_BYTES + 1), "-f big.yaml")
+
+
+# -------------------------------------------------------------------- optional dependencies
+
+
+def test_a_type_whose_dependency_is_missing_names_the_extra_to_install(tmp_path: Path) -> None:
+    kind = ProviderType("services.executor.providers.no_such_module", "C", "F", extra="kvm")
+    # A module of ours that is missing is a bug, not a setting: it stays an ImportError.
+    with pytest.raises(ModuleNotFoundError):
+        kind.load()
+    absent = ProviderType("no_such_dependency_anywhere", "C", "F", extra="kvm")
+    with pytest.raises(
+        ConfigError, match=r"no_such_dependency_anywhere.*pip install 'egress-proxies\[kvm\]'"
+    ):
+        absent.load()
+    bare = ProviderType("no_such_dependency_anywhere", "C", "F")
+    with pytest.raises(ConfigError, match="reinstall egress-proxies"):
+        bare.load()
+
+
+def test_the_kvm_type_names_its_extra() -> None:
+    assert PROVIDER_TYPES["kvm"].extra == "kvm"
+    assert all(t.extra is None for name, t in PROVIDER_TYPES.items() if name != "kvm")

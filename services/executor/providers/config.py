@@ -16,11 +16,14 @@ only when used: a config naming only ``local`` must not need a cloud SDK install
 ``dataDir`` is relative to the config file; an empty one defaults to ``<data dir>/<name>``.
 
 Every mistake is a ``ConfigError`` naming the entry (index and name), the field and the fix, at
-start-up: a typo in a provider block would otherwise surface as failed proxies much later.
+start-up: a typo in a provider block would otherwise surface as failed proxies much later. So is a
+type whose optional dependency is not installed (``kvm`` needs libvirt-python): the message names
+the extra to install.
 """
 
 from __future__ import annotations
 
+import codecs
 import importlib
 import re
 from collections.abc import Callable
@@ -39,18 +42,83 @@ Factory = Callable[[str, Any], Provider]
 # The same rule as spec.provider (events.resource), or no Proxy could ever refer to the entry.
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,63}$")
 _FLAG = "--providers-config"
+_OWN_PACKAGES = frozenset({"events", "projections", "services"})
+MAX_FILE_BYTES = 32 * 1024 * 1024
+"""Larger than any file a person writes; reading stops there (a device like /dev/zero ends)."""
+
+
+def read_config_file(path: Path, label: str) -> str:
+    """The text of a file an operator named, or a one-line ``ConfigError`` with the path and the
+    problem: missing, a directory, unreadable, too large, binary, or not UTF-8."""
+    try:
+        with path.open("rb") as file:
+            data = file.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise ConfigError(f"{label} {path}: cannot read it ({exc.strerror or exc})") from exc
+    return decode_config_text(data, f"{label} {path}")
+
+
+def decode_config_text(data: bytes, where: str) -> str:
+    """UTF-8 text (a byte-order mark is allowed: some editors write one), or a ``ConfigError``."""
+    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        raise ConfigError(f"{where}: UTF-16 text; save it as UTF-8")
+    nul = data.find(b"\0")
+    if nul >= 0:
+        raise ConfigError(f"{where}: a binary file (a NUL byte at offset {nul}), not YAML text")
+    if len(data) > MAX_FILE_BYTES:
+        raise ConfigError(f"{where}: more than {MAX_FILE_BYTES // 2**20} MiB; not a YAML file")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"{where}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
+            "save it as UTF-8"
+        ) from exc
+
+
+def yaml_problem(exc: Exception) -> str:
+    """A YAML parser's complaint on one line, with the line and column it points at.
+
+    ``exc`` is a ``yaml.YAMLError``, or the ``RecursionError`` of a document nested too deeply.
+    """
+    if isinstance(exc, RecursionError):
+        return "nested too deeply"
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem:
+        mark = exc.problem_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        context = f"{exc.context}: " if exc.context else ""
+        return f"{context}{exc.problem}{where}"
+    if isinstance(exc, yaml.reader.ReaderError):
+        return f"character U+{exc.character:04X} at offset {exc.position} is not allowed in YAML"
+    return " ".join(str(exc).split())
 
 
 @dataclass(frozen=True, slots=True)
 class ProviderType:
-    """Where a type's settings struct and factory live, imported on first use."""
+    """Where a type's settings struct and factory live, imported on first use; ``extra`` is the
+    package extra that installs its optional dependencies."""
 
     module: str
     config: str
     factory: str
+    extra: str | None = None
 
     def load(self) -> tuple[type[msgspec.Struct], Factory]:
-        module = importlib.import_module(self.module)
+        try:
+            module = importlib.import_module(self.module)
+        except ImportError as exc:
+            missing = exc.name or ""
+            if missing.partition(".")[0] in _OWN_PACKAGES:
+                raise  # our own module is broken: a bug, not a setting
+            fix = (
+                f"pip install 'egress-proxies[{self.extra}]'"
+                if self.extra
+                else "reinstall egress-proxies"
+            )
+            raise ConfigError(
+                f"needs the Python module {missing or '?'}, which cannot be imported "
+                f"({exc}); install it: {fix}"
+            ) from exc
         config = getattr(module, self.config)
         factory: Any = module
         for part in self.factory.split("."):
@@ -72,7 +140,10 @@ PROVIDER_TYPES: dict[str, ProviderType] = {
         "KubernetesProvider.from_config",
     ),
     "kvm": ProviderType(
-        "services.executor.providers.kvm.provider", "KvmConfig", "KvmProvider.from_config"
+        "services.executor.providers.kvm.provider",
+        "KvmConfig",
+        "KvmProvider.from_config",
+        extra="kvm",
     ),
 }
 
@@ -90,12 +161,11 @@ def load_providers_config(path: Path | None, *, default_data_dir: Path) -> list[
         config_type, _ = PROVIDER_TYPES["local"].load()
         config = msgspec.convert({"dataDir": str(default_data_dir / "local")}, config_type)
         return [ProviderEntry("local", "local", config)]
+    text = read_config_file(path, _FLAG)
     try:
-        raw = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise ConfigError(f"{_FLAG} {path}: cannot read it ({exc})") from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{_FLAG} {path}: not valid YAML ({exc})") from exc
+        raw = yaml.safe_load(text)
+    except (yaml.YAMLError, RecursionError) as exc:
+        raise ConfigError(f"{_FLAG} {path}: not valid YAML ({yaml_problem(exc)})") from exc
     return parse_providers_config(
         raw, source=str(path), base_dir=path.parent, default_data_dir=default_data_dir
     )
@@ -152,7 +222,7 @@ def _parse_entry(
             f"found {wrong}; put this provider's settings under `{kind}:` ({{}} for defaults)"
         )
     block = item[kind] if item[kind] is not None else {}
-    config_type, _ = PROVIDER_TYPES[kind].load()
+    config_type, _ = _load(kind, label)
     try:
         config = msgspec.convert(block, config_type)
     except msgspec.ValidationError as exc:
@@ -160,6 +230,13 @@ def _parse_entry(
         field = kind + path.rstrip("`").removeprefix("$")
         raise ConfigError(f"{label}: {field}: {message}") from exc
     return ProviderEntry(name, kind, _default_data_dir(config, name, base_dir, default_data_dir))
+
+
+def _load(kind: str, label: str) -> tuple[type[msgspec.Struct], Factory]:
+    try:
+        return PROVIDER_TYPES[kind].load()
+    except ConfigError as exc:
+        raise ConfigError(f"{label}: type {kind} {exc}") from exc
 
 
 def _default_data_dir(
@@ -185,7 +262,7 @@ def build_providers(entries: list[ProviderEntry]) -> dict[str, Provider]:
                 f"{_FLAG}: providers[{index}] ({entry.name}): unknown type {entry.type!r}; "
                 f"use one of {known}"
             )
-        _, factory = kind.load()
+        _, factory = _load(entry.type, f"{_FLAG}: providers[{index}] ({entry.name})")
         try:
             providers[entry.name] = factory(entry.name, entry.config)
         except ConfigError as exc:
