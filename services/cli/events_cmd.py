@@ -23,7 +23,7 @@ from services.cli.common import (
     settings_for,
     stdout_console,
 )
-from services.cli.reader import LogEntry, LogReader
+from services.cli.reader import FoldCheck, LogEntry, LogReader
 from services.cli.render import event_json, events_table
 
 STREAM_NAMES = (PROXY_STREAM, LEASE_STREAM, GC_STREAM, DEADLETTER_STREAM)
@@ -101,9 +101,9 @@ def events(
 ) -> None:
     """Replay (or tail) the event log, decoded.
 
-    Events are shown in stream order with the server's timestamp. An event that cannot be
-    decoded (an unknown type from a newer writer, a broken payload) is shown with type "?" and
-    the reason, never skipped.
+    Events are shown in stream order with the server's timestamp. An event the services skip
+    (an unknown type from a newer writer, a broken payload, a value the fold cannot apply) is
+    shown marked SKIPPED with the reason (in JSON: "skipped"), never left out.
     """
     settings = settings_for(state, nats_url=nats_url)
     run_until_signalled(_show(settings.nats_url, stream.upper(), proxy_uid, follow, output))
@@ -114,11 +114,14 @@ async def _show(url: str, stream: str, proxy_uid: str | None, follow: bool, outp
     keyed = proxy_uid is None or stream in (PROXY_STREAM, LEASE_STREAM)
     conn = await open_connection(url, lasting=follow)
     reader = LogReader(conn, stream, subject)
+    # Folded as the services fold it, so an event they skip is marked as skipped here too. A
+    # per-proxy read sees the whole of that proxy's aggregate, which is all its fold needs.
+    folds = FoldCheck(stream)
     console = stdout_console()
     shown = 0
     try:
         async for batch in reader.batches(follow=follow):
-            entries = batch
+            entries = [folds.check(entry) for entry in batch]
             if proxy_uid is not None and not keyed:
                 entries = [entry for entry in batch if concerns(entry, proxy_uid)]
             if not entries:

@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.text import Text
 
 from events.errors import EventStoreError
+from services.cli.check_cmd import check
 from services.cli.common import CliState
 from services.cli.crd_cmd import crd
 from services.cli.events_cmd import events
@@ -52,6 +53,8 @@ Exit codes:
   5  the embedded nats-server could not start
   6  lease acquire: no proxy available now (it says when to try again)
   7  lease release / report: unknown lease (never issued, released or expired)
+  8  lease acquire: no proxy matches the selector at all (it lists the attribute keys)
+  9  streams check: the log holds events no fold can use
 """
 
 
@@ -127,6 +130,7 @@ def main(ctx: click.Context, log_level: str, log_format: str) -> None:
 main.add_command(up)
 main.add_command(run)
 main.add_command(events)
+streams.add_command(check)
 main.add_command(streams)
 main.add_command(apply_cmd)
 main.add_command(delete_cmd)

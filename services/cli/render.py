@@ -130,6 +130,10 @@ def summary(event: Event) -> str:
 
 
 def entry_summary(entry: LogEntry) -> str:
+    if entry.skipped:
+        # Said first: every service skips this event, whatever it looks like.
+        text = f"SKIPPED ({entry.skipped}) error={format_value(entry.error)}"
+        return text if entry.event is None else f"{text} {summary(entry.event)}"
     if entry.event is None:
         return f"error={format_value(entry.error)}"
     return summary(entry.event)
@@ -154,6 +158,9 @@ def event_json(entry: LogEntry) -> str:
         "type": entry.type,
         "event": None if entry.event is None else codec.to_builtins(entry.event),
     }
+    if entry.skipped:
+        record["skipped"] = entry.skipped
+        record["error"] = entry.error
     if entry.event is None:
         record["error"] = entry.error
         record["payload"] = entry.payload.decode("utf-8", errors="replace")
@@ -171,7 +178,7 @@ def events_table(entries: Iterable[LogEntry], *, header: bool = True) -> Table:
     table.add_column("SUMMARY", overflow="fold")
     for entry in entries:
         seq, time, subject, kind, text = event_row(entry)
-        style = "red" if entry.event is None else ""
+        style = "red" if entry.event is None or entry.skipped else ""
         table.add_row(seq, time, inert(subject), inert(kind, style), inert(text, style))
     return table
 
