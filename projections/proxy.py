@@ -43,6 +43,8 @@ class ProxyView(msgspec.Struct, frozen=True, kw_only=True):
     provider_id: str = ""
     healthy: bool | None = None
     latency_ms: float | None = None
+    health_message: str = ""
+    """What the last health verdict said (for an unhealthy proxy: why its probes fail)."""
     conditions: tuple[Condition, ...] = ()
     observed_generation: int = 0
     deleting: bool = False
@@ -87,11 +89,17 @@ def apply(view: ProxyView | None, recorded: Recorded) -> ProxyView:
             if pid and current.provider_id and pid != current.provider_id:
                 return msgspec.structs.replace(current, **stamp)  # about a replaced instance
             return msgspec.structs.replace(
-                current, healthy=healthy, latency_ms=latency or None, **stamp
+                current,
+                healthy=healthy,
+                latency_ms=latency or None,
+                health_message=recorded.event.message,
+                **stamp,
             )
         case CreateInstance():
             # A new instance is coming: the old one's verdict says nothing about it.
-            return msgspec.structs.replace(current, healthy=None, latency_ms=None, **stamp)
+            return msgspec.structs.replace(
+                current, healthy=None, latency_ms=None, health_message="", **stamp
+            )
         case PhaseChanged() as changed:
             return msgspec.structs.replace(
                 current,

@@ -6,12 +6,12 @@ Only the CLI's part lives here (reading YAML, refusing what needs a cluster). Th
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import yaml
 
-from events.resource import FieldError, ProxyResource, ResourceError, from_object
+from events.resource import FieldError, ProxyResource, ResourceError, from_object, unknown_fields
 from services.executor.providers.config import read_config_file, yaml_problem
 from services.runtime.declare import uid_of
 
@@ -22,7 +22,18 @@ def load_resources(path: Path) -> list[ProxyResource]:
     return parse_resources(read_config_file(path, "-f"), str(path))
 
 
-def parse_resources(text: str, source: str) -> list[ProxyResource]:
+VALIDATIONS = ("strict", "warn", "ignore")
+"""What ``apply --validate`` does with a field the Proxy schema does not have, as ``kubectl``'s
+``--validate``: refuse the file, warn and go on, or accept silently."""
+
+
+def parse_resources(
+    text: str,
+    source: str,
+    *,
+    validate: str = "strict",
+    warn: Callable[[str], None] | None = None,
+) -> list[ProxyResource]:
     try:
         documents = [d for d in yaml.safe_load_all(text) if d is not None]
     except (yaml.YAMLError, RecursionError) as exc:
@@ -32,6 +43,14 @@ def parse_resources(text: str, source: str) -> list[ProxyResource]:
     errors: list[str] = []
     for index, document in enumerate(documents):
         where = f"{source} (document {index + 1})"
+        unknown = [] if validate == "ignore" else unknown_fields(document)
+        if unknown and validate == "strict":
+            problems = "; ".join(str(e) for e in unknown)
+            errors.append(f"{where}: {problems} (or apply with --validate=warn)")
+            continue
+        for field in unknown:
+            if warn is not None:
+                warn(f"{where}: {field}; ignored")
         try:
             resource = from_object(document, where)
         except ResourceError as exc:

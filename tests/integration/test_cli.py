@@ -10,22 +10,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import logging
 import os
 import re
 import signal
 import socket
 import sys
 import urllib.request
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import click
 import pytest
-import structlog
-from click.testing import CliRunner, Result
 from nats.js.api import StreamConfig
 
 from events import subjects
@@ -50,11 +46,11 @@ from events.schemas import (
 from events.store import NewEvent
 from events.streams import STREAMS, ensure_streams
 from services.cli import registry
-from services.cli.main import main
 from services.runtime.config import Settings
 from services.runtime.connection import Connection, connect
 from services.runtime.natsserver import EmbeddedNatsServer, free_port
 from services.runtime.service import ServiceContext
+from tests.support.clirun import cli, restore_logging_after
 
 pytestmark = pytest.mark.integration
 
@@ -62,33 +58,7 @@ ROOT = Path(__file__).resolve().parents[2]
 ISO_UTC = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 
 
-@pytest.fixture(autouse=True)
-def restore_logging() -> Iterator[None]:
-    """Each command points logging at the runner's captured stream; put it back afterwards."""
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    config = structlog.get_config()
-    try:
-        yield
-    finally:
-        root.handlers[:] = handlers
-        root.setLevel(level)
-        structlog.configure(**config)
-
-
-async def cli(*args: str, **env: str | None) -> Result:
-    """Invoke the CLI in a thread; an exception the CLI did not turn into an exit code fails."""
-    base: dict[str, str | None] = {
-        "NATS_URL": None,
-        "METRICS_PORT": None,
-        "COLUMNS": "220",
-        "OTEL_SDK_DISABLED": "true",
-    }
-    runner = CliRunner()
-    result = await asyncio.to_thread(runner.invoke, main, list(args), env=base | env)
-    if result.exception is not None and not isinstance(result.exception, SystemExit):
-        raise result.exception
-    return result
+restore_logging = pytest.fixture(autouse=True)(restore_logging_after)
 
 
 # ------------------------------------------------------------------------ test-only services

@@ -105,12 +105,19 @@ CREATE: list[Step] = [
 
 HEALTH: list[Step] = [
     (
-        HealthChanged(healthy=False, reason="ProbeFailed", provider_id="i-1"),
-        {"healthy": False, "latency_ms": None},
+        HealthChanged(healthy=False, reason="ProbeFailed", message="HTTP 502", provider_id="i-1"),
+        {"healthy": False, "latency_ms": None, "health_message": "HTTP 502"},
     ),
     (HealthChanged(healthy=True, latency_ms=3.0, provider_id="old"), {}),  # about another instance
-    (HealthChanged(healthy=True, latency_ms=4.0), {"healthy": True, "latency_ms": 4.0}),
+    (
+        HealthChanged(healthy=True, latency_ms=4.0),
+        {"healthy": True, "latency_ms": 4.0, "health_message": ""},
+    ),
     (Unreadable(type="HealthChanged", reason="undecodable"), {}),
+    (
+        HealthChanged(healthy=False, reason="ProbeFailed", message="timed out", provider_id="i-1"),
+        {"healthy": False, "latency_ms": None, "health_message": "timed out"},
+    ),
 ]
 
 REPLACE: list[Step] = [
@@ -123,7 +130,7 @@ REPLACE: list[Step] = [
     ),
     (DeleteInstance(command_id="d-1", provider="local", provider_id="i-1"), {}),
     (InstanceGone(command_id="d-1", provider="local", provider_id="i-1"), {}),
-    (create("i-2"), {"healthy": None, "latency_ms": None}),
+    (create("i-2"), {"healthy": None, "latency_ms": None, "health_message": ""}),
     (
         InstanceCreated(command_id="c-i-2", provider="local", provider_id="i-2"),
         {"provider_id": "i-2"},
@@ -192,6 +199,7 @@ def play(
         ["create"],
         ["create", "health"],
         ["create", "replace"],
+        ["create", "health", "replace"],
         ["create", "health", "delete"],
         ["create", "replace", "delete", "redeclare", "create"],
         ["create", "delete", "redeclare", "create", "health", "delete"],
