@@ -15,19 +15,22 @@ from datetime import datetime
 from typing import Any
 
 import nats.errors
+import structlog
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.errors import APIError
 from opentelemetry import propagate, trace
 
-from events import codec
+from events import codec, reading
 from events.errors import ConcurrencyError, EventStoreError, StoreUnavailable
+from events.skips import LEDGER
 from events.store import AppendResult, History, NewEvent, Recorded
 from events.subjects import Aggregate
 
 WRONG_LAST_SEQUENCE = 10071
 _tracer = trace.get_tracer("egress_proxies.events")
+log = structlog.get_logger("egress.events")
 
 
 def parse_timestamp(value: str) -> datetime:
@@ -114,6 +117,10 @@ class JetStreamEventStore:
         with scope:
             last_error: Exception | None = None
             for _ in range(self._attempts):
+                if not self._nc.is_connected:
+                    # nats-py would buffer the publish and send it after a reconnect, long after
+                    # this writer gave up on it: an append that failed must not happen later.
+                    raise StoreUnavailable(f"append to {subject}: not connected to NATS")
                 try:
                     ack = await self._js.publish(
                         subject, payload, timeout=self._timeout, headers=headers
@@ -147,21 +154,22 @@ class JetStreamEventStore:
         for msg in raw:
             headers = msg.headers or {}
             last = int(headers["Nats-Sequence"])
-            try:
-                event = codec.decode(msg.data, headers)
-            except codec.UnknownEventType:
-                skipped += 1
-                continue
-            events.append(
-                Recorded(
-                    event=event,
-                    seq=last,
-                    subject=headers["Nats-Subject"],
-                    timestamp=parse_timestamp(headers["Nats-Time-Stamp"]),
-                    msg_id=headers.get(codec.HDR_MSG_ID, ""),
-                    causation_id=headers.get(codec.HDR_CAUSATION, ""),
-                )
+            item, skip = reading.recorded(
+                aggregate.stream,
+                last,
+                headers["Nats-Subject"],
+                parse_timestamp(headers["Nats-Time-Stamp"]),
+                msg.data,
+                headers,
             )
+            if skip is not None:
+                # Left out of the events, but ``last`` keeps its sequence: the aggregate stays
+                # writable (docs/architecture.md, "What survives a bad event").
+                skipped += 1
+                if LEDGER.note(skip):
+                    log.warning("skipped an event no fold can use", **skip.fields())
+                continue
+            events.append(item)
         return History(events=events, last_seq=last, skipped=skipped)
 
     async def _read_raw(
@@ -208,9 +216,15 @@ class JetStreamEventStore:
                     return got, int(headers.get("Nats-Num-Pending", "0"))
                 if status == "404":
                     return got, 0
-                raise StoreUnavailable(
-                    f"read of {stream} failed: {status} {headers.get('Description', '')}"
-                )
+                if status == "503":
+                    # "No responders": nothing serves direct gets for this stream. Most often
+                    # it does not exist yet; in a cluster, its leader may be moving.
+                    raise StoreUnavailable(
+                        f"stream {stream} does not answer reads: create it with "
+                        "`egress-proxies streams init` (or wait for its cluster to elect a leader)"
+                    )
+                description = headers.get("Description", "").strip()
+                raise StoreUnavailable(f"read of {stream} failed: {status} {description}".strip())
         finally:
             self._replies.pop(token, None)
 

@@ -94,7 +94,8 @@ async def test_get_wide_shows_the_uid_and_why_a_proxy_is_unhealthy(
     await jetstream_store.append(subjects.proxy(uid), [NewEvent(ready, "r"), NewEvent(sick, "s")])
     wide = await cli("get", "-o", "wide", "--nats-url", nats_server.url)
     assert wide.exit_code == 0, wide.output
-    assert "UID" in wide.output and uid in wide.output
+    assert "UID" in wide.output
+    assert uid in wide.output
     assert "HTTP 502 from the origin" in wide.output
     plain = await cli("get", "--nats-url", nats_server.url)
     assert uid not in plain.output

@@ -21,7 +21,7 @@ async def poisoned_log(conn: Connection, store: JetStreamEventStore) -> dict[str
     declared = ProxyDeclared(uid="p1", namespace="ns", name="p1", spec=ProxySpec(provider="local"))
     await store.append(subjects.proxy("p1"), [NewEvent(declared, "p1-declared")], expected_seq=0)
     js = conn.js
-    seqs = {
+    return {
         "not-json": (
             await js.publish(
                 "proxy.p1.status", b"{not json", headers={"Egress-Event-Type": "PhaseChanged"}
@@ -39,7 +39,6 @@ async def poisoned_log(conn: Connection, store: JetStreamEventStore) -> dict[str
             )
         ).seq,
     }
-    return seqs
 
 
 async def test_streams_check_lists_every_event_no_fold_can_use(

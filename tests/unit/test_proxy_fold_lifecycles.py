@@ -211,7 +211,8 @@ def test_lifecycle(lifecycle: list[str]) -> None:
     expected: ProxyView | None = None
     for part in lifecycle:
         if part == "redeclare":
-            assert view is not None and view.removed
+            assert view is not None
+            assert view.removed
             steps = redeclare_steps(view.last_seq + 1)
         else:
             steps = {"create": CREATE, "health": HEALTH, "replace": REPLACE, "delete": DELETE}[part]
@@ -225,9 +226,11 @@ def test_redeclared_after_removal_is_listed_again() -> None:
     """The bug a user hit by re-running the README: apply, delete, apply made the proxy
     invisible, because the view stayed removed."""
     view, _ = play([*CREATE, *DELETE])
-    assert view is not None and view.removed
+    assert view is not None
+    assert view.removed
     view, _ = play(redeclare_steps(view.last_seq + 1), view, view)
     assert view is not None
-    assert not view.removed and not view.deleting
+    assert not view.removed
+    assert not view.deleting
     assert view.phase is Phase.PENDING
     assert view.healthy is None
