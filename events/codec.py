@@ -6,11 +6,26 @@ schema on construction, and rebuilding it per message would cost more than the d
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
+from datetime import datetime
+from typing import Annotated, Any
 
 import msgspec
+from msgspec import Meta
 
-from events.schemas import EVENT_TYPES, SCHEMA_VERSION, AnyEvent, Event
+from events.schemas import (
+    EVENT_TYPES,
+    MAX_COOLDOWN_SECONDS,
+    MAX_LEASE_SECONDS,
+    SCHEMA_VERSION,
+    AnyEvent,
+    Event,
+    LeaseAcquired,
+    LeaseExpired,
+    LeaseReleased,
+    LeaseReported,
+)
 
 HDR_EVENT_TYPE = "Egress-Event-Type"
 HDR_SCHEMA = "Egress-Schema"
@@ -41,12 +56,75 @@ class UndecodableEvent(CodecError):
     """A known type whose payload does not match its schema: a poison message."""
 
 
+class InvalidEvent(CodecError, ValueError):
+    """An event refused before it is written: the log is immutable, so an event no reader could
+    decode, or whose values no fold can use, would be there for ever. A bug in its writer."""
+
+
+_ID = Annotated[str, Meta(min_length=1)]
+_TTL = Annotated[float, Meta(gt=0, le=MAX_LEASE_SECONDS)]
+_REQUESTED_TTL = Annotated[float, Meta(ge=0, le=MAX_LEASE_SECONDS)]
+_COOLDOWN = Annotated[float, Meta(ge=0, le=MAX_COOLDOWN_SECONDS)]
+_DEADLINE = Annotated[datetime, Meta(tz=True)]
+
+WRITE_BOUNDS: dict[type[Event], dict[str, Any]] = {
+    LeaseAcquired: {
+        "lease_id": _ID,
+        "proxy_uid": _ID,
+        "ttl_seconds": _TTL,
+        "requested_ttl_seconds": _REQUESTED_TTL,
+        "cooldown_seconds": _COOLDOWN,
+        "fencing_token": Annotated[int, Meta(ge=0)],
+        "deadline": _DEADLINE,
+    },
+    LeaseReleased: {
+        "lease_id": _ID,
+        "proxy_uid": _ID,
+        "cooldown_seconds": _COOLDOWN,
+        "deadline": _DEADLINE,
+    },
+    LeaseReported: {"lease_id": _ID, "proxy_uid": _ID, "deadline": _DEADLINE},
+    LeaseExpired: {"lease_id": _ID, "proxy_uid": _ID},
+}
+"""What the codec checks before writing, beyond the types. Checked on the way out only: the
+reading side stays as lenient as the types, so events written before a bound existed still
+decode, and the lease fold judges every value it uses on its own (``projections.lease``)."""
+
+
 def event_type(event: Event) -> str:
     return type(event).__name__
 
 
 def encode(event: Event) -> bytes:
-    return _encoder.encode(event)
+    """The payload, once it is certain that every reader can decode it and that its values are
+    within the bounds of its type; otherwise ``InvalidEvent``, naming the field.
+
+    JSON has no infinity or NaN (msgspec writes them as ``null``), and nothing else stops a
+    writer from building a Struct with a wrong type in it, so the payload is decoded again as a
+    reader would decode it.
+    """
+    name = event_type(event)
+    for field in event.__struct_fields__:
+        value = getattr(event, field)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise InvalidEvent(f"{name}.{field}: {value} is not a finite number")
+    try:
+        payload = _encoder.encode(event)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise InvalidEvent(f"{name}: cannot be encoded: {exc}") from None
+    try:
+        _decoder.decode(payload)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        raise InvalidEvent(f"{name}: a reader could not decode it: {exc}") from None
+    for field, kind in WRITE_BOUNDS.get(type(event), {}).items():
+        value = getattr(event, field)
+        if value is msgspec.UNSET:
+            continue  # left out of the payload: a reader takes the default
+        try:
+            msgspec.convert(value, type=kind)
+        except msgspec.ValidationError as exc:
+            raise InvalidEvent(f"{name}.{field}: {exc}") from None
+    return payload
 
 
 def envelope_headers(event: Event, msg_id: str, causation_id: str = "") -> dict[str, str]:

@@ -13,6 +13,7 @@ derives the subject from it, so a writer cannot put an event on the wrong subjec
 
 from __future__ import annotations
 
+from datetime import datetime
 from enum import StrEnum
 from typing import ClassVar
 
@@ -243,6 +244,13 @@ class PhaseChanged(Event, frozen=True, kw_only=True):
 # --------------------------------------------------------------------------------------------
 # lease.<proxy-uid>
 
+MAX_LEASE_SECONDS = 7 * 24 * 3600.0
+"""The longest lease: the LEASE stream keeps events 7 days, and a lease that outlived its own
+``LeaseAcquired`` would vanish from a rebuilt view while its holder still used the proxy."""
+MAX_COOLDOWN_SECONDS = 24 * 3600.0
+"""The longest rest after a lease; a longer one takes a proxy out of service, which is not what
+a cooldown is for (delete the proxy instead)."""
+
 
 class LeaseAcquired(Event, frozen=True, kw_only=True):
     """A claim on the proxy; the lease fold decides whether it holds (it does not while another
@@ -261,6 +269,10 @@ class LeaseAcquired(Event, frozen=True, kw_only=True):
     requested_ttl_seconds: float = 0.0
     """What the client asked for (0: nothing, the default applied); more than ``ttl_seconds``
     when the server's maximum lease TTL clamped it."""
+    deadline: datetime | msgspec.UnsetType = msgspec.UNSET
+    """When the writer stopped waiting for the log: its idea of the server's time plus its append
+    timeout and a margin. A claim stamped later was answered as failed, so the fold ignores it
+    (docs/api.md, "When NATS is unreachable"). Unset (left out of the payload): no deadline."""
 
 
 class LeaseReleased(Event, frozen=True, kw_only=True):
@@ -268,6 +280,8 @@ class LeaseReleased(Event, frozen=True, kw_only=True):
     lease_id: str
     proxy_uid: str
     cooldown_seconds: float = 0.0
+    deadline: datetime | msgspec.UnsetType = msgspec.UNSET
+    """As on ``LeaseAcquired``: a release stamped after it changes nothing."""
 
 
 class LeaseReported(Event, frozen=True, kw_only=True):
@@ -279,6 +293,8 @@ class LeaseReported(Event, frozen=True, kw_only=True):
     detail: str = ""
     target: str = ""
     """What the holder was reaching through the proxy (a host or URL), when it said."""
+    deadline: datetime | msgspec.UnsetType = msgspec.UNSET
+    """As on ``LeaseAcquired``: a report stamped after it is not recorded in the view."""
 
 
 class LeaseExpired(Event, frozen=True, kw_only=True):

@@ -12,16 +12,30 @@ leases that are no longer current, are ignored the same way.
 
 A lease whose ``expires_at`` has passed is over even when no ``LeaseExpired`` was recorded (yet):
 ``is_free(view, now)`` says so, and the next event settles it as expired at ``expires_at``.
+
+The fold is total: the log is immutable, so an event it cannot use (a TTL or cooldown that is
+not a finite number within the bounds of ``events.schemas``, a naive deadline, an empty lease id)
+is counted as ``unusable`` and changes nothing else, and a claim, release or report stamped after
+its writer's ``deadline`` was answered as failed, so it is counted as ``late`` and changes
+nothing either (docs/api.md, "When NATS is unreachable"). No event makes ``apply`` raise.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, MutableMapping
 from datetime import datetime, timedelta
 
 import msgspec
 
-from events.schemas import LeaseAcquired, LeaseExpired, LeaseReleased, LeaseReported
+from events.schemas import (
+    MAX_COOLDOWN_SECONDS,
+    MAX_LEASE_SECONDS,
+    LeaseAcquired,
+    LeaseExpired,
+    LeaseReleased,
+    LeaseReported,
+)
 from events.store import Recorded
 from events.subjects import proxy_uid_of
 
@@ -76,6 +90,10 @@ class LeaseView(msgspec.Struct, frozen=True, kw_only=True):
     granted: int = 0
     rejected: int = 0
     """Claims the fold refused: the proxy was held or cooling down at the claim's timestamp."""
+    unusable: int = 0
+    """Events ignored because a value in them is out of bounds (see the module's docstring)."""
+    late: int = 0
+    """Claims, releases and reports ignored because they were stamped after their deadline."""
     updated_at: datetime | None = None
     last_seq: int = 0
 
@@ -109,7 +127,7 @@ def available_at(view: LeaseView | None) -> datetime | None:
     if view is None:
         return None
     if view.current is not None:
-        return view.current.expires_at + timedelta(seconds=view.current.cooldown_seconds)
+        return _after(view.current.expires_at, view.current.cooldown_seconds)
     return view.cooldown_until
 
 
@@ -154,6 +172,47 @@ def lease_ids(view: LeaseView | None) -> set[str]:
 # ----------------------------------------------------------------------------------- fold
 
 
+def _seconds(value: object, low: float, high: float, *, zero: bool) -> float | None:
+    """``value`` as seconds if it is a finite number within bounds (0 only when ``zero``)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    seconds = float(value)
+    if not math.isfinite(seconds) or seconds < low or seconds > high:
+        return None
+    return seconds if seconds > 0 or zero else None
+
+
+def _after(at: datetime, seconds: float) -> datetime:
+    """``at`` plus ``seconds``, or the end of time instead of an overflow: with the bounds
+    checked on the way in, only a timestamp near the year 9999 gets there."""
+    try:
+        return at + timedelta(seconds=seconds)
+    except OverflowError:
+        return datetime.max.replace(tzinfo=at.tzinfo)
+
+
+ON_TIME = "on_time"
+LATE = "late"
+UNUSABLE = "unusable"
+
+
+def _timing(deadline: object, at: datetime) -> str:
+    """``LATE`` when the event was stamped after its writer's deadline, ``UNUSABLE`` when the
+    deadline is naive (not comparable with a JetStream timestamp). No deadline: the event was
+    written before they existed, and counts."""
+    if not isinstance(deadline, datetime):
+        return ON_TIME
+    if deadline.tzinfo is None or deadline.utcoffset() is None:
+        return UNUSABLE
+    return LATE if at > deadline else ON_TIME
+
+
+def _ignored(view: LeaseView, why: str) -> LeaseView:
+    if why == LATE:
+        return msgspec.structs.replace(view, late=view.late + 1)
+    return msgspec.structs.replace(view, unusable=view.unusable + 1)
+
+
 def _ended(view: LeaseView, how: str, at: datetime, cooldown_until: datetime) -> LeaseView:
     assert view.current is not None
     ended = msgspec.structs.replace(view.current, end=how, ended_at=at)
@@ -167,27 +226,37 @@ def _settle(view: LeaseView, at: datetime) -> LeaseView:
     current = view.current
     if current is None or at < current.expires_at:
         return view
-    cooldown = current.expires_at + timedelta(seconds=current.cooldown_seconds)
+    cooldown = _after(current.expires_at, current.cooldown_seconds)
     return _ended(view, EXPIRED, current.expires_at, cooldown)
 
 
 def _acquire(view: LeaseView, event: LeaseAcquired, recorded: Recorded) -> LeaseView:
     at = recorded.timestamp
+    ttl = _seconds(event.ttl_seconds, 0, MAX_LEASE_SECONDS, zero=False)
+    cooldown = _seconds(event.cooldown_seconds, 0, MAX_COOLDOWN_SECONDS, zero=True)
+    if ttl is None or cooldown is None or not event.lease_id:
+        return _ignored(view, UNUSABLE)
+    timing = _timing(event.deadline, at)
+    if timing != ON_TIME:
+        return _ignored(view, timing)
     view = _settle(view, at)
     if view.current is not None or (view.cooldown_until is not None and at < view.cooldown_until):
         return msgspec.structs.replace(view, rejected=view.rejected + 1)
     token = view.fencing_token + 1
+    # Only shown (``ttlClamped``); claims written before requests were bounded may hold any
+    # number here, and none of them is a reason to refuse the claim.
+    requested = _seconds(event.requested_ttl_seconds, 0, math.inf, zero=True) or 0.0
     record = LeaseRecord(
         lease_id=event.lease_id,
         proxy_uid=view.proxy_uid,
         holder=event.holder,
         acquired_at=at,
-        expires_at=at + timedelta(seconds=event.ttl_seconds),
-        ttl_seconds=event.ttl_seconds,
-        requested_ttl_seconds=event.requested_ttl_seconds,
+        expires_at=_after(at, ttl),
+        ttl_seconds=ttl,
+        requested_ttl_seconds=requested,
         fencing_token=token,
         selector=dict(event.selector),
-        cooldown_seconds=event.cooldown_seconds,
+        cooldown_seconds=cooldown,
         seq=recorded.seq,
     )
     return msgspec.structs.replace(
@@ -196,12 +265,18 @@ def _acquire(view: LeaseView, event: LeaseAcquired, recorded: Recorded) -> Lease
 
 
 def _release(view: LeaseView, event: LeaseReleased, at: datetime) -> LeaseView:
+    cooldown = _seconds(event.cooldown_seconds, 0, MAX_COOLDOWN_SECONDS, zero=True)
+    if cooldown is None:
+        return _ignored(view, UNUSABLE)
+    timing = _timing(event.deadline, at)
+    if timing != ON_TIME:
+        return _ignored(view, timing)
     current = view.current
     if current is None or current.lease_id != event.lease_id:
         return view  # an old lease, or one the fold refused: nothing to end
     if at >= current.expires_at:
         return _settle(view, at)  # released too late: it had expired already
-    return _ended(view, RELEASED, at, at + timedelta(seconds=event.cooldown_seconds))
+    return _ended(view, RELEASED, at, _after(at, cooldown))
 
 
 def _expire(view: LeaseView, event: LeaseExpired, at: datetime) -> LeaseView:
@@ -212,6 +287,9 @@ def _expire(view: LeaseView, event: LeaseExpired, at: datetime) -> LeaseView:
 
 
 def _report(view: LeaseView, event: LeaseReported, at: datetime) -> LeaseView:
+    timing = _timing(event.deadline, at)
+    if timing != ON_TIME:
+        return _ignored(view, timing)
     outcome = Outcome(
         lease_id=event.lease_id,
         outcome=event.outcome,
@@ -268,7 +346,10 @@ def indexed(index: MutableMapping[str, str]) -> Apply:
         after = apply(view, recorded)
         before_ids, after_ids = lease_ids(view), lease_ids(after)
         for gone in before_ids - after_ids:
-            index.pop(gone, None)
+            # Only this proxy's entry: a lease id reused on another proxy (an Idempotency-Key
+            # sent again long after its lease ended) keeps its own.
+            if index.get(gone) == after.proxy_uid:
+                del index[gone]
         for new in after_ids - before_ids:
             index[new] = after.proxy_uid
         return after

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 from litestar import Litestar, Request, Response, Router, delete, get, post
 from litestar.di import NamedDependency, Provide
@@ -20,13 +20,15 @@ from litestar.exceptions import HTTPException
 from litestar.openapi.config import OpenAPIConfig
 from litestar.openapi.datastructures import ResponseSpec
 from litestar.openapi.spec import Components, SecurityScheme
-from litestar.params import FromPath, FromQuery, JSONBody
+from litestar.params import FromPath, FromQuery, HeaderParameter, JSONBody
 from litestar.types import ExceptionHandlersMap, Guard
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from events.errors import StoreUnavailable
 from events.schemas import Phase
 from projections.proxy import ProxyView
 from services.discovery.auth import bearer_guard
+from services.discovery.bodies import strict_body
 from services.discovery.errors import (
     ApiError,
     ErrorBody,
@@ -35,6 +37,7 @@ from services.discovery.errors import (
     UnknownProxy,
     on_api_error,
     on_http_exception,
+    on_store_unavailable,
     on_unexpected,
 )
 from services.discovery.leases import Granted, Leases, eligible
@@ -68,11 +71,52 @@ class DiscoveryApi:
 Api = NamedDependency[DiscoveryApi]
 
 
+ERRORS = {
+    400: "`invalid_request`: the body or a parameter is not valid; the message names the field",
+    401: "`unauthorized`: the bearer token is missing or wrong",
+    404: "`unknown_proxy` or `unknown_lease` (never issued, released or expired)",
+    409: "`lease_ended`: the lease this Idempotency-Key acquired is over; use a new key",
+    413: "`body_too_large`: the body is over 64 KiB",
+    422: "`no_matching_proxy`: no proxy has the selector's attributes (the message names those "
+    "that exist), or `idempotency_key_mismatch`: the key was sent before with another body",
+    503: "`no_proxy_available`: proxies match but none can be leased now (the message counts "
+    "why), or `unavailable`: the event log is unreachable and nothing was done; both with "
+    "`Retry-After` in seconds",
+}
+
+
 def _errors(*statuses: int) -> dict[int, ResponseSpec]:
     return {
-        status: ResponseSpec(data_container=ErrorBody, description=f"error ({status})")
+        status: ResponseSpec(
+            data_container=ErrorBody, description=ERRORS.get(status, f"error ({status})")
+        )
         for status in statuses
     }
+
+
+IDEMPOTENCY_KEY = "Idempotency-Key"
+MAX_KEY_LENGTH = 255
+IdempotencyKey = Annotated[
+    str | None,
+    HeaderParameter(
+        name=IDEMPOTENCY_KEY,
+        required=False,
+        description="Any unique text (a UUID) of up to 255 printable ASCII characters. A retry "
+        "with the same key and body gets the same lease instead of a second proxy, as long as "
+        "the lease is active.",
+    ),
+]
+
+
+def checked_key(key: str | None) -> str | None:
+    if key is None:
+        return None
+    if not 1 <= len(key) <= MAX_KEY_LENGTH or not (key.isascii() and key.isprintable()):
+        raise InvalidRequest(
+            f"{IDEMPOTENCY_KEY}: use 1 to {MAX_KEY_LENGTH} printable ASCII characters "
+            "(a UUID, for instance)"
+        )
+    return key
 
 
 ATTR_PREFIX = "attr."
@@ -180,13 +224,24 @@ async def get_proxy(api: Api, uid: FromPath[str]) -> ProxyOut:
 # -------------------------------------------------------------------------------- leases
 
 
-@post("/leases", tags=["leases"], status_code=201, responses=_errors(400, 401, 413, 503))
-async def acquire(api: Api, data: JSONBody[AcquireRequest]) -> LeaseOut:
+@post(
+    "/leases",
+    tags=["leases"],
+    status_code=201,
+    responses=_errors(400, 401, 409, 413, 422, 503),
+    before_request=strict_body(AcquireRequest),
+)
+async def acquire(
+    api: Api, data: JSONBody[AcquireRequest], idempotency_key: IdempotencyKey = None
+) -> LeaseOut:
     """Lease a Ready, healthy proxy whose attributes match every selector pair, exclusively,
-    until ``ttlSeconds`` pass or it is released. A TTL above the server's maximum is granted as
-    the maximum (``ttlClamped``). 503 ``no_proxy_available`` (with ``Retry-After``) when none
-    is free."""
-    granted = await api.leases.acquire(data.selector, data.ttl_seconds, data.holder)
+    until ``ttlSeconds`` (1 s to 7 days) pass or it is released. A TTL above the server's
+    maximum is granted as the maximum (``ttlClamped``). 422 ``no_matching_proxy`` when no proxy
+    has those attributes; 503 ``no_proxy_available`` (with ``Retry-After``) when some have them
+    but none can be leased now. With an ``Idempotency-Key``, a retry gets the same lease."""
+    granted = await api.leases.acquire(
+        data.selector, data.ttl_seconds, data.holder, key=checked_key(idempotency_key)
+    )
     return _lease(api, granted)
 
 
@@ -196,7 +251,9 @@ async def get_lease(api: Api, lease_id: FromPath[str]) -> LeaseOut:
     return _lease(api, api.leases.get(lease_id))
 
 
-@delete("/leases/{lease_id:str}", tags=["leases"], status_code=204, responses=_errors(401, 404))
+@delete(
+    "/leases/{lease_id:str}", tags=["leases"], status_code=204, responses=_errors(401, 404, 503)
+)
 async def release(api: Api, lease_id: FromPath[str]) -> None:
     """End an active lease; the proxy cools down before its next lease. 404 ``unknown_lease``
     when the lease is unknown, already released or expired."""
@@ -207,7 +264,8 @@ async def release(api: Api, lease_id: FromPath[str]) -> None:
     "/leases/{lease_id:str}/report",
     tags=["leases"],
     status_code=204,
-    responses=_errors(400, 401, 404, 413),
+    responses=_errors(400, 401, 404, 413, 503),
+    before_request=strict_body(ReportRequest),
 )
 async def report(api: Api, lease_id: FromPath[str], data: JSONBody[ReportRequest]) -> None:
     """Record how the work through the proxy went (``success``, ``blocked``, ``failed``), while
@@ -220,6 +278,7 @@ async def report(api: Api, lease_id: FromPath[str], data: JSONBody[ReportRequest
 
 EXCEPTION_HANDLERS: ExceptionHandlersMap = {
     ApiError: on_api_error,
+    StoreUnavailable: on_store_unavailable,
     HTTPException: on_http_exception,
     Exception: on_unexpected,
 }
@@ -241,7 +300,12 @@ def create_app(
         description=(
             "List egress proxies and lease them exclusively. Every error answers "
             '`{"error": code, "message": text}`. The `/v1` routes need '
-            "`Authorization: Bearer <token>` when the server has DISCOVERY_TOKEN set."
+            "`Authorization: Bearer <token>` when the server has DISCOVERY_TOKEN set. Bodies "
+            'are decoded strictly (`"60"` is not a number). A lease request no proxy can match '
+            "is 422 `no_matching_proxy`; one whose matching proxies are all busy, unhealthy or "
+            "not Ready is 503 `no_proxy_available`. While NATS is unreachable, writes answer "
+            "503 `unavailable` at once and never take effect later; send `Idempotency-Key` to "
+            "retry a lease request safely."
         ),
         path="/schema",
         components=Components(

@@ -7,6 +7,10 @@ pair, which of them carry it, so a selector is a set intersection; it changes on
 event arrives. Whether a candidate is free is a question of time (a lease or a cooldown ends
 with no event), so that is asked per candidate, in random order, drawn lazily: finding one free
 proxy among thousands does not shuffle the thousands.
+
+A second index holds every proxy that exists (declared and not removed), leasable or not, so a
+request that gets no proxy learns the truth: nothing has those attributes (its selector is
+wrong), or some proxies have them but none can be leased now (it should wait).
 """
 
 from __future__ import annotations
@@ -34,34 +38,68 @@ def leasable(proxy: ProxyView) -> bool:
     )
 
 
-class CandidateIndex:
+class PairIndex:
+    """uid -> attribute pairs, and pair -> uids, for one set of proxies."""
+
     def __init__(self) -> None:
-        self.leasable: dict[str, frozenset[tuple[str, str]]] = {}
-        """uid -> its attribute pairs, for every leasable proxy."""
+        self.pairs: dict[str, frozenset[tuple[str, str]]] = {}
         self.by_pair: dict[tuple[str, str], set[str]] = {}
 
-    def update(self, proxy: ProxyView) -> None:
-        """Called with every new version of a proxy's view."""
-        old = self.leasable.pop(proxy.uid, None)
-        for pair in old or ():
+    def put(self, uid: str, pairs: frozenset[tuple[str, str]] | None) -> None:
+        """Index ``uid`` with ``pairs``, or drop it (None)."""
+        for pair in self.pairs.pop(uid, None) or ():
             holders = self.by_pair[pair]
-            holders.discard(proxy.uid)
+            holders.discard(uid)
             if not holders:
                 del self.by_pair[pair]
-        if not leasable(proxy):
+        if pairs is None:
             return
-        pairs = frozenset(proxy.spec.attributes.items())
-        self.leasable[proxy.uid] = pairs
+        self.pairs[uid] = pairs
         for pair in pairs:
-            self.by_pair.setdefault(pair, set()).add(proxy.uid)
+            self.by_pair.setdefault(pair, set()).add(uid)
 
     def matching(self, selector: Mapping[str, str]) -> list[str]:
-        """Leasable proxies whose attributes include every selector pair."""
         if not selector:
-            return list(self.leasable)
+            return list(self.pairs)
         sets = sorted((self.by_pair.get(pair, set()) for pair in selector.items()), key=len)
         found = set(sets[0]).intersection(*sets[1:])
         return sorted(found)  # a stable order: the randomness comes from random_order alone
+
+
+class CandidateIndex:
+    def __init__(self) -> None:
+        self._leasable = PairIndex()
+        self._existing = PairIndex()
+
+    @property
+    def leasable(self) -> dict[str, frozenset[tuple[str, str]]]:
+        """uid -> its attribute pairs, for every leasable proxy."""
+        return self._leasable.pairs
+
+    @property
+    def by_pair(self) -> dict[tuple[str, str], set[str]]:
+        return self._leasable.by_pair
+
+    def update(self, proxy: ProxyView) -> None:
+        """Called with every new version of a proxy's view."""
+        pairs = frozenset(proxy.spec.attributes.items())
+        self._existing.put(proxy.uid, None if proxy.removed else pairs)
+        self._leasable.put(proxy.uid, pairs if leasable(proxy) else None)
+
+    def matching(self, selector: Mapping[str, str]) -> list[str]:
+        """Leasable proxies whose attributes include every selector pair."""
+        return self._leasable.matching(selector)
+
+    def existing(self, selector: Mapping[str, str]) -> list[str]:
+        """Proxies not removed whose attributes include every selector pair, leasable or not."""
+        return self._existing.matching(selector)
+
+    def attribute_values(self) -> dict[str, set[str]]:
+        """Every attribute key the existing proxies carry, with the values seen for it."""
+        values: dict[str, set[str]] = {}
+        for key, value in self._existing.by_pair:
+            values.setdefault(key, set()).add(value)
+        return values
 
 
 def random_order(items: list[str], rng: random.Random) -> Iterator[str]:

@@ -38,16 +38,26 @@ def parse_duration(text: str) -> float:
     return seconds
 
 
-def seconds_of(flag: str, value: float | str, *, positive: bool = False) -> float:
+def seconds_of(
+    flag: str, value: float | str, *, positive: bool = False, maximum: float | None = None
+) -> float:
     """A flag's value in seconds, from a number or a duration text; the error names the flag."""
     try:
         seconds = parse_duration(value) if isinstance(value, str) else float(value)
     except ValueError as exc:
         raise ConfigError(f"{flag}: {exc}") from None
+    if not math.isfinite(seconds):
+        raise ConfigError(f"{flag}: {value!r} is not a duration; use {EXAMPLES}")
     if seconds < 0 or (positive and seconds == 0):
         need = "more than 0" if positive else "0 or more"
         raise ConfigError(f"{flag}: {value!r} must be {need}; use {EXAMPLES}")
+    if maximum is not None and seconds > maximum:
+        raise ConfigError(f"{flag}: {too_long(value, maximum)}")
     return seconds
+
+
+def too_long(value: object, maximum: float) -> str:
+    return f"{value!r} is longer than the most allowed, {format_duration(maximum)}"
 
 
 def format_duration(seconds: float) -> str:
@@ -58,7 +68,7 @@ def format_duration(seconds: float) -> str:
     return f"{seconds:g}s"
 
 
-def duration_option(*, positive: bool = False) -> DurationCallback:
+def duration_option(*, positive: bool = False, maximum: float | None = None) -> DurationCallback:
     """A click ``callback`` that reads a duration into seconds; click's error names the flag
     (``Invalid value for '--max-lease-ttl': ...``) and the variable it came from."""
 
@@ -70,8 +80,12 @@ def duration_option(*, positive: bool = False) -> DurationCallback:
                 seconds = parse_duration(str(value))
             except ValueError as exc:
                 raise click.BadParameter(str(exc), ctx, param) from None
+        if not math.isfinite(seconds) or seconds < 0:
+            raise click.BadParameter(f"{value!r} is not a duration; use {EXAMPLES}", ctx, param)
         if positive and seconds == 0:
             raise click.BadParameter(f"{value!r} must be more than 0; use {EXAMPLES}", ctx, param)
+        if maximum is not None and seconds > maximum:
+            raise click.BadParameter(too_long(value, maximum), ctx, param)
         return seconds
 
     return convert

@@ -54,9 +54,34 @@ class NoProxyAvailable(ApiError):
     code = "no_proxy_available"
 
 
+class NoMatchingProxy(ApiError):
+    """No proxy has the attributes asked for: waiting will not help, the selector is wrong."""
+
+    status = 422
+    code = "no_matching_proxy"
+
+
+class LeaseEnded(ApiError):
+    """An Idempotency-Key sent again after the lease it acquired has ended."""
+
+    status = 409
+    code = "lease_ended"
+
+
+class IdempotencyKeyMismatch(ApiError):
+    """An Idempotency-Key sent again with another body: a different request under an old key."""
+
+    status = 422
+    code = "idempotency_key_mismatch"
+
+
 class Unavailable(ApiError):
     status = 503
     code = "unavailable"
+
+
+STORE_RETRY_AFTER = "2"
+"""``Retry-After`` while the event log is unreachable: about when a reconnection is tried."""
 
 
 CODES = {
@@ -68,6 +93,7 @@ CODES = {
     406: "not_acceptable",
     413: "body_too_large",
     415: "unsupported_media_type",
+    422: "unprocessable",
     429: "too_many_requests",
     500: "internal",
     503: "unavailable",
@@ -115,6 +141,20 @@ def on_http_exception(request: Request[Any, Any, Any], exc: Exception) -> Respon
     elif status == 404 and message.strip() in ("", "Not Found"):
         message = f"no route {request.url.path}"
     return error_response(status, CODES.get(status, f"http_{status}"), message, exc.headers)
+
+
+def on_store_unavailable(request: Request[Any, Any, Any], exc: Exception) -> Response[ErrorBody]:
+    """The log did not take the write: the client is told so at once, and the write can never
+    take effect later (docs/api.md, "When NATS is unreachable")."""
+    log.warning(
+        "event log unavailable", method=request.method, path=request.url.path, error=str(exc)
+    )
+    return error_response(
+        503,
+        "unavailable",
+        "the event log (NATS) is unreachable or did not confirm the write in time; try again",
+        {"Retry-After": STORE_RETRY_AFTER},
+    )
 
 
 def on_unexpected(request: Request[Any, Any, Any], exc: Exception) -> Response[ErrorBody]:

@@ -6,22 +6,27 @@ conflict and moves on to its next candidate. Every answer is given only once thi
 shows the append (read-your-writes), so a ``GET`` of the lease right after works here.
 
 Only active leases are served: a released or expired lease answers like an unknown one.
+
+Every write carries a ``deadline``: the server's time, as this replica knows it, plus the store's
+append timeout and a margin. A write the log did not confirm in time is answered 503, and if it
+reaches the log after all (nats-py sends what it buffered once it reconnects), the fold ignores
+it as late: a caller told that a write failed never finds it applied later. An Idempotency-Key
+makes a retried claim find the lease its first attempt got (docs/api.md, "Idempotency-Key").
 """
 
 from __future__ import annotations
 
-import math
 import random
 import uuid
 from collections import Counter, deque
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import structlog
 
 from events import subjects
-from events.errors import ConcurrencyError
+from events.errors import ConcurrencyError, StoreUnavailable
 from events.schemas import LeaseAcquired, LeaseReleased, LeaseReported
 from events.store import EventStore, NewEvent, derive_msg_id
 from projections.lease import (
@@ -29,14 +34,19 @@ from projections.lease import (
     LeaseRecord,
     LeaseView,
     active,
-    available_at,
     find,
     is_available,
 )
 from projections.proxy import ProxyView
 from services.discovery.candidates import leasable, random_order
-from services.discovery.errors import NoProxyAvailable, UnknownLease
+from services.discovery.errors import (
+    IdempotencyKeyMismatch,
+    LeaseEnded,
+    Unavailable,
+    UnknownLease,
+)
 from services.discovery.metrics import DiscoveryMetrics
+from services.discovery.refusals import refusal
 from services.discovery.views import Views
 
 log = structlog.get_logger("egress.discovery")
@@ -51,10 +61,18 @@ class LeasePolicy:
     max_attempts: int = 16
     """Claims one request tries before answering busy: bounds the work under heavy contention."""
     view_timeout: float = 5.0
+    append_timeout: float = 1.5
+    """How long a write waits for the log before the answer is 503: the store's timeout."""
+    deadline_margin: float = 1.0
+    """Added to the append timeout to make a write's deadline: room for the time between
+    reading the clock and the server's stamp, and for what the server-clock estimate misses."""
 
     @property
     def default_ttl(self) -> float:
         return min(DEFAULT_TTL, self.max_ttl)
+
+    def deadline(self, server_now: datetime) -> datetime:
+        return server_now + timedelta(seconds=self.append_timeout + self.deadline_margin)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,12 +83,43 @@ class Claim:
     ttl: float
     requested_ttl: float
     holder: str
+    key: str = ""
+    """The request's Idempotency-Key ("" without one)."""
+
+    @property
+    def lease_id(self) -> str:
+        """With a key, one lease id for every attempt and every retry: derived from the key."""
+        return str(uuid.UUID(derive_msg_id("lease-key", self.key))) if self.key else ""
+
+    def msg_id(self, lease_id: str, used: int) -> str:
+        """With a key, the ``used``-th msg id of the key: a retry sends the same ids in the same
+        order, so JetStream's stream-wide de-duplication points it at what the first request
+        stored, on whichever proxy that was."""
+        if self.key:
+            return derive_msg_id("lease-acquired", "key", self.key, str(used))
+        return derive_msg_id("lease-acquired", lease_id)
+
+    def same_request(self, record: LeaseRecord) -> bool:
+        return (record.selector, record.holder, record.requested_ttl_seconds) == (
+            self.selector,
+            self.holder,
+            self.requested_ttl,
+        )
 
 
 @dataclass(frozen=True, slots=True)
 class Granted:
     view: LeaseView
     record: LeaseRecord
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """A claim the log took: at ``seq``, or, as a duplicate, what an earlier one stored there."""
+
+    lease_id: str
+    seq: int
+    duplicate: bool
 
 
 def eligible(proxy: ProxyView, selector: Mapping[str, str]) -> bool:
@@ -107,28 +156,49 @@ class Leases:
         return min(requested, self.policy.max_ttl)
 
     async def acquire(
-        self, selector: Mapping[str, str], requested_ttl: float | None, holder: str
+        self,
+        selector: Mapping[str, str],
+        requested_ttl: float | None,
+        holder: str,
+        *,
+        key: str | None = None,
     ) -> Granted:
         ttl = self.grant_ttl(requested_ttl)
+        claim = Claim(dict(selector), ttl, requested_ttl or 0.0, holder, key or "")
         with self.metrics.acquire_seconds.time():
+            if claim.key:
+                found = self._known(claim)
+                if found is not None:
+                    self.metrics.acquisitions.labels("replayed").inc()
+                    return found
             matching = self.views.candidates.matching(selector)
-            if not matching:
-                self.metrics.acquisitions.labels("no_match").inc()
-                raise NoProxyAvailable(
-                    f"no Ready, healthy proxy matches the selector {dict(selector)}",
-                    headers={"Retry-After": "5"},
-                )
-            claim = Claim(dict(selector), ttl, requested_ttl or 0.0, holder)
-            granted = await self._try(matching, claim)
+            granted = await self._try(matching, claim) if matching else None
             if granted is None:
-                self.metrics.acquisitions.labels("busy").inc()
-                raise NoProxyAvailable(
-                    f"{len(matching)} proxies match the selector {dict(selector)}, "
-                    "but none is free right now",
-                    headers={"Retry-After": str(self._retry_after(matching))},
-                )
+                error = refusal(self.views, selector)
+                self.metrics.acquisitions.labels(
+                    "no_match" if error.status == 422 else "busy"
+                ).inc()
+                raise error
             self.metrics.acquisitions.labels("acquired").inc()
             return granted
+
+    def _known(self, claim: Claim) -> Granted | None:
+        """The lease an earlier request with the same key got, if the view holds it."""
+        found = self.views.find_lease(claim.lease_id)
+        if found is None:
+            return None
+        view, record = found
+        if not claim.same_request(record):
+            raise IdempotencyKeyMismatch(
+                "Idempotency-Key: it was sent before with another body (selector "
+                f"{record.selector}, holder {record.holder!r}); use a new key for a new request"
+            )
+        if active(view, record.lease_id, self.views.now()) is None:
+            raise LeaseEnded(
+                f"the lease this Idempotency-Key acquired ({record.lease_id}) has ended "
+                f"({record.end or 'expired'}); use a new key for a new lease"
+            )
+        return Granted(view, record)
 
     async def _try(self, matching: list[str], claim: Claim) -> Granted | None:
         """Claim free candidates in random order, so requests and replicas spread out instead
@@ -137,6 +207,9 @@ class Leases:
         again: deque[tuple[str, LeaseView | None]] = deque()
         reread: set[str] = set()
         attempts = 0
+        # Msg ids of the key the log has answered for (stored or de-duplicated). A conflict is
+        # refused before de-duplication, so its msg id is tried again on the next candidate.
+        used = 0
         now = self.views.now()
         while attempts < self.policy.max_attempts:
             if again:
@@ -152,16 +225,22 @@ class Leases:
             attempts += 1
             self._trying[uid] += 1
             try:
-                seq = await self._claim(uid, view, claim)
-                if seq is None:
+                stored = await self._claim(uid, view, claim, used)
+                if stored is None:
                     # Lost the race; re-read once: a report, not a claim, may have moved it.
                     self.metrics.conflicts.labels("sequence").inc()
                     if uid not in reread:
                         reread.add(uid)
                         again.append((uid, await self.views.fresh_lease_view(uid)))
                     continue
-                lease_id, last_seq = seq
-                granted = await self._confirm(uid, lease_id, last_seq)
+                used += 1
+                if stored.duplicate and claim.key:
+                    granted = await self._confirm_key(claim, stored.seq)
+                    if granted is None and uid not in reread:
+                        reread.add(uid)  # the log kept an earlier claim: this one is untried
+                        again.append((uid, view))
+                else:
+                    granted = await self._confirm(uid, stored.lease_id, stored.seq)
             finally:
                 self._trying[uid] -= 1
                 if not self._trying[uid]:
@@ -172,9 +251,9 @@ class Leases:
         return None
 
     async def _claim(
-        self, uid: str, view: LeaseView | None, claim: Claim
-    ) -> tuple[str, int] | None:
-        lease_id = str(uuid.uuid4())
+        self, uid: str, view: LeaseView | None, claim: Claim, used: int
+    ) -> Stored | None:
+        lease_id = claim.lease_id or str(uuid.uuid4())
         event = LeaseAcquired(
             lease_id=lease_id,
             proxy_uid=uid,
@@ -184,16 +263,17 @@ class Leases:
             selector=claim.selector,
             fencing_token=(view.fencing_token if view else 0) + 1,
             cooldown_seconds=self.policy.cooldown,
+            deadline=self.policy.deadline(self.views.server_now()),
         )
         try:
             result = await self.store.append(
                 subjects.lease(uid),
-                [NewEvent(event, derive_msg_id("lease-acquired", lease_id))],
+                [NewEvent(event, claim.msg_id(lease_id, used))],
                 expected_seq=view.last_seq if view else 0,
             )
         except ConcurrencyError:
             return None
-        return lease_id, result.last_seq
+        return Stored(lease_id, result.last_seq, bool(result.duplicates))
 
     async def _confirm(self, uid: str, lease_id: str, seq: int) -> Granted | None:
         """Wait for the view to include the claim, then see whether the fold granted it."""
@@ -204,6 +284,16 @@ class Leases:
             return None
         return Granted(view, record)
 
+    async def _confirm_key(self, claim: Claim, seq: int) -> Granted | None:
+        """After a duplicate: the log already holds a claim with this msg id, stored at ``seq``
+        by an earlier request with the same key, maybe on another proxy. Its lease, if the fold
+        granted it; None if it did not (then the next msg id of the key is tried)."""
+        try:
+            await self.views.wait_for_lease_seq(seq, self.policy.view_timeout)
+        except TimeoutError:
+            raise StoreUnavailable(f"the view did not reach sequence {seq} in time") from None
+        return self._known(claim)
+
     async def _view_at(self, uid: str, seq: int) -> LeaseView | None:
         try:
             await self.views.wait_for_lease_seq(seq, self.policy.view_timeout)
@@ -212,17 +302,6 @@ class Leases:
             log.warning("lease view lags, reading the log", proxy_uid=uid, seq=seq)
             return await self.views.fresh_lease_view(uid)
         return self.views.lease_view(uid)
-
-    def _retry_after(self, matching: list[str]) -> int:
-        now = self.views.now()
-        soonest: datetime | None = None
-        for uid in matching:
-            when = available_at(self.views.lease_view(uid))
-            if when is not None and when > now and (soonest is None or when < soonest):
-                soonest = when
-        if soonest is None:
-            return 1
-        return max(1, math.ceil((soonest - now).total_seconds()))
 
     # ------------------------------------------------------------------------ the rest
 
@@ -240,17 +319,31 @@ class Leases:
         """End the lease now; the proxy cools down before its next lease.
 
         No sequence check: the fold ends the lease only if it is still the current one and not
-        past its end, so a release can never end anything but its own lease, and the msg id
-        makes a retried append harmless. The answer says what the fold made of it.
+        past its end, so a release can never end anything but its own lease, and a second one
+        changes nothing. Each request has its own msg id: one derived from the lease alone
+        would make every retry a duplicate of a first attempt that reached the log too late
+        to count, and the lease could then never be released. The answer says what the fold
+        made of it.
         """
         uid = self.get(lease_id).view.proxy_uid
         event = LeaseReleased(
-            lease_id=lease_id, proxy_uid=uid, cooldown_seconds=self.policy.cooldown
+            lease_id=lease_id,
+            proxy_uid=uid,
+            cooldown_seconds=self.policy.cooldown,
+            deadline=self.policy.deadline(self.views.server_now()),
         )
-        result = await self.store.append(
-            subjects.lease(uid), [NewEvent(event, derive_msg_id("lease-released", lease_id))]
-        )
-        record = find(await self._view_at(uid, result.last_seq), lease_id)
+        msg_id = derive_msg_id("lease-released", lease_id, str(uuid.uuid4()))
+        result = await self.store.append(subjects.lease(uid), [NewEvent(event, msg_id)])
+        view = await self._view_at(uid, result.last_seq)
+        record = find(view, lease_id)
+        if record is not None and active(view, lease_id, self.views.now()) is record:
+            # Stored, yet the fold let it pass as late: this replica's clock runs well behind
+            # the server's (it learns the difference from every event it reads).
+            raise Unavailable(
+                "the release reached the event log after its deadline and was not counted; "
+                "try again",
+                headers={"Retry-After": "1"},
+            )
         if record is None or record.end != RELEASED:
             self.metrics.releases.labels("unknown").inc()
             raise UnknownLease(f"no active lease {lease_id!r} (it expired before the release)")
@@ -260,7 +353,12 @@ class Leases:
         """Record how the work through the proxy went, while the lease is active."""
         uid = self.get(lease_id).view.proxy_uid
         event = LeaseReported(
-            lease_id=lease_id, proxy_uid=uid, outcome=outcome, target=target, detail=detail
+            lease_id=lease_id,
+            proxy_uid=uid,
+            outcome=outcome,
+            target=target,
+            detail=detail,
+            deadline=self.policy.deadline(self.views.server_now()),
         )
         # A fact that depends on no state: no sequence check; every report is its own event.
         result = await self.store.append(

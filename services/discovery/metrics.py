@@ -16,8 +16,9 @@ class DiscoveryMetrics:
         r = registry
         self.acquisitions = Counter(
             "egress_lease_acquisitions_total",
-            "Lease requests by result (acquired, busy: matching proxies all leased or cooling "
-            "down, no_match: no Ready healthy proxy matches the selector)",
+            "Lease requests by result (acquired; replayed: an Idempotency-Key answered with its "
+            "lease; busy: proxies match but none can be leased now; no_match: no proxy has the "
+            "selector's attributes)",
             ["result"],
             registry=r,
         )

@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 import msgspec
 from msgspec import Meta
 
-from events.schemas import Condition
+from events.schemas import MAX_LEASE_SECONDS, Condition
 from projections.lease import LeaseRecord, LeaseView, available_at, is_available, is_free
 from projections.proxy import ProxyView
 
@@ -20,6 +20,8 @@ AttributeKey = Annotated[str, Meta(min_length=1, max_length=63)]
 AttributeValue = Annotated[str, Meta(max_length=256)]
 Selector = dict[AttributeKey, AttributeValue]
 OutcomeName = Literal["success", "blocked", "failed"]
+MIN_TTL = 1.0
+"""The shortest lease: anything shorter would be over before its holder could use it."""
 
 
 class _In(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, rename="camel"):
@@ -34,9 +36,22 @@ class _Out(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
 class AcquireRequest(_In, frozen=True, kw_only=True):
     selector: Selector = msgspec.field(default_factory=dict)
     """Attributes the proxy must have, all of them (``{"country": "de"}``)."""
-    ttl_seconds: Annotated[float, Meta(gt=0)] | None = None
-    """How long the lease lasts unless released (default 300 s, or the maximum if lower). More
-    than the server's maximum is granted as the maximum: the answer says ``ttlClamped``."""
+    ttl_seconds: (
+        Annotated[
+            float,
+            Meta(
+                ge=MIN_TTL,
+                le=MAX_LEASE_SECONDS,
+                description="Seconds, from 1 to 604800 (7 days); a JSON number, never a "
+                "string. Above the server's maximum the lease is granted for the maximum "
+                "(ttlClamped). Null or absent: 300, or the maximum if lower.",
+            ),
+        ]
+        | None
+    ) = None
+    """How long the lease lasts unless released: 1 s to 7 days (default 300 s, or the maximum
+    if lower). More than the server's maximum (``--max-lease-ttl``) is granted as the maximum:
+    the answer says ``ttlClamped``. A number, never a string."""
     holder: Annotated[str, Meta(max_length=256)] = ""
     """Who holds the lease (a crawler's name), recorded in the log and shown in the lease."""
 

@@ -19,6 +19,8 @@ import structlog
 import uvicorn
 
 from events.aio import raise_if_cancelled
+from events.jetstream import JetStreamEventStore
+from events.schemas import MAX_COOLDOWN_SECONDS, MAX_LEASE_SECONDS
 from services.discovery.app import DiscoveryApi, create_app
 from services.discovery.auth import TOKEN_ENV, token_from_env
 from services.discovery.durations import duration_option, format_duration, seconds_of
@@ -36,6 +38,8 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
 DEFAULT_MAX_LEASE_TTL = 3600.0
 DEFAULT_LEASE_COOLDOWN = 10.0
+APPEND_TIMEOUT = 1.5
+"""How long a lease write waits for the log before the API answers 503 (docs/api.md)."""
 
 
 class _Server(uvicorn.Server):
@@ -78,17 +82,34 @@ class DiscoveryService:
     listening: asyncio.Event = field(default_factory=asyncio.Event)
     bound_port: int = 0
     api: DiscoveryApi | None = None
+    append_timeout: float = APPEND_TIMEOUT
+
+    def check(self) -> None:
+        """The bounds ``build`` applies to the flags, for a service made without it: values
+        out of them would be written into every lease event (docs/api.md, "Running it")."""
+        seconds_of("--max-lease-ttl", self.max_lease_ttl, positive=True, maximum=MAX_LEASE_SECONDS)
+        seconds_of("--lease-cooldown", self.lease_cooldown, maximum=MAX_COOLDOWN_SECONDS)
 
     async def run(self, ctx: ServiceContext) -> None:
+        self.check()
         if not self.token:
             log.warning(
                 f"{TOKEN_ENV} is not set: the discovery API serves every caller without "
                 "authentication; set it to require `Authorization: Bearer <token>`"
             )
-        views = Views(ctx.conn.js, ctx.store)
+        # Its own store on the shared connection: one attempt with a short timeout, so a client
+        # hears 503 within about a second of an outage instead of after three long retries.
+        store = JetStreamEventStore(
+            ctx.conn.nc, ctx.conn.js, timeout=self.append_timeout, attempts=1
+        )
+        views = Views(ctx.conn.js, store)
         metrics = discovery_metrics(ctx.metrics.registry)
-        policy = LeasePolicy(max_ttl=self.max_lease_ttl, cooldown=self.lease_cooldown)
-        leases = Leases(ctx.store, views, policy, metrics)
+        policy = LeasePolicy(
+            max_ttl=self.max_lease_ttl,
+            cooldown=self.lease_cooldown,
+            append_timeout=self.append_timeout,
+        )
+        leases = Leases(store, views, policy, metrics)
 
         def problem() -> str | None:
             if not ctx.conn.nc.is_connected:
@@ -115,7 +136,7 @@ class DiscoveryService:
             )
             async with asyncio.TaskGroup() as group:
                 group.create_task(views.run(), name="discovery-views")
-                sweep = ExpirySweep(ctx.store, views, metrics)
+                sweep = ExpirySweep(store, views, metrics)
                 group.create_task(sweep.run(self.expiry_interval), name="lease-expiry")
                 group.create_task(self._serve(_Server(config), sock), name="discovery-http")
         finally:
@@ -165,8 +186,10 @@ def build(
     return DiscoveryService(
         host=host,
         port=port,
-        max_lease_ttl=seconds_of("--max-lease-ttl", max_lease_ttl, positive=True),
-        lease_cooldown=seconds_of("--lease-cooldown", lease_cooldown),
+        max_lease_ttl=seconds_of(
+            "--max-lease-ttl", max_lease_ttl, positive=True, maximum=MAX_LEASE_SECONDS
+        ),
+        lease_cooldown=seconds_of("--lease-cooldown", lease_cooldown, maximum=MAX_COOLDOWN_SECONDS),
         token=token_from_env(),
     )
 
@@ -191,20 +214,20 @@ OPTIONS: tuple[click.Option, ...] = (
         ["--max-lease-ttl"],
         default="1h",
         metavar="DURATION",
-        callback=duration_option(positive=True),
+        callback=duration_option(positive=True, maximum=MAX_LEASE_SECONDS),
         show_default=True,
         envvar="MAX_LEASE_TTL",
-        help="Longest lease granted, e.g. 30s, 5m, 1h; a longer request is granted this long "
-        "(the answer says ttlClamped) [env MAX_LEASE_TTL].",
+        help="Longest lease granted, e.g. 30s, 5m, 1h, at most 168h (7 days); a longer request "
+        "is granted this long (the answer says ttlClamped) [env MAX_LEASE_TTL].",
     ),
     click.Option(
         ["--lease-cooldown"],
         default="10s",
         metavar="DURATION",
-        callback=duration_option(),
+        callback=duration_option(maximum=MAX_COOLDOWN_SECONDS),
         show_default=True,
         envvar="LEASE_COOLDOWN",
-        help="How long a proxy rests after a lease ends before it is leased again "
+        help="How long a proxy rests after a lease ends before it is leased again, at most 24h "
         "[env LEASE_COOLDOWN].",
     ),
 )

@@ -11,13 +11,15 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TypeVar
 
+import structlog
 from nats.js import JetStreamContext
 
 from events import subjects
 from events.aio import raise_if_cancelled
+from events.errors import EventStoreError
 from events.schemas import HealthChanged
 from events.store import EventStore, Recorded
 from projections import lease as lease_fold
@@ -26,6 +28,8 @@ from projections.lease import LeaseRecord, LeaseView
 from projections.projector import Projector
 from projections.proxy import ProxyView
 from services.discovery.candidates import CandidateIndex
+
+log = structlog.get_logger("egress.discovery")
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 V = TypeVar("V")
@@ -53,7 +57,14 @@ async def follow(projector: Projector[V], batch: int) -> None:
         windowed = streak >= BURST
         projector.batch = batch if windowed else 1
         projector.idle_timeout = WINDOW if windowed else idle
-        got = await projector.step()
+        try:
+            got = await projector.step()
+        except EventStoreError as exc:
+            # NATS is away: the views stay as they are (the API answers 503 to writes) and
+            # resume where they stopped once it is back; a service that died here would not.
+            log.warning("discovery view cannot read, trying again", error=str(exc))
+            got = 0
+            await asyncio.sleep(idle)
         streak = (BURST if windowed else streak + 1) if got else 0
 
 
@@ -73,6 +84,12 @@ class Views:
         """The proxies a lease request may get, by attribute."""
         self.latency_ms: dict[str, float] = {}
         """proxy uid -> probe latency of its last health change, while it was healthy."""
+        self.health_message: dict[str, str] = {}
+        """proxy uid -> what its last failed probe said, while it is unhealthy."""
+        self.server_ahead = timedelta(0)
+        """How far the server's clock is at least ahead of ours (never below 0): the most any
+        event was stamped after we received it. Every sample is a lower bound, so the largest
+        is the best one; old events replayed at start-up are far behind and change nothing."""
         self._apply_lease = lease_fold.indexed(self.index)
         self.proxies: Projector[ProxyView] = Projector(
             js, subjects.PROXY_STREAM, "proxy.*.*", self._on_proxy, batch=batch
@@ -88,17 +105,22 @@ class Views:
         self._tickets = itertools.count()
 
     def _seen(self, recorded: Recorded) -> None:
-        self.newest = max(self.newest, recorded.timestamp)
+        stamp = recorded.timestamp
+        self.newest = max(self.newest, stamp)
+        self.server_ahead = max(self.server_ahead, stamp - datetime.now(UTC))
 
     def _on_proxy(self, view: ProxyView | None, recorded: Recorded) -> ProxyView:
         self._seen(recorded)
         after = proxy_fold.apply(view, recorded)
         self.candidates.update(after)
-        if isinstance(recorded.event, HealthChanged):
-            if recorded.event.healthy:
-                self.latency_ms[after.uid] = recorded.event.latency_ms
+        event = recorded.event
+        if isinstance(event, HealthChanged) and after.healthy is event.healthy:
+            if event.healthy:
+                self.latency_ms[after.uid] = event.latency_ms
+                self.health_message.pop(after.uid, None)
             else:
                 self.latency_ms.pop(after.uid, None)  # a failed probe has no latency to show
+                self.health_message[after.uid] = event.message or event.reason
         return after
 
     def _on_lease(self, view: LeaseView | None, recorded: Recorded) -> LeaseView:
@@ -137,6 +159,12 @@ class Views:
         showing states: whether a claim holds is decided by the fold, on the claim's own
         timestamp."""
         return max(datetime.now(UTC), self.newest)
+
+    def server_now(self) -> datetime:
+        """The local clock corrected by how far the server's is known to be ahead: what a
+        writer's deadline is measured in, since the fold compares it with the JetStream
+        timestamp of the event (docs/api.md, "When NATS is unreachable")."""
+        return datetime.now(UTC) + self.server_ahead
 
     def proxy(self, uid: str) -> ProxyView | None:
         return self.proxies.views.get(uid)

@@ -119,7 +119,7 @@ async def test_an_expired_lease_is_gone_and_its_expiry_recorded(
 ) -> None:
     await ready_proxy(jetstream_store, "p1")
     await until(lambda: _has_proxies(api, 1))
-    lease = (await api.post("/v1/leases", json={"ttlSeconds": 0.5})).json()
+    lease = (await api.post("/v1/leases", json={"ttlSeconds": 1})).json()
     lease_id = lease["id"]
     assert (await api.get(f"/v1/leases/{lease_id}")).status_code == 200
 
@@ -151,8 +151,8 @@ async def test_past_its_end_a_lease_is_gone_before_the_expiry_is_recorded(
         discovery(nats_server.url, expiry_interval=3600) as (_, base),
         httpx.AsyncClient(base_url=base) as api,
     ):
-        lease = (await api.post("/v1/leases", json={"ttlSeconds": 0.3})).json()
-        await asyncio.sleep(0.4)
+        lease = (await api.post("/v1/leases", json={"ttlSeconds": 1})).json()  # the shortest
+        await asyncio.sleep(1.1)
         assert gone(await api.get(f"/v1/leases/{lease['id']}"))
         assert gone(await api.delete(f"/v1/leases/{lease['id']}"))
     history = await jetstream_store.read(subjects.lease("p1"))
@@ -173,9 +173,12 @@ async def test_only_ready_and_healthy_proxies_are_leased(
 
     await until(sick_seen)
     none = await api.post("/v1/leases", json={"selector": {"pool": "a"}})
-    assert none.status_code == 503
+    assert none.status_code == 503  # they exist, and may serve soon: the request is right
     assert none.json()["error"] == "no_proxy_available"
-    assert "no Ready, healthy proxy matches" in none.json()["message"]
+    message = none.json()["message"]
+    assert "3 proxies match the selector {'pool': 'a'}" in message
+    for reason in ("1 not Ready (Provisioning)", "1 unhealthy (last probe: ", "1 not probed yet"):
+        assert reason in message, message
     assert none.headers["retry-after"] == "5"
     await set_health(jetstream_store, "unprobed", True)  # the first verdict
 
@@ -202,10 +205,17 @@ async def test_the_selector_must_match_every_pair(
     assert await lease({"country": "de", "tier": "gold"}) == "de-gold"
     assert await lease({"tier": "gold"}) == "us-gold"  # de-gold is taken
     assert await lease({"country": "de"}) == "de-basic"
-    for selector in ({"country": "de"}, {}, {"country": "fr"}, {"country": "de", "x": "y"}):
+    for selector in ({"country": "de"}, {}):
         busy = await api.post("/v1/leases", json={"selector": selector})
         assert busy.status_code == 503, selector
         assert busy.json()["error"] == "no_proxy_available"
+        assert "leased" in busy.json()["message"]
+    for selector in ({"country": "fr"}, {"country": "de", "x": "y"}, {"contry": "de"}):
+        none = await api.post("/v1/leases", json={"selector": selector})
+        assert none.status_code == 422, selector
+        assert none.json()["error"] == "no_matching_proxy"
+        assert "retry-after" not in none.headers
+    assert "did you mean 'country'?" in none.json()["message"]
 
 
 async def test_reports_are_recorded_while_the_lease_is_active(

@@ -69,18 +69,20 @@ async def test_every_error_has_one_shape(api: httpx.AsyncClient) -> None:
         (await api.get("/v1/leases/unknown"), 404, "unknown_lease"),
         (await api.delete("/v1/leases/unknown"), 404, "unknown_lease"),
         (await api.post("/v1/leases/unknown/report", json={"outcome": "failed"}), 404, ""),
-        (await api.post("/v1/leases", json={"selector": {"country": "fr"}}), 503, ""),
+        (await api.post("/v1/leases", json={"selector": {"country": "fr"}}), 422, ""),
+        (await api.post("/v1/leases", json={"ttlSeconds": "60"}), 400, "invalid_request"),
     ]
     for response, status, code in cases:
         body = response.json()
         assert response.status_code == status, (response.request.url, body)
         assert set(body) == {"error", "message"}, body
-        assert body["error"] == (code or {404: "unknown_lease", 503: "no_proxy_available"}[status])
+        assert body["error"] == (code or {404: "unknown_lease", 422: "no_matching_proxy"}[status])
         assert body["message"]
         assert response.headers["content-type"].startswith("application/json")
     assert "ttlSeconds" in cases[5][0].json()["message"]
     assert "selector" in cases[6][0].json()["message"]
-    assert cases[-1][0].headers["retry-after"] == "5"  # nothing matches: no better hint
+    assert "retry-after" not in cases[-2][0].headers  # nothing has the attributes: do not wait
+    assert "ttlSeconds" in cases[-1][0].json()["message"]
     assert "65536 bytes at most" in cases[2][0].json()["message"]
     assert cases[1][0].json()["message"] == "PUT is not allowed on /v1/leases"
 
@@ -146,7 +148,15 @@ async def test_openapi_document_is_valid(api: httpx.AsyncClient) -> None:
     assert "/metrics" not in document["paths"]
     assert document["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
     acquire = document["paths"]["/v1/leases"]["post"]
-    assert {"201", "400", "401", "413", "503"} <= set(acquire["responses"])
+    assert {"201", "400", "401", "409", "413", "422", "503"} <= set(acquire["responses"])
+    assert "no_matching_proxy" in acquire["responses"]["422"]["description"]
+    assert "Retry-After" in acquire["responses"]["503"]["description"]
+    (key,) = [p for p in acquire["parameters"] if p["in"] == "header"]
+    assert (key["name"], key["required"]) == ("Idempotency-Key", False)
+    body = acquire["requestBody"]["content"]["application/json"]["schema"]["$ref"]
+    ttl = document["components"]["schemas"][body.rsplit("/", 1)[1]]["properties"]["ttlSeconds"]
+    assert {"type": "number"} in ttl["oneOf"]
+    assert (ttl["minimum"], ttl["maximum"]) == (1, 604800)
     lease = document["paths"]["/v1/leases/{lease_id}"]
     assert {"204", "404"} <= set(lease["delete"]["responses"])
     report = document["paths"]["/v1/leases/{lease_id}/report"]["post"]

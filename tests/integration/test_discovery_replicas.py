@@ -67,8 +67,7 @@ async def test_replicas_record_each_expiry_once(
     ):
         await until(lambda: _has_proxies(b, 3))
         leases = [
-            (await client.post("/v1/leases", json={"ttlSeconds": 0.3})).json()
-            for client in (a, b, a)
+            (await client.post("/v1/leases", json={"ttlSeconds": 1})).json() for client in (a, b, a)
         ]
         assert len({lease["proxy"]["uid"] for lease in leases}) == 3
 
@@ -105,7 +104,7 @@ async def test_rebuilt_views_equal_the_live_ones(
         assert service.api is not None
         views = service.api.views
         one = (await api.post("/v1/leases", json={"selector": {"pool": "p1"}})).json()
-        two = (await api.post("/v1/leases", json={"ttlSeconds": 0.2, "holder": "h"})).json()
+        two = (await api.post("/v1/leases", json={"ttlSeconds": 1, "holder": "h"})).json()
         await api.post(f"/v1/leases/{one['id']}/report", json={"outcome": "blocked"})
         assert (await api.delete(f"/v1/leases/{one['id']}")).status_code == 204
         await set_health(jetstream_store, "p3", False)

@@ -8,7 +8,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from events.schemas import Phase, ProxySpec
+from events.schemas import MAX_COOLDOWN_SECONDS, MAX_LEASE_SECONDS, Phase, ProxySpec
 from projections.proxy import ProxyView
 from services.cli.registry import SERVICES
 from services.cli.up import UpCommand, up
@@ -17,7 +17,7 @@ from services.discovery.auth import token_from_env
 from services.discovery.durations import format_duration, parse_duration, seconds_of
 from services.discovery.errors import InvalidRequest
 from services.discovery.leases import LeasePolicy, Leases, eligible
-from services.discovery.service import OPTIONS, build
+from services.discovery.service import OPTIONS, DiscoveryService, build
 from services.runtime.config import ConfigError, Settings
 
 
@@ -191,3 +191,44 @@ def test_eligible() -> None:
     assert not eligible(_proxy(phase=Phase.REPLACING), {})
     assert not eligible(_proxy(deleting=True), {})
     assert not eligible(_proxy(url=""), {})
+
+
+def test_durations_are_bounded_and_the_flag_named() -> None:
+    assert seconds_of("--max-lease-ttl", "168h", maximum=MAX_LEASE_SECONDS) == MAX_LEASE_SECONDS
+    with pytest.raises(ConfigError, match=r"^--max-lease-ttl: 1000000000000 is longer than .*168h"):
+        seconds_of("--max-lease-ttl", 1000000000000, positive=True, maximum=MAX_LEASE_SECONDS)
+    with pytest.raises(ConfigError, match=r"^--lease-cooldown: '25h' is longer than .*24h"):
+        seconds_of("--lease-cooldown", "25h", maximum=MAX_COOLDOWN_SECONDS)
+    with pytest.raises(ConfigError, match=r"^--lease-cooldown: .*not a duration"):
+        seconds_of("--lease-cooldown", float("inf"))
+    with pytest.raises(ConfigError, match="--max-lease-ttl"):
+        build(Settings(), max_lease_ttl=1e12)
+    with pytest.raises(ConfigError, match="--lease-cooldown"):
+        build(Settings(), lease_cooldown="48h")
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "flag"),
+    [
+        (("--max-lease-ttl", "1000000000000"), None, "--max-lease-ttl"),
+        (("--max-lease-ttl", "169h"), None, "--max-lease-ttl"),
+        ((), {"MAX_LEASE_TTL": "604801"}, "--max-lease-ttl"),
+        (("--lease-cooldown", "25h"), None, "--lease-cooldown"),
+        (("--lease-cooldown", "1e400"), None, "--lease-cooldown"),
+    ],
+)
+def test_a_flag_out_of_bounds_stops_the_start(
+    args: tuple[str, ...], env: dict[str, str] | None, flag: str
+) -> None:
+    code, output, seen = _parse(*args, env=env)
+    assert code == 2
+    assert f"Invalid value for '{flag}'" in output
+    assert seen == {}
+
+
+def test_a_service_made_without_the_flags_checks_the_same_bounds() -> None:
+    with pytest.raises(ConfigError, match=r"^--max-lease-ttl: "):
+        DiscoveryService(max_lease_ttl=1e12).check()
+    with pytest.raises(ConfigError, match=r"^--lease-cooldown: "):
+        DiscoveryService(lease_cooldown=-1).check()
+    DiscoveryService(max_lease_ttl=MAX_LEASE_SECONDS, lease_cooldown=MAX_COOLDOWN_SECONDS).check()

@@ -1,0 +1,120 @@
+"""Why a lease request got no proxy, told so that the client knows what to do next.
+
+Two answers, told apart by whether any proxy *has* the attributes asked for, leasable or not
+(docs/api.md, "Errors"):
+
+- none has them: ``422 no_matching_proxy``, without ``Retry-After``. Waiting will not help, the
+  selector is most likely wrong (``{"contry": "de"}``), so the message names the attribute keys
+  and values that do exist, and the nearest key to a misspelt one.
+- some have them, but none can be leased now: ``503 no_proxy_available`` with ``Retry-After``,
+  and how many are leased, cooling down, unhealthy (with what the last probe said), not Ready or
+  being deleted. A proxy that is provisioning or failing its probes exists and may serve soon: a
+  request for it is right, only early.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+from collections import Counter
+from collections.abc import Mapping
+from datetime import datetime
+
+from events.schemas import Phase
+from projections.lease import available_at, is_available, is_free
+from projections.proxy import ProxyView
+from services.discovery.candidates import leasable
+from services.discovery.errors import ApiError, NoMatchingProxy, NoProxyAvailable
+from services.discovery.views import Views
+
+UNKNOWN_WAIT = 5
+"""``Retry-After`` when no matching proxy has a known time at which it frees up."""
+SHOWN = 10
+"""Attribute keys, or values of one key, named in a message at most."""
+
+LEASED = "leased"
+COOLING = "cooling down"
+CLAIMED = "claimed by other requests meanwhile"
+UNHEALTHY = "unhealthy"
+UNPROBED = "not probed yet"
+DELETING = "being deleted"
+
+
+def refusal(views: Views, selector: Mapping[str, str]) -> ApiError:
+    """The error for a request that got no proxy, from the views as they are now."""
+    uids = views.candidates.existing(selector)
+    if not uids:
+        return NoMatchingProxy(_nothing_has(views, selector))
+    now = views.now()
+    reasons: Counter[str] = Counter()
+    probe = ""
+    soonest: datetime | None = None
+    for uid in uids:
+        proxy = views.proxy(uid)
+        if proxy is None:
+            continue
+        if leasable(proxy):
+            view = views.lease_view(uid)
+            if not is_free(view, now):
+                reason = LEASED
+            elif not is_available(view, now):
+                reason = COOLING
+            else:
+                reason = CLAIMED
+            when = available_at(view)
+            if when is not None and when > now and (soonest is None or when < soonest):
+                soonest = when
+        else:
+            reason = _not_leasable(proxy)
+            if reason == UNHEALTHY:
+                probe = probe or views.health_message.get(uid, "")
+        reasons[reason] += 1
+    counts = ", ".join(
+        f"{n} {reason}" + (f" (last probe: {probe})" if reason == UNHEALTHY and probe else "")
+        for reason, n in reasons.most_common()
+    )
+    n = sum(reasons.values())
+    match = "proxy matches" if n == 1 else "proxies match"
+    if soonest is not None:
+        wait = max(1, math.ceil((soonest - now).total_seconds()))
+    else:
+        wait = 1 if reasons[CLAIMED] else UNKNOWN_WAIT
+    return NoProxyAvailable(
+        f"{n} {match} the selector {dict(selector)}, but none can be leased now: {counts}",
+        headers={"Retry-After": str(wait)},
+    )
+
+
+def _not_leasable(proxy: ProxyView) -> str:
+    """Why ``candidates.leasable`` refuses the proxy, in the order a reader would look."""
+    if proxy.deleting:
+        return DELETING
+    if proxy.phase is not Phase.READY or not proxy.url:
+        return f"not Ready ({proxy.phase.value})"
+    return UNPROBED if proxy.healthy is None else UNHEALTHY
+
+
+def _nothing_has(views: Views, selector: Mapping[str, str]) -> str:
+    values = views.candidates.attribute_values()
+    if not views.candidates.existing({}):
+        return "there are no proxies yet; declare some (`egress-proxies apply -f FILE`)"
+    hints: list[str] = []
+    for key, value in selector.items():
+        if key not in values:
+            close = difflib.get_close_matches(key, list(values), n=1)
+            hints.append(
+                f"no proxy has the attribute {key!r}"
+                + (f" (did you mean {close[0]!r}?)" if close else "")
+            )
+        elif value not in values[key]:
+            hints.append(f"{key!r} is one of {_listed(values[key])}")
+    if not hints:
+        hints.append("each pair exists, but no single proxy has all of them")
+    keys = f"; the attribute keys in use are {_listed(values)}" if values else ""
+    return f"no proxy has the attributes {dict(selector)}: {'; '.join(hints)}{keys}"
+
+
+def _listed(items: Mapping[str, object] | set[str]) -> str:
+    names = sorted(items)
+    shown = ", ".join(repr(name) for name in names[:SHOWN])
+    return shown + (f" and {len(names) - SHOWN} more" if len(names) > SHOWN else "")
