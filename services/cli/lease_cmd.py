@@ -4,14 +4,17 @@ For scripts (``ID=$(egress-proxies lease acquire -o json | jq -r .id)``) and for
 trying a selector by hand. It speaks HTTP to a running discovery service, like a crawler would,
 rather than appending to the log itself: the API is where leases are granted, and going around
 it would skip its checks. The exit code tells a script what to do next: 6 means try again later
-(no proxy free), 7 means the lease is gone (acquire a new one).
+(no proxy free), 7 means the lease is gone (acquire a new one), 8 means no proxy has the asked
+attributes at all (fix the selector; retrying will not help).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import time
 import urllib.error
+import uuid
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,6 +38,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_API_URL = "http://127.0.0.1:8080"
 EXIT_NO_PROXY = 6
 EXIT_UNKNOWN_LEASE = 7
+EXIT_NO_MATCH = 8
 OUTCOMES = ("success", "blocked", "failed")
 
 
@@ -55,6 +59,18 @@ class LeaseGone(LeaseFailed):
     exit_code = EXIT_UNKNOWN_LEASE
 
 
+class NoMatch(LeaseFailed):
+    exit_code = EXIT_NO_MATCH
+
+
+class Unavailable(ConnectError):
+    """The API answered 503 ``unavailable`` (it cannot reach NATS): safe to retry, once."""
+
+    def __init__(self, message: str, retry_after: str = "") -> None:
+        super().__init__(message)
+        self.retry_after = float(retry_after) if retry_after.isdigit() else 1.0
+
+
 class Unexpected(LeaseFailed):
     """The API failed, or answered what no version of it sends (exit 1, as for any failure)."""
 
@@ -65,9 +81,18 @@ class DiscoveryClient:
     token: str | None
     timeout: float = 10.0
 
-    def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+    def call(
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        *,
+        idempotency_key: str = "",
+    ) -> Any:
         """The decoded answer (None for 204); an error answer raises what its code means."""
         headers = {"Accept": "application/json"}
+        if idempotency_key:
+            headers["Idempotency-Key"] = idempotency_key
         if body is not None:
             headers["Content-Type"] = "application/json"
         if self.token:
@@ -111,8 +136,13 @@ class DiscoveryClient:
             retry = clean(exc.headers.get("Retry-After") or "")
             hint = f"; try again in {retry} s" if retry else ""
             return NoProxyFree(f"no proxy available: {message}{hint}")
-        if code == "unknown_lease":
+        if code in ("unknown_lease", "lease_ended"):
             return LeaseGone(message)
+        if code == "no_matching_proxy":
+            return NoMatch(f"no proxy matches: {message}")
+        if code == "unavailable":
+            retry = clean(exc.headers.get("Retry-After") or "")
+            return Unavailable(f"the discovery API at {self.base} cannot serve now: {message}", retry)
         if exc.code == 401:
             return ConfigError(
                 f"the discovery API refused the request ({message}); set {TOKEN_ENV}"
@@ -215,7 +245,15 @@ def acquire(
     body: dict[str, Any] = {"selector": selector, "holder": holder}
     if ttl is not None:
         body["ttlSeconds"] = ttl
-    answer = _client(api_url).call("POST", "/v1/leases", body)
+    # One key for this invocation: the retry below (after an outage answer) can never hold a
+    # second proxy, whatever became of the first attempt.
+    key = str(uuid.uuid4())
+    client = _client(api_url)
+    try:
+        answer = client.call("POST", "/v1/leases", body, idempotency_key=key)
+    except Unavailable as exc:
+        time.sleep(min(exc.retry_after, 5.0))
+        answer = client.call("POST", "/v1/leases", body, idempotency_key=key)
     if output == "json":
         _emit_json(answer)
         return

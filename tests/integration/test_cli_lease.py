@@ -104,9 +104,9 @@ async def test_table_output_and_the_exit_codes_scripts_act_on(
         assert busy.exit_code == 6, busy.output
         assert "no proxy available" in busy.stderr
         assert "try again in" in busy.stderr
-        # No proxy has the attributes: 422, which this CLI reports as a refused request (2).
+        # No proxy has the attributes: 422, which this CLI exits 8 on (retrying will not help).
         nothing = await cli("lease", "acquire", "--selector", "country=fr", **env)
-        assert nothing.exit_code == 2, nothing.output
+        assert nothing.exit_code == 8, nothing.output
         assert "no proxy has the attributes" in nothing.stderr
 
         assert (await cli("lease", "release", lease_id, **env)).exit_code == 0
@@ -155,4 +155,5 @@ async def test_help_documents_the_lease_exit_codes() -> None:
     result = await cli("--help")
     assert "6  lease acquire: no proxy available" in result.stdout
     assert "7  lease release / report: unknown lease" in result.stdout
+    assert "8  lease acquire: no proxy matches the selector at all" in result.stdout
     assert "lease" in (await cli("lease", "--help")).stdout
