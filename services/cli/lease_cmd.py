@@ -14,8 +14,8 @@ import json
 import math
 import time
 import urllib.error
-import uuid
 import urllib.request
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -142,7 +142,9 @@ class DiscoveryClient:
             return NoMatch(f"no proxy matches: {message}")
         if code == "unavailable":
             retry = clean(exc.headers.get("Retry-After") or "")
-            return Unavailable(f"the discovery API at {self.base} cannot serve now: {message}", retry)
+            return Unavailable(
+                f"the discovery API at {self.base} cannot serve now: {message}", retry
+            )
         if exc.code == 401:
             return ConfigError(
                 f"the discovery API refused the request ({message}); set {TOKEN_ENV}"
