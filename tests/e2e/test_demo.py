@@ -4,23 +4,19 @@
 from __future__ import annotations
 
 import asyncio
-import http.server
 import json
 import os
 import signal
-import subprocess
 import sys
-import threading
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from services.runtime.natsserver import free_port
+from tests.support.system import ROOT, cli, fetch_via, hello_target, processes_mentioning
 from tests.support.waiting import until
 
-ROOT = Path(__file__).resolve().parents[2]
 PROXIES = "\n---\n".join(
     f"""apiVersion: crawl.example.com/v1alpha1
 kind: Proxy
@@ -33,62 +29,10 @@ spec:
 )
 
 
-class Hello(http.server.BaseHTTPRequestHandler):
-    def do_GET(self) -> None:
-        body = b"hello through the proxy"
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: object) -> None:
-        del format, args
-
-
 @pytest.fixture
 def target() -> Iterator[str]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hello)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/"
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
-def cli(*args: str, env: dict[str, str], timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "services.cli.main", *args],
-        env=env,
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-
-
-def fetch_via(proxy_url: str, url: str) -> str:
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({"http": proxy_url}))
-    with opener.open(url, timeout=10) as response:
-        body: bytes = response.read()
-        return body.decode()
-
-
-def our_processes(marker: str) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-            status = (entry / "status").read_text()
-        except OSError:
-            continue
-        if marker in cmdline and "\nState:\tZ" not in status:
-            found.append(int(entry.name))
-    return found
+    with hello_target() as url:
+        yield url
 
 
 async def test_up_apply_traffic_delete(tmp_path: Path, target: str) -> None:
@@ -163,10 +107,12 @@ async def test_up_apply_traffic_delete(tmp_path: Path, target: str) -> None:
         assert "HealthChanged" in types
 
         instances = data_dir / "local" / "instances"
-        assert our_processes(str(instances)), "the proxies run as processes under the data dir"
+        assert processes_mentioning(str(instances)), (
+            "the proxies run as processes under the data dir"
+        )
         deleted = await asyncio.to_thread(cli, "delete", "-f", str(manifest), "--wait", env=cli_env)
         assert deleted.returncode == 0, deleted.stdout + deleted.stderr
-        assert our_processes(str(instances)) == []
+        assert processes_mentioning(str(instances)) == []
         assert not any(instances.iterdir())
         listed = await asyncio.to_thread(cli, "get", "-o", "json", env=cli_env)
         assert json.loads(listed.stdout)["items"] == []

@@ -49,6 +49,23 @@ def hello_target() -> Iterator[str]:
         server.server_close()
 
 
+def processes_mentioning(marker: str) -> list[int]:
+    """Live processes whose command line names ``marker`` (a local proxy names its instance
+    directory), zombies aside."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            status = (entry / "status").read_text()
+        except OSError:
+            continue
+        if marker in cmdline and "\nState:\tZ" not in status:
+            found.append(int(entry.name))
+    return found
+
+
 def base_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NATS_URL", "OTEL_"))}
     env["PYTHONPATH"] = str(ROOT)
