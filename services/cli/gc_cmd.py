@@ -193,7 +193,14 @@ def gc() -> None:
     show_default=True,
     help="Spare instances younger than this (creates in flight), e.g. 30s, 10m.",
 )
-@click.option("-o", "--output", type=click.Choice(["table", "json"]), default="table")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Choice(["table", "json"]),
+    default="table",
+    show_default=True,
+    help="A table for people, or the sweep results as JSON for tools.",
+)
 @nats_url_option
 @click.pass_obj
 def run_once(
