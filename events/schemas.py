@@ -282,6 +282,9 @@ class LeaseReleased(Event, frozen=True, kw_only=True):
     cooldown_seconds: float = 0.0
     deadline: datetime | msgspec.UnsetType = msgspec.UNSET
     """As on ``LeaseAcquired``: a release stamped after it changes nothing."""
+    withdrawn: bool = False
+    """Written by the system, not the holder: the claim's requester had been told it failed
+    (its acknowledgement was lost in an outage), so nobody holds the lease."""
 
 
 class LeaseReported(Event, frozen=True, kw_only=True):

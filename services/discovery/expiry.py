@@ -23,15 +23,23 @@ from events.store import EventStore, NewEvent, derive_msg_id
 from projections.lease import LeaseView
 from services.discovery.metrics import DiscoveryMetrics
 from services.discovery.views import Views
+from services.discovery.withdraw import Withdrawals
 
 log = structlog.get_logger("egress.discovery")
 
 
 class ExpirySweep:
-    def __init__(self, store: EventStore, views: Views, metrics: DiscoveryMetrics) -> None:
+    def __init__(
+        self,
+        store: EventStore,
+        views: Views,
+        metrics: DiscoveryMetrics,
+        withdrawals: Withdrawals | None = None,
+    ) -> None:
         self.store = store
         self.views = views
         self.metrics = metrics
+        self.withdrawals = withdrawals
 
     async def sweep(self) -> int:
         """One pass; returns how many ``LeaseExpired`` events it stored."""
@@ -64,6 +72,8 @@ class ExpirySweep:
         while True:
             raise_if_cancelled()  # nats-py can swallow a cancellation inside an append
             try:
+                if self.withdrawals is not None and self.withdrawals.doubts:
+                    await self.withdrawals.settle()
                 await self.sweep()
             except EventStoreError as exc:
                 log.warning("lease expiry sweep failed, trying again", error=str(exc))

@@ -48,6 +48,7 @@ from services.discovery.errors import (
 from services.discovery.metrics import DiscoveryMetrics
 from services.discovery.refusals import refusal
 from services.discovery.views import Views
+from services.discovery.withdraw import Withdrawals
 
 log = structlog.get_logger("egress.discovery")
 
@@ -143,6 +144,7 @@ class Leases:
         self.policy = policy
         self.metrics = metrics
         self.rng = rng or random.Random()
+        self.withdrawals = Withdrawals(store, views)
         self._trying: Counter[str] = Counter()
 
     # ------------------------------------------------------------------------------ acquire
@@ -265,14 +267,21 @@ class Leases:
             cooldown_seconds=self.policy.cooldown,
             deadline=self.policy.deadline(self.views.server_now()),
         )
+        expected = view.last_seq if view else 0
         try:
             result = await self.store.append(
                 subjects.lease(uid),
                 [NewEvent(event, claim.msg_id(lease_id, used))],
-                expected_seq=view.last_seq if view else 0,
+                expected_seq=expected,
             )
         except ConcurrencyError:
             return None
+        except StoreUnavailable:
+            if not claim.key:
+                # The outcome is unknown and the answer will be 503: withdraw the claim if it
+                # was stored after all (``withdraw.py``). With a key, the retry learns it.
+                self.withdrawals.doubt(uid, lease_id, expected)
+            raise
         return Stored(lease_id, result.last_seq, bool(result.duplicates))
 
     async def _confirm(self, uid: str, lease_id: str, seq: int) -> Granted | None:
@@ -325,6 +334,14 @@ class Leases:
         to count, and the lease could then never be released. The answer says what the fold
         made of it.
         """
+        found = self.views.find_lease(lease_id)
+        if found is not None:
+            earlier = find(found[0], lease_id)
+            if earlier is not None and earlier.end == RELEASED:
+                # Released already (an earlier attempt of this DELETE, maybe answered 503 while
+                # it reached the log): the lease is over, as asked.
+                self.metrics.releases.labels("released").inc()
+                return
         uid = self.get(lease_id).view.proxy_uid
         event = LeaseReleased(
             lease_id=lease_id,

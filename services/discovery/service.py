@@ -136,7 +136,7 @@ class DiscoveryService:
             )
             async with asyncio.TaskGroup() as group:
                 group.create_task(views.run(), name="discovery-views")
-                sweep = ExpirySweep(store, views, metrics)
+                sweep = ExpirySweep(store, views, metrics, leases.withdrawals)
                 group.create_task(sweep.run(self.expiry_interval), name="lease-expiry")
                 group.create_task(self._serve(_Server(config), sock), name="discovery-http")
         finally:
