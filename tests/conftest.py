@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -19,8 +19,27 @@ from services.runtime.natsserver import EmbeddedNatsServer
 os.environ["HEALTH_CHECK_URL"] = "http://127.0.0.1:9/no-external-checks-in-tests"
 
 
+@pytest.fixture(autouse=True, scope="session")
+def private_runtime_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Embedded servers announce their credentials in the user's runtime dir, where clients on
+    this machine find them; the tests' servers (and the `up` and CLI processes they start, which
+    inherit the environment) use one of their own, not the home of whoever runs them."""
+    folder = tmp_path_factory.mktemp("runtime")
+    before = os.environ.get("XDG_RUNTIME_DIR")
+    os.environ["XDG_RUNTIME_DIR"] = str(folder)
+    try:
+        yield folder
+    finally:
+        if before is None:
+            os.environ.pop("XDG_RUNTIME_DIR", None)
+        else:
+            os.environ["XDG_RUNTIME_DIR"] = before
+
+
 @pytest.fixture
 async def nats_server(tmp_path: Path) -> AsyncIterator[EmbeddedNatsServer]:
+    """With a user per service: ``url`` has no credentials (clients here find the admin's on
+    their own), ``admin_url`` and ``url_for(user)`` carry them for any other client."""
     server = EmbeddedNatsServer(data_dir=tmp_path / "nats")
     await server.start()
     try:

@@ -12,14 +12,20 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import click
-import nats
 import nats.errors
 import structlog
 from nats.aio.client import Client as NATS
 from rich.console import Console
 
-from services.runtime.config import DEFAULT_NATS_URL, Settings
-from services.runtime.connection import ConnectError, Connection, connect
+from services.runtime.config import DEFAULT_NATS_URL, Settings, credentials_from_env
+from services.runtime.connection import (
+    ConnectError,
+    Connection,
+    connect,
+    connect_failure,
+    credentials_for,
+    discard,
+)
 
 log = structlog.get_logger("egress.cli")
 
@@ -49,7 +55,9 @@ NATS_URL_ATTRS: dict[str, Any] = {
     "envvar": "NATS_URL",
     "default": None,
     "metavar": "URL",
-    "help": f"NATS server to use [env NATS_URL; default {DEFAULT_NATS_URL}].",
+    "help": f"NATS server to use [env NATS_URL; default {DEFAULT_NATS_URL}]. Log in with "
+    "nats://user:password@host:port or NATS_USER and NATS_PASSWORD; next to `up`, its "
+    "embedded server's credentials are used.",
 }
 """``--nats-url`` is left None when neither the flag nor ``NATS_URL`` is set: ``up`` starts its
 own nats-server exactly then, and every other command falls back to the default."""
@@ -72,26 +80,28 @@ async def connect_once(url: str, timeout: float = PROBE_TIMEOUT) -> NATS:
     (nats-py reads ``max_reconnect_attempts`` <= 0 as "forever", hence 1: two tries).
     """
     seen: list[Exception] = []
+    login = credentials_for(url, credentials_from_env())
 
     async def remember(exc: Exception) -> None:
         """Keep the cause for the message instead of letting nats-py log each try."""
         seen.append(exc)
 
+    # nats-py types its timeouts as int; they are floats at heart, hence the untyped options.
+    options: dict[str, Any] = {"reconnect_time_wait": 0.1, "connect_timeout": timeout}
+    nc = NATS()
     try:
-        nc: NATS = await nats.connect(
+        await nc.connect(
             servers=[url],
             max_reconnect_attempts=1,
-            reconnect_time_wait=0.1,
-            connect_timeout=timeout,
             error_cb=remember,
             name="egress-proxies-cli",
+            user=login.user if login else None,
+            password=login.password if login else None,
+            **options,
         )
     except (nats.errors.Error, OSError, TimeoutError) as exc:
-        cause = seen[-1] if seen else exc
-        raise ConnectError(
-            f"cannot reach nats-server at {url}: {cause or type(cause).__name__}. Start one "
-            "(`egress-proxies up` embeds one) or set --nats-url / NATS_URL"
-        ) from exc
+        await discard(nc)
+        raise ConnectError(connect_failure(url, login, exc, seen)) from exc
     return nc
 
 
@@ -106,7 +116,7 @@ async def open_connection(url: str, *, lasting: bool = False) -> Connection:
     (``events --follow``) the runtime's, which rides out a nats-server restart."""
     if lasting:
         await probe(url)
-        return await connect(url, name="egress-proxies-cli")
+        return await connect(url, name="egress-proxies-cli", credentials=credentials_from_env())
     nc = await connect_once(url)
     return Connection(nc=nc, js=nc.jetstream())
 

@@ -6,6 +6,7 @@ service added to ``SERVICES`` gets its sub-command and its flags without any cha
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import socket
 from pathlib import Path
@@ -123,8 +124,10 @@ def _with_option(entry: ServiceEntry) -> click.Option:
 def up(state: CliState, /, **values: Any) -> None:
     """Run the whole system in one process, with an embedded nats-server.
 
-    The nats-server is started only when neither --nats-url nor NATS_URL names one. Streams are
-    created if missing. Ctrl-C (or SIGTERM) stops everything cleanly.
+    The nats-server is started only when neither --nats-url nor NATS_URL names one. It gets one
+    user per service (passwords in DATA_DIR/nats/credentials.json, kept across restarts) and is
+    restarted if it dies. Streams are created if missing. Ctrl-C (or SIGTERM) stops everything
+    cleanly.
     """
     if values["nats_url"] and values["nats_port"] is not None:
         raise click.UsageError(
@@ -146,22 +149,32 @@ def up(state: CliState, /, **values: Any) -> None:
 async def _up(settings: Settings, services: list[Service], values: dict[str, Any]) -> None:
     data_dir: Path = values["data_dir"].resolve()
     server: EmbeddedNatsServer | None = None
-    try:
-        if not values["nats_url"]:
-            port = values["nats_port"] or _default_nats_port("127.0.0.1")
-            server = EmbeddedNatsServer(data_dir=data_dir / "nats", port=port)
-            await server.start()
-            settings = dataclasses.replace(settings, nats_url=server.url)
-        else:
-            await probe(settings.nats_url)
 
-        def banner(started: Started) -> None:
-            _print_banner(started, server, data_dir, values)
+    def banner(started: Started) -> None:
+        _print_banner(started, server, data_dir, values)
 
+    if values["nats_url"]:
+        await probe(settings.nats_url)
         await run_services(services, settings, on_started=banner)
+        return
+    port = values["nats_port"] or _default_nats_port("127.0.0.1")
+    server = EmbeddedNatsServer(data_dir=data_dir / "nats", port=port)
+    await server.start()
+    try:
+        # Each service logs in as its own user, so it may write only its own subjects; the
+        # supervisor brings the server back if it dies, or ends `up` if it cannot.
+        users = {s.name: server.credentials_for(s.name) for s in services}
+        embedded = dataclasses.replace(
+            settings, nats_url=server.url, nats_user="", nats_password=""
+        )
+        async with asyncio.TaskGroup() as group:
+            group.create_task(server.supervise(), name="nats-server")
+            group.create_task(
+                run_services(services, embedded, on_started=banner, credentials=users),
+                name="services",
+            )
     finally:
-        if server is not None:
-            await server.stop()
+        await server.stop()
 
 
 def _default_nats_port(host: str) -> int:
@@ -185,6 +198,9 @@ def _print_banner(
     grid.add_column()
     nats_note = "embedded" if server is not None else "external"
     grid.add_row("NATS", Text(f"{started.nats_url}  ({nats_note})"))
+    if server is not None:
+        # The password stays in the file (0600); the `nats` CLI reads it from there.
+        grid.add_row("nats CLI", Text(f"nats --context {server.context_file} stream ls"))
     grid.add_row("data dir", Text(str(data_dir)))
     grid.add_row("metrics", Text(started.metrics_url or "off"))
     api = f"http://127.0.0.1:{values['api_port']}" if DISCOVERY in SERVICES else "not installed"

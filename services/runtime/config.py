@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
-from urllib.parse import urlparse
+from urllib.parse import urlparse, urlsplit, urlunsplit
 
 DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -22,6 +22,37 @@ class ConfigError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
+class Credentials:
+    """A NATS user and password. The password stays out of ``repr``, so a logged object or a
+    traceback never shows it."""
+
+    user: str
+    password: str = field(repr=False)
+
+
+def redact_url(url: str) -> str:
+    """``url`` with any password replaced by ``***``: URLs are logged and printed, and a user may
+    have put ``user:password@`` into one (nats-py accepts it). A lone ``name@`` is a token to
+    nats-py, so it goes too."""
+    try:
+        parts = urlsplit(url)
+        if parts.username is None:
+            return url
+        host = parts.netloc.rpartition("@")[2]
+        who = "***" if parts.password is None else f"{parts.username}:***"
+        return urlunsplit(parts._replace(netloc=f"{who}@{host}"))
+    except ValueError:
+        return "<unparsable URL>"
+
+
+def url_has_credentials(url: str) -> bool:
+    try:
+        return urlsplit(url).username is not None
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     nats_url: str = DEFAULT_NATS_URL
     log_level: str = "info"
@@ -30,6 +61,16 @@ class Settings:
     metrics_port: int = 0
     stream_replicas: int = 1
     service_name: str = "egress-proxies"
+    nats_user: str = ""
+    nats_password: str = field(default="", repr=False)
+
+    @property
+    def credentials(self) -> Credentials | None:
+        """From ``NATS_USER``/``NATS_PASSWORD``; None when they are unset, so a ``user:password``
+        in the URL, or the local credentials of ``egress-proxies up``, apply instead."""
+        if not self.nats_user:
+            return None
+        return Credentials(self.nats_user, self.nats_password)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> Settings:
@@ -51,11 +92,20 @@ class Settings:
         return settings
 
     def validate(self) -> None:
-        url = urlparse(self.nats_url)
-        if url.scheme not in ("nats", "tls", "ws", "wss") or not url.hostname:
+        try:
+            url = urlparse(self.nats_url)
+            valid = url.scheme in ("nats", "tls", "ws", "wss") and bool(url.hostname)
+        except ValueError:
+            valid = False
+        if not valid:
             raise ConfigError(
-                f"--nats-url / NATS_URL: {self.nats_url!r} is not a NATS URL; "
+                f"--nats-url / NATS_URL: {redact_url(self.nats_url)!r} is not a NATS URL; "
                 "use e.g. nats://127.0.0.1:4222"
+            )
+        _check_pair(self.nats_user, self.nats_password)
+        if self.nats_user and url_has_credentials(self.nats_url):
+            raise ConfigError(
+                "--nats-url / NATS_URL carries a user, and NATS_USER is set too: use one of them"
             )
         if self.log_level not in LOG_LEVELS:
             raise ConfigError(
@@ -78,6 +128,21 @@ class Settings:
             )
 
 
+def credentials_from_env(env: Mapping[str, str] | None = None) -> Credentials | None:
+    """What a command that takes only a URL connects with, besides the URL's own user."""
+    env = os.environ if env is None else env
+    user, password = env.get("NATS_USER", ""), env.get("NATS_PASSWORD", "")
+    _check_pair(user, password)
+    return Credentials(user, password) if user else None
+
+
+def _check_pair(user: str, password: str) -> None:
+    if bool(user) != bool(password):
+        raise ConfigError(
+            "NATS_USER / NATS_PASSWORD: set both (the NATS user and its password) or neither"
+        )
+
+
 _ENV_VARS = {
     "nats_url": "NATS_URL",
     "log_level": "LOG_LEVEL",
@@ -85,6 +150,8 @@ _ENV_VARS = {
     "metrics_host": "METRICS_HOST",
     "metrics_port": "METRICS_PORT",
     "stream_replicas": "STREAM_REPLICAS",
+    "nats_user": "NATS_USER",
+    "nats_password": "NATS_PASSWORD",
 }
 _INTS = {"metrics_port", "stream_replicas"}
 

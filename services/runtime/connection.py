@@ -1,27 +1,49 @@
-"""The NATS connection every service shares.
+"""The NATS connection every service holds, and whom it logs in as.
 
 Reconnects forever (a service outlives a nats-server restart) and counts reconnections, so a
 consumer loop can rebuild its pull subscription afterwards: nats-py's pull subscriptions stop
 receiving after a server restart (nats-py issue 504).
+
+Credentials come from the URL (``nats://user:password@host``), else from ``NATS_USER`` /
+``NATS_PASSWORD``, else, for a server on this machine, from what ``egress-proxies up`` wrote for
+its embedded server: so the CLI next to a running ``up`` needs no flags.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
+import json
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
 
-import nats
 import nats.errors
 import structlog
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 
+from services.runtime.config import Credentials, redact_url, url_has_credentials
+from services.runtime.natsserver import (
+    ADMIN,
+    CREDENTIALS_FILE,
+    DEFAULT_PORT,
+    read_users,
+    registry_entry,
+)
+
 log = structlog.get_logger("egress.nats")
+
+REPEAT_EVERY = 30.0
+"""While a server stays down, the same connection error is logged once per this many seconds
+(nats-py reports every reconnect attempt, twice a second)."""
 
 
 class ConnectError(RuntimeError):
-    """No nats-server answered at the configured URL."""
+    """No nats-server answered at the configured URL, or it refused our credentials."""
 
 
 @dataclass
@@ -39,50 +61,153 @@ class Connection:
 
     async def close(self) -> None:
         """Flush and close. Not ``drain``: nats-py's drain waits out its whole timeout on a pull
-        subscription, and nothing here needs draining (unacked messages are redelivered)."""
+        subscription, and nothing here needs draining (unacked messages are redelivered). A
+        server that is gone makes nats-py's close raise on the dead socket, and a flush wait for
+        it: a stop must do neither."""
         if self.nc.is_closed:
             return
-        with contextlib.suppress(nats.errors.Error, TimeoutError):
-            await self.nc.flush(timeout=2)
-        await self.nc.close()
+        if self.nc.is_connected:
+            with contextlib.suppress(nats.errors.Error, TimeoutError, OSError):
+                await self.nc.flush(timeout=2)
+        with contextlib.suppress(nats.errors.Error, TimeoutError, OSError):
+            await self.nc.close()
+
+
+def is_local(url: str) -> bool:
+    try:
+        host = urlsplit(url).hostname or ""
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def local_users(url: str) -> dict[str, str]:
+    """The users of this user's embedded server behind ``url``: the one that announced itself
+    on that port, else the one under ``$DATA_DIR`` (default ``.data``, as ``up``)."""
+    try:
+        port = urlsplit(url).port or DEFAULT_PORT
+    except ValueError:
+        return {}
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        entry = registry_entry(port)
+        if entry.stat().st_uid == os.getuid():
+            users = read_users(Path(json.loads(entry.read_text())["credentials"]))
+            if users:
+                return users
+    return read_users(Path(os.environ.get("DATA_DIR") or ".data") / "nats" / CREDENTIALS_FILE)
+
+
+def credentials_for(
+    url: str, explicit: Credentials | None = None, user: str = ADMIN
+) -> Credentials | None:
+    """Whom to log in as at ``url``; None leaves it to the URL (or to no authentication).
+
+    Local credentials are sent only to a loopback address: a remote server must never learn them.
+    ``user`` is the process's own user there (a service's name); the admin stands in for one
+    the server does not know.
+    """
+    if url_has_credentials(url):
+        return None
+    if explicit is not None:
+        return explicit
+    if not is_local(url):
+        return None
+    users = local_users(url)
+    name = user if user in users else ADMIN
+    return Credentials(name, users[name]) if name in users else None
+
+
+def _refused(exc: BaseException) -> bool:
+    text = str(exc).lower()
+    return "authorization" in text or "authentication" in text
+
+
+def connect_failure(
+    url: str, credentials: Credentials | None, raised: BaseException, seen: list[Exception]
+) -> str:
+    """One line saying what went wrong, naming the user but never a password. A refused login
+    wins over what the retries ran into afterwards (the server drops the connection)."""
+    where = redact_url(url)
+    cause = next((e for e in seen if _refused(e)), seen[-1] if seen else raised)
+    text = str(cause) or type(cause).__name__
+    if _refused(cause):
+        parts = urlsplit(url)
+        user = credentials.user if credentials else parts.username
+        if user and not credentials and parts.password is None:
+            who = "a token"
+        else:
+            who = f"user {user!r}" if user else "no credentials"
+        return (
+            f"nats-server at {where} refused the login ({who}): {text}. Put user:password in "
+            "--nats-url / NATS_URL, or set NATS_USER and NATS_PASSWORD (next to `egress-proxies "
+            "up`, its credentials are found on their own)"
+        )
+    return (
+        f"cannot reach nats-server at {where}: {text}. Start one (`egress-proxies up` embeds "
+        "one) or set --nats-url / NATS_URL"
+    )
 
 
 async def connect(
-    url: str, *, name: str = "egress-proxies", connect_timeout: float = 5.0
+    url: str,
+    *,
+    name: str = "egress-proxies",
+    connect_timeout: float = 5.0,
+    credentials: Credentials | None = None,
+    user: str = ADMIN,
 ) -> Connection:
+    """``credentials`` win over the local lookup for ``user`` (see ``credentials_for``)."""
     holder: list[Connection] = []
+    login = credentials_for(url, credentials, user)
+    where = redact_url(url)
+    seen: list[Exception] = []
+    last: dict[str, float] = {}
 
     async def disconnected() -> None:
-        log.warning("nats disconnected", url=url)
+        log.warning("nats disconnected", url=where)
 
     async def reconnected() -> None:
+        last.clear()
         if holder:
             holder[0].mark_reconnected()
-        log.info("nats reconnected", url=url)
+        log.info("nats reconnected", url=where)
 
     async def error(exc: Exception) -> None:
-        log.warning("nats error", error=str(exc))
+        if not seen or not _refused(seen[0]):
+            seen[:] = [exc]
+        text, now = str(exc), asyncio.get_running_loop().time()
+        if now - last.get(text, -REPEAT_EVERY) >= REPEAT_EVERY:
+            last[text] = now
+            log.warning("nats error", error=text)
 
+    # nats-py types its timeouts as int; they are floats at heart, hence the untyped options.
+    options: dict[str, Any] = {"reconnect_time_wait": 0.5, "connect_timeout": connect_timeout}
+    nc = NATS()
     try:
         # Reconnect forever once connected, but give up on the first connection: nats-py would
         # otherwise retry it forever too, and a service would hang silently at start-up.
         async with asyncio.timeout(connect_timeout * 2):
-            nc = await nats.connect(
+            await nc.connect(
                 servers=[url],
                 name=name,
-                connect_timeout=connect_timeout,
                 max_reconnect_attempts=-1,
-                reconnect_time_wait=0.5,
                 allow_reconnect=True,
                 disconnected_cb=disconnected,
                 reconnected_cb=reconnected,
                 error_cb=error,
+                user=login.user if login else None,
+                password=login.password if login else None,
+                **options,
             )
-    except (nats.errors.NoServersError, OSError, TimeoutError) as exc:
-        raise ConnectError(
-            f"cannot reach nats-server at {url}: {exc}. Start one (`egress-proxies up` embeds "
-            "one) or set --nats-url / NATS_URL"
-        ) from exc
+    except (nats.errors.Error, OSError, TimeoutError) as exc:
+        await discard(nc)
+        raise ConnectError(connect_failure(url, login, exc, seen)) from exc
     conn = Connection(nc=nc, js=nc.jetstream())
     holder.append(conn)
     return conn
+
+
+async def discard(nc: NATS) -> None:
+    """Close what a failed first connection left open (a refused login leaves its socket)."""
+    with contextlib.suppress(nats.errors.Error, TimeoutError, OSError):
+        await nc.close()

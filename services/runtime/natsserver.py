@@ -2,26 +2,121 @@
 
 It writes its own configuration into the data dir with the same JetStream settings as the
 repository's ``nats.conf`` (notably ``sync_interval: always``: the default flushes to disk every two
-minutes, and an acknowledged event must survive a power cut).
+minutes, and an acknowledged event must survive a power cut), and the same users: one per service,
+each allowed to publish only the subjects that service writes (docs/architecture.md, "Streams"),
+plus ``admin`` for the operator. Only the system writes the log, so a buggy or hostile client of
+one service cannot put events where another service's decisions come from.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
+import secrets
 import shutil
 import socket
 import sys
 import sysconfig
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+import structlog
+
+from events.streams import STREAMS
+from services.runtime.config import Credentials
+
+log = structlog.get_logger("egress.nats-server")
+
+ADMIN = "admin"
+"""The operator's user (the CLI, the ``nats`` CLI): no restrictions."""
+
+WRITES: Mapping[str, tuple[str, ...]] = {
+    "watcher": ("proxy.*.declared",),
+    # `declared` for ProxyRemoved, the end of a deletion it decides.
+    "reconciler": ("proxy.*.cmd", "proxy.*.status", "proxy.*.declared"),
+    "executor": ("proxy.*.instance",),
+    "health": ("proxy.*.health",),
+    "gc": ("gc.*",),
+    "discovery": ("lease.*",),
+}
+"""The subjects of the log each service appends to; a service's user is named after it."""
+
+CONSUMERS: Mapping[str, str] = {"reconciler": "PROXY", "executor": "PROXY"}
+"""Services with a durable consumer loop, named after the service, on this stream: they ack its
+messages and dead-letter to ``deadletter.<service>``."""
+
+KV_BUCKETS: Mapping[str, str] = {"health": "egress-health-members", "gc": "egress-gc-lock"}
+"""The KV bucket each service keeps (health's replica members, gc's sweep lock)."""
+
+USERS: tuple[str, ...] = (ADMIN, *WRITES)
+
+READS: tuple[str, ...] = (
+    "$JS.API.STREAM.INFO.*",
+    "$JS.API.STREAM.MSG.GET.*",
+    "$JS.API.DIRECT.GET.>",
+    "$JS.API.CONSUMER.CREATE.*",
+    "$JS.API.CONSUMER.CREATE.*.>",
+    "$JS.API.CONSUMER.DURABLE.CREATE.*.*",
+    "$JS.API.CONSUMER.INFO.*.*",
+    "$JS.API.CONSUMER.MSG.NEXT.*.*",
+    "$JS.API.CONSUMER.DELETE.*.*",
+)
+"""The JetStream API every service uses to read: stream info at start-up, direct gets, and pull
+consumers (nats-py names ephemeral ones at random, so consumer names cannot be narrowed)."""
+
+INBOXES = "_INBOX.>"
+DEFAULT_PORT = 4222
+CREDENTIALS_FILE = "credentials.json"
+CONTEXT_FILE = "nats-context.json"
+PID_FILE = "nats-server.pid"
+
+
+def permissions(user: str) -> dict[str, Any] | None:
+    """The server's ``permissions`` block for ``user``; None (everything) for the admin."""
+    if user == ADMIN:
+        return None
+    publish = [*WRITES[user], *(f"$JS.API.STREAM.CREATE.{spec.name}" for spec in STREAMS)]
+    if user in CONSUMERS:
+        publish += [f"deadletter.{user}", f"$JS.ACK.{CONSUMERS[user]}.{user}.>"]
+    if user in KV_BUCKETS:
+        bucket = KV_BUCKETS[user]
+        publish += [f"$KV.{bucket}.>", f"$JS.API.STREAM.CREATE.KV_{bucket}"]
+    return {"publish": {"allow": [*publish, *READS]}, "subscribe": {"allow": [INBOXES]}}
+
+
+def password_variable(user: str) -> str:
+    """The environment variable the bundled configurations read ``user``'s password from."""
+    return f"EGRESS_{user.upper()}_PASSWORD"
+
+
+def authorization_conf(password: Callable[[str], str]) -> str:
+    """The ``authorization`` block of a nats-server configuration. ``password(user)`` gives the
+    value as it is written in the file: a quoted password, or a ``$VARIABLE``."""
+    lines = ["authorization {", "  users: ["]
+    for user in USERS:
+        lines += ["    {", f"      user: {json.dumps(user)}", f"      password: {password(user)}"]
+        perms = permissions(user)
+        if perms is not None:
+            lines.append("      permissions: {")
+            for kind in ("publish", "subscribe"):
+                allowed = [f"            {json.dumps(s)}" for s in perms[kind]["allow"]]
+                lines += [f"        {kind}: {{", "          allow: [", *allowed, "          ]"]
+                lines.append("        }")
+            lines.append("      }")
+        lines.append("    }")
+    return "\n".join([*lines, "  ]", "}", ""])
+
 
 CONFIG_TEMPLATE = """\
 # Written by egress-proxies; mirrors the repository's nats.conf.
 server_name: {server_name}
 listen: {host}:{port}
 http: {host}:{monitor_port}
+pid_file: "{pid_file}"
 max_payload: 8MB
 jetstream {{
   store_dir: "{store_dir}"
@@ -29,7 +124,7 @@ jetstream {{
   max_file_store: 10GB
   max_memory_store: 256MB
 }}
-"""
+{authorization}"""
 
 
 class NatsServerError(RuntimeError):
@@ -60,6 +155,75 @@ def free_port(host: str = "127.0.0.1") -> int:
         return port
 
 
+# ------------------------------------------------------------------------------- credentials
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write ``text`` readable by this user only (0600), replacing ``path`` atomically."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(text)
+    os.replace(tmp, path)
+
+
+def read_users(path: Path) -> dict[str, str]:
+    """The users and passwords of a credentials file; empty if it is missing, unreadable, or not
+    this user's own (someone else's file must not decide whom we log in as)."""
+    try:
+        mine = path.stat().st_uid == os.getuid()
+        users = json.loads(path.read_text())["users"] if mine else {}
+        return {k: v for k, v in users.items() if isinstance(k, str) and isinstance(v, str) and v}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return {}
+
+
+def ensure_users(path: Path) -> dict[str, str]:
+    """Reuse the passwords on file and generate any missing one (a service added since), so a
+    restart on the same data dir keeps every client's credentials valid."""
+    users = read_users(path)
+    missing = [user for user in USERS if user not in users]
+    for user in missing:
+        users[user] = secrets.token_urlsafe(24)
+    if missing or path.stat().st_mode & 0o077:
+        write_private(path, json.dumps({"users": users}, indent=2) + "\n")
+    return users
+
+
+def registry_dir() -> Path:
+    """Where this machine's embedded servers tell this user's clients where their credentials
+    are, by port: a client then finds them from any directory."""
+    base = os.environ.get("XDG_RUNTIME_DIR") or str(Path.home() / ".cache")
+    return Path(base) / "egress-proxies"
+
+
+def registry_entry(port: int) -> Path:
+    return registry_dir() / f"nats-{port}.json"
+
+
+def announce(port: int, credentials: Path) -> None:
+    try:
+        folder = registry_dir()
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if folder.stat().st_uid != os.getuid():
+            return
+        write_private(registry_entry(port), json.dumps({"credentials": str(credentials)}) + "\n")
+    except OSError as exc:
+        log.debug("cannot announce the embedded nats-server", error=str(exc))
+
+
+def withdraw(port: int, credentials: Path) -> None:
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        entry = registry_entry(port)
+        if json.loads(entry.read_text())["credentials"] == str(credentials):
+            entry.unlink()
+
+
+# -------------------------------------------------------------------------------- the server
+
+
 @dataclass
 class EmbeddedNatsServer:
     data_dir: Path
@@ -68,43 +232,87 @@ class EmbeddedNatsServer:
     monitor_port: int = 0
     server_name: str = "egress-proxies"
     _process: asyncio.subprocess.Process | None = field(default=None, init=False, repr=False)
+    _users: dict[str, str] = field(default_factory=dict, init=False, repr=False)
 
     @property
     def url(self) -> str:
+        """Without credentials: clients of this user find them (``local_users``), and the URL
+        can be printed and logged."""
         return f"nats://{self.host}:{self.port}"
+
+    @property
+    def admin_url(self) -> str:
+        return self.url_for(ADMIN)
+
+    def url_for(self, user: str) -> str:
+        """The URL with ``user``'s credentials, for a client that takes nothing but a URL."""
+        creds = self.credentials_for(user)
+        return f"nats://{creds.user}:{creds.password}@{self.host}:{self.port}"
+
+    def credentials_for(self, user: str) -> Credentials:
+        """``user``'s credentials; the admin's for a process with no user of its own."""
+        if not self._users:
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            self._users = ensure_users(self.credentials_file)
+        name = user if user in self._users else ADMIN
+        return Credentials(name, self._users[name])
+
+    @property
+    def credentials_file(self) -> Path:
+        return self.data_dir / CREDENTIALS_FILE
+
+    @property
+    def context_file(self) -> Path:
+        """A ``nats`` CLI context: ``nats --context <this file> stream ls``."""
+        return self.data_dir / CONTEXT_FILE
+
+    @property
+    def log_file(self) -> Path:
+        return self.data_dir / "nats-server.log"
 
     def write_config(self) -> Path:
         self.port = self.port or free_port(self.host)
         self.monitor_port = self.monitor_port or free_port(self.host)
         store = self.data_dir / "jetstream"
         store.mkdir(parents=True, exist_ok=True)
+        self._users = ensure_users(self.credentials_file)
         conf = self.data_dir / "nats-server.conf"
-        conf.write_text(
+        write_private(
+            conf,
             CONFIG_TEMPLATE.format(
                 server_name=self.server_name,
                 host=self.host,
                 port=self.port,
                 monitor_port=self.monitor_port,
+                pid_file=self.data_dir / PID_FILE,
                 store_dir=store,
-            )
+                authorization=authorization_conf(lambda user: json.dumps(self._users[user])),
+            ),
         )
+        admin = self.credentials_for(ADMIN)
+        context = {"description": "egress-proxies up", "url": self.url, "user": admin.user}
+        write_private(self.context_file, json.dumps({**context, "password": admin.password}))
         return conf
 
     async def start(self, timeout: float = 15.0) -> None:
         conf = self.write_config()
-        log = (self.data_dir / "nats-server.log").open("ab")
-        self._process = await asyncio.create_subprocess_exec(
-            str(find_binary()),
-            "-c",
-            str(conf),
-            stdout=log,
-            stderr=log,
-            # Its own session: Ctrl-C in a terminal must reach `up` only, which then stops the
-            # services before the server they are still talking to.
-            start_new_session=True,
-        )
-        log.close()
-        await self._wait_ready(timeout)
+        with self.log_file.open("ab") as out:
+            self._process = await asyncio.create_subprocess_exec(
+                str(find_binary()),
+                "-c",
+                str(conf),
+                stdout=out,
+                stderr=out,
+                # Its own session: Ctrl-C in a terminal must reach `up` only, which then stops the
+                # services before the server they are still talking to.
+                start_new_session=True,
+            )
+        try:
+            await self._wait_ready(timeout)
+        except BaseException:
+            await self.kill()
+            raise
+        announce(self.port, self.credentials_file)
 
     async def _wait_ready(self, timeout: float) -> None:
         loop = asyncio.get_running_loop()
@@ -112,16 +320,48 @@ class EmbeddedNatsServer:
         while loop.time() < deadline:
             if self._process is not None and self._process.returncode is not None:
                 raise NatsServerError(
-                    f"nats-server exited with {self._process.returncode}; "
-                    f"see {self.data_dir / 'nats-server.log'}"
+                    f"nats-server exited with {self._process.returncode}; see {self.log_file}"
                 )
             if await _jetstream_ready(self.host, self.monitor_port):
                 return
             await asyncio.sleep(0.05)
         raise NatsServerError(f"nats-server did not become ready within {timeout}s")
 
+    async def supervise(
+        self, *, attempts: int = 5, first_delay: float = 0.5, stable_after: float = 60.0
+    ) -> None:
+        """Restart the server on the same store, port and users whenever it dies (clients just
+        reconnect). One that cannot start again, or keeps dying (``attempts`` restarts without
+        ``stable_after`` seconds up), raises: ``up`` must exit rather than run on with no log."""
+        loop = asyncio.get_running_loop()
+        failures = 0
+        while (process := self._process) is not None:
+            started = loop.time()
+            code = await process.wait()
+            if self._process is not process:
+                return  # stopped or killed on purpose
+            if loop.time() - started >= stable_after:
+                failures = 0
+            log.warning("nats-server exited; restarting it", code=code, log=str(self.log_file))
+            while True:
+                failures += 1
+                if failures > attempts:
+                    raise NatsServerError(
+                        f"the embedded nats-server exited ({code}) and could not be restarted "
+                        f"after {attempts} attempts; see {self.log_file}"
+                    )
+                await asyncio.sleep(first_delay * 2 ** (failures - 1))
+                try:
+                    await self.start()
+                except (NatsServerError, OSError) as exc:
+                    log.warning("nats-server restart failed", attempt=failures, error=str(exc))
+                    continue
+                log.info("nats-server restarted", attempt=failures)
+                break
+
     async def stop(self, timeout: float = 10.0) -> None:
         process, self._process = self._process, None
+        withdraw(self.port, self.credentials_file)
         if process is None or process.returncode is not None:
             return
         process.terminate()

@@ -18,6 +18,13 @@ import yaml
 from services.cli.main import main
 from services.executor.providers.config import build_providers, parse_providers_config
 from services.runtime.config import _ENV_VARS, Settings
+from services.runtime.natsserver import (
+    USERS,
+    WRITES,
+    authorization_conf,
+    password_variable,
+    permissions,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -90,12 +97,59 @@ def test_the_kustomization_lists_every_manifest_and_nothing_missing() -> None:
     assert {img["name"] for img in kustomization()["images"]} == {"egress-proxies"}
 
 
+def nats_values() -> Doc:
+    values: Doc = yaml.safe_load((DEPLOY / "nats" / "values.yaml").read_text())
+    return values
+
+
 def test_nats_values_ask_for_a_three_node_jetstream_on_disk() -> None:
-    values = yaml.safe_load((DEPLOY / "nats" / "values.yaml").read_text())
+    values = nats_values()
     assert values["config"]["cluster"]["enabled"] is True
     assert values["config"]["cluster"]["replicas"] == 3
     assert values["config"]["jetstream"]["enabled"] is True
     assert values["config"]["jetstream"]["fileStore"]["enabled"] is True
+
+
+NATS_SECRET = "egress-proxies-nats"
+
+
+def test_nats_values_grant_each_user_exactly_what_the_code_grants() -> None:
+    values = nats_values()
+    users = values["config"]["merge"]["authorization"]["users"]
+    assert [u["user"] for u in users] == list(USERS)
+    env = values["container"]["env"]
+    for user in users:
+        name = user["user"]
+        # The chart writes << ... >> unquoted: the server reads the password from the variable.
+        assert user["password"] == f"<< ${password_variable(name)} >>"
+        assert user.get("permissions") == permissions(name), name
+        ref = env[password_variable(name)]["valueFrom"]["secretKeyRef"]
+        assert ref == {"name": NATS_SECRET, "key": name}
+    assert set(env) == {password_variable(u) for u in USERS}
+
+
+def test_nats_conf_has_the_users_the_code_grants() -> None:
+    conf = (ROOT / "nats.conf").read_text()
+    assert authorization_conf(lambda user: f"${password_variable(user)}") in conf
+    assert "sync_interval: always" in conf
+
+
+def test_compose_gives_the_server_every_password_and_each_service_its_own() -> None:
+    services = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
+    server_env = services["nats"]["environment"]
+    assert set(server_env) == {password_variable(u) for u in USERS}
+    for user in USERS:
+        assert server_env[password_variable(user)].startswith(f"${{{password_variable(user)}:?")
+    runs = {name: svc for name, svc in services.items() if name != "nats"}
+    assert set(runs) == set(WRITES) - {"watcher"}  # the watcher needs a cluster
+    for name, svc in runs.items():
+        assert svc["command"] == ["run", name]
+        env = svc["environment"]
+        assert env["NATS_USER"] == name
+        assert env["NATS_PASSWORD"].startswith(f"${{{password_variable(name)}:?")
+        command, _ = leaf_command(svc["command"])
+        known = envvars_of(command) | set(_ENV_VARS.values()) | OTHER_ENV
+        assert set(env) <= known, f"{name}: nothing reads {sorted(set(env) - known)}"
 
 
 def env_config() -> dict[str, str]:
@@ -217,6 +271,20 @@ def test_probes_and_services_point_at_declared_ports() -> None:
         p["containerPort"] for p in discovery["ports"] if p["name"] == "http"
     )
     assert value["DISCOVERY_HOST"] == "0.0.0.0"
+
+
+def test_each_service_logs_in_to_nats_as_its_own_user() -> None:
+    assert "NATS_USER" not in env_config()
+    assert "NATS_PASSWORD" not in env_config()
+    found = set()
+    for _, container in containers():
+        service = container["args"][1]
+        env = {e["name"]: e for e in container["env"]}
+        assert env["NATS_USER"]["value"] == service
+        ref = env["NATS_PASSWORD"]["valueFrom"]["secretKeyRef"]
+        assert ref == {"name": NATS_SECRET, "key": service}
+        found.add(service)
+    assert found == set(WRITES)
 
 
 def test_the_watcher_elects_a_leader_among_replicas() -> None:

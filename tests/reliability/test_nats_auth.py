@@ -1,0 +1,295 @@
+"""Only the system writes the log: NATS users and permissions, against real nats-servers.
+
+Every service logs in as its own user, which may publish only the subjects that service writes.
+The table in ``services.runtime.natsserver`` is checked three ways: against the code (which events
+each service constructs), against a real server (what each user is refused, and that each can still
+do its whole job), and, in tests/unit/test_deploy.py and test_nats_credentials.py, against the
+bundled configurations.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import nats
+import nats.errors
+import pytest
+from nats.aio.client import Client as NATS
+from nats.js.errors import NotFoundError
+
+from events import subjects
+from events.jetstream import JetStreamEventStore
+from events.schemas import Event, HealthChanged
+from events.store import NewEvent
+from events.streams import STREAMS, ensure_streams
+from projections.ordered import OrderedPull
+from services.gc.lock import LOCK_BUCKET, SweepLock
+from services.health.assign import BUCKET, Membership
+from services.runtime.connection import Connection, connect
+from services.runtime.consumer import ConsumerLoop, ConsumerSpec, Delivery, GiveUp, Outcome
+from services.runtime.natsserver import (
+    CONSUMERS,
+    KV_BUCKETS,
+    WRITES,
+    EmbeddedNatsServer,
+    permissions,
+)
+from tests.support.waiting import until
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+SERVICES = sorted(WRITES)
+
+# Subjects some user must not publish: every place in the log, the KV buckets, other consumers'
+# acks, and the JetStream API calls that delete or rewrite what is stored.
+PROBES = (
+    *(f"proxy.p1.{category}" for category in subjects.PROXY_CATEGORIES),
+    "lease.p1",
+    "gc.local",
+    *(f"deadletter.{service}" for service in SERVICES),
+    *(f"$KV.{bucket}.k" for bucket in KV_BUCKETS.values()),
+    *(f"$JS.ACK.PROXY.{durable}.1.1.1.1.0" for durable in CONSUMERS),
+    "$JS.API.STREAM.DELETE.PROXY",
+    "$JS.API.STREAM.PURGE.DEADLETTER",
+    "$JS.API.STREAM.UPDATE.LEASE",
+    "$JS.API.STREAM.MSG.DELETE.GC",
+    "$JS.API.STREAM.CREATE.ELSEWHERE",
+    "$JS.API.ACCOUNT.PURGE.ALL",
+)
+NEVER = tuple(p for p in PROBES if p.startswith("$JS.API."))
+"""No service may call these; only the admin."""
+
+
+def matches(pattern: str, subject: str) -> bool:
+    want, got = pattern.split("."), subject.split(".")
+    for i, token in enumerate(want):
+        if token == ">":
+            return len(got) > i
+        if i >= len(got) or token not in ("*", got[i]):
+            return False
+    return len(want) == len(got)
+
+
+def allowed(user: str, subject: str) -> bool:
+    granted = permissions(user)
+    return granted is None or any(matches(p, subject) for p in granted["publish"]["allow"])
+
+
+def concrete(pattern: str) -> str:
+    return pattern.replace("*", "p1").replace(">", "k")
+
+
+class Client:
+    """A raw nats-py client that keeps the server's complaints instead of logging them."""
+
+    def __init__(self) -> None:
+        self.errors: list[str] = []
+        self.nc = NATS()
+
+    async def error(self, exc: Exception) -> None:
+        self.errors.append(str(exc))
+
+    def refused(self, subject: str) -> bool:
+        # nats-py lowercases the server's error line, subject and all.
+        said = f'permissions violation for publish to "{subject}"'.lower()
+        return any(said in e.lower() for e in self.errors)
+
+
+@asynccontextmanager
+async def client(url: str) -> AsyncIterator[Client]:
+    c = Client()
+    try:
+        await c.nc.connect(url, error_cb=c.error, allow_reconnect=False, connect_timeout=5)
+        yield c
+    finally:
+        # Also after a refused login, which leaves nats-py's socket open.
+        await c.nc.close()
+
+
+async def as_user(server: EmbeddedNatsServer, user: str) -> tuple[Connection, JetStreamEventStore]:
+    """The runtime's own connection, logged in as ``user`` (as ``up`` and ``run`` do)."""
+    conn = await connect(server.url, credentials=server.credentials_for(user))
+    return conn, JetStreamEventStore(conn.nc, conn.js)
+
+
+# ----------------------------------------------------------------------------- the table vs code
+
+
+def constructed(paths: list[Path]) -> set[str]:
+    """Names of the classes the code calls (a ``case X()`` pattern is no call)."""
+    found = set()
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call):
+                func = node.func
+                found.add(func.id if isinstance(func, ast.Name) else getattr(func, "attr", ""))
+    return found
+
+
+def event_classes() -> dict[str, str]:
+    found, todo = {}, list(Event.__subclasses__())
+    while todo:
+        cls = todo.pop()
+        found[cls.__name__] = cls.category
+        todo += cls.__subclasses__()
+    return found
+
+
+def subject_of(category: str, service: str) -> str:
+    if category in subjects.PROXY_CATEGORIES:
+        return f"proxy.*.{category}"
+    return f"deadletter.{service}" if category == "deadletter" else f"{category}.*"
+
+
+@pytest.mark.parametrize("service", SERVICES)
+def test_each_user_may_write_what_its_service_appends(service: str) -> None:
+    package = sorted((ROOT / "services" / service).rglob("*.py"))
+    runtime = ROOT / "services" / "runtime"
+    extra = [runtime / "declare.py"] if service == "watcher" else []
+    loops = any("ConsumerLoop(" in p.read_text() for p in package)
+    assert loops == (service in CONSUMERS)
+    if loops:
+        extra.append(runtime / "consumer.py")  # dead-letters under the durable's name
+        assert any(
+            f'durable="{service}"' in p.read_text() or f'DURABLE = "{service}"' in p.read_text()
+            for p in package
+        )
+    events = event_classes()
+    writes = {subject_of(events[n], service) for n in constructed(package + extra) if n in events}
+    assert writes, "the code scan found no appended event"
+    granted = set(WRITES[service]) | ({f"deadletter.{service}"} if loops else set())
+    assert writes == granted, f"code writes {sorted(writes)}; the table grants {sorted(granted)}"
+
+
+def test_the_kv_buckets_are_the_services_own() -> None:
+    assert KV_BUCKETS == {"health": BUCKET, "gc": LOCK_BUCKET}
+
+
+# ------------------------------------------------------------------------------ a real server
+
+
+async def test_a_client_without_the_right_credentials_is_refused(
+    nats_server: EmbeddedNatsServer,
+) -> None:
+    wrong = nats_server.url.replace("nats://", "nats://admin:not-the-password@")
+    for url in (nats_server.url, wrong):
+        with pytest.raises(nats.errors.Error, match="Authorization Violation"):
+            async with client(url):
+                pass
+    async with client(nats_server.admin_url) as admin:
+        assert admin.nc.is_connected
+
+
+@pytest.mark.parametrize("user", SERVICES)
+async def test_each_user_is_refused_outside_its_subjects(
+    nats_server: EmbeddedNatsServer, conn: Connection, user: str
+) -> None:
+    denied = [p for p in PROBES if not allowed(user, p)]
+    assert set(NEVER) <= set(denied)
+    if user == "discovery":
+        assert "proxy.p1.declared" in denied
+    if user == "executor":
+        assert "lease.p1" in denied
+    async with client(nats_server.url_for(user)) as c:
+        for subject in denied:
+            await c.nc.publish(subject, b"{}")
+        await c.nc.flush()
+
+        async def all_refused() -> bool:
+            return all(c.refused(s) for s in denied)
+
+        await until(all_refused, timeout=10)
+        # Its own subjects, through JetStream: stored and acknowledged.
+        js = c.nc.jetstream()
+        own = [concrete(p) for p in WRITES[user]]
+        if user in CONSUMERS:
+            own.append(f"deadletter.{user}")
+        for subject in own:
+            assert (await js.publish(subject, b"{}")).seq > 0
+    # Nothing refused was stored, and no stream was touched.
+    for spec in STREAMS:
+        for subject in denied:
+            if any(matches(s, subject) for s in spec.subjects):
+                with pytest.raises(NotFoundError):
+                    await conn.js.get_last_msg(spec.name, subject)
+    for spec in STREAMS:
+        assert (await conn.js.stream_info(spec.name)).config.deny_delete == spec.deny_delete
+
+
+@pytest.mark.parametrize("user", SERVICES)
+async def test_each_user_creates_and_reads_the_streams(
+    nats_server: EmbeddedNatsServer, user: str
+) -> None:
+    """On a fresh server any service creates the streams (every one does at start-up), then
+    reads with a direct get and with an ephemeral pull consumer, as projections do."""
+    mine, store = await as_user(nats_server, user)
+    admin = await connect(nats_server.url)
+    try:
+        assert sorted(await ensure_streams(mine.js)) == sorted(s.name for s in STREAMS)
+        event = NewEvent(HealthChanged(healthy=True), "h1")
+        await JetStreamEventStore(admin.nc, admin.js).append(subjects.proxy("p1"), [event])
+        history = await store.read(subjects.proxy("p1"))
+        assert [r.event for r in history.events] == [HealthChanged(healthy=True)]
+        reader = OrderedPull(mine.js, subjects.PROXY_STREAM, "proxy.*.*")
+        assert len(await reader.fetch(timeout=5)) == 1
+        assert await reader.pending() == 0
+        await reader.close()
+    finally:
+        await admin.close()
+        await mine.close()
+
+
+@pytest.mark.parametrize("user", sorted(CONSUMERS))
+async def test_a_consumer_loop_acks_and_dead_letters_as_its_own_user(
+    nats_server: EmbeddedNatsServer, jetstream_store: JetStreamEventStore, user: str
+) -> None:
+    await jetstream_store.append(subjects.proxy("p1"), [NewEvent(HealthChanged(healthy=True), "x")])
+    mine, store = await as_user(nats_server, user)
+
+    async def give_up(delivery: Delivery) -> Outcome:
+        raise GiveUp("on purpose")
+
+    spec = ConsumerSpec(stream=CONSUMERS[user], durable=user, filter_subjects=("proxy.*.*",))
+    loop = ConsumerLoop(mine, spec, give_up, store=store)
+    running = asyncio.create_task(loop.run())
+    try:
+
+        async def dead_lettered_and_acked() -> bool:
+            letters = await jetstream_store.read(subjects.deadletter(user))
+            info = await mine.js.consumer_info(spec.stream, user)
+            return len(letters.events) == 1 and info.num_ack_pending == info.num_pending == 0
+
+        await until(dead_lettered_and_acked, timeout=20)
+    finally:
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)
+        await mine.close()
+
+
+async def test_health_and_gc_keep_their_buckets_as_their_own_users(
+    nats_server: EmbeddedNatsServer, conn: Connection
+) -> None:
+    health, _ = await as_user(nats_server, "health")
+    gc, _ = await as_user(nats_server, "gc")
+    try:
+        members = Membership(health.js, "replica-1")
+        await members.join()
+        assert members.members == ("replica-1",)
+        await members.leave()
+        lock = SweepLock(gc.js, ttl=30)
+        held = await lock.try_acquire()
+        assert held is not None
+        assert await lock.refresh(held)
+        await lock.release(held)
+        # Neither may touch the other's.
+        assert await SweepLock(gc.js, ttl=30).try_acquire() is not None
+        with pytest.raises((nats.errors.Error, TimeoutError)):
+            await SweepLock(health.js, ttl=30).try_acquire()
+    finally:
+        await health.close()
+        await gc.close()
