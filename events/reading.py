@@ -21,7 +21,7 @@ from events.store import Recorded, Unreadable
 V = TypeVar("V")
 
 
-def recorded(
+def recorded(  # noqa: PLR0917 - the parts of a stored message, in the order every reader has them
     stream: str,
     seq: int,
     subject: str,

@@ -144,7 +144,8 @@ def _unknown_in(obj: dict[Any, Any], known: frozenset[str], prefix: str) -> list
         if isinstance(key, str) and key in known:
             continue
         close = difflib.get_close_matches(str(key), sorted(known), n=1, cutoff=0.6)
-        hint = f"did you mean {prefix}{close[0]}?" if close else f"known: {', '.join(sorted(known))}"
+        names = ", ".join(sorted(known))
+        hint = f"did you mean {prefix}{close[0]}?" if close else f"known: {names}"
         errors.append(FieldError(f"{prefix}{key}", f"unknown field; {hint}"))
     return errors
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,9 +22,15 @@ from services.cli.main import main
 from services.discovery.auth import TOKEN_ENV, token_from_env
 from services.runtime.config import ConfigError
 from services.runtime.natsserver import EmbeddedNatsServer
-from tests.integration.test_cli import cli, restore_logging  # noqa: F401  (an autouse fixture)
+from tests.support.clirun import cli, restore_logging_after
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.reliability
+
+
+@pytest.fixture(autouse=True)
+def restore_logging() -> Iterator[None]:
+    yield from restore_logging_after()
+
 
 ROOT = Path(__file__).resolve().parents[2]
 EXIT_USAGE = 2

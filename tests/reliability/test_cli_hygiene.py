@@ -34,10 +34,16 @@ from events.schemas import (
 from events.store import NewEvent
 from services.cli.render import clean
 from services.runtime.natsserver import EmbeddedNatsServer
-from tests.integration.test_cli import cli, restore_logging  # noqa: F401  (an autouse fixture)
+from tests.support.clirun import cli, restore_logging_after
 from tests.support.discovery import discovery, ready_proxy
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.reliability
+
+
+@pytest.fixture(autouse=True)
+def restore_logging() -> Iterator[None]:
+    yield from restore_logging_after()
+
 
 MARKUP = ("[/bogus]", "[bold red]X[/]", ":thumbs_up:")
 CONTROL = (

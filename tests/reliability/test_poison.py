@@ -154,7 +154,7 @@ async def test_poison_on_every_subject_leaves_every_proxy_working(
             proxies = await by_name(up)
             for category in CATEGORIES:
                 await publish_poison(
-                    nats_server.url, proxies[f"poisoned-{category}"]["uid"], category
+                    nats_server.admin_url, proxies[f"poisoned-{category}"]["uid"], category
                 )
 
             await asyncio.gather(*(prove_it_works(up, c, target, files[c]) for c in CATEGORIES))

@@ -12,6 +12,7 @@ import asyncio
 import json
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -21,10 +22,16 @@ from events.jetstream import JetStreamEventStore
 from events.subjects import LEASE_STREAM
 from services.runtime.connection import Connection
 from services.runtime.natsserver import EmbeddedNatsServer, free_port
-from tests.integration.test_cli import cli, restore_logging  # noqa: F401  (an autouse fixture)
+from tests.support.clirun import cli, restore_logging_after
 from tests.support.discovery import ready_proxy
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.reliability
+
+
+@pytest.fixture(autouse=True)
+def restore_logging() -> Iterator[None]:
+    yield from restore_logging_after()
+
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "Tok3n-that.must_never~be-logged"

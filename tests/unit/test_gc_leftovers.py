@@ -298,8 +298,8 @@ async def test_run_once_shows_leftovers(fake: FakeProviderWithLeftovers) -> None
     assert "leftovers: deleted 1 of 2 (1 failed)" in summary(real)
     columns = [c.header for c in table(real).columns]
     assert columns == ["PROVIDER", "KIND", "INSTANCE", "OWNER", "AGE", "RESULT"]
-    kinds = list(table(real).columns[1].cells)
-    ids = list(table(real).columns[2].cells)
+    kinds = [str(cell) for cell in table(real).columns[1].cells]
+    ids = [str(cell) for cell in table(real).columns[2].cells]
     assert list(zip(kinds, ids, strict=True)) == [
         ("volume", vol("gone.qcow2")),
         ("seed", vol("unknown-age.iso")),
@@ -309,7 +309,7 @@ async def test_run_once_shows_leftovers(fake: FakeProviderWithLeftovers) -> None
 async def test_run_once_shows_skipped_leftovers(fake: FakeProviderWithLeftovers) -> None:
     fake.inject("leftovers", Transient("pool scan timed out"))
     report = await sweep_once({"kvm": fake}, LIVE, NOW, GRACE)
-    results = list(table(report).columns[5].cells)
+    results = [str(cell) for cell in table(report).columns[5].cells]
     assert results == ["leftovers skipped: Transient: pool scan timed out"]
     rows = as_json(report)["providers"]
     assert isinstance(rows, list)
