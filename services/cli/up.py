@@ -14,10 +14,12 @@ from typing import Any
 
 import click
 import structlog
+from click.core import ParameterSource
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from services.cli import uplocal
 from services.cli.common import (
     CliState,
     nats_url_option,
@@ -28,6 +30,8 @@ from services.cli.common import (
     stdout_console,
 )
 from services.cli.registry import SERVICES, ServiceEntry, known_names, option_names
+from services.cli.render import inert
+from services.executor.providers.config import load_providers_config
 from services.runtime.config import Settings
 from services.runtime.natsserver import EmbeddedNatsServer, free_port
 from services.runtime.service import Service, Started, run_services
@@ -38,6 +42,7 @@ DEFAULT_NATS_PORT = 4222
 DEFAULT_METRICS_PORT = 9464
 DEFAULT_API_PORT = 8080
 DISCOVERY = "discovery"
+EXECUTOR = "executor"
 
 METRICS_PORT_ATTRS: dict[str, Any] = {
     "type": click.IntRange(0, 65535),
@@ -137,13 +142,44 @@ def up(state: CliState, /, **values: Any) -> None:
     # Settings and services are built before anything starts: a bad flag must not leave a
     # nats-server behind, nor show a banner for a system that then falls over.
     settings = settings_for(state, nats_url=values["nats_url"], metrics_port=values["metrics_port"])
+    locals_ = (
+        uplocal.local_providers(
+            load_providers_config(
+                values["providers_config"], default_data_dir=values["data_dir"].resolve()
+            )
+        )
+        if EXECUTOR in SERVICES
+        else []
+    )
+    target: socket.socket | None = None
+    ctx = click.get_current_context()
+    unnamed = ctx.get_parameter_source("check_url") is ParameterSource.DEFAULT
+    if locals_ and unnamed:
+        # No check URL named: local proxies are probed against a target `up` serves itself,
+        # so the demo is healthy offline (uplocal.py); a name the operator gave still wins.
+        target = uplocal.probe_socket()
+        given = {pair.partition("=")[0] for pair in values.get("provider_check_url", ())}
+        url = uplocal.probe_url(target)
+        values["provider_check_url"] = (
+            *values.get("provider_check_url", ()),
+            *(f"{p.name}={url}" for p in locals_ if p.name not in given),
+        )
+    values["local_providers"] = locals_
+    values["probe_target"] = target
     services = [
         build(entry, settings, values)
         for entry in SERVICES.values()
         if not entry.up_optional or values[f"with_{entry.name}"]
     ]
-    run_until_signalled(_up(settings, services, values))
+    try:
+        run_until_signalled(_up(settings, services, values))
+    finally:
+        if target is not None:
+            target.close()
     log.info("stopped")
+    if locals_:
+        note = uplocal.still_running_note(uplocal.running_instances(locals_))
+        stdout_console().print(Text(f"egress-proxies up stopped: {note}"))
 
 
 async def _up(settings: Settings, services: list[Service], values: dict[str, Any]) -> None:
@@ -153,9 +189,13 @@ async def _up(settings: Settings, services: list[Service], values: dict[str, Any
     def banner(started: Started) -> None:
         _print_banner(started, server, data_dir, values)
 
+    target: socket.socket | None = values["probe_target"]
     if values["nats_url"]:
         await probe(settings.nats_url)
-        await run_services(services, settings, on_started=banner)
+        async with asyncio.TaskGroup() as group:
+            if target is not None:
+                group.create_task(uplocal.serve_probe_target(target), name="probe-target")
+            group.create_task(run_services(services, settings, on_started=banner), name="services")
         return
     port = values["nats_port"] or _default_nats_port("127.0.0.1")
     server = EmbeddedNatsServer(data_dir=data_dir / "nats", port=port)
@@ -168,6 +208,8 @@ async def _up(settings: Settings, services: list[Service], values: dict[str, Any
             settings, nats_url=server.url, nats_user="", nats_password=""
         )
         async with asyncio.TaskGroup() as group:
+            if target is not None:
+                group.create_task(uplocal.serve_probe_target(target), name="probe-target")
             group.create_task(server.supervise(), name="nats-server")
             group.create_task(
                 run_services(services, embedded, on_started=banner, credentials=users),
@@ -206,7 +248,17 @@ def _print_banner(
     api = f"http://127.0.0.1:{values['api_port']}" if DISCOVERY in SERVICES else "not installed"
     grid.add_row("discovery", Text(api))
     providers = values["providers_config"]
-    grid.add_row("providers", Text(str(providers) if providers else "built-in defaults"))
+    grid.add_row("providers", inert(str(providers) if providers else "built-in defaults (local)"))
+    target: socket.socket | None = values["probe_target"]
+    for local in values["local_providers"]:
+        grid.add_row(
+            f"local {local.name}", inert(f"backend {local.backend}, data {local.data_dir}")
+        )
+    check = values.get("check_url") or "-"
+    if target is not None:
+        served = uplocal.probe_url(target)
+        check = f"{served} for local proxies (served by up), {check} for others"
+    grid.add_row("health check", inert(check))
     running = ", ".join(started.services) or "none installed yet"
     grid.add_row("services", Text(running))
     grid.add_row("", Text("Ctrl-C to stop", style="dim"))

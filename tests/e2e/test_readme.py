@@ -36,6 +36,8 @@ def readme_block(heading: str) -> str:
 
 def port_free(port: int) -> bool:
     with socket.socket() as sock:
+        # As the servers bind: connections of an earlier run in TIME_WAIT do not block them.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind(("127.0.0.1", port))
         except OSError:
@@ -100,6 +102,7 @@ async def test_the_using_it_block_runs_as_written(tmp_path: Path) -> None:
                 output += rest or b""
     assert up.returncode == 0, output.decode()[-3000:]
     assert b"Traceback" not in output
+    assert b"egress-proxies up stopped: no local proxies keep running" in output
     instances = (tmp_path / ".data" / "local" / "instances").resolve()
     assert processes_mentioning(str(instances)) == [], "the block deletes what it made"
 

@@ -159,6 +159,8 @@ async def test_poison_on_every_subject_leaves_every_proxy_working(
 
             await asyncio.gather(*(prove_it_works(up, c, target, files[c]) for c in CATEGORIES))
 
+            gone = await up.cli("delete", "--all", "--wait", "--timeout", "90")
+            assert gone.returncode == 0, gone.stdout + gone.stderr
             # Every poison message is on record as skipped, and nothing crashed on the way.
             log = up.output.decode()
             assert "Traceback" not in log
