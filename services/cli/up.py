@@ -139,6 +139,12 @@ def up(state: CliState, /, **values: Any) -> None:
             "--nats-port only applies to the embedded nats-server, which is not started when "
             "--nats-url / NATS_URL is set; drop one of them"
         )
+    if values["nats_port"] is not None and not _port_free("127.0.0.1", values["nats_port"]):
+        raise click.BadParameter(
+            f"{values['nats_port']} is in use on 127.0.0.1; choose a free port, or leave the "
+            f"flag out (then {DEFAULT_NATS_PORT}, or any free port)",
+            param_hint="'--nats-port'",
+        )
     # Settings and services are built before anything starts: a bad flag must not leave a
     # nats-server behind, nor show a banner for a system that then falls over.
     settings = settings_for(state, nats_url=values["nats_url"], metrics_port=values["metrics_port"])
@@ -219,14 +225,19 @@ async def _up(settings: Settings, services: list[Service], values: dict[str, Any
         await server.stop()
 
 
+def _port_free(host: str, port: int) -> bool:
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
 def _default_nats_port(host: str) -> int:
     """4222 when it is free, so a `nats` CLI with no flags finds the demo; any free port if not."""
-    with socket.socket() as sock:
-        try:
-            sock.bind((host, DEFAULT_NATS_PORT))
-        except OSError:
-            return free_port(host)
-    return DEFAULT_NATS_PORT
+    return DEFAULT_NATS_PORT if _port_free(host, DEFAULT_NATS_PORT) else free_port(host)
 
 
 def _print_banner(

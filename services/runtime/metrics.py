@@ -16,6 +16,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
 from events.skips import LEDGER, SkipLedger
+from services.runtime.config import ConfigError
 
 
 class SkippedEvents(Collector):
@@ -118,7 +119,13 @@ class MetricsServer:
         self._server: asyncio.Server | None = None
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._handle, self.host, self.port)
+        try:
+            self._server = await asyncio.start_server(self._handle, self.host, self.port)
+        except OSError as exc:
+            raise ConfigError(
+                f"--metrics-port / METRICS_PORT: cannot listen on {self.host}:{self.port} "
+                f"({exc.strerror or exc}); choose a free port, or 0 to turn /metrics off"
+            ) from exc
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def close(self) -> None:

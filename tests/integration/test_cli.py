@@ -646,19 +646,6 @@ async def test_up_requires_the_providers_file_to_exist(tmp_path: Path) -> None:
     assert "--providers-config" in result.stderr
 
 
-async def test_up_reports_an_embedded_nats_server_that_cannot_start(tmp_path: Path) -> None:
-    with socket.socket() as busy:
-        busy.bind(("127.0.0.1", 0))
-        busy.listen()
-        port = busy.getsockname()[1]
-        result = await cli(
-            "up", "--nats-port", str(port), "--data-dir", str(tmp_path), "--metrics-port", "0"
-        )
-    assert result.exit_code == 5
-    assert result.stderr.startswith("error: nats-server exited with")
-    assert "nats-server.log" in result.stderr
-
-
 async def test_up_reports_a_busy_metrics_port(nats_server: EmbeddedNatsServer) -> None:
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
@@ -666,7 +653,23 @@ async def test_up_reports_a_busy_metrics_port(nats_server: EmbeddedNatsServer) -
         port = busy.getsockname()[1]
         result = await cli("up", "--metrics-port", str(port), "--nats-url", nats_server.url)
     assert result.exit_code == 2
-    assert "choose another port" in result.stderr
+    assert "--metrics-port" in result.stderr
+    assert "choose a free port" in result.stderr
+
+
+@pytest.mark.parametrize(("flag", "extra"), [("--api-port", True), ("--nats-port", False)])
+async def test_up_names_the_flag_of_a_busy_port(
+    nats_server: EmbeddedNatsServer, tmp_path: Path, flag: str, extra: bool
+) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = str(busy.getsockname()[1])
+        where = ["--nats-url", nats_server.url] if extra else ["--data-dir", str(tmp_path)]
+        result = await cli("up", flag, port, "--metrics-port", "0", *where)
+    assert result.exit_code == 2, result.output
+    assert flag in result.output
+    assert "Traceback" not in result.output
 
 
 # -------------------------------------------------------------------------------- end to end
