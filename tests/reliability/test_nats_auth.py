@@ -11,14 +11,11 @@ from __future__ import annotations
 
 import ast
 import asyncio
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import nats
 import nats.errors
 import pytest
-from nats.aio.client import Client as NATS
 from nats.js.errors import NotFoundError
 
 from events import subjects
@@ -38,6 +35,7 @@ from services.runtime.natsserver import (
     EmbeddedNatsServer,
     permissions,
 )
+from tests.support.natsclient import client
 from tests.support.waiting import until
 
 pytestmark = pytest.mark.integration
@@ -82,33 +80,6 @@ def allowed(user: str, subject: str) -> bool:
 
 def concrete(pattern: str) -> str:
     return pattern.replace("*", "p1").replace(">", "k")
-
-
-class Client:
-    """A raw nats-py client that keeps the server's complaints instead of logging them."""
-
-    def __init__(self) -> None:
-        self.errors: list[str] = []
-        self.nc = NATS()
-
-    async def error(self, exc: Exception) -> None:
-        self.errors.append(str(exc))
-
-    def refused(self, subject: str) -> bool:
-        # nats-py lowercases the server's error line, subject and all.
-        said = f'permissions violation for publish to "{subject}"'.lower()
-        return any(said in e.lower() for e in self.errors)
-
-
-@asynccontextmanager
-async def client(url: str) -> AsyncIterator[Client]:
-    c = Client()
-    try:
-        await c.nc.connect(url, error_cb=c.error, allow_reconnect=False, connect_timeout=5)
-        yield c
-    finally:
-        # Also after a refused login, which leaves nats-py's socket open.
-        await c.nc.close()
 
 
 async def as_user(server: EmbeddedNatsServer, user: str) -> tuple[Connection, JetStreamEventStore]:

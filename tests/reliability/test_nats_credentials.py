@@ -12,13 +12,10 @@ import asyncio
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import nats.errors
 import pytest
-from nats.aio.client import Client as NATS
 
 from events.streams import STREAMS, ensure_streams
 from services.runtime.config import Credentials
@@ -29,38 +26,12 @@ from services.runtime.natsserver import (
     free_port,
     password_variable,
 )
+from tests.support.natsclient import client
 from tests.support.waiting import until
 
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-class Client:
-    """A raw nats-py client that keeps the server's complaints instead of logging them."""
-
-    def __init__(self) -> None:
-        self.errors: list[str] = []
-        self.nc = NATS()
-
-    async def error(self, exc: Exception) -> None:
-        self.errors.append(str(exc))
-
-    def refused(self, subject: str) -> bool:
-        # nats-py lowercases the server's error line, subject and all.
-        said = f'permissions violation for publish to "{subject}"'.lower()
-        return any(said in e.lower() for e in self.errors)
-
-
-@asynccontextmanager
-async def client(url: str) -> AsyncIterator[Client]:
-    c = Client()
-    try:
-        await c.nc.connect(url, error_cb=c.error, allow_reconnect=False, connect_timeout=5)
-        yield c
-    finally:
-        # Also after a refused login, which leaves nats-py's socket open.
-        await c.nc.close()
 
 
 async def test_credentials_are_private_and_survive_a_restart(tmp_path: Path) -> None:
