@@ -152,7 +152,8 @@ async def append_raw(js: JetStreamContext, prefix: str, events: int, uids: int, 
 async def append_ours(
     store: JetStreamEventStore, prefix: str, events: int, uids: int, c: int
 ) -> Run:
-    """Appends with the optimistic-concurrency check, as every service does (DESIGN §3)."""
+    """Appends with the optimistic-concurrency check, as every service does
+    (docs/architecture.md, The event log)."""
     planned = plan(prefix, events, uids)
     last = dict.fromkeys(planned, 0)
     conflicts = duplicates = 0

@@ -1,4 +1,7 @@
-"""The event log: schemas, subjects, streams and the event-store API (DESIGN §3)."""
+"""The event log: schemas, subjects, streams and the event-store API.
+
+See docs/architecture.md, The event log.
+"""
 
 from events.errors import ConcurrencyError, EventStoreError, StoreUnavailable, StreamConfigMismatch
 from events.store import (

@@ -1,4 +1,4 @@
-"""Stream definitions (DESIGN §3) and their idempotent creation.
+"""Stream definitions (docs/architecture.md, The event log) and their idempotent creation.
 
 Creation never edits an existing stream: a stream someone configured differently is reported with
 every difference, because silently changing retention or limits on an event log can lose history.

@@ -1,4 +1,4 @@
-"""Streams, subjects and aggregates (DESIGN §3).
+"""Streams, subjects and aggregates (docs/architecture.md, The event log).
 
 An aggregate is the unit of optimistic concurrency: the set of subjects whose last sequence an
 append is checked against. A proxy's aggregate spans ``proxy.<uid>.>`` (all categories), a lease's

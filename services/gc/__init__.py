@@ -1,1 +1,4 @@
-"""Orphan garbage collection: instances tagged as ours whose proxy is gone (DESIGN §4)."""
+"""Orphan garbage collection: instances tagged as ours whose proxy is gone.
+
+See docs/architecture.md, Orphan GC.
+"""

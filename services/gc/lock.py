@@ -9,7 +9,7 @@ than the TTL keeps its lock, and releases it by deleting the key at its own revi
 holder whose lock expired never removes a successor's.
 
 The stored message's JetStream timestamp doubles as the sweep's clock: replicas with skewed
-clocks then agree on which instances are past the grace (DESIGN §3).
+clocks then agree on which instances are past the grace (docs/architecture.md, The event log).
 """
 
 from __future__ import annotations

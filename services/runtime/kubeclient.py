@@ -4,10 +4,11 @@ Shared by the watcher (CRD watch, status writer, leader election) and the kubern
 both find the cluster the same way (``--kubeconfig``, then in-cluster, then ``~/.kube/config``),
 fail start-up with the same field-named message, and trace the same way.
 
-Tracing rule (DESIGN §6, issue 4): an API call becomes a client span only when a span is already
-current. A watch long-poll or a leader-election renewal runs outside any trace; a root span per
-renewal would flood the tracing backend with one-span traces that explain nothing. Calls made
-while handling a traced event (a status patch, a pod create) join that event's trace.
+Tracing rule (docs/architecture.md, Telemetry): an API call becomes a client span only when a
+span is already current. A watch long-poll or a leader-election renewal runs outside any trace;
+a root span per renewal would flood the tracing backend with one-span traces that explain
+nothing. Calls made while handling a traced event (a status patch, a pod create) join that
+event's trace.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""OpenTelemetry tracing, switched on only by the standard ``OTEL_*`` variables (DESIGN §6).
+"""OpenTelemetry tracing, switched on only by the standard ``OTEL_*`` variables
+(docs/architecture.md, Telemetry).
 
 Tracing stays off unless an OTLP endpoint or ``OTEL_TRACES_EXPORTER`` is set, so a laptop run never
 tries to reach a collector that is not there. A value we do not understand fails start-up with the

@@ -1,4 +1,5 @@
-"""The provider contract (DESIGN §4): every provider must pass this same suite.
+"""The provider contract (docs/architecture.md, The provider contract): every provider must
+pass this same suite.
 
 Subclasses provide three fixtures:
 

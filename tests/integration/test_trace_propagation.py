@@ -1,7 +1,8 @@
 """One trace across two processes: publish → process → publish, as a collector receives it.
 
-DESIGN §6 promises that trace context crosses every NATS hop in headers. Only separate processes
-prove it: inside one process the current span would link the spans even if no header carried it.
+docs/architecture.md (Telemetry) promises that trace context crosses every NATS hop in
+headers. Only separate processes prove it: inside one process the current span would link the
+spans even if no header carried it.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The tracing gate (DESIGN §6) and what each setting really installs."""
+"""The tracing gate (docs/architecture.md, Telemetry) and what each setting really installs."""
 
 from __future__ import annotations
 

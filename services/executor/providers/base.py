@@ -1,4 +1,5 @@
-"""The provider contract (DESIGN §4) every provider implements, and its error taxonomy.
+"""The provider contract every provider implements, and its error taxonomy
+(docs/architecture.md, The provider contract).
 
 The reconciler decides from the error *class* alone, so every provider maps each failure of its
 client library onto exactly one of NotFound, QuotaExceeded, Transient, Permanent, chaining the

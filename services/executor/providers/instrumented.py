@@ -1,4 +1,5 @@
-"""Client spans and metrics around any provider (DESIGN §6), so no provider has to remember them.
+"""Client spans and metrics around any provider, so no provider has to remember them
+(docs/architecture.md, Telemetry).
 
 This is the outermost layer around a provider: its span covers everything a call costs, retries
 and client-side waits included. ``provider.result`` is ``ok`` or the error class, the same value

@@ -1,4 +1,5 @@
-"""Compute Engine errors into the taxonomy (DESIGN §4): a pure table, tested row by row.
+"""Compute Engine errors into the taxonomy: a pure table, tested row by row
+(docs/architecture.md, The provider contract).
 
 The inputs are what every failure carries: the HTTP status (None for an error reported inside an
 operation, which has only codes) and the reasons (``errors[].reason`` of the JSON error, the

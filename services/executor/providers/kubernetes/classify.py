@@ -1,4 +1,5 @@
-"""Kubernetes API errors into the taxonomy (DESIGN §4): a pure table, tested row by row.
+"""Kubernetes API errors into the taxonomy: a pure table, tested row by row
+(docs/architecture.md, The provider contract).
 
 The inputs are what every failed call carries: the HTTP status (0 when no answer came: refused,
 reset, timed out) and the Status object's reason and message. A ResourceQuota refusal is a 403
