@@ -21,8 +21,9 @@ from services.cli.common import CliState
 from services.cli.crd_cmd import crd
 from services.cli.events_cmd import events
 from services.cli.gc_cmd import gc
+from services.cli.get_cmd import get_cmd
 from services.cli.lease_cmd import lease
-from services.cli.proxies_cmd import apply_cmd, delete_cmd, get_cmd
+from services.cli.proxies_cmd import apply_cmd, delete_cmd
 from services.cli.render import clean
 from services.cli.streams_cmd import streams
 from services.cli.up import run, up

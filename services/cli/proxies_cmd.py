@@ -3,30 +3,19 @@
 from __future__ import annotations
 
 import asyncio
-import json
-import math
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 import click
-import msgspec
-import yaml
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 from rich.text import Text
 
 from events.jetstream import JetStreamEventStore
 from events.resource import ProxyResource, ResourceError, cli_uid
 from events.schemas import Phase
-from events.subjects import LEASE_STREAM, PROXY_STREAM
-from projections import lease as lease_fold
-from projections.lease import LeaseView
-from projections.projector import Projector
-from projections.proxy import ProxyView, apply
+from projections.proxy import ProxyView
 from services.cli import declare
 from services.cli.common import (
     CliState,
@@ -36,7 +25,8 @@ from services.cli.common import (
     settings_for,
     stdout_console,
 )
-from services.cli.render import clean, format_time, inert
+from services.cli.proxyviews import listed, projection
+from services.cli.render import clean, inert
 from services.executor.providers.config import decode_config_text, read_config_file
 from services.runtime import declare as declaring
 from services.runtime.config import ConfigError
@@ -65,18 +55,12 @@ def _resources(path: str, validate: str = "strict") -> list[ProxyResource]:
     return resources
 
 
-async def _projection(conn: Connection) -> Projector[ProxyView]:
-    projector: Projector[ProxyView] = Projector(conn.js, PROXY_STREAM, "proxy.*.*", apply)
-    await projector.catch_up()
-    return projector
-
-
 async def _wait(
     conn: Connection, uids: list[str], done: Done, what: str, timeout: float
 ) -> list[ProxyView | None]:
     """Follow the projection until every proxy is done, with a progress bar; returns the views
     of the proxies still pending when the time ran out (none: all done)."""
-    projector = await _projection(conn)
+    projector = await projection(conn)
     console = stdout_console()
     pending: list[ProxyView | None] = []
     try:
@@ -241,7 +225,7 @@ def delete_cmd(
             console = stdout_console()
             chosen = targets
             if everything:
-                chosen = [(v.namespace, v.name, v.uid) for v in await _listed(conn, namespace)]
+                chosen = [(v.namespace, v.name, v.uid) for v in await listed(conn, namespace)]
                 if not chosen:
                     console.print(Text("No proxies to delete."))
             for ns, name, uid in chosen:
@@ -257,155 +241,3 @@ def delete_cmd(
     pending = run_until_signalled(work())
     if pending:
         raise _not_within("not removed", timeout, pending)
-
-
-async def _listed(conn: Connection, namespace: str | None) -> list[ProxyView]:
-    """The proxies ``get`` lists: declared, not removed, by namespace and name."""
-    projector = await _projection(conn)
-    await projector.close()
-    views = [v for v in projector.views.values() if v.name and not v.removed]
-    if namespace:
-        views = [v for v in views if v.namespace == namespace]
-    return sorted(views, key=lambda v: (v.namespace, v.name))
-
-
-@dataclass(frozen=True, slots=True)
-class LeaseState:
-    """A proxy's lease as ``get`` shows it, at the moment of the listing."""
-
-    lease_id: str | None = None
-    holder: str = ""
-    cooldown_until: datetime | None = None
-
-    @classmethod
-    def of(cls, view: LeaseView | None, now: datetime) -> LeaseState:
-        if not lease_fold.is_free(view, now):
-            assert view is not None
-            return cls(view.lease_id, view.holder)
-        rest = lease_fold.available_at(view)
-        return cls(cooldown_until=rest if rest is not None and rest > now else None)
-
-    def leased_cell(self) -> Text:
-        return inert("no" if self.lease_id is None else (self.holder or "yes"))
-
-    def cooldown_cell(self, now: datetime) -> str:
-        if self.cooldown_until is None:
-            return "-"
-        return f"{math.ceil((self.cooldown_until - now).total_seconds())}s"
-
-
-def item(view: ProxyView, lease: LeaseState) -> dict[str, object]:
-    return {
-        "uid": view.uid,
-        "namespace": view.namespace,
-        "name": view.name,
-        "phase": view.phase.value,
-        "reason": view.reason,
-        "message": view.message,
-        "ip": view.ip,
-        "url": view.url,
-        "provider": view.spec.provider,
-        "providerID": view.provider_id,
-        "healthy": view.healthy,
-        "healthMessage": view.health_message,
-        "attributes": dict(view.spec.attributes),
-        "generation": view.generation,
-        "observedGeneration": view.observed_generation,
-        "conditions": msgspec.to_builtins(view.conditions),
-        "leased": lease.lease_id is not None,
-        "leaseId": lease.lease_id,
-        "cooldownUntil": format_time(lease.cooldown_until) if lease.cooldown_until else None,
-    }
-
-
-def age(view: ProxyView, now: datetime) -> str:
-    if view.created_at is None:
-        return "-"
-    seconds = int((now - view.created_at).total_seconds())
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds // size}{unit}"
-    return f"{max(seconds, 0)}s"
-
-
-Listed = list[tuple[ProxyView, LeaseState]]
-
-
-def health_cell(view: ProxyView) -> str:
-    return "-" if view.healthy is None else ("healthy" if view.healthy else "unhealthy")
-
-
-def table(listed: Listed, now: datetime, *, wide: bool = False) -> Table:
-    out = Table(box=None, pad_edge=False, header_style="bold")
-    columns = ["NAMESPACE", "NAME", "PHASE", "IP", "PROVIDER", "HEALTH", "LEASED", "COOLDOWN"]
-    columns += ["AGE", "UID", "MESSAGE"] if wide else ["AGE"]
-    for column in columns:
-        out.add_column(column, no_wrap=column != "MESSAGE", overflow="fold")
-    for view, lease in listed:
-        row: list[Text | str] = [
-            inert(view.namespace),
-            inert(view.name),
-            inert(view.phase.value),
-            inert(view.ip or "-"),
-            inert(view.spec.provider or "-"),
-            health_cell(view),
-            lease.leased_cell(),
-            lease.cooldown_cell(now),
-            age(view, now),
-        ]
-        if wide:
-            row += [inert(view.uid), inert(_message(view) or "-")]
-        out.add_row(*row)
-    return out
-
-
-def _message(view: ProxyView) -> str:
-    """What most explains the proxy's state: why it is unhealthy, else its phase's message."""
-    if view.healthy is False and view.health_message:
-        return view.health_message
-    return view.message
-
-
-@click.command("get")
-@click.option(
-    "-o",
-    "--output",
-    type=click.Choice(["table", "wide", "json", "yaml"]),
-    default="table",
-    show_default=True,
-    help="table for people; wide adds the UID (for `events --proxy`) and the last message "
-    "(why a proxy is unhealthy or failed); json or yaml for tools.",
-)
-@click.option("-n", "--namespace", help="Only this namespace.")
-@nats_url_option
-@click.pass_obj
-def get_cmd(state: CliState, *, output: str, namespace: str | None, nats_url: str | None) -> None:
-    """List proxies with their phase, address, health and lease (views rebuilt from the log)."""
-    settings = settings_for(state, nats_url=nats_url)
-
-    async def work() -> tuple[list[ProxyView], dict[str, LeaseView]]:
-        conn = await open_connection(settings.nats_url)
-        try:
-            views = await _listed(conn, namespace)
-            leases: Projector[LeaseView] = Projector(
-                conn.js, LEASE_STREAM, "lease.*", lease_fold.apply
-            )
-            await leases.catch_up()
-            await leases.close()
-        finally:
-            await conn.close()
-        return views, leases.views
-
-    views, leases = run_until_signalled(work()) or ([], {})
-    now = datetime.now(UTC)
-    listed = [(v, LeaseState.of(leases.get(v.uid), now)) for v in views]
-    if output == "json":
-        click.echo(json.dumps({"items": [item(v, lease) for v, lease in listed]}, indent=2))
-    elif output == "yaml":
-        items = [item(v, lease) for v, lease in listed]
-        click.echo(yaml.safe_dump({"items": items}, sort_keys=False))
-    elif not listed:
-        where = f" in namespace {namespace}" if namespace else ""
-        stdout_console().print(inert(f"No proxies{where}."))
-    else:
-        stdout_console().print(table(listed, now, wide=output == "wide"))

@@ -1,0 +1,172 @@
+"""``get``: the proxies with their phase, address, health and lease, rebuilt from the log."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import click
+import msgspec
+import yaml
+from rich.table import Table
+from rich.text import Text
+
+from events.subjects import LEASE_STREAM
+from projections import lease as lease_fold
+from projections.lease import LeaseView
+from projections.projector import Projector
+from projections.proxy import ProxyView
+from services.cli.common import (
+    CliState,
+    nats_url_option,
+    open_connection,
+    run_until_signalled,
+    settings_for,
+    stdout_console,
+)
+from services.cli.proxyviews import listed as listed_proxies
+from services.cli.render import format_time, inert
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseState:
+    """A proxy's lease as ``get`` shows it, at the moment of the listing."""
+
+    lease_id: str | None = None
+    holder: str = ""
+    cooldown_until: datetime | None = None
+
+    @classmethod
+    def of(cls, view: LeaseView | None, now: datetime) -> LeaseState:
+        if not lease_fold.is_free(view, now):
+            assert view is not None
+            return cls(view.lease_id, view.holder)
+        rest = lease_fold.available_at(view)
+        return cls(cooldown_until=rest if rest is not None and rest > now else None)
+
+    def leased_cell(self) -> Text:
+        return inert("no" if self.lease_id is None else (self.holder or "yes"))
+
+    def cooldown_cell(self, now: datetime) -> str:
+        if self.cooldown_until is None:
+            return "-"
+        return f"{math.ceil((self.cooldown_until - now).total_seconds())}s"
+
+
+def item(view: ProxyView, lease: LeaseState) -> dict[str, object]:
+    return {
+        "uid": view.uid,
+        "namespace": view.namespace,
+        "name": view.name,
+        "phase": view.phase.value,
+        "reason": view.reason,
+        "message": view.message,
+        "ip": view.ip,
+        "url": view.url,
+        "provider": view.spec.provider,
+        "providerID": view.provider_id,
+        "healthy": view.healthy,
+        "healthMessage": view.health_message,
+        "attributes": dict(view.spec.attributes),
+        "generation": view.generation,
+        "observedGeneration": view.observed_generation,
+        "conditions": msgspec.to_builtins(view.conditions),
+        "leased": lease.lease_id is not None,
+        "leaseId": lease.lease_id,
+        "cooldownUntil": format_time(lease.cooldown_until) if lease.cooldown_until else None,
+    }
+
+
+def age(view: ProxyView, now: datetime) -> str:
+    if view.created_at is None:
+        return "-"
+    seconds = int((now - view.created_at).total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit}"
+    return f"{max(seconds, 0)}s"
+
+
+Listed = list[tuple[ProxyView, LeaseState]]
+
+
+def health_cell(view: ProxyView) -> str:
+    return "-" if view.healthy is None else ("healthy" if view.healthy else "unhealthy")
+
+
+def table(listed: Listed, now: datetime, *, wide: bool = False) -> Table:
+    out = Table(box=None, pad_edge=False, header_style="bold")
+    columns = ["NAMESPACE", "NAME", "PHASE", "IP", "PROVIDER", "HEALTH", "LEASED", "COOLDOWN"]
+    columns += ["AGE", "UID", "MESSAGE"] if wide else ["AGE"]
+    for column in columns:
+        out.add_column(column, no_wrap=column != "MESSAGE", overflow="fold")
+    for view, lease in listed:
+        row: list[Text | str] = [
+            inert(view.namespace),
+            inert(view.name),
+            inert(view.phase.value),
+            inert(view.ip or "-"),
+            inert(view.spec.provider or "-"),
+            health_cell(view),
+            lease.leased_cell(),
+            lease.cooldown_cell(now),
+            age(view, now),
+        ]
+        if wide:
+            row += [inert(view.uid), inert(_message(view) or "-")]
+        out.add_row(*row)
+    return out
+
+
+def _message(view: ProxyView) -> str:
+    """What most explains the proxy's state: why it is unhealthy, else its phase's message."""
+    if view.healthy is False and view.health_message:
+        return view.health_message
+    return view.message
+
+
+@click.command("get")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Choice(["table", "wide", "json", "yaml"]),
+    default="table",
+    show_default=True,
+    help="table for people; wide adds the UID (for `events --proxy`) and the last message "
+    "(why a proxy is unhealthy or failed); json or yaml for tools.",
+)
+@click.option("-n", "--namespace", help="Only this namespace.")
+@nats_url_option
+@click.pass_obj
+def get_cmd(state: CliState, *, output: str, namespace: str | None, nats_url: str | None) -> None:
+    """List proxies with their phase, address, health and lease (views rebuilt from the log)."""
+    settings = settings_for(state, nats_url=nats_url)
+
+    async def work() -> tuple[list[ProxyView], dict[str, LeaseView]]:
+        conn = await open_connection(settings.nats_url)
+        try:
+            views = await listed_proxies(conn, namespace)
+            leases: Projector[LeaseView] = Projector(
+                conn.js, LEASE_STREAM, "lease.*", lease_fold.apply
+            )
+            await leases.catch_up()
+            await leases.close()
+        finally:
+            await conn.close()
+        return views, leases.views
+
+    views, leases = run_until_signalled(work()) or ([], {})
+    now = datetime.now(UTC)
+    listed = [(v, LeaseState.of(leases.get(v.uid), now)) for v in views]
+    if output == "json":
+        click.echo(json.dumps({"items": [item(v, lease) for v, lease in listed]}, indent=2))
+    elif output == "yaml":
+        items = [item(v, lease) for v, lease in listed]
+        click.echo(yaml.safe_dump({"items": items}, sort_keys=False))
+    elif not listed:
+        where = f" in namespace {namespace}" if namespace else ""
+        stdout_console().print(inert(f"No proxies{where}."))
+    else:
+        stdout_console().print(table(listed, now, wide=output == "wide"))
