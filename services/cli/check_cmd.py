@@ -24,7 +24,8 @@ from services.cli.common import (
     settings_for,
     stdout_console,
 )
-from services.cli.reader import FoldCheck, LogEntry, LogReader
+from services.cli.entries import LogEntry
+from services.cli.reader import FoldCheck, LogReader
 from services.cli.render import inert
 
 CHECKED = (PROXY_STREAM, LEASE_STREAM, GC_STREAM, DEADLETTER_STREAM)

@@ -23,7 +23,8 @@ from services.cli.common import (
     settings_for,
     stdout_console,
 )
-from services.cli.reader import FoldCheck, LogEntry, LogReader
+from services.cli.entries import LogEntry
+from services.cli.reader import FoldCheck, LogReader
 from services.cli.render import event_json, events_table
 
 STREAM_NAMES = (PROXY_STREAM, LEASE_STREAM, GC_STREAM, DEADLETTER_STREAM)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -22,34 +22,16 @@ from nats.aio.msg import Msg
 
 from events import codec, reading
 from events.errors import StoreUnavailable
-from events.schemas import AnyEvent
 from events.skips import UNDECODABLE
 from events.store import Recorded, Unreadable
 from events.subjects import LEASE_STREAM, PROXY_STREAM, proxy_uid_of
 from projections import lease as lease_fold
 from projections import proxy as proxy_fold
 from projections.ordered import OrderedPull
+from services.cli.entries import UNKNOWN_TYPE, LogEntry
 from services.runtime.connection import Connection
 
 log = structlog.get_logger("egress.cli.reader")
-
-UNKNOWN_TYPE = "?"
-
-
-@dataclass(frozen=True, slots=True)
-class LogEntry:
-    """One stored message as shown: the decoded event, or why it could not be decoded."""
-
-    seq: int
-    time: datetime
-    subject: str
-    type: str
-    event: AnyEvent | None
-    error: str = ""
-    payload: bytes = b""
-    skipped: str = ""
-    """Why every reader skips this event (``events.skips``: undecodable, unknown_type,
-    unusable); "" for an event the folds use."""
 
 
 def decode_entry(

@@ -15,8 +15,8 @@ wrong), or some proxies have them but none can be leased now (it should wait).
 
 from __future__ import annotations
 
-import random
 from collections.abc import Iterator, Mapping
+from typing import Protocol
 
 from events.schemas import Phase
 from projections.proxy import ProxyView
@@ -102,7 +102,14 @@ class CandidateIndex:
         return values
 
 
-def random_order(items: list[str], rng: random.Random) -> Iterator[str]:
+class Draws(Protocol):
+    """What ``random_order`` needs of a generator (``random.Random`` has it): the caller owns the
+    randomness, so this module stays pure and a test can seed it."""
+
+    def random(self) -> float: ...
+
+
+def random_order(items: list[str], rng: Draws) -> Iterator[str]:
     """``items`` in random order, one draw per item taken (a lazy Fisher-Yates shuffle)."""
     pool = list(items)
     for end in range(len(pool), 0, -1):

@@ -26,7 +26,8 @@ from events.schemas import (
     ProxySpec,
     ProxySpecChanged,
 )
-from services.cli.reader import UNKNOWN_TYPE, LogEntry, decode_entry
+from services.cli.entries import UNKNOWN_TYPE, LogEntry
+from services.cli.reader import decode_entry
 from services.cli.render import (
     MAIN_FIELDS,
     StreamRow,

@@ -23,10 +23,10 @@ from services.runtime.logs import (
     add_trace_ids,
     configure_logging,
     is_secret_key,
-    printable,
     redact,
     scrub,
 )
+from services.runtime.text import printable
 
 # A local provider: spans become current without installing anything process-wide.
 tracer = TracerProvider().get_tracer("tests.logs")
