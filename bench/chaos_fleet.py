@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from events.streams import ensure_streams
-from services.executor.providers import local_process as proc
-from services.executor.providers.local import LocalProvider
+from services.providers import local_process as proc
+from services.providers.local import LocalProvider
 from services.runtime.connection import Connection, connect
 from services.runtime.natsserver import EmbeddedNatsServer, NatsServerError, free_port
 

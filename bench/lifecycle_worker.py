@@ -31,7 +31,7 @@ from nats.js.errors import NotFoundError
 
 from events import subjects
 from services.executor.service import ExecutorService
-from services.executor.testing import FakeProvider
+from services.providers.testing import FakeProvider
 from services.reconciler.service import ReconcilerService
 from services.runtime.config import Settings
 from services.runtime.logs import configure_logging

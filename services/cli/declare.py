@@ -12,7 +12,7 @@ from pathlib import Path
 import yaml
 
 from events.resource import FieldError, ProxyResource, ResourceError, from_object, unknown_fields
-from services.executor.providers.config import read_config_file, yaml_problem
+from services.providers.config import read_config_file, yaml_problem
 from services.runtime.declare import uid_of
 
 

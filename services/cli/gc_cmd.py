@@ -24,12 +24,12 @@ from services.cli.common import (
     stdout_console,
 )
 from services.cli.render import clean, inert
-from services.executor.providers.config import PROVIDER_OPTIONS
 from services.gc.collector import GarbageCollector
 from services.gc.leftovers import LeftoverReport
 from services.gc.lock import SweepLock
 from services.gc.service import DEFAULT_GRACE, Duration, providers_from_config
 from services.gc.sweep import ProviderReport, SweepReport
+from services.providers.config import PROVIDER_OPTIONS
 from services.runtime.metrics import Metrics
 
 BUSY = "busy"

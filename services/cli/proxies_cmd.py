@@ -27,7 +27,7 @@ from services.cli.common import (
 )
 from services.cli.proxyviews import listed, projection
 from services.cli.render import clean, inert
-from services.executor.providers.config import decode_config_text, read_config_file
+from services.providers.config import decode_config_text, read_config_file
 from services.runtime import declare as declaring
 from services.runtime.config import ConfigError
 from services.runtime.connection import Connection

@@ -31,7 +31,7 @@ from services.cli.common import (
 )
 from services.cli.registry import SERVICES, ServiceEntry, known_names, option_names
 from services.cli.render import inert
-from services.executor.providers.config import load_providers_config
+from services.providers.config import load_providers_config
 from services.runtime.config import Settings
 from services.runtime.natsserver import EmbeddedNatsServer, free_port
 from services.runtime.service import Service, Started, run_services

@@ -17,8 +17,8 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-from services.executor.providers.config import ProviderEntry
-from services.executor.providers.local_process import PID_FILE, is_running, resolve_backend
+from services.providers.config import ProviderEntry
+from services.providers.local_process import PID_FILE, is_running, resolve_backend
 
 PROBE_HOST = "127.0.0.1"
 _ANSWER = (

@@ -38,7 +38,7 @@ from events.schemas import (
 )
 from events.store import EventStore, History, NewEvent, Recorded, derive_msg_id
 from projections.proxy import fold
-from services.executor.providers.base import (
+from services.providers.base import (
     CreateRequest,
     Instance,
     NotFound,

@@ -37,7 +37,7 @@ from events.store import EventStore, NewEvent, Recorded, derive_msg_id
 from projections import proxy
 from projections.projector import Projector
 from services.executor.commands import observed
-from services.executor.providers.base import Instance, NotFound, Provider, ProviderError
+from services.providers.base import Instance, NotFound, Provider, ProviderError
 
 log = structlog.get_logger("egress.executor.observe")
 

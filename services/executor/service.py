@@ -19,13 +19,13 @@ import structlog
 from events import subjects
 from services.executor.commands import CommandHandler, CommandPolicy
 from services.executor.observe import ObserveSweep
-from services.executor.providers.base import Provider
-from services.executor.providers.config import (
+from services.providers.base import Provider
+from services.providers.config import (
     PROVIDER_OPTIONS,
     build_providers,
     load_providers_config,
 )
-from services.executor.providers.instrumented import instrument
+from services.providers.instrumented import instrument
 from services.runtime.config import ConfigError, Settings
 from services.runtime.consumer import ConsumerLoop, ConsumerSpec
 from services.runtime.metrics import Metrics

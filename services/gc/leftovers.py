@@ -22,8 +22,8 @@ from datetime import datetime
 
 import structlog
 
-from services.executor.providers.base import Leftover, LeftoverCleaner, NotFound, ProviderError
 from services.gc.rules import DeleteFailure, Verdict, judge
+from services.providers.base import Leftover, LeftoverCleaner, NotFound, ProviderError
 
 log = structlog.get_logger("egress.gc")
 

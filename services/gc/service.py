@@ -17,10 +17,10 @@ from typing import Any
 import click
 import structlog
 
-from services.executor.providers.base import Provider
-from services.executor.providers.config import PROVIDER_OPTIONS
 from services.gc.collector import GarbageCollector
 from services.gc.lock import DEFAULT_TTL, SweepLock
+from services.providers.base import Provider
+from services.providers.config import PROVIDER_OPTIONS
 from services.runtime.config import ConfigError, Settings
 from services.runtime.service import ServiceContext
 
@@ -71,7 +71,7 @@ def providers_from_config(providers_config: Path | None, data_dir: Path) -> dict
     """The named providers, read the way the executor reads them."""
     # Imported here: services do not import each other at module level (the import contract);
     # where this loader lives for good is an open decision (see docs/decisions.md).
-    from services.executor.providers.config import (  # noqa: PLC0415
+    from services.providers.config import (  # noqa: PLC0415
         build_providers,
         load_providers_config,
     )
@@ -80,7 +80,7 @@ def providers_from_config(providers_config: Path | None, data_dir: Path) -> dict
 
 
 def instrumented(providers: Mapping[str, Provider], ctx: ServiceContext) -> dict[str, Provider]:
-    from services.executor.providers.instrumented import instrument  # noqa: PLC0415  # as above
+    from services.providers.instrumented import instrument  # noqa: PLC0415  # as above
 
     return {name: instrument(p, ctx.metrics) for name, p in providers.items()}
 
@@ -163,7 +163,7 @@ def build(
     """The factory ``run gc`` and ``up`` call; a bad providers file stops start-up here."""
     del settings
     data_dir = data_dir.resolve()
-    from services.executor.providers.config import load_providers_config  # noqa: PLC0415
+    from services.providers.config import load_providers_config  # noqa: PLC0415
 
     load_providers_config(providers_config, default_data_dir=data_dir)
     return GcService(providers_config, data_dir, gc_interval, gc_grace)

@@ -30,16 +30,16 @@ from datetime import datetime
 
 import structlog
 
-from services.executor.providers.base import (
+from services.gc import leftovers
+from services.gc.leftovers import LeftoverReport
+from services.gc.rules import EPOCH, DeleteFailure, Verdict, judge, moment
+from services.providers.base import (
     Instance,
     LeftoverCleaner,
     NotFound,
     Provider,
     ProviderError,
 )
-from services.gc import leftovers
-from services.gc.leftovers import LeftoverReport
-from services.gc.rules import EPOCH, DeleteFailure, Verdict, judge, moment
 
 __all__ = [
     "EPOCH",

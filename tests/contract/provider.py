@@ -23,7 +23,7 @@ from typing import ClassVar, Protocol
 import pytest
 
 from events.schemas import InstanceState, ProxySpec
-from services.executor.providers.base import (
+from services.providers.base import (
     MANAGED_LABEL,
     OWNER_LABEL,
     CreateRequest,

@@ -24,13 +24,13 @@ from events.schemas import (
 )
 from events.store import AppendResult, NewEvent
 from services.executor.commands import CommandHandler, observed
-from services.executor.providers.base import (
+from services.providers.base import (
     CreateRequest,
     Permanent,
     QuotaExceeded,
     Transient,
 )
-from services.executor.testing import FakeProvider
+from services.providers.testing import FakeProvider
 from services.runtime.connection import Connection
 from services.runtime.consumer import Delivery
 from services.runtime.metrics import Metrics

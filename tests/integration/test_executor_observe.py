@@ -24,13 +24,13 @@ from events.schemas import (
 )
 from events.store import EventStore, NewEvent
 from services.executor.observe import ObserveSweep
-from services.executor.providers.base import (
+from services.executor.service import ExecutorService
+from services.providers.base import (
     Instance,
     Provider,
     Transient,
 )
-from services.executor.service import ExecutorService
-from services.executor.testing import FakeProvider
+from services.providers.testing import FakeProvider
 from services.runtime.config import Settings
 from services.runtime.connection import Connection
 from services.runtime.metrics import Metrics

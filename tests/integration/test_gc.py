@@ -31,18 +31,18 @@ from events.schemas import (
 from events.store import NewEvent, derive_msg_id
 from services.cli.common import CliState
 from services.cli.gc_cmd import gc
-from services.executor.providers.base import (
+from services.gc.collector import GarbageCollector
+from services.gc.lock import SweepLock
+from services.gc.service import GcService
+from services.providers.base import (
     CreateRequest,
     NotFound,
     Permanent,
     Provider,
     Transient,
 )
-from services.executor.providers.local import LocalProvider
-from services.executor.testing import FakeProvider
-from services.gc.collector import GarbageCollector
-from services.gc.lock import SweepLock
-from services.gc.service import GcService
+from services.providers.local import LocalProvider
+from services.providers.testing import FakeProvider
 from services.runtime.config import Settings
 from services.runtime.connection import Connection
 from services.runtime.logs import configure_logging

@@ -21,10 +21,10 @@ from events.schemas import (
     SweepCompleted,
 )
 from events.store import NewEvent, derive_msg_id
-from services.executor.testing import FakeProviderWithLeftovers
 from services.gc.collector import GarbageCollector
 from services.gc.lock import SweepLock
 from services.gc.service import GcService
+from services.providers.testing import FakeProviderWithLeftovers
 from services.runtime.config import Settings
 from services.runtime.connection import Connection
 from services.runtime.metrics import Metrics

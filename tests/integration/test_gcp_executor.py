@@ -21,8 +21,8 @@ from events.schemas import (
     ProviderFailed,
     ProxySpec,
 )
-from services.executor.providers.gcp.provider import GcpProvider
-from services.executor.providers.gcp.testing import ComputeFake
+from services.providers.gcp.provider import GcpProvider
+from services.providers.gcp.testing import ComputeFake
 from services.runtime.connection import Connection
 from tests.support.executor_harness import answered, answers, declare, executor, send, settled
 from tests.support.gcp_support import PROJECT, config

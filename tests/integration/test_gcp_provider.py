@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 import pytest
 
 from events.schemas import InstanceState, Placement, ProxySpec
-from services.executor.providers.base import (
+from services.providers.base import (
     CREATED_AT_LABEL,
     MANAGED_LABEL,
     OWNER_LABEL,
@@ -21,9 +21,9 @@ from services.executor.providers.base import (
     QuotaExceeded,
     Transient,
 )
-from services.executor.providers.gcp.config import GcpConfig
-from services.executor.providers.gcp.provider import GcpProvider
-from services.executor.providers.gcp.testing import ComputeFake
+from services.providers.gcp.config import GcpConfig
+from services.providers.gcp.provider import GcpProvider
+from services.providers.gcp.testing import ComputeFake
 from tests.contract.provider import (
     MakeRequest,
     ProviderContract,

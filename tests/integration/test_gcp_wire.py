@@ -18,9 +18,9 @@ from google.cloud.compute_v1 import Operation, ZoneOperationsClient
 from google.oauth2.credentials import Credentials
 from opentelemetry.sdk.trace import TracerProvider
 
-from services.executor.providers.base import NotFound, Transient
-from services.executor.providers.gcp.provider import GcpProvider
-from services.executor.providers.gcp.testing import ComputeFake
+from services.providers.base import NotFound, Transient
+from services.providers.gcp.provider import GcpProvider
+from services.providers.gcp.testing import ComputeFake
 from services.runtime.logs import configure_logging
 from tests.support.gcp_support import PROJECT, ZONE, config, request
 

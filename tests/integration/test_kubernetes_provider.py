@@ -24,16 +24,16 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 
 from events.schemas import InstanceState, ProxySpec
-from services.executor.providers.base import (
+from services.providers.base import (
     CreateRequest,
     NotFound,
     Permanent,
     QuotaExceeded,
     Transient,
 )
-from services.executor.providers.kubernetes.config import DEFAULT_IMAGE, KubernetesConfig
-from services.executor.providers.kubernetes.mapping import K8S_MANAGED, K8S_OWNER, K8S_PROVIDER
-from services.executor.providers.kubernetes.provider import KubernetesProvider
+from services.providers.kubernetes.config import DEFAULT_IMAGE, KubernetesConfig
+from services.providers.kubernetes.mapping import K8S_MANAGED, K8S_OWNER, K8S_PROVIDER
+from services.providers.kubernetes.provider import KubernetesProvider
 from services.runtime import telemetry
 from services.runtime.kubeclient import KubeSettings, new_api_client
 from tests.contract.provider import (

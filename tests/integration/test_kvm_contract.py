@@ -11,8 +11,8 @@ from collections.abc import AsyncIterator
 import pytest
 
 from events.schemas import Placement, ProxySpec
-from services.executor.providers.base import CreateRequest
-from services.executor.providers.kvm.provider import KvmProvider
+from services.providers.base import CreateRequest
+from services.providers.kvm.provider import KvmProvider
 from tests.contract.provider import MakeRequest, ProviderContract, Provoke, request_factory
 from tests.support.kvm_arp import arp_watcher
 from tests.support.kvm_daemon import LibvirtDaemon

@@ -23,13 +23,13 @@ from events.schemas import (
     SweepCompleted,
 )
 from events.store import NewEvent, derive_msg_id
-from services.executor.providers.base import CreateRequest, Leftover, Permanent
-from services.executor.providers.instrumented import instrument
-from services.executor.providers.kvm.domain import base_name, marker_name, overlay_name, seed_name
-from services.executor.providers.kvm.provider import KvmProvider
 from services.gc.collector import GarbageCollector
 from services.gc.lock import SweepLock
 from services.gc.sweep import EPOCH, sweep_once
+from services.providers.base import CreateRequest, Leftover, Permanent
+from services.providers.instrumented import instrument
+from services.providers.kvm.domain import base_name, marker_name, overlay_name, seed_name
+from services.providers.kvm.provider import KvmProvider
 from services.runtime.connection import Connection
 from services.runtime.metrics import Metrics
 from tests.support.kvm_daemon import LibvirtDaemon, pool_volumes

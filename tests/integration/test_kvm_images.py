@@ -23,9 +23,9 @@ from aiohttp import web
 from structlog.testing import capture_logs
 
 from events.schemas import Placement, ProxySpec
-from services.executor.providers.base import CreateRequest, Transient
-from services.executor.providers.kvm.config import KvmConfig
-from services.executor.providers.kvm.domain import (
+from services.providers.base import CreateRequest, Transient
+from services.providers.kvm.config import KvmConfig
+from services.providers.kvm.domain import (
     base_name,
     base_volume_xml,
     marker_name,
@@ -33,9 +33,9 @@ from services.executor.providers.kvm.domain import (
     raw_volume_xml,
     seed_name,
 )
-from services.executor.providers.kvm.imagelock import LockInfo, lock_name, parse_lock
-from services.executor.providers.kvm.images import download_bytes, upload_bytes
-from services.executor.providers.kvm.provider import KvmProvider
+from services.providers.kvm.imagelock import LockInfo, lock_name, parse_lock
+from services.providers.kvm.images import download_bytes, upload_bytes
+from services.providers.kvm.provider import KvmProvider
 from tests.contract.provider import delete_all
 from tests.support.kvm_daemon import LibvirtDaemon, pool_volumes
 from tests.support.kvm_fixtures import *  # noqa: F403  # pytest finds fixtures by name here

@@ -10,18 +10,18 @@ from datetime import UTC, datetime
 import pytest
 
 from events.schemas import InstanceState, Placement, ProxySpec
-from services.executor.providers.base import CreateRequest, NotFound, Permanent, Transient
-from services.executor.providers.kvm.config import DEFAULT_VENDOR_DATA
-from services.executor.providers.kvm.domain import (
+from services.providers.base import CreateRequest, NotFound, Permanent, Transient
+from services.providers.kvm.config import DEFAULT_VENDOR_DATA
+from services.providers.kvm.domain import (
     base_name,
     marker_name,
     overlay_name,
     parse_metadata,
     seed_name,
 )
-from services.executor.providers.kvm.images import download_bytes
-from services.executor.providers.kvm.provider import KvmProvider
-from services.executor.providers.kvm.seed import meta_data_for, read_seed_iso
+from services.providers.kvm.images import download_bytes
+from services.providers.kvm.provider import KvmProvider
+from services.providers.kvm.seed import meta_data_for, read_seed_iso
 from tests.contract.provider import delete_all
 from tests.support.kvm_arp import ArpTable, arp_watcher
 from tests.support.kvm_daemon import LibvirtDaemon, pool_volumes

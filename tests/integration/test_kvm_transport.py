@@ -12,9 +12,9 @@ from pathlib import Path
 import asyncssh
 import pytest
 
-from services.executor.providers.base import NotFound, Permanent, Transient
-from services.executor.providers.config import build_providers, parse_providers_config
-from services.executor.providers.kvm.provider import KvmProvider
+from services.providers.base import NotFound, Permanent, Transient
+from services.providers.config import build_providers, parse_providers_config
+from services.providers.kvm.provider import KvmProvider
 from services.runtime.config import ConfigError
 from tests.support.kvm_daemon import LibvirtDaemon
 from tests.support.kvm_fixtures import *  # noqa: F403  # pytest finds fixtures by name here

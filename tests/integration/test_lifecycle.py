@@ -14,8 +14,8 @@ from events.resource import cli_uid
 from events.schemas import CreateInstance, ErrorClass, HealthChanged, Phase, ProxySpec
 from events.store import NewEvent
 from services.cli.declare import parse_resources
-from services.executor.providers.base import Permanent, Transient
-from services.executor.testing import FakeProvider
+from services.providers.base import Permanent, Transient
+from services.providers.testing import FakeProvider
 from services.runtime.connection import Connection
 from services.runtime.declare import apply, delete
 from services.runtime.natsserver import EmbeddedNatsServer

@@ -20,9 +20,9 @@ import pytest
 import trustme
 
 from events.schemas import InstanceState
-from services.executor.providers import local_process
-from services.executor.providers.base import NotFound, Permanent
-from services.executor.providers.local import LocalProvider
+from services.providers import local_process
+from services.providers.base import NotFound, Permanent
+from services.providers.local import LocalProvider
 from tests.contract.provider import (
     MakeRequest,
     ProviderContract,
@@ -248,7 +248,7 @@ async def test_instances_outlive_the_process_that_created_them(
         f"""
         import asyncio
         from pathlib import Path
-        from services.executor.providers.local import LocalProvider
+        from services.providers.local import LocalProvider
         from tests.contract.provider import request_factory
 
         provider = LocalProvider("local", Path({str(local.data_dir)!r}), backend={local.backend!r})

@@ -17,7 +17,7 @@ from events.schemas import (
     ProxyRemoved,
     ProxySpecChanged,
 )
-from services.executor.providers.base import Transient
+from services.providers.base import Transient
 from services.runtime.natsserver import EmbeddedNatsServer
 from tests.support.kube import PROXIES
 from tests.support.waiting import until

@@ -25,8 +25,8 @@ from events.schemas import (
 )
 from events.store import EventStore, NewEvent, Recorded
 from services.executor.commands import Answer, Command, CommandHandler, CommandPolicy, observed
-from services.executor.providers.base import CreateRequest, Provider
 from services.executor.service import consumer_spec
+from services.providers.base import CreateRequest, Provider
 from services.runtime.connection import Connection
 from services.runtime.consumer import ConsumerLoop
 from services.runtime.metrics import Metrics

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from events.schemas import InstanceState
-from services.executor.providers.base import CreateRequest, Instance, NotFound
+from services.providers.base import CreateRequest, Instance, NotFound
 
 
 class FileProvider:

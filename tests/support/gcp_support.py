@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from events.schemas import ProxySpec
-from services.executor.providers.base import CreateRequest
-from services.executor.providers.gcp.config import GcpConfig
-from services.executor.providers.gcp.testing import ComputeFake
+from services.providers.base import CreateRequest
+from services.providers.gcp.config import GcpConfig
+from services.providers.gcp.testing import ComputeFake
 
 PROJECT = "test-project"
 ZONE = "europe-west1-b"

@@ -25,8 +25,8 @@ from events.schemas import (
     ProxySpec,
 )
 from events.store import EventStore, NewEvent, derive_msg_id
-from services.executor.providers.local import LocalProvider
 from services.health.service import HealthService
+from services.providers.local import LocalProvider
 from services.runtime.config import Settings
 from services.runtime.connection import Connection, connect
 from services.runtime.metrics import Metrics

@@ -17,8 +17,8 @@ from events.schemas import Phase
 from events.store import EventStore
 from projections.proxy import ProxyView, fold
 from services.executor.commands import CommandPolicy
-from services.executor.providers.base import Provider
 from services.executor.service import ExecutorService
+from services.providers.base import Provider
 from services.reconciler.service import ReconcilerService
 from services.runtime.config import Settings
 from services.runtime.connection import connect

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from services.executor.providers.local_process import PID_FILE
+from services.providers.local_process import PID_FILE
 from services.runtime.natsserver import free_port
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -15,7 +15,7 @@ from events import subjects
 from events.jetstream import JetStreamEventStore
 from events.schemas import AnyEvent
 from services.executor.service import ExecutorService
-from services.executor.testing import FakeProvider
+from services.providers.testing import FakeProvider
 from services.reconciler.service import ReconcilerService
 from services.watcher.leader import LeaderSettings
 from services.watcher.service import WatcherService

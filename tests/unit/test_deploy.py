@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from services.cli.main import main
-from services.executor.providers.config import build_providers, parse_providers_config
+from services.providers.config import build_providers, parse_providers_config
 from services.runtime.config import _ENV_VARS, Settings
 from services.runtime.natsserver import (
     USERS,
@@ -331,7 +331,7 @@ def needs_of(source: str) -> Need:
 
 
 def code_needs(service: str) -> Need:
-    provider = ROOT / "services" / "executor" / "providers" / "kubernetes"
+    provider = ROOT / "services" / "providers" / "kubernetes"
     if service == "watcher":
         files = sorted((ROOT / "services" / "watcher").rglob("*.py"))
         return set().union(*(needs_of(f.read_text()) for f in files))

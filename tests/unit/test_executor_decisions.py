@@ -25,7 +25,7 @@ from events.schemas import (
 from events.store import History, Recorded
 from services.executor.commands import CommandPolicy, command_answers, is_final, observed
 from services.executor.observe import GONE, Facts, apply_facts, observation, watched
-from services.executor.providers.base import Instance
+from services.providers.base import Instance
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 

@@ -9,9 +9,9 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from services.executor.providers.instrumented import Instrumented
 from services.executor.service import OPTIONS, ExecutorService, build, consumer_spec
-from services.executor.testing import FakeProvider
+from services.providers.instrumented import Instrumented
+from services.providers.testing import FakeProvider
 from services.runtime.config import ConfigError, Settings
 from services.runtime.metrics import Metrics
 

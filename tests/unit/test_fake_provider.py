@@ -7,14 +7,14 @@ import asyncio
 import pytest
 
 from events.schemas import InstanceState
-from services.executor.providers.base import (
+from services.providers.base import (
     CREATED_AT_LABEL,
     NotFound,
     Permanent,
     QuotaExceeded,
     Transient,
 )
-from services.executor.testing import FakeConfig, FakeProvider
+from services.providers.testing import FakeConfig, FakeProvider
 from tests.contract.provider import MakeRequest, ProviderContract, Provoke, request_factory
 
 

@@ -14,7 +14,9 @@ from opentelemetry.trace import SpanKind
 
 from events.schemas import OrphanDeleted, OrphanFound, ProxySpec, SweepCompleted
 from services.cli.gc_cmd import as_json, summary, table
-from services.executor.providers.base import (
+from services.gc.collector import sweep_events
+from services.gc.sweep import EPOCH, SweepReport, sweep_once
+from services.providers.base import (
     CreateRequest,
     Leftover,
     LeftoverCleaner,
@@ -22,10 +24,8 @@ from services.executor.providers.base import (
     Permanent,
     Transient,
 )
-from services.executor.providers.instrumented import Instrumented, InstrumentedCleaner, instrument
-from services.executor.testing import FakeProvider, FakeProviderWithLeftovers
-from services.gc.collector import sweep_events
-from services.gc.sweep import EPOCH, SweepReport, sweep_once
+from services.providers.instrumented import Instrumented, InstrumentedCleaner, instrument
+from services.providers.testing import FakeProvider, FakeProviderWithLeftovers
 from services.runtime.metrics import Metrics
 from services.runtime.telemetry import reset_for_tests
 

@@ -8,10 +8,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from events.schemas import InstanceState, ProxySpec
-from services.executor.providers.base import CreateRequest, Instance, Permanent, Transient
-from services.executor.testing import FakeProvider
 from services.gc.service import parse_duration
 from services.gc.sweep import EPOCH, Verdict, created_at_of, orphans, sweep_once, verdict
+from services.providers.base import CreateRequest, Instance, Permanent, Transient
+from services.providers.testing import FakeProvider
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 GRACE = 600.0

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 import pytest
 
 from events.schemas import InstanceState
-from services.executor.providers.base import (
+from services.providers.base import (
     MANAGED_LABEL,
     OWNER_LABEL,
     NotFound,
@@ -17,8 +17,8 @@ from services.executor.providers.base import (
     QuotaExceeded,
     Transient,
 )
-from services.executor.providers.gcp import mapping
-from services.executor.providers.gcp.classify import classify
+from services.providers.gcp import mapping
+from services.providers.gcp.classify import classify
 
 
 @pytest.mark.parametrize(

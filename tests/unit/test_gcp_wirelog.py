@@ -10,8 +10,8 @@ import pytest
 from click.testing import CliRunner
 
 from services.cli.registry import SERVICES, option_names
-from services.executor.providers.config import PROVIDER_OPTIONS
-from services.executor.providers.gcp import wirelog
+from services.providers.config import PROVIDER_OPTIONS
+from services.providers.gcp import wirelog
 
 JWT = "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJjcmF3bGVyIn0.c2lnbmF0dXJl"
 ACCESS_TOKEN = "ya29.a0AfH6SMB-secret_token.value"

@@ -12,7 +12,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 from events.schemas import ProxySpec
-from services.executor.providers.base import (
+from services.providers.base import (
     CreateRequest,
     Instance,
     NotFound,
@@ -20,8 +20,8 @@ from services.executor.providers.base import (
     QuotaExceeded,
     Transient,
 )
-from services.executor.providers.instrumented import Instrumented
-from services.executor.testing import FakeProvider
+from services.providers.instrumented import Instrumented
+from services.providers.testing import FakeProvider
 from services.runtime.metrics import Metrics
 from services.runtime.telemetry import reset_for_tests, tracer
 from tests.contract.provider import MakeRequest, ProviderContract, Provoke, request_factory

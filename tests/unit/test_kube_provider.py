@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from events.schemas import InstanceState, ProxySpec
-from services.executor.providers.base import (
+from services.providers.base import (
     CREATED_AT_LABEL,
     MANAGED_LABEL,
     OWNER_LABEL,
@@ -20,10 +20,10 @@ from services.executor.providers.base import (
     QuotaExceeded,
     Transient,
 )
-from services.executor.providers.config import build_providers, parse_providers_config
-from services.executor.providers.kubernetes.classify import classify, error_for
-from services.executor.providers.kubernetes.config import DEFAULT_IMAGE, KubernetesConfig
-from services.executor.providers.kubernetes.mapping import (
+from services.providers.config import build_providers, parse_providers_config
+from services.providers.kubernetes.classify import classify, error_for
+from services.providers.kubernetes.config import DEFAULT_IMAGE, KubernetesConfig
+from services.providers.kubernetes.mapping import (
     build_pod,
     instance_of,
     label_value,

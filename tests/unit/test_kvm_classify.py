@@ -13,15 +13,15 @@ import libvirt  # type: ignore[import-untyped, unused-ignore]  # no stubs; see p
 import pytest
 from structlog.testing import capture_logs
 
-from services.executor.providers.base import (
+from services.providers.base import (
     NotFound,
     Permanent,
     ProviderError,
     QuotaExceeded,
     Transient,
 )
-from services.executor.providers.kvm.classify import classify_libvirt, wrap_libvirt
-from services.executor.providers.kvm.domain import (
+from services.providers.kvm.classify import classify_libvirt, wrap_libvirt
+from services.providers.kvm.domain import (
     METADATA_NS,
     METADATA_PREFIX,
     DomainMetadata,

@@ -8,8 +8,8 @@ import msgspec
 import pytest
 import yaml
 
-from services.executor.providers.base import Permanent
-from services.executor.providers.kvm.config import (
+from services.providers.base import Permanent
+from services.providers.kvm.config import (
     DEFAULT_SOCKET,
     DEFAULT_VENDOR_DATA,
     HostConfig,

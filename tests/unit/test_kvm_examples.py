@@ -8,8 +8,8 @@ import msgspec
 import yaml
 
 from events.resource import from_object, validate
-from services.executor.providers.config import parse_providers_config
-from services.executor.providers.kvm.config import (
+from services.providers.config import parse_providers_config
+from services.providers.kvm.config import (
     KvmConfig,
     resolve_placement,
     validate_kvm_config,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from services.executor.providers.kvm.domain import is_per_vm_volume
-from services.executor.providers.kvm.imagelock import (
+from services.providers.kvm.domain import is_per_vm_volume
+from services.providers.kvm.imagelock import (
     SKEW_GRACE,
     LockInfo,
     claim_name,

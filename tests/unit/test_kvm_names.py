@@ -7,9 +7,9 @@ from datetime import UTC, datetime
 
 import pytest
 
-from services.executor.providers.base import Permanent
-from services.executor.providers.kvm.config import ImageConfig
-from services.executor.providers.kvm.domain import (
+from services.providers.base import Permanent
+from services.providers.kvm.config import ImageConfig
+from services.providers.kvm.domain import (
     DomainSpec,
     base_name,
     check_vm_name,

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from services.executor.providers.kvm.config import DEFAULT_VENDOR_DATA
-from services.executor.providers.kvm.seed import (
+from services.providers.kvm.config import DEFAULT_VENDOR_DATA
+from services.providers.kvm.seed import (
     LABEL,
     SeedContents,
     build_seed_iso,

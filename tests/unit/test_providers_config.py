@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 
 import pytest
 
-from services.executor.providers.config import (
+from services.providers.config import (
     MAX_FILE_BYTES,
     PROVIDER_TYPES,
+    Loaded,
     ProviderEntry,
     ProviderType,
     build_providers,
@@ -16,8 +18,8 @@ from services.executor.providers.config import (
     load_providers_config,
     read_config_file,
 )
-from services.executor.providers.local import LocalConfig, LocalProvider
-from services.executor.testing import FakeConfig, FakeProvider
+from services.providers.local import LocalConfig, LocalProvider
+from services.providers.testing import FakeConfig, FakeProvider
 from services.runtime.config import ConfigError
 
 
@@ -234,17 +236,23 @@ def test_reading_stops_past_the_limit() -> None:
 # -------------------------------------------------------------------- optional dependencies
 
 
+def importing(module: str) -> Loaded:
+    """A loader that imports ``module``, as the real ones import a provider's module."""
+    importlib.import_module(module)
+    raise AssertionError(f"{module} was not expected to exist")
+
+
 def test_a_type_whose_dependency_is_missing_names_the_extra_to_install(tmp_path: Path) -> None:
-    kind = ProviderType("services.executor.providers.no_such_module", "C", "F", extra="kvm")
+    kind = ProviderType(lambda: importing("services.providers.no_such_module"), extra="kvm")
     # A module of ours that is missing is a bug, not a setting: it stays an ImportError.
     with pytest.raises(ModuleNotFoundError):
         kind.load()
-    absent = ProviderType("no_such_dependency_anywhere", "C", "F", extra="kvm")
+    absent = ProviderType(lambda: importing("no_such_dependency_anywhere"), extra="kvm")
     with pytest.raises(
         ConfigError, match=r"no_such_dependency_anywhere.*pip install 'egress-proxies\[kvm\]'"
     ):
         absent.load()
-    bare = ProviderType("no_such_dependency_anywhere", "C", "F")
+    bare = ProviderType(lambda: importing("no_such_dependency_anywhere"))
     with pytest.raises(ConfigError, match="reinstall egress-proxies"):
         bare.load()
 

@@ -29,8 +29,8 @@ import msgspec
 import structlog
 
 from events.schemas import InstanceState
-from services.executor.providers import local_process as proc
-from services.executor.providers.base import (
+from services.providers import local_process as proc
+from services.providers.base import (
     CREATED_AT_LABEL,
     MANAGED_LABEL,
     OWNER_LABEL,

@@ -26,7 +26,7 @@ import asyncssh
 import libvirt  # type: ignore[import-untyped, unused-ignore]  # no stubs; see pyproject
 import structlog
 
-from services.executor.providers.base import (
+from services.providers.base import (
     CREATED_AT_LABEL,
     MANAGED_LABEL,
     OWNER_LABEL,
@@ -37,14 +37,14 @@ from services.executor.providers.base import (
     Permanent,
     ProviderError,
 )
-from services.executor.providers.kvm import guests, volumes
-from services.executor.providers.kvm.config import (
+from services.providers.kvm import guests, volumes
+from services.providers.kvm.config import (
     HostConfig,
     KvmConfig,
     resolve_placement,
     validate_kvm_config,
 )
-from services.executor.providers.kvm.domain import (
+from services.providers.kvm.domain import (
     DomainSpec,
     check_vm_name,
     is_per_vm_volume,
@@ -52,10 +52,10 @@ from services.executor.providers.kvm.domain import (
     overlay_name,
     seed_name,
 )
-from services.executor.providers.kvm.images import ImageCache
-from services.executor.providers.kvm.seed import build_seed_iso, meta_data_for
-from services.executor.providers.kvm.transport import HostLink, HostTransport, SshCredentials
-from services.executor.providers.kvm.volumes import OrphanVolume
+from services.providers.kvm.images import ImageCache
+from services.providers.kvm.seed import build_seed_iso, meta_data_for
+from services.providers.kvm.transport import HostLink, HostTransport, SshCredentials
+from services.providers.kvm.volumes import OrphanVolume
 from services.runtime.config import ConfigError
 
 __all__ = ["KvmConfig", "KvmProvider", "OrphanVolume"]

@@ -13,8 +13,8 @@ from datetime import UTC, datetime
 
 import libvirt  # type: ignore[import-untyped, unused-ignore]  # no stubs; see pyproject
 
-from services.executor.providers.kvm.config import HostConfig
-from services.executor.providers.kvm.domain import (
+from services.providers.kvm.config import HostConfig
+from services.providers.kvm.domain import (
     is_per_vm_volume,
     overlay_name,
     overlay_volume_xml,
@@ -22,7 +22,7 @@ from services.executor.providers.kvm.domain import (
     raw_volume_xml,
     seed_name,
 )
-from services.executor.providers.kvm.images import (
+from services.providers.kvm.images import (
     BaseImage,
     delete_volume,
     lookup_volume,

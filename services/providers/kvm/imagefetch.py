@@ -17,11 +17,11 @@ from collections.abc import Callable
 import aiohttp
 import libvirt  # type: ignore[import-untyped, unused-ignore]  # no stubs; see pyproject
 
-from services.executor.providers.base import Permanent, ProviderError, Transient
-from services.executor.providers.kvm.config import ImageConfig
-from services.executor.providers.kvm.domain import base_volume_xml
-from services.executor.providers.kvm.imagelock import CHUNK, send_all
-from services.executor.providers.kvm.transport import HostLink
+from services.providers.base import Permanent, ProviderError, Transient
+from services.providers.kvm.config import ImageConfig
+from services.providers.kvm.domain import base_volume_xml
+from services.providers.kvm.imagelock import CHUNK, send_all
+from services.providers.kvm.transport import HostLink
 
 # Aborting an upload must not wait on a deadline that has already passed.
 _ABORT_SECONDS = 30.0

@@ -19,7 +19,7 @@ from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from events.schemas import InstanceState
-from services.executor.providers.base import (
+from services.providers.base import (
     CreateRequest,
     Instance,
     NotFound,
@@ -27,9 +27,9 @@ from services.executor.providers.base import (
     ProviderError,
     Transient,
 )
-from services.executor.providers.kubernetes.classify import error_for
-from services.executor.providers.kubernetes.config import KubernetesConfig
-from services.executor.providers.kubernetes.mapping import (
+from services.providers.kubernetes.classify import error_for
+from services.providers.kubernetes.config import KubernetesConfig
+from services.providers.kubernetes.mapping import (
     K8S_MANAGED,
     build_pod,
     instance_of,

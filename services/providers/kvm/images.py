@@ -22,12 +22,12 @@ from dataclasses import dataclass
 import libvirt  # type: ignore[import-untyped, unused-ignore]  # no stubs; see pyproject
 import structlog
 
-from services.executor.providers.base import ProviderError, Transient
-from services.executor.providers.kvm import imagelock
-from services.executor.providers.kvm.config import ImageConfig
-from services.executor.providers.kvm.domain import base_name, marker_name, raw_volume_xml
-from services.executor.providers.kvm.imagefetch import Fetcher
-from services.executor.providers.kvm.imagelock import (
+from services.providers.base import ProviderError, Transient
+from services.providers.kvm import imagelock
+from services.providers.kvm.config import ImageConfig
+from services.providers.kvm.domain import base_name, marker_name, raw_volume_xml
+from services.providers.kvm.imagefetch import Fetcher
+from services.providers.kvm.imagelock import (
     CHUNK,
     Seen,
     delete_volume,
@@ -38,7 +38,7 @@ from services.executor.providers.kvm.imagelock import (
     new_lock,
     upload_bytes,
 )
-from services.executor.providers.kvm.transport import HostTransport
+from services.providers.kvm.transport import HostTransport
 
 # volumes.py and the tests use the volume helpers from here, where they used to live.
 __all__ = [

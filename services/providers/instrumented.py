@@ -23,7 +23,7 @@ from typing import TypeVar
 
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from services.executor.providers.base import (
+from services.providers.base import (
     CreateRequest,
     Instance,
     Leftover,

@@ -28,9 +28,9 @@ import asyncssh
 import libvirt  # type: ignore[import-untyped, unused-ignore]  # no stubs; see pyproject
 import structlog
 
-from services.executor.providers.base import ProviderError, Transient
-from services.executor.providers.kvm.classify import wrap_libvirt
-from services.executor.providers.kvm.config import HostConfig
+from services.providers.base import ProviderError, Transient
+from services.providers.kvm.classify import wrap_libvirt
+from services.providers.kvm.config import HostConfig
 
 log = structlog.get_logger("egress.provider.kvm")
 

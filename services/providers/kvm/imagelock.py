@@ -33,8 +33,8 @@ import libvirt  # type: ignore[import-untyped, unused-ignore]  # no stubs; see p
 import msgspec
 import structlog
 
-from services.executor.providers.base import Transient
-from services.executor.providers.kvm.domain import raw_volume_xml
+from services.providers.base import Transient
+from services.providers.kvm.domain import raw_volume_xml
 
 log = structlog.get_logger("egress.provider.kvm")
 

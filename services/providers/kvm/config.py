@@ -20,7 +20,7 @@ from urllib.parse import urlparse
 
 import msgspec
 
-from services.executor.providers.base import Permanent
+from services.providers.base import Permanent
 from services.runtime.config import ConfigError
 
 DEFAULT_SOCKET = "/var/run/libvirt/libvirt-sock"

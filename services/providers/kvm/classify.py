@@ -13,7 +13,7 @@ from __future__ import annotations
 import libvirt  # type: ignore[import-untyped, unused-ignore]  # no stubs; see pyproject
 import structlog
 
-from services.executor.providers.base import NotFound, Permanent, ProviderError, Transient
+from services.providers.base import NotFound, Permanent, ProviderError, Transient
 
 log = structlog.get_logger("egress.provider.kvm")
 

@@ -19,7 +19,7 @@ from google.api_core import exceptions as core
 from google.auth.credentials import Credentials
 from google.cloud import compute_v1
 
-from services.executor.providers.base import (
+from services.providers.base import (
     MANAGED_LABEL,
     OWNER_LABEL,
     CreateRequest,
@@ -28,14 +28,14 @@ from services.executor.providers.base import (
     Permanent,
     ProviderError,
 )
-from services.executor.providers.gcp import mapping
-from services.executor.providers.gcp.client import (
+from services.providers.gcp import mapping
+from services.providers.gcp.client import (
     already_exists,
     build_client,
     operation_error,
     translate,
 )
-from services.executor.providers.gcp.config import RFC1035, GcpConfig
+from services.providers.gcp.config import RFC1035, GcpConfig
 
 __all__ = ["GcpConfig", "GcpProvider"]
 

@@ -27,8 +27,8 @@ import sys
 from collections.abc import Collection
 from pathlib import Path
 
-from services.executor.providers.base import Permanent, ProviderError, QuotaExceeded, Transient
-from services.executor.providers.squidconf import squid_config as shared_squid_config
+from services.providers.base import Permanent, ProviderError, QuotaExceeded, Transient
+from services.providers.squidconf import squid_config as shared_squid_config
 
 SQUID = "squid"
 PROXYPY = "proxypy"

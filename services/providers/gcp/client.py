@@ -24,10 +24,10 @@ from google.cloud import compute_v1
 from google.cloud.compute_v1.services.instances.transports.rest import InstancesRestTransport
 from requests.adapters import HTTPAdapter
 
-from services.executor.providers.base import Permanent, ProviderError, Transient
-from services.executor.providers.gcp import wirelog
-from services.executor.providers.gcp.classify import classify
-from services.executor.providers.gcp.config import GcpConfig
+from services.providers.base import Permanent, ProviderError, Transient
+from services.providers.gcp import wirelog
+from services.providers.gcp.classify import classify
+from services.providers.gcp.config import GcpConfig
 
 WIRE_LOGGER = "egress.provider.gcp.wire"
 wire_log = structlog.get_logger(WIRE_LOGGER)

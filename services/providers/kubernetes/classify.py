@@ -10,7 +10,7 @@ fixes the Role, as is a 422 (the pod was rejected as invalid).
 
 from __future__ import annotations
 
-from services.executor.providers.base import (
+from services.providers.base import (
     NotFound,
     Permanent,
     ProviderError,

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from services.executor.providers.base import (
+from services.providers.base import (
     NotFound,
     Permanent,
     ProviderError,

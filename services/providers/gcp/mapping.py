@@ -12,7 +12,7 @@ import re
 from datetime import UTC, datetime
 
 from events.schemas import InstanceState
-from services.executor.providers.base import CREATED_AT_LABEL, MANAGED_LABEL, OWNER_LABEL
+from services.providers.base import CREATED_AT_LABEL, MANAGED_LABEL, OWNER_LABEL
 
 PROVIDER_LABEL = "egress-proxies/provider"
 SPEC_HASH_LABEL = "egress-proxies/spec-hash"

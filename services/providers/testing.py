@@ -23,7 +23,7 @@ from typing import Annotated
 import msgspec
 
 from events.schemas import InstanceState
-from services.executor.providers.base import (
+from services.providers.base import (
     CREATED_AT_LABEL,
     DEFAULT_PROXY_PORT,
     MANAGED_LABEL,

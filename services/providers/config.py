@@ -24,7 +24,6 @@ the extra to install.
 from __future__ import annotations
 
 import codecs
-import importlib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,7 +34,7 @@ import click
 import msgspec
 import yaml
 
-from services.executor.providers.base import Provider
+from services.providers.base import Provider
 from services.runtime.config import ConfigError
 
 Factory = Callable[[str, Any], Provider]
@@ -93,19 +92,21 @@ def yaml_problem(exc: Exception) -> str:
     return " ".join(str(exc).split())
 
 
+Loaded = tuple[type[msgspec.Struct], Factory]
+
+
 @dataclass(frozen=True, slots=True)
 class ProviderType:
-    """Where a type's settings struct and factory live, imported on first use; ``extra`` is the
-    package extra that installs its optional dependencies."""
+    """How to import a type's settings struct and factory, on first use; ``extra`` is the
+    package extra that installs its optional dependencies. The imports are written out in the
+    loader functions below (not module names in strings), so the import contracts see them."""
 
-    module: str
-    config: str
-    factory: str
+    importer: Callable[[], Loaded]
     extra: str | None = None
 
-    def load(self) -> tuple[type[msgspec.Struct], Factory]:
+    def load(self) -> Loaded:
         try:
-            module = importlib.import_module(self.module)
+            return self.importer()
         except ImportError as exc:
             missing = exc.name or ""
             if missing.partition(".")[0] in _OWN_PACKAGES:
@@ -119,32 +120,49 @@ class ProviderType:
                 f"needs the Python module {missing or '?'}, which cannot be imported "
                 f"({exc}); install it: {fix}"
             ) from exc
-        config = getattr(module, self.config)
-        factory: Any = module
-        for part in self.factory.split("."):
-            factory = getattr(factory, part)
-        return cast(type[msgspec.Struct], config), cast(Factory, factory)
+
+
+def _local() -> Loaded:
+    from services.providers.local import LocalConfig, LocalProvider  # noqa: PLC0415 - on first use
+
+    return LocalConfig, cast(Factory, LocalProvider.from_config)
+
+
+def _fake() -> Loaded:
+    from services.providers.testing import FakeConfig, FakeProvider  # noqa: PLC0415 - on first use
+
+    return FakeConfig, cast(Factory, FakeProvider.from_config)
+
+
+def _gcp() -> Loaded:
+    # google-cloud-compute takes a second to import: only a config that names gcp pays for it.
+    from services.providers.gcp.provider import GcpConfig, GcpProvider  # noqa: PLC0415
+
+    return GcpConfig, cast(Factory, GcpProvider.from_config)
+
+
+def _kubernetes() -> Loaded:
+    from services.providers.kubernetes.provider import (  # noqa: PLC0415 - on first use
+        KubernetesConfig,
+        KubernetesProvider,
+    )
+
+    return KubernetesConfig, cast(Factory, KubernetesProvider.from_config)
+
+
+def _kvm() -> Loaded:
+    # libvirt-python is an optional extra: a missing one is a setting, reported with the fix.
+    from services.providers.kvm.provider import KvmConfig, KvmProvider  # noqa: PLC0415
+
+    return KvmConfig, cast(Factory, KvmProvider.from_config)
 
 
 PROVIDER_TYPES: dict[str, ProviderType] = {
-    "local": ProviderType(
-        "services.executor.providers.local", "LocalConfig", "LocalProvider.from_config"
-    ),
-    "fake": ProviderType("services.executor.testing", "FakeConfig", "FakeProvider.from_config"),
-    "gcp": ProviderType(
-        "services.executor.providers.gcp.provider", "GcpConfig", "GcpProvider.from_config"
-    ),
-    "kubernetes": ProviderType(
-        "services.executor.providers.kubernetes.provider",
-        "KubernetesConfig",
-        "KubernetesProvider.from_config",
-    ),
-    "kvm": ProviderType(
-        "services.executor.providers.kvm.provider",
-        "KvmConfig",
-        "KvmProvider.from_config",
-        extra="kvm",
-    ),
+    "local": ProviderType(_local),
+    "fake": ProviderType(_fake),
+    "gcp": ProviderType(_gcp),
+    "kubernetes": ProviderType(_kubernetes),
+    "kvm": ProviderType(_kvm, extra="kvm"),
 }
 
 
@@ -274,7 +292,7 @@ def _set_gcp_wire_log(full: bool) -> None:
     """A process-wide logging setting, like the log level: set where the flag is parsed, so no
     service signature carries it. Imported here, not at the top: the registry stays free of any
     one provider type's modules."""
-    from services.executor.providers.gcp import wirelog  # noqa: PLC0415 (see docstring)
+    from services.providers.gcp import wirelog  # noqa: PLC0415 (see docstring)
 
     wirelog.set_full_payloads(full)
 

@@ -27,8 +27,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from services.executor.providers.base import Permanent
-from services.executor.providers.kvm.config import ImageConfig
+from services.providers.base import Permanent
+from services.providers.kvm.config import ImageConfig
 
 METADATA_NS = "https://crawl.example.com/egress-proxies/kvm"
 METADATA_PREFIX = "egress"

@@ -11,17 +11,17 @@ import libvirt  # type: ignore[import-untyped, unused-ignore]  # no stubs; see p
 import structlog
 
 from events.schemas import InstanceState
-from services.executor.providers.base import Permanent
-from services.executor.providers.kvm import volumes
-from services.executor.providers.kvm.config import HostConfig
-from services.executor.providers.kvm.domain import (
+from services.providers.base import Permanent
+from services.providers.kvm import volumes
+from services.providers.kvm.config import HostConfig
+from services.providers.kvm.domain import (
     DomainMetadata,
     DomainSpec,
     domain_xml,
     first_routable_ipv4,
     parse_metadata,
 )
-from services.executor.providers.kvm.images import BaseImage
+from services.providers.kvm.images import BaseImage
 
 log = structlog.get_logger("egress.provider.kvm")
 

@@ -13,15 +13,15 @@ from datetime import UTC, datetime
 from typing import Any
 
 from events.schemas import InstanceState
-from services.executor.providers.base import (
+from services.providers.base import (
     CREATED_AT_LABEL,
     MANAGED_LABEL,
     OWNER_LABEL,
     CreateRequest,
     Instance,
 )
-from services.executor.providers.kubernetes.config import KubernetesConfig
-from services.executor.providers.squidconf import squid_config as shared_squid_config
+from services.providers.kubernetes.config import KubernetesConfig
+from services.providers.squidconf import squid_config as shared_squid_config
 
 GROUP = "crawl.example.com"
 K8S_MANAGED = f"{GROUP}/managed"
