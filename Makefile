@@ -24,7 +24,9 @@ $(DEV_STAMP): $(STAMP)
 demo: $(STAMP)
 	$(BIN)/egress-proxies up $(ARGS)
 
-## Run the test suite (unit, integration against real servers, end to end).
+## Run the test suite (unit, integration against real servers, reliability, end to end); the 15
+## slowest are listed at the end.
+PYTEST_ARGS ?= --durations=15
 ## pytest exits 5 when it collected nothing: that is a broken suite, reported as a failure.
 test: $(DEV_STAMP)
 	@$(BIN)/python -m pytest $(PYTEST_ARGS); rc=$$?; \

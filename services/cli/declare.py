@@ -7,20 +7,12 @@ Only the CLI's part lives here (reading YAML, refusing what needs a cluster). Th
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from pathlib import Path
 
 import yaml
 
 from events.resource import FieldError, ProxyResource, ResourceError, from_object, unknown_fields
-from services.providers.config import read_config_file, yaml_problem
+from services.providers.config import yaml_problem
 from services.runtime.declare import uid_of
-
-
-def load_resources(path: Path) -> list[ProxyResource]:
-    """Every Proxy document in a YAML file (``-`` reads standard input upstream). A file that is
-    no UTF-8 text is a ``ConfigError`` naming it; the same reader as ``--providers-config``."""
-    return parse_resources(read_config_file(path, "-f"), str(path))
-
 
 VALIDATIONS = ("strict", "warn", "ignore")
 """What ``apply --validate`` does with a field the Proxy schema does not have, as ``kubectl``'s

@@ -21,7 +21,6 @@ from events.schemas import (
     InstanceObserved,
     InstanceState,
     ObserveInstance,
-    Phase,
     PhaseChanged,
     ProviderFailed,
     ProxyDeclared,
@@ -221,7 +220,3 @@ def _failed(state: ProxyState, a: ProviderFailed) -> ProxyState:
                 create_timed_out=a.operation == "create",
                 failure=f"{a.operation}: {a.message}",
             )
-
-
-def current_phase(state: ProxyState) -> Phase | None:
-    return state.status.phase if state.status is not None else None
