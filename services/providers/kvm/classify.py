@@ -10,7 +10,7 @@ QuotaExceeded; a host out of memory fails to start the domain, which a retry may
 
 from __future__ import annotations
 
-import libvirt  # type: ignore[import-untyped, unused-ignore]  # no stubs; see pyproject
+import libvirt  # type: ignore[import-untyped, unused-ignore]  # libvirt-python ships no type stubs
 import structlog
 
 from services.providers.base import NotFound, Permanent, ProviderError, Transient

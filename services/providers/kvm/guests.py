@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-import libvirt  # type: ignore[import-untyped, unused-ignore]  # no stubs; see pyproject
+import libvirt  # type: ignore[import-untyped, unused-ignore]  # libvirt-python ships no type stubs
 import structlog
 
 from events.schemas import InstanceState

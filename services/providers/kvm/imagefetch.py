@@ -15,7 +15,7 @@ import hashlib
 from collections.abc import Callable
 
 import aiohttp
-import libvirt  # type: ignore[import-untyped, unused-ignore]  # no stubs; see pyproject
+import libvirt  # type: ignore[import-untyped, unused-ignore]  # libvirt-python ships no type stubs
 
 from services.providers.base import Permanent, ProviderError, Transient
 from services.providers.kvm.config import ImageConfig

@@ -29,7 +29,7 @@ import socket
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 
-import libvirt  # type: ignore[import-untyped, unused-ignore]  # no stubs; see pyproject
+import libvirt  # type: ignore[import-untyped, unused-ignore]  # libvirt-python ships no type stubs
 import msgspec
 import structlog
 

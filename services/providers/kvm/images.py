@@ -19,7 +19,7 @@ import re
 import time
 from dataclasses import dataclass
 
-import libvirt  # type: ignore[import-untyped, unused-ignore]  # no stubs; see pyproject
+import libvirt  # type: ignore[import-untyped, unused-ignore]  # libvirt-python ships no type stubs
 import structlog
 
 from services.providers.base import ProviderError, Transient

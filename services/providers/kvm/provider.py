@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import asyncssh
-import libvirt  # type: ignore[import-untyped, unused-ignore]  # no stubs; see pyproject
+import libvirt  # type: ignore[import-untyped, unused-ignore]  # libvirt-python ships no type stubs
 import structlog
 
 from services.providers.base import (

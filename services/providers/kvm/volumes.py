@@ -11,7 +11,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-import libvirt  # type: ignore[import-untyped, unused-ignore]  # no stubs; see pyproject
+import libvirt  # type: ignore[import-untyped, unused-ignore]  # libvirt-python ships no type stubs
 
 from services.providers.kvm.config import HostConfig
 from services.providers.kvm.domain import (
