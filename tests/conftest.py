@@ -7,11 +7,14 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from events.jetstream import JetStreamEventStore
 from events.streams import ensure_streams
 from services.runtime.connection import Connection, connect
 from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.telemetry import reset_for_tests
 
 # Tests send traffic to this machine only: every health prober a test starts (in-process, or
 # through `up` / `run health` subprocesses, which inherit this) checks a loopback address, never
@@ -61,3 +64,14 @@ async def conn(nats_server: EmbeddedNatsServer) -> AsyncIterator[Connection]:
 @pytest.fixture
 def jetstream_store(conn: Connection) -> JetStreamEventStore:
     return JetStreamEventStore(conn.nc, conn.js)
+
+
+@pytest.fixture
+def spans() -> Iterator[InMemorySpanExporter]:
+    """Tracing on, every finished span kept in memory, for tests of what is traced."""
+    exporter = InMemorySpanExporter()
+    reset_for_tests(SimpleSpanProcessor(exporter))
+    try:
+        yield exporter
+    finally:
+        reset_for_tests()

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import httpx
 import pytest
 from openapi_spec_validator import validate
 from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
@@ -21,23 +20,12 @@ from services.runtime.connection import Connection
 from services.runtime.metrics import Metrics
 from services.runtime.natsserver import EmbeddedNatsServer
 from services.runtime.service import ServiceContext
-from services.runtime.telemetry import reset_for_tests
 from tests.support.discovery import discovery, ready_proxy
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT_ID = "00f067aa0ba902b7"
 TRACEPARENT = f"00-{TRACE_ID}-{PARENT_ID}-01"
 TOKEN = "s3cret-token"
-
-
-@pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    reset_for_tests(SimpleSpanProcessor(exporter))
-    try:
-        yield exporter
-    finally:
-        reset_for_tests()
 
 
 @pytest.fixture

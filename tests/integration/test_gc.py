@@ -6,13 +6,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from events import subjects
@@ -49,7 +48,6 @@ from services.runtime.logs import configure_logging
 from services.runtime.metrics import Metrics
 from services.runtime.natsserver import EmbeddedNatsServer
 from services.runtime.service import ServiceContext
-from services.runtime.telemetry import reset_for_tests
 from tests.contract.provider import delete_all
 from tests.support.waiting import until
 
@@ -89,16 +87,6 @@ def collector(
 
 async def gc_events(store: JetStreamEventStore, provider: str) -> list[Event]:
     return list((await store.read(subjects.gc(provider))).decoded())
-
-
-@pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    reset_for_tests(SimpleSpanProcessor(exporter))
-    try:
-        yield exporter
-    finally:
-        reset_for_tests()
 
 
 async def test_deletes_orphans_spares_live_young_and_deleting(

@@ -5,19 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import Iterator
 
 import pytest
 import trustme
 from opentelemetry import trace
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from events.jetstream import JetStreamEventStore
 from services.health.probe import USER_AGENT, CheckUrl, ProbeClient
 from services.health.service import HealthService
 from services.runtime.natsserver import EmbeddedNatsServer
-from services.runtime.telemetry import reset_for_tests, tracer
+from services.runtime.telemetry import tracer
 from tests.support.health import (
     RecordingTarget,
     Squid,
@@ -36,14 +34,6 @@ ALLOWED = {"host", "user-agent", "connection"}
 def leaked(headers: dict[str, str]) -> set[str]:
     internal = ("traceparent", "tracestate", "baggage", "egress-", "nats-")
     return {name for name in headers if name.startswith(internal)}
-
-
-@pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    reset_for_tests(SimpleSpanProcessor(exporter))
-    yield exporter
-    reset_for_tests()
 
 
 async def test_a_probe_in_an_active_trace_sends_exactly_three_headers(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -19,7 +19,6 @@ import msgspec
 import pytest
 from kubernetes_asyncio import client as k8s
 from opentelemetry import trace
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
@@ -342,16 +341,6 @@ async def test_a_slow_apiserver_is_transient(
 
 
 # ----------------------------------------------------------------------------- tracing
-
-
-@pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    telemetry.reset_for_tests(SimpleSpanProcessor(exporter))
-    try:
-        yield exporter
-    finally:
-        telemetry.reset_for_tests()
 
 
 async def test_api_calls_are_client_spans_only_inside_a_trace(

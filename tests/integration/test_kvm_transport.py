@@ -20,20 +20,12 @@ from tests.support.kvm_daemon import LibvirtDaemon
 from tests.support.kvm_fixtures import *  # noqa: F403  # pytest finds fixtures by name here
 from tests.support.kvm_fixtures import ConfigFactory, host_entry, make_provider, trust
 from tests.support.kvm_ssh import FreezableProxy, Hypervisor, SshKeys, hypervisor, silent_server
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.integration
 
 ABSENT = "hosts/hv1/domains/absent"
 WAIT = 30.0
-
-
-async def until(what: str, predicate: object) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + WAIT
-    while not predicate():  # type: ignore[operator]
-        if loop.time() > deadline:
-            pytest.fail(f"not {what} within {WAIT}s")
-        await asyncio.sleep(0.05)
 
 
 @contextlib.asynccontextmanager
@@ -96,7 +88,9 @@ async def test_a_hung_call_is_released_by_its_deadline_and_the_host_redialed(
             await kvm.get(ABSENT)
         assert not kvm.transports["hv1"].connected
         # The thread blocked in libvirt returned: its connection was closed under it.
-        await until("thread released", lambda: kvm.transports["hv1"].calls_in_flight == 0)
+        await until(
+            lambda: kvm.transports["hv1"].calls_in_flight == 0, WAIT, what="thread released"
+        )
         hv.paused = False
         with pytest.raises(NotFound):
             await kvm.get(ABSENT)
@@ -144,7 +138,7 @@ async def test_a_dropped_connection_is_redialed(kvm_config: ConfigFactory, hv: H
     async with closing(make_provider(kvm_config())) as kvm:
         assert await kvm.list_by_tag() == []
         hv.drop_connections()
-        await until("disconnected", lambda: not kvm.transports["hv1"].connected)
+        await until(lambda: not kvm.transports["hv1"].connected, WAIT, what="disconnected")
         assert await kvm.list_by_tag() == []
         assert len(hv.connections) == 2
 
@@ -163,7 +157,9 @@ async def test_keepalives_notice_a_dead_link(
             assert kvm.transports["hv1"].connected
             proxy.frozen = True
             # No call is running: only the keepalives can notice.
-            await until("disconnected by keepalives", lambda: not kvm.transports["hv1"].connected)
+            await until(
+                lambda: not kvm.transports["hv1"].connected, WAIT, what="disconnected by keepalives"
+            )
     finally:
         await proxy.close()
 
@@ -205,7 +201,9 @@ async def test_a_host_hung_mid_call_does_not_hold_up_another(  # noqa: PLR0917 -
                     await kvm.get(f"hosts/{host}/domains/x")
             hv.paused = True
             stuck = asyncio.create_task(kvm.get("hosts/a/domains/x"))
-            await until("a call in flight on a", lambda: kvm.transports["a"].calls_in_flight)
+            await until(
+                lambda: kvm.transports["a"].calls_in_flight, WAIT, what="a call in flight on a"
+            )
             for _ in range(3):
                 with pytest.raises(NotFound):
                     await kvm.get("hosts/b/domains/x")
@@ -214,7 +212,9 @@ async def test_a_host_hung_mid_call_does_not_hold_up_another(  # noqa: PLR0917 -
             with pytest.raises(asyncio.CancelledError):
                 await stuck
             # Giving up closed the connection under the call, so its thread is free again.
-            await until("thread released", lambda: kvm.transports["a"].calls_in_flight == 0)
+            await until(
+                lambda: kvm.transports["a"].calls_in_flight == 0, WAIT, what="thread released"
+            )
             assert kvm.transports["b"].connected
 
 

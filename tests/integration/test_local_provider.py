@@ -30,6 +30,7 @@ from tests.contract.provider import (
     delete_all,
     request_factory,
 )
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.integration
 
@@ -57,15 +58,6 @@ def our_processes(instance_dir: Path) -> list[int]:
 
 def shm_segments() -> set[str]:
     return {path.name for path in Path("/dev/shm").iterdir()}
-
-
-async def until(what: str, predicate: object, *args: object) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + WAIT
-    while not await predicate(*args):  # type: ignore[operator]
-        if loop.time() >= deadline:
-            pytest.fail(f"not {what} within {WAIT}s")
-        await asyncio.sleep(0.05)
 
 
 # ----------------------------------------------------------------------------- contract
@@ -136,7 +128,7 @@ async def running_port(provider: LocalProvider, provider_id: str) -> int:
     async def is_running() -> bool:
         return (await provider.get(provider_id)).state is InstanceState.RUNNING
 
-    await until("Running", is_running)
+    await until(is_running, WAIT, what="Running")
     return (await provider.get(provider_id)).port
 
 
@@ -276,7 +268,7 @@ async def test_killed_proxy_is_stopped_and_delete_leaves_no_process(
     async def stopped() -> bool:
         return (await local.get(provider_id)).state is InstanceState.STOPPED
 
-    await until("Stopped", stopped)
+    await until(stopped, WAIT, what="Stopped")
     assert (await local.get(provider_id)).url == ""
     await local.delete(provider_id)
     assert our_processes(instance_dir) == []

@@ -3,30 +3,17 @@ executor, and the status patches that show the outcome."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from events.jetstream import JetStreamEventStore
-from services.runtime import telemetry
 from services.runtime.natsserver import EmbeddedNatsServer
 from tests.support.waiting import until
 from tests.support.watcher_harness import bench
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    telemetry.reset_for_tests(SimpleSpanProcessor(exporter))
-    try:
-        yield exporter
-    finally:
-        telemetry.reset_for_tests()
 
 
 async def test_status_patches_continue_the_trace_of_the_declaration(

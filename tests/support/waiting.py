@@ -3,16 +3,25 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
-from typing import Any
+import inspect
+from collections.abc import Awaitable, Callable
 
-Predicate = Callable[[], Coroutine[Any, Any, bool]]
+Predicate = Callable[[], Awaitable[bool] | bool | object]
 
 
-async def until(predicate: Predicate, timeout: float = 20.0, every: float = 0.05) -> None:
+async def until(
+    predicate: Predicate, timeout: float = 20.0, every: float = 0.05, *, what: str = ""
+) -> None:
+    """Return once ``predicate`` (sync or async) is true; fail naming ``what`` after
+    ``timeout`` seconds."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
-    while not await predicate():
+    while True:
+        got = predicate()
+        if inspect.isawaitable(got):
+            got = await got
+        if got:
+            return
         if loop.time() > deadline:
-            raise AssertionError(f"condition not reached within {timeout}s")
+            raise AssertionError(f"{what or 'condition'} not reached within {timeout}s")
         await asyncio.sleep(every)
