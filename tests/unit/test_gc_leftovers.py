@@ -4,11 +4,9 @@ wrapper that keeps the capability, and how ``gc run-once`` shows them."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
@@ -27,7 +25,6 @@ from services.providers.base import (
 from services.providers.instrumented import Instrumented, InstrumentedCleaner, instrument
 from services.providers.testing import FakeProvider, FakeProviderWithLeftovers
 from services.runtime.metrics import Metrics
-from services.runtime.telemetry import reset_for_tests
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 HOUR_AGO = NOW - timedelta(hours=1)
@@ -218,13 +215,8 @@ async def test_events_carry_the_kind(fake: FakeProviderWithLeftovers) -> None:
 
 
 @pytest.fixture
-def exporter() -> Iterator[InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    reset_for_tests(SimpleSpanProcessor(exporter))
-    try:
-        yield exporter
-    finally:
-        reset_for_tests()
+def exporter(spans: InMemorySpanExporter) -> InMemorySpanExporter:
+    return spans
 
 
 def test_instrument_keeps_the_capability_only_when_the_provider_has_it() -> None:

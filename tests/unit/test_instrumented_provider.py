@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
@@ -23,7 +21,7 @@ from services.providers.base import (
 from services.providers.instrumented import Instrumented
 from services.providers.testing import FakeProvider
 from services.runtime.metrics import Metrics
-from services.runtime.telemetry import reset_for_tests, tracer
+from services.runtime.telemetry import tracer
 from tests.contract.provider import MakeRequest, ProviderContract, Provoke, request_factory
 
 REQUEST = CreateRequest(
@@ -32,13 +30,8 @@ REQUEST = CreateRequest(
 
 
 @pytest.fixture
-def exporter() -> Iterator[InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    reset_for_tests(SimpleSpanProcessor(exporter))
-    try:
-        yield exporter
-    finally:
-        reset_for_tests()
+def exporter(spans: InMemorySpanExporter) -> InMemorySpanExporter:
+    return spans
 
 
 @pytest.fixture
