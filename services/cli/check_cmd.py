@@ -23,6 +23,7 @@ from services.cli.common import (
     run_until_signalled,
     settings_for,
     stdout_console,
+    table_or_json_lines,
 )
 from services.cli.entries import LogEntry
 from services.cli.reader import FoldCheck, LogReader
@@ -53,14 +54,7 @@ class Report:
     default=None,
     help="Check only this stream [default: all of them].",
 )
-@click.option(
-    "--output",
-    "-o",
-    type=click.Choice(("table", "json")),
-    default="table",
-    show_default=True,
-    help="A table for people, or one JSON object per line for tools.",
-)
+@table_or_json_lines
 @click.pass_obj
 def check(state: CliState, nats_url: str | None, only: str | None, output: str) -> None:
     """List every stored event no fold can use: payloads that do not decode, types this

@@ -178,3 +178,14 @@ async def until_signalled(work: Coroutine[Any, Any, T]) -> T | None:
 
 def run_until_signalled(work: Coroutine[Any, Any, T]) -> T | None:
     return asyncio.run(until_signalled(work))
+
+
+table_or_json_lines = click.option(
+    "--output",
+    "-o",
+    type=click.Choice(("table", "json")),
+    default="table",
+    show_default=True,
+    help="A table for people, or one JSON object per line for tools.",
+)
+"""``-o`` of the commands that list stored events (``events``, ``streams check``)."""

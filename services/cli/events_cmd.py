@@ -22,6 +22,7 @@ from services.cli.common import (
     run_until_signalled,
     settings_for,
     stdout_console,
+    table_or_json_lines,
 )
 from services.cli.entries import LogEntry
 from services.cli.reader import FoldCheck, LogReader
@@ -82,14 +83,7 @@ def _check_uid(ctx: click.Context, param: click.Parameter, value: str | None) ->
     help="Which event stream to read.",
 )
 @click.option("--follow", "-f", is_flag=True, help="Keep printing new events until Ctrl-C.")
-@click.option(
-    "--output",
-    "-o",
-    type=click.Choice(("table", "json")),
-    default="table",
-    show_default=True,
-    help="A table for people, or one JSON object per line for tools.",
-)
+@table_or_json_lines
 @click.pass_obj
 def events(
     state: CliState,

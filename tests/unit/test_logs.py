@@ -27,6 +27,7 @@ from services.runtime.logs import (
     scrub,
 )
 from services.runtime.text import printable
+from tests.support.clirun import restore_logging_after
 
 # A local provider: spans become current without installing anything process-wide.
 tracer = TracerProvider().get_tracer("tests.logs")
@@ -34,16 +35,8 @@ tracer = TracerProvider().get_tracer("tests.logs")
 
 @pytest.fixture(autouse=True)
 def restore_logging() -> Iterator[None]:
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    config = structlog.get_config()
-    try:
-        yield
-    finally:
-        root.handlers[:] = handlers
-        root.setLevel(level)
-        structlog.configure(**config)
-        structlog.contextvars.clear_contextvars()
+    yield from restore_logging_after()
+    structlog.contextvars.clear_contextvars()
 
 
 @pytest.fixture
