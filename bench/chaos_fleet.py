@@ -22,10 +22,10 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from events.streams import ensure_streams
 from services.providers import local_process as proc
 from services.providers.local import LocalProvider
 from services.runtime.connection import Connection, connect
+from services.runtime.eventlog.streams import ensure_streams
 from services.runtime.natsserver import EmbeddedNatsServer, NatsServerError, free_port
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -23,9 +23,9 @@ from events.schemas import Phase
 from events.store import Recorded
 from events.subjects import proxy_uid_of
 from projections import proxy
-from projections.ordered import OrderedPull
 from projections.proxy import ProxyView
 from services.runtime.connection import Connection
+from services.runtime.eventlog.ordered import OrderedPull
 
 PROBE_TIMEOUT = 3.0
 

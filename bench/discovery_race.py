@@ -20,9 +20,9 @@ from pathlib import Path
 
 from bench.discovery_worker import HttpConnection, setup
 from events import subjects
-from events.jetstream import JetStreamEventStore
 from events.schemas import LeaseReleased
 from projections.lease import LeaseView, apply, find
+from services.runtime.eventlog.jetstream import JetStreamEventStore
 
 RETRY_SECONDS = 0.01
 """A client's pause after a 503: polite, yet 64 of them keep both replicas busy."""

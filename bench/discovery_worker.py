@@ -26,13 +26,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from events import subjects
-from events.jetstream import JetStreamEventStore
 from events.schemas import HealthChanged, Phase, PhaseChanged, ProxyDeclared, ProxySpec
 from events.store import NewEvent
-from events.streams import ensure_streams
 from services.discovery.service import DiscoveryService
 from services.runtime.config import Settings
 from services.runtime.connection import Connection, connect
+from services.runtime.eventlog.jetstream import JetStreamEventStore
+from services.runtime.eventlog.streams import ensure_streams
 from services.runtime.logs import configure_logging
 from services.runtime.natsserver import EmbeddedNatsServer
 from services.runtime.service import Started, run_services

@@ -33,12 +33,12 @@ from rich.table import Table
 from events import codec, subjects
 from events import schemas as ev
 from events.errors import ConcurrencyError
-from events.jetstream import JetStreamEventStore
 from events.store import NewEvent, derive_msg_id
-from events.streams import ensure_streams
 from projections import proxy as proxy_view
-from projections.projector import Projector
 from services.runtime.connection import Connection, connect
+from services.runtime.eventlog.jetstream import JetStreamEventStore
+from services.runtime.eventlog.projector import Projector
+from services.runtime.eventlog.streams import ensure_streams
 from services.runtime.natsserver import EmbeddedNatsServer
 
 FILTER = "proxy.*.*"

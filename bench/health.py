@@ -28,11 +28,11 @@ from pathlib import Path
 from nats.js import JetStreamContext
 
 from events import subjects
-from events.jetstream import JetStreamEventStore
 from events.schemas import HealthCheck, Phase, PhaseChanged, ProxyDeclared, ProxySpec
 from events.store import NewEvent, derive_msg_id
-from events.streams import ensure_streams
 from services.runtime.connection import connect
+from services.runtime.eventlog.jetstream import JetStreamEventStore
+from services.runtime.eventlog.streams import ensure_streams
 from services.runtime.natsserver import EmbeddedNatsServer
 
 CPU_TARGET = 0.5

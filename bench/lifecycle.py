@@ -31,16 +31,16 @@ from rich.table import Table
 
 from bench.lifecycle_worker import Options, bound, cpu_seconds, fleet, show_logs
 from events import subjects
-from events.jetstream import JetStreamEventStore
 from events.resource import ProxyResource
 from events.schemas import CreateInstance, InstanceObserved, InstanceState, Phase
 from events.store import Recorded
-from events.streams import ensure_streams
 from projections import proxy as proxy_view
-from projections.projector import Projector
-from services.cli.declare import parse_resources
+from projections.declaring import apply
+from services.cli.manifests import parse_resources
 from services.runtime.connection import connect
-from services.runtime.declare import apply
+from services.runtime.eventlog.jetstream import JetStreamEventStore
+from services.runtime.eventlog.projector import Projector
+from services.runtime.eventlog.streams import ensure_streams
 from services.runtime.logs import configure_logging
 
 SECONDS_TARGET = 15.0

@@ -1,7 +1,7 @@
 """The event-store API every service writes and reads through.
 
-Two implementations honour it: JetStream (``events.jetstream``) and an in-memory one
-(``events.memory``) for pure tests; one contract suite runs against both.
+Two implementations honour it: JetStream (``services.runtime.eventlog.jetstream``) and an
+in-memory one (``events.memory``) for pure tests; one contract suite runs against both.
 """
 
 from __future__ import annotations

@@ -10,9 +10,9 @@ import pytest
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from events.jetstream import JetStreamEventStore
-from events.streams import ensure_streams
 from services.runtime.connection import Connection, connect
+from services.runtime.eventlog.jetstream import JetStreamEventStore
+from services.runtime.eventlog.streams import ensure_streams
 from services.runtime.natsserver import EmbeddedNatsServer
 from services.runtime.telemetry import reset_for_tests
 

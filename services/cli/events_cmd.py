@@ -5,7 +5,6 @@ from __future__ import annotations
 import click
 
 from events.schemas import DeadLettered, OrphanDeleted, OrphanFound
-from events.streams import STREAMS
 from events.subjects import (
     DEADLETTER_STREAM,
     GC_STREAM,
@@ -27,6 +26,7 @@ from services.cli.common import (
 from services.cli.entries import LogEntry
 from services.cli.reader import FoldCheck, LogReader
 from services.cli.render import event_json, events_table
+from services.runtime.eventlog.streams import STREAMS
 
 STREAM_NAMES = (PROXY_STREAM, LEASE_STREAM, GC_STREAM, DEADLETTER_STREAM)
 _ALL_SUBJECTS = {spec.name: spec.subjects[0] for spec in STREAMS}

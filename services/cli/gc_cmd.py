@@ -14,7 +14,6 @@ from pathlib import Path
 import click
 from rich.table import Table
 
-from events.jetstream import JetStreamEventStore
 from services.cli.common import (
     CliState,
     nats_url_option,
@@ -30,6 +29,7 @@ from services.gc.lock import SweepLock
 from services.gc.service import DEFAULT_GRACE, Duration, providers_from_config
 from services.gc.sweep import ProviderReport, SweepReport
 from services.providers.config import PROVIDER_OPTIONS
+from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.metrics import Metrics
 
 BUSY = "busy"

@@ -16,7 +16,6 @@ from rich.text import Text
 from events.subjects import LEASE_STREAM
 from projections import lease as lease_fold
 from projections.lease import LeaseView
-from projections.projector import Projector
 from projections.proxy import ProxyView
 from services.cli.common import (
     CliState,
@@ -28,6 +27,7 @@ from services.cli.common import (
 )
 from services.cli.proxyviews import listed as listed_proxies
 from services.cli.render import format_time, inert
+from services.runtime.eventlog.projector import Projector
 
 
 @dataclass(frozen=True, slots=True)

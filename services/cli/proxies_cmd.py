@@ -12,11 +12,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-from events.jetstream import JetStreamEventStore
 from events.resource import ProxyResource, ResourceError, cli_uid
 from events.schemas import Phase
+from projections import declaring
 from projections.proxy import ProxyView
-from services.cli import declare
+from services.cli import manifests
 from services.cli.common import (
     CliState,
     nats_url_option,
@@ -28,9 +28,9 @@ from services.cli.common import (
 from services.cli.proxyviews import listed, projection
 from services.cli.render import clean, inert
 from services.providers.config import decode_config_text, read_config_file
-from services.runtime import declare as declaring
 from services.runtime.config import ConfigError
 from services.runtime.connection import Connection
+from services.runtime.eventlog.jetstream import JetStreamEventStore
 
 Done = Callable[[ProxyView | None], bool]
 
@@ -47,7 +47,7 @@ def _resources(path: str, validate: str = "strict") -> list[ProxyResource]:
         Console(stderr=True, highlight=False).print(inert(f"warning: {message}", "yellow"))
 
     try:
-        resources = declare.parse_resources(text, path, validate=validate, warn=warn)
+        resources = manifests.parse_resources(text, path, validate=validate, warn=warn)
     except ResourceError as exc:
         raise ConfigError(str(exc)) from exc
     if not resources:
@@ -129,7 +129,7 @@ def _not_within(what: str, timeout: float, pending: list[ProxyView | None]) -> c
 )
 @click.option(
     "--validate",
-    type=click.Choice(declare.VALIDATIONS),
+    type=click.Choice(manifests.VALIDATIONS),
     default="strict",
     show_default=True,
     help="A field the Proxy schema does not have (a typo such as spec.atributes): refuse the "
@@ -210,7 +210,7 @@ def delete_cmd(
         raise click.UsageError("--namespace goes with --all; NAMESPACE/NAME names one proxy")
     targets: list[tuple[str, str, str]] = []
     if filename is not None:
-        targets = declare.targets(_resources(filename, "ignore"))
+        targets = manifests.targets(_resources(filename, "ignore"))
     elif target is not None:
         ns, sep, name = target.partition("/")
         if not sep or not ns or not name:

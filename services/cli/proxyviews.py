@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from events.subjects import PROXY_STREAM
-from projections.projector import Projector
 from projections.proxy import ProxyView, apply
 from services.runtime.connection import Connection
+from services.runtime.eventlog.projector import Projector
 
 
 async def projection(conn: Connection) -> Projector[ProxyView]:

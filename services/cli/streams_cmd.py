@@ -8,7 +8,6 @@ from nats.js.errors import NotFoundError
 from rich.text import Text
 
 from events.errors import StoreUnavailable
-from events.streams import STREAMS, ensure_streams
 from services.cli.common import (
     CliState,
     nats_url_option,
@@ -19,6 +18,7 @@ from services.cli.common import (
 )
 from services.cli.render import StreamRow, streams_table
 from services.runtime.connection import Connection
+from services.runtime.eventlog.streams import STREAMS, ensure_streams
 
 
 @click.group("streams")

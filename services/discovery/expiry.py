@@ -16,7 +16,6 @@ import asyncio
 import structlog
 
 from events import subjects
-from events.aio import raise_if_cancelled
 from events.errors import ConcurrencyError, EventStoreError
 from events.schemas import LeaseExpired
 from events.store import EventStore, NewEvent, derive_msg_id
@@ -24,6 +23,7 @@ from projections.lease import LeaseView
 from services.discovery.metrics import DiscoveryMetrics
 from services.discovery.views import Views
 from services.discovery.withdraw import Withdrawals
+from services.runtime.aio import raise_if_cancelled
 
 log = structlog.get_logger("egress.discovery")
 

@@ -18,8 +18,6 @@ import click
 import structlog
 import uvicorn
 
-from events.aio import raise_if_cancelled
-from events.jetstream import JetStreamEventStore
 from events.schemas import MAX_COOLDOWN_SECONDS, MAX_LEASE_SECONDS
 from services.discovery.app import DiscoveryApi, create_app
 from services.discovery.auth import TOKEN_ENV, token_from_env
@@ -29,7 +27,9 @@ from services.discovery.leases import LeasePolicy, Leases
 from services.discovery.metrics import discovery_metrics
 from services.discovery.tracing import TracingMiddleware
 from services.discovery.views import Views
+from services.runtime.aio import raise_if_cancelled
 from services.runtime.config import ConfigError, Settings
+from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.service import ServiceContext
 
 log = structlog.get_logger("egress.discovery")

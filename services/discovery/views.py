@@ -18,16 +18,16 @@ import structlog
 from nats.js import JetStreamContext
 
 from events import subjects
-from events.aio import raise_if_cancelled
 from events.errors import EventStoreError
 from events.schemas import HealthChanged
 from events.store import EventStore, Recorded
 from projections import lease as lease_fold
 from projections import proxy as proxy_fold
 from projections.lease import LeaseRecord, LeaseView
-from projections.projector import Projector
 from projections.proxy import ProxyView
 from services.discovery.candidates import CandidateIndex
+from services.runtime.aio import raise_if_cancelled
+from services.runtime.eventlog.projector import Projector
 
 log = structlog.get_logger("egress.discovery")
 

@@ -23,7 +23,6 @@ import structlog
 from nats.js import JetStreamContext
 
 from events import subjects
-from events.aio import raise_if_cancelled
 from events.errors import ConcurrencyError
 from events.schemas import (
     Event,
@@ -35,9 +34,10 @@ from events.schemas import (
 )
 from events.store import EventStore, NewEvent, Recorded, derive_msg_id
 from projections import proxy
-from projections.projector import Projector
 from services.executor.commands import observed
 from services.providers.base import Instance, NotFound, Provider, ProviderError
+from services.runtime.aio import raise_if_cancelled
+from services.runtime.eventlog.projector import Projector
 
 log = structlog.get_logger("egress.executor.observe")
 

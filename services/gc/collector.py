@@ -22,13 +22,13 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from events import subjects
 from events.schemas import Event, OrphanDeleted, OrphanFound, SweepCompleted
 from events.store import EventStore, NewEvent, derive_msg_id
-from projections.projector import Projector
 from projections.proxy import ProxyView, apply
 from services.gc.leftovers import LeftoverReport
 from services.gc.lock import SweepLock
 from services.gc.rules import DeleteFailure
 from services.gc.sweep import ProviderReport, SweepReport, sweep_once
 from services.providers.base import Provider
+from services.runtime.eventlog.projector import Projector
 from services.runtime.telemetry import tracer
 
 log = structlog.get_logger("egress.gc")

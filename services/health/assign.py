@@ -32,7 +32,7 @@ from nats.js import JetStreamContext
 from nats.js.errors import BadRequestError, NotFoundError
 from nats.js.kv import KeyValue
 
-from events.aio import raise_if_cancelled
+from services.runtime.aio import raise_if_cancelled
 
 log = structlog.get_logger("egress.health.assign")
 

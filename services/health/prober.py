@@ -30,7 +30,6 @@ from events.errors import ConcurrencyError, EventStoreError
 from events.schemas import HealthChanged, HealthCheck, Phase
 from events.store import EventStore, NewEvent, Recorded, derive_msg_id
 from projections import proxy
-from projections.projector import Projector
 from services.health.metrics import HealthMetrics
 from services.health.probe import CheckUrl, ProbeClient, ProbeResult
 from services.health.verdict import (
@@ -42,6 +41,7 @@ from services.health.verdict import (
     Verdict,
     judge,
 )
+from services.runtime.eventlog.projector import Projector
 from services.runtime.telemetry import tracer
 
 log = structlog.get_logger("egress.health")

@@ -19,14 +19,14 @@ import click
 import structlog
 
 from events import subjects
-from events.aio import raise_if_cancelled
 from events.errors import EventStoreError
-from projections.projector import Projector
 from services.health.assign import Membership, default_replica_id
 from services.health.metrics import health_metrics
 from services.health.probe import CheckUrl, ProbeClient
 from services.health.prober import Prober, Watched, apply_watched
+from services.runtime.aio import raise_if_cancelled
 from services.runtime.config import ConfigError, Settings
+from services.runtime.eventlog.projector import Projector
 from services.runtime.service import ServiceContext
 
 log = structlog.get_logger("egress.health")

@@ -27,9 +27,9 @@ from nats.js.errors import NotFoundError
 from opentelemetry import propagate, trace
 
 from events import codec, subjects
-from events.aio import raise_if_cancelled
 from events.schemas import DeadLettered
 from events.store import EventStore, NewEvent, Recorded, derive_msg_id
+from services.runtime.aio import raise_if_cancelled
 from services.runtime.connection import Connection
 from services.runtime.metrics import Metrics, default_metrics
 

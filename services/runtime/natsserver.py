@@ -26,8 +26,8 @@ from typing import Any
 
 import structlog
 
-from events.streams import STREAMS
 from services.runtime.config import Credentials
+from services.runtime.eventlog.streams import STREAMS
 
 log = structlog.get_logger("egress.nats-server")
 

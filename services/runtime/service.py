@@ -17,10 +17,10 @@ import nats.errors
 import structlog
 
 from events.errors import StoreUnavailable
-from events.jetstream import JetStreamEventStore
-from events.streams import ensure_streams
 from services.runtime.config import Credentials, Settings, redact_url
 from services.runtime.connection import Connection, connect
+from services.runtime.eventlog.jetstream import JetStreamEventStore
+from services.runtime.eventlog.streams import ensure_streams
 from services.runtime.metrics import Metrics, MetricsServer, default_metrics
 from services.runtime.telemetry import configure_tracing, shutdown_tracing
 

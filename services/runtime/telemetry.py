@@ -11,7 +11,7 @@ what is installed. The SDK's own tuning knobs (``OTEL_BSP_*``, exporter headers,
 certificates) are left to the SDK, which reads them from the process environment.
 
 Why a switchable provider: OpenTelemetry lets the global TracerProvider be set once per process,
-and the API's proxy tracers (``trace.get_tracer`` at import time, as ``events.jetstream`` does)
+and the API's proxy tracers (``trace.get_tracer`` at import time, as the JetStream store does)
 keep the first real tracer they obtain. Replacing the global provider would therefore leave
 those module-level tracers writing to the old one. Instead the global provider is a thin switch,
 installed once, whose tracers look up the current SDK provider on every span; configuring again

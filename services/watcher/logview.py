@@ -12,7 +12,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
 from events import codec, subjects
-from projections.projector import Projector
+from services.runtime.eventlog.projector import Projector
 from services.watcher.tracked import Tracked, apply
 
 TRACE_HEADERS = (codec.HDR_TRACEPARENT, codec.HDR_TRACESTATE)

@@ -14,9 +14,9 @@ from typing import Any
 
 import msgspec
 
-from events.crd import CLOUD_INIT_LABEL, FINALIZER
 from events.resource import ProxyResource
 from events.schemas import ProxySpec
+from services.watcher.crd import CLOUD_INIT_LABEL, FINALIZER
 
 __all__ = ["CLOUD_INIT_LABEL", "FINALIZER", "SOURCE", "Problem", "ProxyObject", "parse_proxy"]
 

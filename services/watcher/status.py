@@ -14,7 +14,9 @@ from typing import Any
 
 import msgspec
 
-from events.crd import (
+from events.schemas import Phase
+from projections.proxy import ProxyView
+from services.watcher.crd import (
     CLOUD_INIT_ERROR,
     HEALTH_HEALTHY,
     HEALTH_UNHEALTHY,
@@ -25,8 +27,6 @@ from events.crd import (
     ProxyStatus,
     StatusCondition,
 )
-from events.schemas import Phase
-from projections.proxy import ProxyView
 from services.watcher.objects import Problem
 
 INVALID_SPEC = "InvalidSpec"

@@ -3,8 +3,8 @@
 Every step here is finite and idempotent: handling one object (``observe``), one watch event
 (``handle``), one listing (``relist``). The loop in ``run`` only strings them together: list,
 watch from the list's resourceVersion, list again when the watch cannot resume (410 Gone) or
-every ``resync`` seconds. Appends are decided on the folded aggregate (``runtime.declare``), so
-handling an object twice, or by two watchers, stores nothing twice.
+every ``resync`` seconds. Appends are decided on the folded aggregate
+(``projections.declaring``), so handling an object twice, or by two watchers, stores nothing twice.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ import structlog
 from opentelemetry import trace
 from prometheus_client import CollectorRegistry
 
-from events.aio import raise_if_cancelled
 from events.errors import EventStoreError
 from events.store import EventStore
-from services.runtime.declare import Declaration, apply, delete
+from projections.declaring import Declaration, apply, delete
+from services.runtime.aio import raise_if_cancelled
 from services.runtime.kubeclient import KubeApiError, KubeGone
 from services.watcher.board import Board
 from services.watcher.kube import ProxyApi, Raw

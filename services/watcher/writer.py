@@ -16,8 +16,8 @@ from typing import Any
 import structlog
 from opentelemetry import propagate, trace
 
-from events.aio import raise_if_cancelled
 from events.errors import EventStoreError
+from services.runtime.aio import raise_if_cancelled
 from services.runtime.kubeclient import KubeApiError
 from services.watcher.board import Board
 from services.watcher.kube import ProxyApi

@@ -11,8 +11,8 @@ from rich.console import Console
 
 from bench import eventlog
 from events import subjects
-from events.jetstream import JetStreamEventStore
 from services.runtime.connection import Connection
+from services.runtime.eventlog.jetstream import JetStreamEventStore
 
 pytestmark = pytest.mark.integration
 

@@ -27,7 +27,6 @@ from nats.js.api import StreamConfig
 from events import subjects
 from events.codec import HDR_EVENT_TYPE, HDR_MSG_ID
 from events.errors import EventStoreError
-from events.jetstream import JetStreamEventStore
 from events.schemas import (
     CreateInstance,
     DeadLettered,
@@ -44,10 +43,11 @@ from events.schemas import (
     SweepCompleted,
 )
 from events.store import NewEvent
-from events.streams import STREAMS, ensure_streams
 from services.cli import registry
 from services.runtime.config import Settings
 from services.runtime.connection import Connection, connect
+from services.runtime.eventlog.jetstream import JetStreamEventStore
+from services.runtime.eventlog.streams import STREAMS, ensure_streams
 from services.runtime.natsserver import EmbeddedNatsServer, free_port
 from services.runtime.service import ServiceContext
 from tests.support.clirun import cli, restore_logging_after

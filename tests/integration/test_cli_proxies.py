@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from events import subjects
-from events.jetstream import JetStreamEventStore
 from events.resource import cli_uid
 from events.schemas import HealthChanged, Phase, PhaseChanged
 from events.store import NewEvent
 from services.runtime.connection import Connection
+from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.natsserver import EmbeddedNatsServer
 from tests.support.clirun import cli, restore_logging_after
 

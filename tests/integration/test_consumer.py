@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 from events import subjects
-from events.jetstream import JetStreamEventStore
 from events.schemas import DeadLettered, HealthChanged
 from events.store import NewEvent
 from services.runtime.connection import Connection, connect
@@ -23,6 +22,7 @@ from services.runtime.consumer import (
     Outcome,
     Retry,
 )
+from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.metrics import Metrics
 from services.runtime.natsserver import EmbeddedNatsServer
 from tests.support.waiting import until

@@ -10,9 +10,9 @@ import httpx
 import pytest
 
 from events import subjects
-from events.jetstream import JetStreamEventStore
 from events.schemas import LeaseAcquired, LeaseExpired, LeaseReleased, LeaseReported, Phase
 from projections.lease import fold as fold_leases
+from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.natsserver import EmbeddedNatsServer
 from tests.support.discovery import discovery, ready_proxy, set_health
 from tests.support.waiting import until

@@ -10,12 +10,12 @@ import random
 import httpx
 
 from events import subjects
-from events.jetstream import JetStreamEventStore
 from events.schemas import LeaseAcquired
 from services.discovery.leases import LeasePolicy, Leases
 from services.discovery.metrics import DiscoveryMetrics
 from services.discovery.views import Views
 from services.runtime.connection import Connection
+from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.metrics import Metrics
 from services.runtime.natsserver import EmbeddedNatsServer
 from tests.support.discovery import discovery, ready_proxy

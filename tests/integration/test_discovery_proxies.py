@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from events.jetstream import JetStreamEventStore
 from events.schemas import Phase
+from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.natsserver import EmbeddedNatsServer
 from tests.support.discovery import discovery, ready_proxy, set_health
 from tests.support.waiting import until

@@ -17,9 +17,9 @@ from typing import Any
 import httpx
 
 from events import subjects
-from events.jetstream import JetStreamEventStore
 from events.schemas import LeaseReleased
 from projections.lease import LeaseView, apply, find
+from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.natsserver import EmbeddedNatsServer
 from tests.support.discovery import ready_proxy
 from tests.support.waiting import until

@@ -9,13 +9,13 @@ from datetime import datetime, timedelta
 import httpx
 
 from events import subjects
-from events.jetstream import JetStreamEventStore
 from events.schemas import LeaseExpired
 from projections import lease as lease_fold
 from projections import proxy as proxy_fold
-from projections.projector import Projector
 from services.discovery.service import DiscoveryService
 from services.runtime.connection import Connection
+from services.runtime.eventlog.jetstream import JetStreamEventStore
+from services.runtime.eventlog.projector import Projector
 from services.runtime.natsserver import EmbeddedNatsServer
 from tests.support.discovery import discovery, ready_proxy, set_health
 from tests.support.waiting import until

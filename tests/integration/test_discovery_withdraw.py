@@ -7,13 +7,13 @@ from pathlib import Path
 import pytest
 
 from events import subjects
-from events.jetstream import JetStreamEventStore
 from events.schemas import LeaseAcquired, LeaseReleased
 from events.store import NewEvent
 from projections.lease import RELEASED, active, find
 from services.discovery.views import Views
 from services.discovery.withdraw import Withdrawals
 from services.runtime.connection import Connection
+from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.natsserver import EmbeddedNatsServer
 
 pytestmark = pytest.mark.integration

@@ -11,7 +11,6 @@ from nats.aio.msg import Msg
 
 from events import subjects
 from events.errors import StoreUnavailable
-from events.jetstream import JetStreamEventStore
 from events.schemas import (
     DeleteInstance,
     ErrorClass,
@@ -33,6 +32,7 @@ from services.providers.base import (
 from services.providers.testing import FakeProvider
 from services.runtime.connection import Connection
 from services.runtime.consumer import Delivery
+from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.metrics import Metrics
 from tests.support.executor_harness import (
     FAST,

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any, cast
 
 from events import subjects
-from events.jetstream import JetStreamEventStore
 from events.schemas import (
     HealthChanged,
     InstanceCreated,
@@ -33,6 +32,7 @@ from services.providers.base import (
 from services.providers.testing import FakeProvider
 from services.runtime.config import Settings
 from services.runtime.connection import Connection
+from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.metrics import Metrics
 from services.runtime.natsserver import EmbeddedNatsServer
 from services.runtime.service import ServiceContext

@@ -15,7 +15,6 @@ from click.testing import CliRunner
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from events import subjects
-from events.jetstream import JetStreamEventStore
 from events.schemas import (
     Event,
     InstanceState,
@@ -44,6 +43,7 @@ from services.providers.local import LocalProvider
 from services.providers.testing import FakeProvider
 from services.runtime.config import Settings
 from services.runtime.connection import Connection
+from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.logs import configure_logging
 from services.runtime.metrics import Metrics
 from services.runtime.natsserver import EmbeddedNatsServer

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from events import subjects
-from events.jetstream import JetStreamEventStore
 from events.schemas import (
     Event,
     OrphanDeleted,
@@ -27,6 +26,7 @@ from services.gc.service import GcService
 from services.providers.testing import FakeProviderWithLeftovers
 from services.runtime.config import Settings
 from services.runtime.connection import Connection
+from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.metrics import Metrics
 from services.runtime.natsserver import EmbeddedNatsServer
 from services.runtime.service import ServiceContext

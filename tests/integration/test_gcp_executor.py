@@ -8,7 +8,6 @@ from collections.abc import Iterator
 
 import pytest
 
-from events.jetstream import JetStreamEventStore
 from events.schemas import (
     CreateInstance,
     DeleteInstance,
@@ -24,6 +23,7 @@ from events.schemas import (
 from services.providers.gcp.provider import GcpProvider
 from services.providers.gcp.testing import ComputeFake
 from services.runtime.connection import Connection
+from services.runtime.eventlog.jetstream import JetStreamEventStore
 from tests.support.executor_harness import answered, answers, declare, executor, send, settled
 from tests.support.gcp_support import PROJECT, config
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from events.jetstream import JetStreamEventStore
 from services.health.service import HealthService
+from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.natsserver import EmbeddedNatsServer
 from tests.support.health import (
     RecordingTarget,

@@ -6,9 +6,9 @@ import collections
 
 import pytest
 
-from events.jetstream import JetStreamEventStore
 from services.health.assign import owner
 from services.health.service import HealthService
+from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.natsserver import EmbeddedNatsServer
 from tests.support.health import (
     Replica,

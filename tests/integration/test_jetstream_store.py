@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import pytest
 
-from events.jetstream import JetStreamEventStore
 from services.runtime.connection import Connection
+from services.runtime.eventlog.jetstream import JetStreamEventStore
 from tests.contract.event_store import EventStoreContract, RawAppend
 
 

@@ -12,7 +12,6 @@ from datetime import UTC, datetime
 import pytest
 
 from events import subjects
-from events.jetstream import JetStreamEventStore
 from events.schemas import (
     Event,
     OrphanDeleted,
@@ -31,6 +30,7 @@ from services.providers.instrumented import instrument
 from services.providers.kvm.domain import base_name, marker_name, overlay_name, seed_name
 from services.providers.kvm.provider import KvmProvider
 from services.runtime.connection import Connection
+from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.metrics import Metrics
 from tests.support.kvm_daemon import LibvirtDaemon, pool_volumes
 from tests.support.kvm_fixtures import *  # noqa: F403  # pytest finds fixtures by name here

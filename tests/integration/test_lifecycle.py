@@ -9,15 +9,15 @@ import sys
 from pathlib import Path
 
 from events import subjects
-from events.jetstream import JetStreamEventStore
 from events.resource import cli_uid
 from events.schemas import CreateInstance, ErrorClass, HealthChanged, Phase, ProxySpec
 from events.store import NewEvent
-from services.cli.declare import parse_resources
+from projections.declaring import apply, delete
+from services.cli.manifests import parse_resources
 from services.providers.base import Permanent, Transient
 from services.providers.testing import FakeProvider
 from services.runtime.connection import Connection
-from services.runtime.declare import apply, delete
+from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.natsserver import EmbeddedNatsServer
 from tests.support.lifecycle import fleet, phases, view
 from tests.support.waiting import until

@@ -5,12 +5,12 @@ from __future__ import annotations
 import asyncio
 
 from events import subjects
-from events.jetstream import JetStreamEventStore
 from events.schemas import HealthChanged, Phase, PhaseChanged, ProxyDeclared, ProxySpec
 from events.store import NewEvent, Recorded
-from projections.projector import Projector
 from projections.proxy import ProxyView, apply
 from services.runtime.connection import Connection
+from services.runtime.eventlog.jetstream import JetStreamEventStore
+from services.runtime.eventlog.projector import Projector
 
 
 async def declare(store: JetStreamEventStore, uid: str) -> None:

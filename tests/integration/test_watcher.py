@@ -8,8 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from events.crd import FINALIZER
-from events.jetstream import JetStreamEventStore
 from events.schemas import (
     CreateInstance,
     ProxyDeclared,
@@ -18,7 +16,9 @@ from events.schemas import (
     ProxySpecChanged,
 )
 from services.providers.base import Transient
+from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.natsserver import EmbeddedNatsServer
+from services.watcher.crd import FINALIZER
 from tests.support.kube import PROXIES
 from tests.support.waiting import until
 from tests.support.watcher_harness import NAMESPACE, Bench, bench

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from events.jetstream import JetStreamEventStore
 from events.schemas import ProxyDeclared
+from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.natsserver import EmbeddedNatsServer
 from tests.support.kube import LEASES
 from tests.support.waiting import until

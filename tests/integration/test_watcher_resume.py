@@ -7,8 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from events.crd import FINALIZER
-from events.jetstream import JetStreamEventStore
 from events.schemas import (
     CreateInstance,
     ProxyDeclared,
@@ -16,7 +14,9 @@ from events.schemas import (
     ProxyRemoved,
     ProxySpecChanged,
 )
+from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.natsserver import EmbeddedNatsServer
+from services.watcher.crd import FINALIZER
 from services.watcher.service import WatcherService
 from tests.support.kube import PROXIES
 from tests.support.waiting import until

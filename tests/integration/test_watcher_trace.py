@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from events.jetstream import JetStreamEventStore
+from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.natsserver import EmbeddedNatsServer
 from tests.support.waiting import until
 from tests.support.watcher_harness import bench

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from events.jetstream import JetStreamEventStore
 from services.cli.main import main
 from services.discovery.auth import TOKEN_ENV, token_from_env
 from services.runtime.config import ConfigError
+from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.natsserver import EmbeddedNatsServer
 from tests.support.clirun import cli, restore_logging_after
 

@@ -21,7 +21,6 @@ import pytest
 import yaml
 
 from events import subjects
-from events.jetstream import JetStreamEventStore
 from events.schemas import (
     HealthChanged,
     LeaseAcquired,
@@ -33,6 +32,7 @@ from events.schemas import (
 )
 from events.store import NewEvent
 from services.cli.render import clean
+from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.natsserver import EmbeddedNatsServer
 from tests.support.clirun import cli, restore_logging_after
 from tests.support.discovery import discovery, ready_proxy

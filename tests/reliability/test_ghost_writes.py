@@ -20,10 +20,10 @@ import msgspec
 import pytest
 
 from events import codec, subjects
-from events.jetstream import JetStreamEventStore
 from events.schemas import LeaseAcquired
 from projections import lease as lease_fold
 from services.runtime.connection import connect
+from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.natsserver import EmbeddedNatsServer
 from tests.support.discovery import discovery, ready_proxy
 from tests.support.waiting import until

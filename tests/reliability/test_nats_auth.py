@@ -19,15 +19,15 @@ import pytest
 from nats.js.errors import NotFoundError
 
 from events import subjects
-from events.jetstream import JetStreamEventStore
 from events.schemas import Event, HealthChanged
 from events.store import NewEvent
-from events.streams import STREAMS, ensure_streams
-from projections.ordered import OrderedPull
 from services.gc.lock import LOCK_BUCKET, SweepLock
 from services.health.assign import BUCKET, Membership
 from services.runtime.connection import Connection, connect
 from services.runtime.consumer import ConsumerLoop, ConsumerSpec, Delivery, GiveUp, Outcome
+from services.runtime.eventlog.jetstream import JetStreamEventStore
+from services.runtime.eventlog.ordered import OrderedPull
+from services.runtime.eventlog.streams import STREAMS, ensure_streams
 from services.runtime.natsserver import (
     CONSUMERS,
     KV_BUCKETS,

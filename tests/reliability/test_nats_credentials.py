@@ -17,9 +17,9 @@ from pathlib import Path
 import nats.errors
 import pytest
 
-from events.streams import STREAMS, ensure_streams
 from services.runtime.config import Credentials
 from services.runtime.connection import Connection, connect, credentials_for
+from services.runtime.eventlog.streams import STREAMS, ensure_streams
 from services.runtime.natsserver import (
     USERS,
     EmbeddedNatsServer,

@@ -18,9 +18,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from events.jetstream import JetStreamEventStore
 from events.subjects import LEASE_STREAM
 from services.runtime.connection import Connection
+from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.natsserver import EmbeddedNatsServer, free_port
 from tests.support.clirun import cli, restore_logging_after
 from tests.support.discovery import ready_proxy

@@ -7,10 +7,10 @@ import json
 import pytest
 
 from events import subjects
-from events.jetstream import JetStreamEventStore
 from events.schemas import ProxyDeclared, ProxySpec
 from events.store import NewEvent
 from services.runtime.connection import Connection
+from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.natsserver import EmbeddedNatsServer
 from tests.support.system import base_env, cli
 

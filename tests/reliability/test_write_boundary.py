@@ -18,10 +18,10 @@ import httpx
 import pytest
 
 from events import subjects
-from events.jetstream import JetStreamEventStore
 from services.discovery.service import DiscoveryService
 from services.runtime.config import ConfigError, Settings
 from services.runtime.connection import Connection, connect
+from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.metrics import Metrics
 from services.runtime.natsserver import EmbeddedNatsServer
 from services.runtime.service import ServiceContext

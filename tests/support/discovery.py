@@ -11,7 +11,6 @@ import contextlib
 from collections.abc import AsyncIterator
 
 from events import subjects
-from events.jetstream import JetStreamEventStore
 from events.schemas import (
     Condition,
     HealthChanged,
@@ -24,6 +23,7 @@ from events.store import EventStore, NewEvent
 from services.discovery.service import DiscoveryService
 from services.runtime.config import Settings
 from services.runtime.connection import connect
+from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.metrics import Metrics
 from services.runtime.service import ServiceContext
 

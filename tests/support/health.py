@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from events import subjects
-from events.jetstream import JetStreamEventStore
 from events.schemas import (
     HealthChanged,
     HealthCheck,
@@ -29,6 +28,7 @@ from services.health.service import HealthService
 from services.providers.local import LocalProvider
 from services.runtime.config import Settings
 from services.runtime.connection import Connection, connect
+from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.metrics import Metrics
 from services.runtime.service import ServiceContext
 from tests.contract.provider import request_factory

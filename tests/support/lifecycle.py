@@ -12,7 +12,6 @@ from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 
 from events import subjects
-from events.jetstream import JetStreamEventStore
 from events.schemas import Phase
 from events.store import EventStore
 from projections.proxy import ProxyView, fold
@@ -22,6 +21,7 @@ from services.providers.base import Provider
 from services.reconciler.service import ReconcilerService
 from services.runtime.config import Settings
 from services.runtime.connection import connect
+from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.metrics import Metrics
 from services.runtime.service import Service, ServiceContext
 

@@ -31,11 +31,11 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.trace.v1.trace_pb2 import Span as SpanProto
 
 from events import subjects
-from events.jetstream import JetStreamEventStore
 from events.schemas import HealthChanged, Phase, PhaseChanged
 from events.store import NewEvent, derive_msg_id
 from services.runtime.connection import connect
 from services.runtime.consumer import ConsumerLoop, ConsumerSpec, Delivery, Outcome
+from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.logs import configure_logging
 from services.runtime.metrics import Metrics
 from services.runtime.telemetry import configure_tracing, shutdown_tracing, tracer

@@ -13,7 +13,10 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from events.crd import (
+from events.resource import ResourceError, from_object
+from events.schemas import Phase
+from services.cli.main import main
+from services.watcher.crd import (
     CLOUD_INIT_ERROR,
     HEALTH_HEALTHY,
     PRINTER_COLUMNS,
@@ -24,9 +27,6 @@ from events.crd import (
     render_yaml,
     structural,
 )
-from events.resource import ResourceError, from_object
-from events.schemas import Phase
-from services.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMITTED = ROOT / "deploy" / "crd" / "proxies.yaml"

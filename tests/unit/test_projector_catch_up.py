@@ -13,8 +13,8 @@ from typing import Any, cast
 
 from nats.aio.msg import Msg
 
-from projections.projector import Projector
 from projections.proxy import ProxyView, apply
+from services.runtime.eventlog.projector import Projector
 
 
 class LateStatusReader:

@@ -19,7 +19,7 @@ from events.schemas import (
     SecretRef,
 )
 from events.store import Recorded
-from services.runtime.declare import Declaration, apply
+from projections.declaring import Declaration, apply
 from services.watcher.objects import (
     CLOUD_INIT_LABEL,
     FINALIZER,

@@ -1,7 +1,7 @@
 """Declaring proxies without a cluster: the CLI as a second source of ``declared`` events.
 
 Only the CLI's part lives here (reading YAML, refusing what needs a cluster). The appends are
-``services.runtime.declare``, shared with the Kubernetes watcher, so both sources decide alike.
+``projections.declaring``, shared with the Kubernetes watcher, so both sources decide alike.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from collections.abc import Callable, Iterable
 import yaml
 
 from events.resource import FieldError, ProxyResource, ResourceError, from_object, unknown_fields
+from projections.declaring import uid_of
 from services.providers.config import yaml_problem
-from services.runtime.declare import uid_of
 
 VALIDATIONS = ("strict", "warn", "ignore")
 """What ``apply --validate`` does with a field the Proxy schema does not have, as ``kubectl``'s

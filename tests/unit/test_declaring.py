@@ -9,8 +9,8 @@ from events.memory import InMemoryEventStore
 from events.resource import ResourceError, cli_uid
 from events.schemas import ProxyDeclared, ProxyRemoved, ProxySpecChanged
 from events.store import NewEvent
-from services.cli.declare import parse_resources
-from services.runtime.declare import apply, delete
+from projections.declaring import apply, delete
+from services.cli.manifests import parse_resources
 
 DOC = """
 apiVersion: crawl.example.com/v1alpha1

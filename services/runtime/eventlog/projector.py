@@ -15,12 +15,12 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
 from events import reading
-from events.aio import raise_if_cancelled
 from events.errors import EventStoreError
 from events.skips import LEDGER
 from events.store import Recorded
 from events.subjects import proxy_uid_of
-from projections.ordered import OrderedPull
+from services.runtime.aio import raise_if_cancelled
+from services.runtime.eventlog.ordered import OrderedPull
 
 V = TypeVar("V")
 Apply = Callable[[V | None, Recorded], V]
