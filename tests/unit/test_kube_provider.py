@@ -161,7 +161,7 @@ def test_the_manifest_round_trips_into_an_instance() -> None:
     assert pod["spec"]["containers"][0]["image"] == DEFAULT_IMAGE
     pod["metadata"]["uid"] = "pod-uid"
     pod["status"] = {"phase": "Running", "podIP": "10.244.1.2", "conditions": READY}
-    instance = instance_of(pod, 3128)
+    instance = instance_of(pod, 3128, datetime.now(UTC))
     assert instance.provider_id == "crawlers/px-0f3a-abcd1234"
     assert instance.name == request.name
     assert instance.owner_uid == "uid-1"

@@ -20,7 +20,8 @@ from services.providers.base import (
     QuotaExceeded,
     Transient,
 )
-from services.providers.kvm.classify import classify_libvirt, wrap_libvirt
+from services.providers.kvm import transport
+from services.providers.kvm.classify import VirErr, classify_libvirt
 from services.providers.kvm.domain import (
     METADATA_NS,
     METADATA_PREFIX,
@@ -114,6 +115,12 @@ def test_the_rules_of_the_issue(name: str, cls: type[ProviderError]) -> None:
     assert classify_libvirt(getattr(libvirt, name), "") is cls
 
 
+@pytest.mark.parametrize("code", list(VirErr), ids=lambda c: c.name)
+def test_our_codes_are_libvirts(code: VirErr) -> None:
+    """The pure module writes libvirt's numbers down; the binding is the authority on them."""
+    assert code == getattr(libvirt, f"VIR_ERR_{code.name}")
+
+
 def test_unknown_codes_are_transient() -> None:
     assert classify_libvirt(max(CODES.values()) + 1000, "from a newer libvirt") is Transient
     assert classify_libvirt(0, "") is Transient
@@ -183,7 +190,7 @@ def test_real_errors_are_classified(conn: libvirt.virConnect) -> None:
     ]
     pool.createXML(raw_volume_xml("dup.iso", 2048), 0)
     for call, cls in cases:
-        error = wrap_libvirt(raised(call), "doing it")
+        error = transport.wrap_libvirt(raised(call), "doing it")
         assert type(error) is cls, f"{error!r}"
         assert str(error).startswith("doing it: ")
 
@@ -194,12 +201,12 @@ def test_a_dead_socket_is_transient() -> None:
         exc = raised(lambda: libvirt.open("qemu+unix:///system?socket=/nonexistent/libvirt-sock"))
     finally:
         libvirt.registerErrorHandler(None, None)
-    assert type(wrap_libvirt(exc, "connect")) is Transient
+    assert type(transport.wrap_libvirt(exc, "connect")) is Transient
 
 
 def test_an_error_without_details_is_transient() -> None:
     libvirt.virResetLastError()  # the constructor reads this thread's last error
-    error = wrap_libvirt(libvirt.libvirtError("virSomething() failed"), "something")
+    error = transport.wrap_libvirt(libvirt.libvirtError("virSomething() failed"), "something")
     assert type(error) is Transient
     assert str(error) == "something: virSomething() failed"
 
@@ -207,7 +214,7 @@ def test_an_error_without_details_is_transient() -> None:
 def test_raw_code_and_domain_are_logged_at_debug(conn: libvirt.virConnect) -> None:
     exc = raised(lambda: conn.lookupByName("px-none"))
     with capture_logs() as logs:
-        wrap_libvirt(exc, "lookup px-none")
+        transport.wrap_libvirt(exc, "lookup px-none")
     assert logs == [
         {
             "event": "libvirt error",

@@ -187,8 +187,10 @@ def parse_time(value: object) -> datetime | None:
     return parsed.astimezone(UTC)
 
 
-def instance_of(pod: dict[str, Any], port: int) -> Instance:
-    """The contract's view of a pod (a dict as the API returns it, camelCase keys)."""
+def instance_of(pod: dict[str, Any], port: int, now: datetime) -> Instance:
+    """The contract's view of a pod (a dict as the API returns it, camelCase keys). ``now``
+    stands in for a creation time the pod does not carry yet (the API sets it on admission),
+    passed in so this mapping reads no clock."""
     meta = pod.get("metadata") or {}
     labels: dict[str, str] = dict(meta.get("labels") or {})
     annotations: dict[str, str] = dict(meta.get("annotations") or {})
@@ -207,7 +209,7 @@ def instance_of(pod: dict[str, Any], port: int) -> Instance:
         name=annotations.get(INSTANCE_NAME_ANNOTATION) or meta.get("name", ""),
         state=state,
         owner_uid=owner,
-        created_at=created or datetime.now(UTC),
+        created_at=created or now,
         ip=str(status.get("podIP") or "") if state is InstanceState.RUNNING else "",
         port=port,
         instance_uid=str(meta.get("uid") or ""),

@@ -150,7 +150,7 @@ class KubernetesProvider:
         found = self._dict(pod)
         if (found.get("metadata", {}).get("labels") or {}).get(K8S_MANAGED) != "true":
             raise NotFound(f"{self.name}: pod {provider_id} exists but is not managed by us")
-        return instance_of(found, self.config.port)
+        return instance_of(found, self.config.port, datetime.now(UTC))
 
     async def delete(self, provider_id: str) -> None:
         parsed = parse_provider_id(provider_id)
@@ -182,7 +182,8 @@ class KubernetesProvider:
             what=f"{self.name}: list pods",
         )
         found = self._dict(pods)
-        return [instance_of(pod, self.config.port) for pod in found.get("items") or []]
+        now = datetime.now(UTC)
+        return [instance_of(pod, self.config.port, now) for pod in found.get("items") or []]
 
     async def close(self) -> None:
         async with self._lock:

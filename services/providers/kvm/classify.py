@@ -6,53 +6,84 @@ cure is Permanent: the definition or the host's configuration is wrong (bad XML,
 host lacks, a missing pool, refused credentials). Everything else, including every connection and
 RPC failure and a daemon busy or timing out, is Transient. libvirt has no quotas, so nothing is
 QuotaExceeded; a host out of memory fails to start the domain, which a retry may cure.
+
+The codes are libvirt's stable ABI numbers (``virErrorNumber`` in virterror.h), written here so
+that deciding needs no libvirt import; a unit test checks each against the binding's constant.
+The libvirt exception itself is unwrapped where libvirt is called (``transport``).
 """
 
 from __future__ import annotations
 
-import libvirt  # type: ignore[import-untyped, unused-ignore]  # libvirt-python ships no type stubs
-import structlog
+from enum import IntEnum
 
 from services.providers.base import NotFound, Permanent, ProviderError, Transient
 
-log = structlog.get_logger("egress.provider.kvm")
+
+class VirErr(IntEnum):
+    """The ``VIR_ERR_*`` codes this module decides on (the name without the prefix)."""
+
+    NO_SUPPORT = 3
+    INVALID_ARG = 8
+    OS_TYPE = 16
+    NO_SOURCE = 19
+    NO_TARGET = 20
+    NO_NAME = 21
+    NO_OS = 22
+    XML_ERROR = 27
+    OPERATION_DENIED = 29
+    XML_DETAIL = 35
+    NO_DOMAIN = 42
+    INVALID_MAC = 44
+    AUTH_FAILED = 45
+    NO_STORAGE_POOL = 49
+    NO_STORAGE_VOL = 50
+    CONFIG_UNSUPPORTED = 67
+    ARGUMENT_UNSUPPORTED = 74
+    AUTH_CANCELLED = 79
+    NO_DOMAIN_METADATA = 80
+    OPERATION_UNSUPPORTED = 84
+    ACCESS_DENIED = 88
+    CPU_INCOMPATIBLE = 91
+    XML_INVALID_SCHEMA = 92
+    AUTH_UNAVAILABLE = 94
+
 
 NOT_FOUND_CODES = frozenset(
     {
-        libvirt.VIR_ERR_NO_DOMAIN,
-        libvirt.VIR_ERR_NO_STORAGE_VOL,
+        VirErr.NO_DOMAIN,
+        VirErr.NO_STORAGE_VOL,
         # Asking a domain for our metadata when it has none: not an instance of ours.
-        libvirt.VIR_ERR_NO_DOMAIN_METADATA,
+        VirErr.NO_DOMAIN_METADATA,
     }
 )
 
 PERMANENT_CODES = frozenset(
     {
         # The definition is not valid libvirt XML.
-        libvirt.VIR_ERR_XML_ERROR,
-        libvirt.VIR_ERR_XML_DETAIL,
-        libvirt.VIR_ERR_XML_INVALID_SCHEMA,
-        libvirt.VIR_ERR_NO_NAME,
-        libvirt.VIR_ERR_NO_OS,
-        libvirt.VIR_ERR_OS_TYPE,
-        libvirt.VIR_ERR_NO_SOURCE,
-        libvirt.VIR_ERR_NO_TARGET,
-        libvirt.VIR_ERR_INVALID_MAC,
+        VirErr.XML_ERROR,
+        VirErr.XML_DETAIL,
+        VirErr.XML_INVALID_SCHEMA,
+        VirErr.NO_NAME,
+        VirErr.NO_OS,
+        VirErr.OS_TYPE,
+        VirErr.NO_SOURCE,
+        VirErr.NO_TARGET,
+        VirErr.INVALID_MAC,
         # The host cannot run it (e.g. domainType kvm without /dev/kvm, a CPU it lacks).
-        libvirt.VIR_ERR_CONFIG_UNSUPPORTED,
-        libvirt.VIR_ERR_CPU_INCOMPATIBLE,
-        libvirt.VIR_ERR_NO_SUPPORT,
-        libvirt.VIR_ERR_ARGUMENT_UNSUPPORTED,
-        libvirt.VIR_ERR_OPERATION_UNSUPPORTED,
-        libvirt.VIR_ERR_INVALID_ARG,
+        VirErr.CONFIG_UNSUPPORTED,
+        VirErr.CPU_INCOMPATIBLE,
+        VirErr.NO_SUPPORT,
+        VirErr.ARGUMENT_UNSUPPORTED,
+        VirErr.OPERATION_UNSUPPORTED,
+        VirErr.INVALID_ARG,
         # The SSH user may not manage libvirt there.
-        libvirt.VIR_ERR_AUTH_FAILED,
-        libvirt.VIR_ERR_AUTH_CANCELLED,
-        libvirt.VIR_ERR_AUTH_UNAVAILABLE,
-        libvirt.VIR_ERR_OPERATION_DENIED,
-        libvirt.VIR_ERR_ACCESS_DENIED,
+        VirErr.AUTH_FAILED,
+        VirErr.AUTH_CANCELLED,
+        VirErr.AUTH_UNAVAILABLE,
+        VirErr.OPERATION_DENIED,
+        VirErr.ACCESS_DENIED,
         # kvm.hosts[].pool names no pool on that host.
-        libvirt.VIR_ERR_NO_STORAGE_POOL,
+        VirErr.NO_STORAGE_POOL,
     }
 )
 
@@ -65,21 +96,3 @@ def classify_libvirt(code: int, message: str) -> type[ProviderError]:
     if code in PERMANENT_CODES:
         return Permanent
     return Transient
-
-
-def wrap_libvirt(exc: libvirt.libvirtError, what: str) -> ProviderError:
-    """The taxonomy error for ``exc`` saying what was being done; the caller raises it
-    ``from exc`` so the original stays in the logs."""
-    code = exc.get_error_code() or 0
-    message = exc.get_error_message() or str(exc)
-    cls = classify_libvirt(code, message)
-    log.debug(
-        "libvirt error",
-        what=what,
-        code=code,
-        domain=exc.get_error_domain(),
-        level=exc.get_error_level(),
-        message=message,
-        result=cls.__name__,
-    )
-    return cls(f"{what}: {message}")

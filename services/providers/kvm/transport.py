@@ -29,10 +29,28 @@ import libvirt  # type: ignore[import-untyped, unused-ignore]  # libvirt-python 
 import structlog
 
 from services.providers.base import ProviderError, Transient
-from services.providers.kvm.classify import wrap_libvirt
+from services.providers.kvm.classify import classify_libvirt
 from services.providers.kvm.config import HostConfig
 
 log = structlog.get_logger("egress.provider.kvm")
+
+
+def wrap_libvirt(exc: libvirt.libvirtError, what: str) -> ProviderError:
+    """The taxonomy error for ``exc`` saying what was being done; the caller raises it
+    ``from exc`` so the original stays in the logs."""
+    code = exc.get_error_code() or 0
+    message = exc.get_error_message() or str(exc)
+    cls = classify_libvirt(code, message)
+    log.debug(
+        "libvirt error",
+        what=what,
+        code=code,
+        domain=exc.get_error_domain(),
+        level=exc.get_error_level(),
+        message=message,
+        result=cls.__name__,
+    )
+    return cls(f"{what}: {message}")
 
 T = TypeVar("T")
 # SSH keepalives: a link that misses this many answers in a row is closed, so a dead hypervisor
