@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Callable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-import libvirt  # type: ignore[import-untyped, unused-ignore]  # no stubs; see pyproject
+import libvirt  # type: ignore[import-untyped, unused-ignore]  # libvirt-python ships no type stubs
 import pytest
 from aiohttp import web
 from structlog.testing import capture_logs

@@ -24,7 +24,7 @@ import subprocess
 import xml.etree.ElementTree as ET
 from collections.abc import AsyncIterator
 
-import libvirt  # type: ignore[import-untyped, unused-ignore]  # no stubs; see pyproject
+import libvirt  # type: ignore[import-untyped, unused-ignore]  # libvirt-python ships no type stubs
 
 from tests.support.kvm_daemon import LibvirtDaemon
 

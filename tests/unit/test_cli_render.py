@@ -213,7 +213,7 @@ def test_streams_table_shows_figures_and_missing_streams() -> None:
 
 
 class Teleported(Event, frozen=True, kw_only=True):
-    """A type the summary table does not know, like one a later issue adds."""
+    """A type the summary table does not know, like one a newer release adds."""
 
     where: str
     hops: int
