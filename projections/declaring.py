@@ -22,7 +22,7 @@ from events.schemas import (
     ProxySpec,
     ProxySpecChanged,
 )
-from events.store import EventStore, History, NewEvent, Recorded, decide_and_append, derive_msg_id
+from events.store import EventStore, History, NewEvent, decide_and_append, derive_msg_id
 from projections.proxy import fold
 
 
@@ -77,16 +77,6 @@ def content_hash(spec: ProxySpec, cloud_init: str) -> str:
     return hashlib.blake2b(data, digest_size=8).hexdigest()
 
 
-def declared_cloud_init(events: list[Recorded]) -> str:
-    """The resolved cloud-init of the latest declaration (the proxy view does not keep it)."""
-    current = ""
-    for recorded in events:
-        match recorded.event:
-            case ProxyDeclared(cloud_init_resolved=ci) | ProxySpecChanged(cloud_init_resolved=ci):
-                current = ci
-    return current
-
-
 async def apply(store: EventStore, declared: ProxyResource | Declaration) -> Applied:
     """Declare (or re-declare) one proxy; a ``ProxyResource`` is the CLI's form."""
     decl = from_resource(declared) if isinstance(declared, ProxyResource) else declared
@@ -113,7 +103,7 @@ async def apply(store: EventStore, declared: ProxyResource | Declaration) -> App
         if view.deleting:
             results.append("deleting")
             return []
-        same = content_hash(view.spec, declared_cloud_init(history.events)) == wanted
+        same = content_hash(view.spec, view.cloud_init) == wanted
         if same and decl.generation <= view.generation:
             results.append("unchanged")
             return []

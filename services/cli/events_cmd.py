@@ -16,10 +16,10 @@ from events.subjects import (
 )
 from services.cli.common import (
     CliState,
-    nats_url_option,
     open_connection,
     run_until_signalled,
     settings_for,
+    settings_options,
     stdout_console,
     table_or_json_lines,
 )
@@ -67,7 +67,7 @@ def _check_uid(ctx: click.Context, param: click.Parameter, value: str | None) ->
 
 
 @click.command("events")
-@nats_url_option
+@settings_options()
 @click.option(
     "--proxy",
     "proxy_uid",

@@ -16,10 +16,10 @@ from rich.table import Table
 
 from services.cli.common import (
     CliState,
-    nats_url_option,
     open_connection,
     run_until_signalled,
     settings_for,
+    settings_options,
     stdout_console,
 )
 from services.cli.render import clean, inert
@@ -201,7 +201,7 @@ def gc() -> None:
     show_default=True,
     help="A table for people, or the sweep results as JSON for tools.",
 )
-@nats_url_option
+@settings_options()
 @click.pass_obj
 def run_once(
     state: CliState,

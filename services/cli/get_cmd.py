@@ -19,10 +19,10 @@ from projections.lease import LeaseView
 from projections.proxy import ProxyView
 from services.cli.common import (
     CliState,
-    nats_url_option,
     open_connection,
     run_until_signalled,
     settings_for,
+    settings_options,
     stdout_console,
 )
 from services.cli.proxyviews import listed as listed_proxies
@@ -138,7 +138,7 @@ def _message(view: ProxyView) -> str:
     "(why a proxy is unhealthy or failed); json or yaml for tools.",
 )
 @click.option("-n", "--namespace", help="Only this namespace.")
-@nats_url_option
+@settings_options()
 @click.pass_obj
 def get_cmd(state: CliState, *, output: str, namespace: str | None, nats_url: str | None) -> None:
     """List proxies with their phase, address, health and lease (views rebuilt from the log)."""

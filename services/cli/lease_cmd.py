@@ -30,8 +30,9 @@ from services.cli.common import stdout_console
 from services.cli.render import clean, format_time, inert
 from services.discovery.auth import TOKEN_ENV, token_from_env
 from services.discovery.durations import EXAMPLES, parse_duration
-from services.runtime.config import ConfigError
 from services.runtime.connection import ConnectError
+from services.runtime.errors import ConfigError
+from services.runtime.options import with_env_option
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -180,14 +181,14 @@ def api_options(f: F) -> F:
         default="table",
         help="table for people, json for scripts.",
     )(f)
-    return click.option(
+    return with_env_option(
         "--api-url",
-        envvar="DISCOVERY_URL",
+        env="DISCOVERY_URL",
         default=DEFAULT_API_URL,
         show_default=True,
         metavar="URL",
         callback=_api_url,
-        help=f"The discovery API [env DISCOVERY_URL]; the token comes from {TOKEN_ENV}.",
+        help=f"The discovery API (the token comes from {TOKEN_ENV}).",
     )(f)
 
 

@@ -27,10 +27,12 @@ from services.cli.proxies_cmd import apply_cmd, delete_cmd
 from services.cli.render import clean
 from services.cli.streams_cmd import streams
 from services.cli.up import run, up
-from services.runtime.config import LOG_FORMATS, LOG_LEVELS, ConfigError
+from services.runtime.config import LOG_FORMATS, LOG_LEVELS
 from services.runtime.connection import ConnectError
+from services.runtime.errors import ConfigError
 from services.runtime.logs import configure_logging, scrub
 from services.runtime.natsserver import NatsServerError
+from services.runtime.options import with_env_option
 
 EXIT_USAGE = 2
 EXIT_UNREACHABLE = 3
@@ -104,21 +106,19 @@ class Cli(click.Group):
 
 @click.group(cls=Cli, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="egress-proxies", prog_name="egress-proxies")
-@click.option(
+@with_env_option(
     "--log-level",
     type=click.Choice(LOG_LEVELS, case_sensitive=False),
-    envvar="LOG_LEVEL",
     default="info",
     show_default=True,
-    help="Least severe log level written (logs go to standard error) [env LOG_LEVEL].",
+    help="Least severe log level written (logs go to standard error).",
 )
-@click.option(
+@with_env_option(
     "--log-format",
     type=click.Choice(LOG_FORMATS, case_sensitive=False),
-    envvar="LOG_FORMAT",
     default="console",
     show_default=True,
-    help="console for people, json for collectors [env LOG_FORMAT].",
+    help="console for people, json for collectors.",
 )
 @click.pass_context
 def main(ctx: click.Context, log_level: str, log_format: str) -> None:

@@ -19,17 +19,17 @@ from projections.proxy import ProxyView
 from services.cli import manifests
 from services.cli.common import (
     CliState,
-    nats_url_option,
     open_connection,
     run_until_signalled,
     settings_for,
+    settings_options,
     stdout_console,
 )
 from services.cli.proxyviews import listed, projection
 from services.cli.render import clean, inert
 from services.providers.config import decode_config_text, read_config_file
-from services.runtime.config import ConfigError
 from services.runtime.connection import Connection
+from services.runtime.errors import ConfigError
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 
 Done = Callable[[ProxyView | None], bool]
@@ -141,7 +141,7 @@ def _not_within(what: str, timeout: float, pending: list[ProxyView | None]) -> c
     help="Wait until every proxy is Ready and has a first health verdict (or Failed).",
 )
 @click.option("--timeout", type=float, default=300.0, show_default=True, help="Seconds for --wait.")
-@nats_url_option
+@settings_options()
 @click.pass_obj
 def apply_cmd(
     state: CliState,
@@ -189,7 +189,7 @@ def apply_cmd(
 @click.option("-n", "--namespace", help="With --all: only this namespace.")
 @click.option("--wait/--no-wait", default=False, help="Wait until the instances are gone.")
 @click.option("--timeout", type=float, default=300.0, show_default=True, help="Seconds for --wait.")
-@nats_url_option
+@settings_options()
 @click.pass_obj
 def delete_cmd(
     state: CliState,

@@ -10,15 +10,16 @@ from rich.text import Text
 from events.errors import StoreUnavailable
 from services.cli.common import (
     CliState,
-    nats_url_option,
     open_connection,
     run_until_signalled,
     settings_for,
+    settings_options,
     stdout_console,
 )
 from services.cli.render import StreamRow, streams_table
 from services.runtime.connection import Connection
 from services.runtime.eventlog.streams import STREAMS, ensure_streams
+from services.runtime.options import with_env_option
 
 
 @click.group("streams")
@@ -27,22 +28,23 @@ def streams() -> None:
 
 
 @streams.command("init")
-@nats_url_option
-@click.option(
+@settings_options("stream_replicas")
+@with_env_option(
     "--replicas",
+    "stream_replicas",
+    env="STREAM_REPLICAS",
     type=int,
     default=None,
-    help="Copies of each stream: 1 on one server, 3 (or 5) in a cluster "
-    "[env STREAM_REPLICAS; default 1].",
+    help="Copies of each stream: 1 (the default) on one server, 3 (or 5) in a cluster.",
 )
 @click.pass_obj
-def init(state: CliState, nats_url: str | None, replicas: int | None) -> None:
+def init(state: CliState, nats_url: str | None, stream_replicas: int | None) -> None:
     """Create the streams that are missing; never change one that exists.
 
     A stream that exists with other settings is reported with every difference (exit 4):
     changing retention or limits of an event log silently could lose history.
     """
-    settings = settings_for(state, nats_url=nats_url, stream_replicas=replicas)
+    settings = settings_for(state, nats_url=nats_url, stream_replicas=stream_replicas)
     created = run_until_signalled(_init(settings.nats_url, settings.stream_replicas))
     if created is None:
         return
@@ -65,7 +67,7 @@ async def _init(url: str, replicas: int) -> list[str]:
 
 
 @streams.command("info")
-@nats_url_option
+@settings_options()
 @click.pass_obj
 def info(state: CliState, nats_url: str | None) -> None:
     """Show each stream's subjects, size, sequence range, replicas and consumers."""

@@ -22,11 +22,11 @@ from rich.text import Text
 from services.cli import uplocal
 from services.cli.common import (
     CliState,
-    nats_url_option,
-    nats_url_param,
     probe,
     run_until_signalled,
+    setting_params,
     settings_for,
+    settings_options,
     stdout_console,
 )
 from services.cli.registry import SERVICES, ServiceEntry, known_names, option_names
@@ -34,6 +34,7 @@ from services.cli.render import inert
 from services.providers.config import load_providers_config
 from services.runtime.config import Settings
 from services.runtime.natsserver import EmbeddedNatsServer, free_port
+from services.runtime.options import env_option, with_env_option
 from services.runtime.service import Service, Started, run_services
 
 log = structlog.get_logger("egress.cli")
@@ -46,10 +47,9 @@ EXECUTOR = "executor"
 
 METRICS_PORT_ATTRS: dict[str, Any] = {
     "type": click.IntRange(0, 65535),
-    "envvar": "METRICS_PORT",
     "default": DEFAULT_METRICS_PORT,
     "show_default": True,
-    "help": "Port of the Prometheus /metrics endpoint; 0 turns it off [env METRICS_PORT].",
+    "help": "Port of the Prometheus /metrics endpoint; 0 turns it off.",
 }
 
 
@@ -94,20 +94,19 @@ def _with_option(entry: ServiceEntry) -> click.Option:
 
 
 @click.command(cls=UpCommand)
-@nats_url_option
+@settings_options("metrics_port")
 @click.option(
     "--nats-port",
     type=click.IntRange(1, 65535),
     default=None,
     help=f"Port of the embedded nats-server [default: {DEFAULT_NATS_PORT}, or a free one].",
 )
-@click.option(
+@with_env_option(
     "--data-dir",
     type=click.Path(file_okay=False, path_type=Path),
     default=Path(".data"),
     show_default=True,
-    envvar="DATA_DIR",
-    help="Where the embedded nats-server and local providers keep their data [env DATA_DIR].",
+    help="Where the embedded nats-server and local providers keep their data.",
 )
 @click.option(
     "--api-port",
@@ -116,15 +115,13 @@ def _with_option(entry: ServiceEntry) -> click.Option:
     show_default=True,
     help="Port of the discovery API.",
 )
-@click.option(
+@with_env_option(
     "--providers-config",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     default=None,
-    envvar="PROVIDERS_CONFIG",
-    help="Named provider instances (YAML); without it, one `local` provider "
-    "[env PROVIDERS_CONFIG].",
+    help="Named provider instances (YAML); without it, one `local` provider.",
 )
-@click.option("--metrics-port", **METRICS_PORT_ATTRS)
+@with_env_option("--metrics-port", **METRICS_PORT_ATTRS)
 @click.pass_obj
 def up(state: CliState, /, **values: Any) -> None:
     """Run the whole system in one process, with an embedded nats-server.
@@ -319,8 +316,7 @@ def _service_command(entry: ServiceEntry) -> click.Command:
         log.info("stopped", service=service.name)
 
     params: list[click.Parameter] = [
-        nats_url_param(),
-        click.Option(["--metrics-port"], **METRICS_PORT_ATTRS),
+        *setting_params(env_option("--metrics-port", **METRICS_PORT_ATTRS)),
         *entry.options,
     ]
     return click.Command(entry.name, params=params, callback=callback, help=entry.help)

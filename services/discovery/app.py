@@ -173,8 +173,7 @@ def _lease(api: Api, granted: Granted) -> LeaseOut:
 
 def _proxy(api: Api, proxy: ProxyView) -> ProxyOut:
     view = api.views.lease_view(proxy.uid)
-    latency = api.views.latency(proxy.uid)
-    return proxy_out(proxy, view, api.views.now(), eligible=eligible(proxy, {}), latency_ms=latency)
+    return proxy_out(proxy, view, api.views.now(), eligible=eligible(proxy, {}))
 
 
 # ----------------------------------------------------------------------------------- ops

@@ -23,7 +23,7 @@ from litestar.exceptions import NotAuthorizedException
 from litestar.handlers.base import BaseRouteHandler
 from litestar.types import Guard
 
-from services.runtime.config import ConfigError
+from services.runtime.errors import ConfigError
 
 TOKEN_ENV = "DISCOVERY_TOKEN"
 CHALLENGE = {"WWW-Authenticate": 'Bearer realm="egress-proxies"'}

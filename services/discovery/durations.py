@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import click
 
-from services.runtime.config import ConfigError
+from services.runtime.errors import ConfigError
 
 DurationCallback = Callable[[click.Context, click.Parameter, object], float]
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}

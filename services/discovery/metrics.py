@@ -6,9 +6,9 @@ service inside one process) reuses the same collectors instead of failing on dup
 
 from __future__ import annotations
 
-import weakref
-
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from services.runtime.metrics import metric_set
 
 
 class DiscoveryMetrics:
@@ -69,13 +69,5 @@ class DiscoveryMetrics:
         )
 
 
-_by_registry: weakref.WeakKeyDictionary[CollectorRegistry, DiscoveryMetrics] = (
-    weakref.WeakKeyDictionary()
-)
-
-
 def discovery_metrics(registry: CollectorRegistry) -> DiscoveryMetrics:
-    metrics = _by_registry.get(registry)
-    if metrics is None:
-        metrics = _by_registry[registry] = DiscoveryMetrics(registry)
-    return metrics
+    return metric_set(registry, DiscoveryMetrics)

@@ -145,13 +145,18 @@ def _condition(condition: Condition) -> ConditionOut:
     )
 
 
+def probe_latency(proxy: ProxyView) -> float | None:
+    """The latency the last verdict recorded, when it said healthy: a failed probe has none."""
+    verdict = proxy.verdict
+    return verdict.latency_ms if verdict is not None and verdict.healthy else None
+
+
 def proxy_out(
     proxy: ProxyView,
     view: LeaseView | None,
     now: datetime,
     *,
     eligible: bool,
-    latency_ms: float | None,
 ) -> ProxyOut:
     leased = not is_free(view, now)
     cooldown = None if leased else available_at(view)
@@ -163,7 +168,7 @@ def proxy_out(
         ip=proxy.ip,
         phase=str(proxy.phase),
         healthy=proxy.healthy,
-        latency_ms=latency_ms,
+        latency_ms=probe_latency(proxy),
         attributes=dict(proxy.spec.attributes),
         provider=proxy.spec.provider,
         conditions=[_condition(c) for c in proxy.conditions],

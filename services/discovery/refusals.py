@@ -67,7 +67,7 @@ def refusal(views: Views, selector: Mapping[str, str]) -> ApiError:
         else:
             reason = _not_leasable(proxy)
             if reason == UNHEALTHY:
-                probe = probe or views.health_message.get(uid, "")
+                probe = probe or _probe_message(proxy)
         reasons[reason] += 1
     counts = ", ".join(
         f"{n} {reason}" + (f" (last probe: {probe})" if reason == UNHEALTHY and probe else "")
@@ -92,6 +92,14 @@ def _not_leasable(proxy: ProxyView) -> str:
     if proxy.phase is not Phase.READY or not proxy.url:
         return f"not Ready ({proxy.phase.value})"
     return UNPROBED if proxy.healthy is None else UNHEALTHY
+
+
+def _probe_message(proxy: ProxyView) -> str:
+    """What the last failed probe said (the verdict's message, else its reason)."""
+    verdict = proxy.verdict
+    if verdict is None or verdict.healthy:
+        return ""
+    return verdict.message or verdict.reason
 
 
 def _nothing_has(views: Views, selector: Mapping[str, str]) -> str:

@@ -28,8 +28,10 @@ from services.discovery.metrics import discovery_metrics
 from services.discovery.tracing import TracingMiddleware
 from services.discovery.views import Views
 from services.runtime.aio import raise_if_cancelled
-from services.runtime.config import ConfigError, Settings
+from services.runtime.config import Settings
+from services.runtime.errors import ConfigError
 from services.runtime.eventlog.jetstream import JetStreamEventStore
+from services.runtime.options import env_option
 from services.runtime.service import ServiceContext
 
 log = structlog.get_logger("egress.discovery")
@@ -195,39 +197,36 @@ def build(
 
 
 OPTIONS: tuple[click.Option, ...] = (
-    click.Option(
-        ["--port"],
+    env_option(
+        "--port",
+        env="DISCOVERY_PORT",
         type=click.IntRange(1, 65535),
         default=DEFAULT_PORT,
         show_default=True,
-        envvar="DISCOVERY_PORT",
-        help="Port of the discovery API (`up` calls it --api-port) [env DISCOVERY_PORT].",
+        help="Port of the discovery API (`up` calls it --api-port).",
     ),
-    click.Option(
-        ["--host"],
+    env_option(
+        "--host",
+        env="DISCOVERY_HOST",
         default=DEFAULT_HOST,
         show_default=True,
-        envvar="DISCOVERY_HOST",
-        help="Address the discovery API listens on; 0.0.0.0 in a container [env DISCOVERY_HOST].",
+        help="Address the discovery API listens on; 0.0.0.0 in a container.",
     ),
-    click.Option(
-        ["--max-lease-ttl"],
+    env_option(
+        "--max-lease-ttl",
         default="1h",
         metavar="DURATION",
         callback=duration_option(positive=True, maximum=MAX_LEASE_SECONDS),
         show_default=True,
-        envvar="MAX_LEASE_TTL",
         help="Longest lease granted, e.g. 30s, 5m, 1h, at most 168h (7 days); a longer request "
-        "is granted this long (the answer says ttlClamped) [env MAX_LEASE_TTL].",
+        "is granted this long (the answer says ttlClamped).",
     ),
-    click.Option(
-        ["--lease-cooldown"],
+    env_option(
+        "--lease-cooldown",
         default="10s",
         metavar="DURATION",
         callback=duration_option(maximum=MAX_COOLDOWN_SECONDS),
         show_default=True,
-        envvar="LEASE_COOLDOWN",
-        help="How long a proxy rests after a lease ends before it is leased again, at most 24h "
-        "[env LEASE_COOLDOWN].",
+        help="How long a proxy rests after a lease ends before it is leased again, at most 24h.",
     ),
 )

@@ -1,8 +1,8 @@
 """The projections discovery answers from, kept current by two projectors.
 
-``proxies`` folds ``proxy.*.*`` into ``ProxyView``s (and keeps each proxy's last probe latency,
-which the shared proxy view does not carry); ``leases`` folds ``lease.*`` into ``LeaseView``s and
-keeps the lease-id index. Both record the newest JetStream timestamp they
+``proxies`` folds ``proxy.*.*`` into ``ProxyView``s (the shared fold, whose last verdict also
+gives the probe latency and message the API shows); ``leases`` folds ``lease.*`` into
+``LeaseView``s and keeps the lease-id index. Both record the newest JetStream timestamp they
 applied, which bounds this replica's idea of "now" from below (``now``).
 """
 
@@ -19,7 +19,6 @@ from nats.js import JetStreamContext
 
 from events import subjects
 from events.errors import EventStoreError
-from events.schemas import HealthChanged
 from events.store import EventStore, Recorded
 from projections import lease as lease_fold
 from projections import proxy as proxy_fold
@@ -82,10 +81,6 @@ class Views:
         self.newest = EPOCH
         self.candidates = CandidateIndex()
         """The proxies a lease request may get, by attribute."""
-        self.latency_ms: dict[str, float] = {}
-        """proxy uid -> probe latency of its last health change, while it was healthy."""
-        self.health_message: dict[str, str] = {}
-        """proxy uid -> what its last failed probe said, while it is unhealthy."""
         self.server_ahead = timedelta(0)
         """How far the server's clock is at least ahead of ours (never below 0): the most any
         event was stamped after we received it. Every sample is a lower bound, so the largest
@@ -113,14 +108,6 @@ class Views:
         self._seen(recorded)
         after = proxy_fold.apply(view, recorded)
         self.candidates.update(after)
-        event = recorded.event
-        if isinstance(event, HealthChanged) and after.healthy is event.healthy:
-            if event.healthy:
-                self.latency_ms[after.uid] = event.latency_ms
-                self.health_message.pop(after.uid, None)
-            else:
-                self.latency_ms.pop(after.uid, None)  # a failed probe has no latency to show
-                self.health_message[after.uid] = event.message or event.reason
         return after
 
     def _on_lease(self, view: LeaseView | None, recorded: Recorded) -> LeaseView:
@@ -168,9 +155,6 @@ class Views:
 
     def proxy(self, uid: str) -> ProxyView | None:
         return self.proxies.views.get(uid)
-
-    def latency(self, uid: str) -> float | None:
-        return self.latency_ms.get(uid)
 
     def all_proxies(self) -> list[ProxyView]:
         return list(self.proxies.views.values())

@@ -2,10 +2,11 @@
 
 Every answer is a fact about one command: its msg id derives from the proxy uid, the command id
 and what happened, and its causation id is the command's msg id. Before touching a provider the
-handler reads the aggregate and stops if the command is already answered, so a redelivery (after
-a crash, a lost ack, a delayed retry) neither stores nor creates anything twice. The one window
-a read cannot close, a crash between ``provider.create`` and the append of ``InstanceCreated``,
-is closed by the provider: create is idempotent on the deterministic instance name.
+handler reads the aggregate and stops if an answer has already concluded the command (the rule
+is ``projections.commands``, shared with the reconciler), so a redelivery (after a crash, a lost
+ack, a delayed retry) neither stores nor creates anything twice. The one window a read cannot
+close, a crash between ``provider.create`` and the append of ``InstanceCreated``, is closed by
+the provider: create is idempotent on the deterministic instance name.
 
 Waiting is durable: while an instance is Pending the handler returns ``Retry(delay)``, a delayed
 redelivery JetStream keeps, never an in-memory timer that a crash would forget. The create
@@ -18,7 +19,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from weakref import WeakKeyDictionary
 
 import structlog
 from prometheus_client import CollectorRegistry, Counter
@@ -37,6 +37,7 @@ from events.schemas import (
     ProviderFailed,
 )
 from events.store import EventStore, History, NewEvent, Recorded, derive_msg_id
+from projections.commands import Answer, Command, answers_to, concludes
 from projections.proxy import fold
 from services.providers.base import (
     CreateRequest,
@@ -46,12 +47,9 @@ from services.providers.base import (
     ProviderError,
 )
 from services.runtime.consumer import Delivery, Outcome, Retry
-from services.runtime.metrics import Metrics, default_metrics
+from services.runtime.metrics import Metrics, default_metrics, metric_set
 
 log = structlog.get_logger("egress.executor")
-
-Command = CreateInstance | DeleteInstance | ObserveInstance
-Answer = InstanceCreated | InstanceObserved | InstanceGone | ProviderFailed
 
 # States in which an instance will not become Running by waiting: the reconciler must act.
 _SETTLED = (InstanceState.STOPPED, InstanceState.TERMINATING)
@@ -81,27 +79,6 @@ class CommandPolicy:
         return min(self.backoff_max, self.backoff_base * 2.0 ** min(attempt - 1, 60))
 
 
-def command_answers(history: History, command_id: str) -> list[Answer]:
-    """What the executor already recorded for this command, oldest first."""
-    return [
-        r.event
-        for r in history.events
-        if isinstance(r.event, Answer) and r.event.command_id == command_id
-    ]
-
-
-def is_final(answer: Event) -> bool:
-    """Whether an answer ends the command. A quota refusal does not: the executor keeps
-    retrying slowly, and the event only tells the reconciler (and the operator) why it waits."""
-    match answer:
-        case InstanceObserved() | InstanceGone():
-            return True
-        case ProviderFailed(error_class=error_class):
-            return error_class is not ErrorClass.QUOTA_EXCEEDED
-        case _:
-            return False
-
-
 def observed(command_id: str, provider: str, instance: Instance) -> InstanceObserved:
     return InstanceObserved(
         command_id=command_id,
@@ -126,21 +103,18 @@ def _utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-_counters: WeakKeyDictionary[CollectorRegistry, Counter] = WeakKeyDictionary()
+def _outcome_counter(registry: CollectorRegistry) -> Counter:
+    return Counter(
+        "egress_executor_commands_total",
+        "Command deliveries handled by the executor, by command type and outcome",
+        ["command", "outcome"],
+        registry=registry,
+    )
 
 
 def _outcomes(metrics: Metrics) -> Counter:
     """One counter per registry: ``up`` runs one registry per process, tests one per test."""
-    counter = _counters.get(metrics.registry)
-    if counter is None:
-        counter = Counter(
-            "egress_executor_commands_total",
-            "Command deliveries handled by the executor, by command type and outcome",
-            ["command", "outcome"],
-            registry=metrics.registry,
-        )
-        _counters[metrics.registry] = counter
-    return counter
+    return metric_set(metrics.registry, _outcome_counter)
 
 
 @dataclass(slots=True)
@@ -192,9 +166,9 @@ class CommandHandler:
             attempt=delivery.attempt,
             issued=delivery.recorded.timestamp,
             history=history,
-            answers=command_answers(history, command.command_id),
+            answers=answers_to(history.events, command.command_id),
         )
-        if any(is_final(a) for a in job.answers):
+        if any(concludes(a) for a in job.answers):
             self._count(job, "already-answered")
             return None
         provider = self.providers.get(command.provider)

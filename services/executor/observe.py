@@ -18,22 +18,15 @@ import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-import msgspec
 import structlog
 from nats.js import JetStreamContext
 
 from events import subjects
 from events.errors import ConcurrencyError
-from events.schemas import (
-    Event,
-    InstanceCreated,
-    InstanceGone,
-    InstanceObserved,
-    InstanceState,
-    Phase,
-)
-from events.store import EventStore, NewEvent, Recorded, derive_msg_id
+from events.schemas import Event, InstanceGone, InstanceState, Phase
+from events.store import EventStore, NewEvent, derive_msg_id
 from projections import proxy
+from projections.proxy import GONE, ProxyView
 from services.executor.commands import observed
 from services.providers.base import Instance, NotFound, Provider, ProviderError
 from services.runtime.aio import raise_if_cancelled
@@ -41,42 +34,16 @@ from services.runtime.eventlog.projector import Projector
 
 log = structlog.get_logger("egress.executor.observe")
 
-GONE = "Gone"
-"""``Facts.state`` once the provider answered NotFound for the current instance."""
+
+def known_state(view: ProxyView) -> str:
+    """The last fact about the *current* instance (an ``InstanceState`` or ``GONE``); "" when
+    none was recorded, or only its creation."""
+    fact = view.instance
+    return fact.state if fact is not None and fact.provider_id == view.provider_id else ""
 
 
-class Facts(msgspec.Struct, frozen=True, kw_only=True):
-    """The proxy view plus the last recorded instance fact, which the view does not keep but
-    the sweep needs to tell a change from a repeat."""
-
-    view: proxy.ProxyView
-    provider_id: str = ""
-    state: str = ""
-    ip: str = ""
-
-    def known_state(self) -> str:
-        """The last fact about the *current* instance; "" when none was recorded."""
-        return self.state if self.provider_id == self.view.provider_id else ""
-
-
-def apply_facts(current: Facts | None, recorded: Recorded) -> Facts:
-    """The proxy fold, extended with the last instance fact per provider id."""
-    view = proxy.apply(current.view if current else None, recorded)
-    facts = Facts(view=view) if current is None else msgspec.structs.replace(current, view=view)
-    match recorded.event:
-        case InstanceCreated(provider_id=pid):
-            return msgspec.structs.replace(facts, provider_id=pid, state="", ip="")
-        case InstanceObserved(provider_id=pid, state=state, ip=ip):
-            return msgspec.structs.replace(facts, provider_id=pid, state=str(state), ip=ip)
-        case InstanceGone(provider_id=pid):
-            return msgspec.structs.replace(facts, provider_id=pid, state=GONE, ip="")
-        case _:
-            return facts
-
-
-def watched(facts: Facts) -> bool:
+def watched(view: ProxyView) -> bool:
     """Ready instances only: anything else is in the reconciler's hands already."""
-    view = facts.view
     return (
         view.phase is Phase.READY
         and bool(view.provider_id)
@@ -85,10 +52,10 @@ def watched(facts: Facts) -> bool:
     )
 
 
-def observation(facts: Facts, instance: Instance | None) -> Event | None:
+def observation(view: ProxyView, instance: Instance | None) -> Event | None:
     """What to record for the provider's answer (None: NotFound), or None if nothing changed."""
-    view = facts.view
-    known = facts.known_state()
+    known = known_state(view)
+    last_ip = view.instance.ip if view.instance is not None else ""
     command_id = f"observe-{view.last_seq}"
     if instance is None:
         if known == GONE:
@@ -98,7 +65,7 @@ def observation(facts: Facts, instance: Instance | None) -> Event | None:
         )
     if instance.state is InstanceState.RUNNING:
         # Ready means the reconciler saw it running; only a new address is news.
-        ip_changed = bool(facts.ip) and bool(instance.ip) and instance.ip != facts.ip
+        ip_changed = bool(last_ip) and bool(instance.ip) and instance.ip != last_ip
         if known in ("", InstanceState.RUNNING) and not ip_changed:
             return None
     elif str(instance.state) == known:
@@ -126,8 +93,8 @@ class ObserveSweep:
         self.store = store
         self.providers = providers
         self.concurrency = concurrency
-        self.projector: Projector[Facts] = Projector(
-            js, subjects.PROXY_STREAM, "proxy.*.*", apply_facts
+        self.projector: Projector[ProxyView] = Projector(
+            js, subjects.PROXY_STREAM, "proxy.*.*", proxy.apply
         )
 
     async def run(self, interval: float) -> None:
@@ -149,15 +116,15 @@ class ObserveSweep:
         await self.projector.catch_up()
         result = SweepResult()
         slots = asyncio.Semaphore(self.concurrency)
-        candidates = [f for f in self.projector.views.values() if watched(f)]
+        candidates = [v for v in self.projector.views.values() if watched(v)]
 
-        async def check(facts: Facts) -> None:
+        async def check(view: ProxyView) -> None:
             async with slots:
-                answered, instance = await self._get(facts, result)
+                answered, instance = await self._get(view, result)
             if answered:
-                await self._record(facts, instance, result)
+                await self._record(view, instance, result)
 
-        await asyncio.gather(*(check(f) for f in candidates))
+        await asyncio.gather(*(check(v) for v in candidates))
         if result.appended or result.skipped_providers:
             log.info(
                 "observe sweep",
@@ -168,15 +135,15 @@ class ObserveSweep:
             )
         return result
 
-    async def _get(self, facts: Facts, result: SweepResult) -> tuple[bool, Instance | None]:
+    async def _get(self, view: ProxyView, result: SweepResult) -> tuple[bool, Instance | None]:
         """Whether the provider answered, and its answer (None: NotFound)."""
-        name = facts.view.spec.provider
+        name = view.spec.provider
         provider = self.providers.get(name)
         if provider is None or name in result.skipped_providers:
             return False, None
         result.checked += 1
         try:
-            return True, await provider.get(facts.view.provider_id)
+            return True, await provider.get(view.provider_id)
         except NotFound:
             return True, None
         except ProviderError as exc:
@@ -189,11 +156,12 @@ class ObserveSweep:
             )
             return False, None
 
-    async def _record(self, facts: Facts, instance: Instance | None, result: SweepResult) -> None:
-        event = observation(facts, instance)
+    async def _record(
+        self, view: ProxyView, instance: Instance | None, result: SweepResult
+    ) -> None:
+        event = observation(view, instance)
         if event is None:
             return
-        view = facts.view
         what = "gone" if instance is None else str(instance.state)
         msg_id = derive_msg_id(
             "executor", "observe", view.uid, view.provider_id, str(view.last_seq), what

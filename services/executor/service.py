@@ -26,9 +26,11 @@ from services.providers.config import (
     load_providers_config,
 )
 from services.providers.instrumented import instrument
-from services.runtime.config import ConfigError, Settings
+from services.runtime.config import Settings
 from services.runtime.consumer import ConsumerLoop, ConsumerSpec
+from services.runtime.errors import ConfigError
 from services.runtime.metrics import Metrics
+from services.runtime.options import env_option
 from services.runtime.service import ServiceContext
 
 log = structlog.get_logger("egress.executor")
@@ -149,22 +151,19 @@ def build(
 
 OPTIONS: tuple[click.Option, ...] = (
     *PROVIDER_OPTIONS,
-    click.Option(
-        ["--observe-interval"],
+    env_option(
+        "--observe-interval",
         type=click.FloatRange(min=0, min_open=True),
         default=10.0,
         show_default=True,
-        envvar="OBSERVE_INTERVAL",
-        help="Seconds between sweeps that look for Ready instances which stopped or vanished "
-        "[env OBSERVE_INTERVAL].",
+        help="Seconds between sweeps that look for Ready instances which stopped or vanished.",
     ),
-    click.Option(
-        ["--create-timeout"],
+    env_option(
+        "--create-timeout",
         type=click.FloatRange(min=0, min_open=True),
         default=600.0,
         show_default=True,
-        envvar="CREATE_TIMEOUT",
         help="Seconds an instance may take to run before the create is answered as failed "
-        "(Transient), so the reconciler replaces it [env CREATE_TIMEOUT].",
+        "(Transient), so the reconciler replaces it.",
     ),
 )

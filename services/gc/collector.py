@@ -9,7 +9,6 @@ real sweep.
 from __future__ import annotations
 
 import time
-import weakref
 from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from services.gc.rules import DeleteFailure
 from services.gc.sweep import ProviderReport, SweepReport, sweep_once
 from services.providers.base import Provider
 from services.runtime.eventlog.projector import Projector
+from services.runtime.metrics import metric_set
 from services.runtime.telemetry import tracer
 
 log = structlog.get_logger("egress.gc")
@@ -90,15 +90,9 @@ class GcMetrics:
         )
 
 
-_by_registry: weakref.WeakKeyDictionary[CollectorRegistry, GcMetrics] = weakref.WeakKeyDictionary()
-
-
 def gc_metrics(registry: CollectorRegistry) -> GcMetrics:
     """One set per registry: a process that builds the service twice reuses the collectors."""
-    metrics = _by_registry.get(registry)
-    if metrics is None:
-        metrics = _by_registry[registry] = GcMetrics(registry)
-    return metrics
+    return metric_set(registry, GcMetrics)
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,9 @@ from services.gc.collector import GarbageCollector
 from services.gc.lock import DEFAULT_TTL, SweepLock
 from services.providers.base import Provider
 from services.providers.config import PROVIDER_OPTIONS
-from services.runtime.config import ConfigError, Settings
+from services.runtime.config import Settings
+from services.runtime.errors import ConfigError
+from services.runtime.options import env_option
 from services.runtime.service import ServiceContext
 
 log = structlog.get_logger("egress.gc")
@@ -171,21 +173,18 @@ def build(
 
 OPTIONS: tuple[click.Option, ...] = (
     *PROVIDER_OPTIONS,
-    click.Option(
-        ["--gc-interval"],
+    env_option(
+        "--gc-interval",
         type=Duration(),
         default="5m",
         show_default=True,
-        envvar="GC_INTERVAL",
-        help="Time between orphan sweeps, e.g. 30s, 5m [env GC_INTERVAL].",
+        help="Time between orphan sweeps, e.g. 30s, 5m.",
     ),
-    click.Option(
-        ["--gc-grace"],
+    env_option(
+        "--gc-grace",
         type=Duration(),
         default="10m",
         show_default=True,
-        envvar="GC_GRACE",
-        help="Instances of no live proxy younger than this are spared (creates in flight) "
-        "[env GC_GRACE].",
+        help="Instances of no live proxy younger than this are spared (creates in flight).",
     ),
 )

@@ -8,9 +8,10 @@ log and the proxy views; these say how the probing goes.
 from __future__ import annotations
 
 from collections.abc import Callable
-from weakref import WeakKeyDictionary
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from services.runtime.metrics import metric_set
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
@@ -56,12 +57,6 @@ class HealthMetrics:
         self.last_probe_age.set_function(oldest_age)
 
 
-_by_registry: WeakKeyDictionary[CollectorRegistry, HealthMetrics] = WeakKeyDictionary()
-
-
 def health_metrics(registry: CollectorRegistry) -> HealthMetrics:
     """One set per registry: a process registers the series once, however often it starts."""
-    found = _by_registry.get(registry)
-    if found is None:
-        found = _by_registry[registry] = HealthMetrics(registry)
-    return found
+    return metric_set(registry, HealthMetrics)

@@ -20,7 +20,6 @@ import hashlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-import msgspec
 import structlog
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -28,8 +27,8 @@ from opentelemetry import trace
 from events import subjects
 from events.errors import ConcurrencyError, EventStoreError
 from events.schemas import HealthChanged, HealthCheck, Phase
-from events.store import EventStore, NewEvent, Recorded, derive_msg_id
-from projections import proxy
+from events.store import EventStore, NewEvent, derive_msg_id
+from projections.proxy import ProxyView
 from services.health.metrics import HealthMetrics
 from services.health.probe import CheckUrl, ProbeClient, ProbeResult
 from services.health.verdict import (
@@ -48,38 +47,18 @@ log = structlog.get_logger("egress.health")
 _tracer = tracer("egress_proxies.health")
 
 
-class Watched(msgspec.Struct, frozen=True, kw_only=True):
-    """The proxy view plus which instance the last verdict was about, and its latency."""
-
-    view: proxy.ProxyView
-    judged_provider_id: str | None = None
-    latency_ms: float = 0.0
-
-
-def apply_watched(current: Watched | None, recorded: Recorded) -> Watched:
-    view = proxy.apply(current.view if current else None, recorded)
-    base = Watched(view=view) if current is None else msgspec.structs.replace(current, view=view)
-    if isinstance(recorded.event, HealthChanged):
-        return msgspec.structs.replace(
-            base,
-            judged_provider_id=recorded.event.provider_id,
-            latency_ms=recorded.event.latency_ms,
-        )
-    return base
-
-
-def probed(watched: Watched) -> bool:
+def probed(view: ProxyView) -> bool:
     """Ready proxies with an address: anything else is not in service, nothing to judge."""
-    view = watched.view
     return view.phase is Phase.READY and bool(view.url) and not view.deleting and not view.removed
 
 
-def known(watched: Watched) -> Known:
-    """The recorded verdict, if it is about the current instance (a replacement starts over)."""
-    view = watched.view
-    if view.healthy is None or watched.judged_provider_id != view.provider_id:
+def known(view: ProxyView) -> Known:
+    """The recorded verdict, if the last one is about the current instance (a replacement
+    starts over)."""
+    verdict = view.verdict
+    if view.healthy is None or verdict is None or verdict.provider_id != view.provider_id:
         return Known()
-    return Known(view.healthy, watched.latency_ms)
+    return Known(view.healthy, verdict.latency_ms)
 
 
 def phase_of(uid: str) -> float:
@@ -101,7 +80,7 @@ class Prober:
     def __init__(
         self,
         store: EventStore,
-        projector: Projector[Watched],
+        projector: Projector[ProxyView],
         client: ProbeClient,
         metrics: HealthMetrics,
         *,
@@ -135,7 +114,7 @@ class Prober:
 
     def sync(self, owns: Callable[[str], bool]) -> None:
         """Probe exactly the Ready proxies ``owns`` accepts: start new ones, stop the rest."""
-        wanted = {uid for uid, w in self.projector.views.items() if probed(w) and owns(uid)}
+        wanted = {uid for uid, v in self.projector.views.items() if probed(v) and owns(uid)}
         for uid in set(self._slots) - wanted:
             self._stop(uid)
         for uid in wanted - set(self._slots):
@@ -164,8 +143,8 @@ class Prober:
 
     async def _loop(self, uid: str, slot: _Slot) -> None:
         loop = asyncio.get_running_loop()
-        watched = self.projector.views.get(uid)
-        interval = watched.view.spec.health_check.interval_seconds if watched else 1.0
+        view = self.projector.views.get(uid)
+        interval = view.spec.health_check.interval_seconds if view else 1.0
         due = loop.time() + phase_of(uid) * interval
         while True:
             await asyncio.sleep(max(0.0, due - loop.time()))
@@ -174,10 +153,9 @@ class Prober:
 
     async def probe_once(self, uid: str, slot: _Slot) -> float:
         """Probe, judge, record; returns the interval until the next probe."""
-        watched = self.projector.views.get(uid)
-        if watched is None or not probed(watched):
+        view = self.projector.views.get(uid)
+        if view is None or not probed(view):
             return 1.0  # the next sync stops this task
-        view = watched.view
         spec = view.spec.health_check
         if slot.provider_id != view.provider_id or slot.proxy_url != view.url:
             if slot.proxy_url:
@@ -192,7 +170,7 @@ class Prober:
         if result.ok:
             self.metrics.latency.observe(result.latency_ms / 1000.0)
         after = self.projector.views.get(uid)
-        if after is None or not probed(after) or after.view.provider_id != view.provider_id:
+        if after is None or not probed(after) or after.provider_id != view.provider_id:
             return spec.interval_seconds  # judged on an instance that is no longer current
         thresholds = Thresholds(
             spec.failure_threshold, spec.success_threshold, self.latency_band_ms
@@ -215,14 +193,14 @@ class Prober:
         where = "spec.healthCheck.url" if spec.url else "spec.healthCheck.url or --health-check-url"
         return f"{result.detail} (fetched {check_url} through the proxy; set {where} to change it)"
 
-    def _known(self, uid: str, watched: Watched) -> Known:
+    def _known(self, uid: str, view: ProxyView) -> Known:
         """The log's verdict, or our own append the projection has not caught up with yet."""
         mine = self._recorded.get(uid)
         if mine is not None:
             if self.projector.last_seq < mine[0]:
                 return mine[1]
             del self._recorded[uid]
-        return known(watched)
+        return known(view)
 
     async def _probe(
         self, uid: str, proxy_url: str, check_url: str, spec: HealthCheck
@@ -260,8 +238,7 @@ class Prober:
             self._checks[url] = found
         return found
 
-    async def _append(self, uid: str, watched: Watched, verdict: Verdict) -> None:
-        view = watched.view
+    async def _append(self, uid: str, view: ProxyView, verdict: Verdict) -> None:
         event = HealthChanged(
             healthy=verdict.healthy,
             reason=verdict.reason,

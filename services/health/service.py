@@ -20,13 +20,16 @@ import structlog
 
 from events import subjects
 from events.errors import EventStoreError
+from projections.proxy import ProxyView, apply
 from services.health.assign import Membership, default_replica_id
 from services.health.metrics import health_metrics
 from services.health.probe import CheckUrl, ProbeClient
-from services.health.prober import Prober, Watched, apply_watched
+from services.health.prober import Prober
 from services.runtime.aio import raise_if_cancelled
-from services.runtime.config import ConfigError, Settings
+from services.runtime.config import Settings
+from services.runtime.errors import ConfigError
 from services.runtime.eventlog.projector import Projector
+from services.runtime.options import env_option
 from services.runtime.service import ServiceContext
 
 log = structlog.get_logger("egress.health")
@@ -53,8 +56,8 @@ class HealthService:
 
     async def run(self, ctx: ServiceContext) -> None:
         metrics = health_metrics(ctx.metrics.registry)
-        projector: Projector[Watched] = Projector(
-            ctx.conn.js, subjects.PROXY_STREAM, "proxy.*.*", apply_watched
+        projector: Projector[ProxyView] = Projector(
+            ctx.conn.js, subjects.PROXY_STREAM, "proxy.*.*", apply
         )
         membership = self.membership = Membership(
             ctx.conn.js, self.replica_id, heartbeat=self.heartbeat
@@ -91,7 +94,7 @@ class HealthService:
             await projector.close()
 
     @staticmethod
-    async def _follow(projector: Projector[Watched]) -> None:
+    async def _follow(projector: Projector[ProxyView]) -> None:
         """``Projector.run`` with a cancellation check after every step (``raise_if_cancelled``):
         a replica whose connection died must still stop when told to."""
         while True:
@@ -154,13 +157,13 @@ def provider_check_urls(pairs: tuple[str, ...]) -> dict[str, str]:
 
 
 OPTIONS: tuple[click.Option, ...] = (
-    click.Option(
-        ["--health-check-url", "check_url"],
+    env_option(
+        "--health-check-url",
+        "check_url",
         default=DEFAULT_CHECK_URL,
         show_default=True,
-        envvar="HEALTH_CHECK_URL",
         help="URL fetched through each proxy when its spec.healthCheck.url is empty; an "
-        "answer 200-399 is a success [env HEALTH_CHECK_URL].",
+        "answer 200-399 is a success.",
     ),
     click.Option(
         ["--provider-check-url"],
@@ -169,38 +172,35 @@ OPTIONS: tuple[click.Option, ...] = (
         help="For the proxies of provider instance NAME, fetch URL instead of "
         "--health-check-url (repeatable); spec.healthCheck.url still wins.",
     ),
-    click.Option(
-        ["--latency-band-ms"],
+    env_option(
+        "--latency-band-ms",
+        env="HEALTH_LATENCY_BAND_MS",
         type=click.FloatRange(min=0),
         default=250.0,
         show_default=True,
-        envvar="HEALTH_LATENCY_BAND_MS",
         help="Record a healthy proxy's latency again when its moving average moves by more than "
-        "this; 0 records none [env HEALTH_LATENCY_BAND_MS].",
+        "this; 0 records none.",
     ),
-    click.Option(
-        ["--trace-health-probes"],
+    env_option(
+        "--trace-health-probes",
         is_flag=True,
         default=False,
-        envvar="TRACE_HEALTH_PROBES",
         help="Emit one health.probe client span per probe (when tracing is on); the probe "
-        "request itself never carries trace headers [env TRACE_HEALTH_PROBES].",
+        "request itself never carries trace headers.",
     ),
-    click.Option(
-        ["--health-concurrency"],
+    env_option(
+        "--health-concurrency",
         type=click.IntRange(min=1, max=65536),
         default=256,
         show_default=True,
-        envvar="HEALTH_CONCURRENCY",
-        help="Probes one health replica has in flight at once [env HEALTH_CONCURRENCY].",
+        help="Probes one health replica has in flight at once.",
     ),
-    click.Option(
-        ["--health-heartbeat"],
+    env_option(
+        "--health-heartbeat",
         type=click.FloatRange(min=0.1),
         default=1.0,
         show_default=True,
-        envvar="HEALTH_HEARTBEAT",
         help="Seconds between a health replica's membership heartbeats; a replica silent for "
-        "three is considered gone and its proxies move to the others [env HEALTH_HEARTBEAT].",
+        "three is considered gone and its proxies move to the others.",
     ),
 )

@@ -35,7 +35,8 @@ import msgspec
 import yaml
 
 from services.providers.base import Provider
-from services.runtime.config import ConfigError
+from services.runtime.errors import ConfigError
+from services.runtime.options import env_option
 
 Factory = Callable[[str, Any], Provider]
 # The same rule as spec.provider (events.resource), or no Proxy could ever refer to the entry.
@@ -298,32 +299,27 @@ def _set_gcp_wire_log(full: bool) -> None:
 
 
 PROVIDER_OPTIONS: tuple[click.Option, ...] = (
-    click.Option(
-        ["--providers-config"],
+    env_option(
+        "--providers-config",
         type=click.Path(exists=True, dir_okay=False, path_type=Path),
         default=None,
-        envvar="PROVIDERS_CONFIG",
-        help="Named provider instances (YAML); without it, one `local` provider "
-        "[env PROVIDERS_CONFIG].",
+        help="Named provider instances (YAML); without it, one `local` provider.",
     ),
-    click.Option(
-        ["--data-dir"],
+    env_option(
+        "--data-dir",
         type=click.Path(file_okay=False, path_type=Path),
         default=Path(".data"),
         show_default=True,
-        envvar="DATA_DIR",
-        help="Where local providers keep their data, unless the config says otherwise "
-        "[env DATA_DIR].",
+        help="Where local providers keep their data, unless the config says otherwise.",
     ),
-    click.Option(
-        ["--gcp-wire-log-full-payloads"],
+    env_option(
+        "--gcp-wire-log-full-payloads",
         is_flag=True,
         default=False,
-        envvar="GCP_WIRE_LOG_FULL_PAYLOADS",
         expose_value=False,
         callback=lambda _ctx, _param, value: _set_gcp_wire_log(value),
         help="Debug wire logs of gcp providers show string fields over 1 KiB (cloud-init) in "
-        "full; tokens stay redacted [env GCP_WIRE_LOG_FULL_PAYLOADS].",
+        "full; tokens stay redacted.",
     ),
 )
 """The flags of every service that talks to providers (executor, gc): one definition, so `up`

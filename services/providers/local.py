@@ -40,7 +40,7 @@ from services.providers.base import (
     Permanent,
     Transient,
 )
-from services.runtime.config import ConfigError
+from services.runtime.errors import ConfigError
 
 log = structlog.get_logger("egress.provider.local")
 

@@ -21,6 +21,7 @@ from services.reconciler.state import ProxyState, fold
 from services.runtime.config import Settings
 from services.runtime.consumer import ConsumerLoop, ConsumerSpec, Delivery, Outcome, Retry
 from services.runtime.metrics import Metrics
+from services.runtime.options import env_option
 from services.runtime.service import ServiceContext
 
 log = structlog.get_logger("egress.reconciler")
@@ -141,21 +142,19 @@ def build(
 
 
 OPTIONS: tuple[click.Option, ...] = (
-    click.Option(
-        ["--reconcile-concurrency"],
+    env_option(
+        "--reconcile-concurrency",
         type=click.IntRange(min=1, max=4096),
         default=64,
         show_default=True,
-        envvar="RECONCILE_CONCURRENCY",
-        help="Proxies one reconciler replica decides at once [env RECONCILE_CONCURRENCY].",
+        help="Proxies one reconciler replica decides at once.",
     ),
-    click.Option(
-        ["--replace-unhealthy-after"],
+    env_option(
+        "--replace-unhealthy-after",
         type=click.FloatRange(min=0),
         default=0.0,
         show_default=True,
-        envvar="REPLACE_UNHEALTHY_AFTER",
         help="Seconds an instance may fail its health probes before it is replaced; 0 never "
-        "replaces for health [env REPLACE_UNHEALTHY_AFTER].",
+        "replaces for health.",
     ),
 )

@@ -1,7 +1,8 @@
 """The reconciler's fold of one proxy aggregate: everything a decision needs, nothing more.
 
-Pure. The fold follows the command/answer protocol with the executor: a command is *pending* from
-the moment it is appended until an instance event carrying its command id concludes it.
+Pure. The fold follows the command/answer protocol with the executor (``projections.commands``):
+a command is *pending* from the moment it is appended until an answer carrying its command id
+concludes it.
 """
 
 from __future__ import annotations
@@ -30,16 +31,9 @@ from events.schemas import (
     ProxySpecChanged,
 )
 from events.store import Recorded
+from projections.commands import Pending, answered, answers, issued
 
 replace = msgspec.structs.replace
-
-
-class Pending(msgspec.Struct, frozen=True, kw_only=True):
-    command_id: str
-    kind: str
-    provider: str
-    provider_id: str = ""
-    quota_message: str = ""
 
 
 class ProxyState(msgspec.Struct, frozen=True, kw_only=True):
@@ -112,7 +106,7 @@ def evolve(state: ProxyState, recorded: Recorded) -> ProxyState:
         case CreateInstance() as c:
             return replace(
                 state,
-                pending=Pending(command_id=c.command_id, kind="create", provider=c.provider),
+                pending=issued(c),
                 commands=state.commands + 1,
                 instance_id="",
                 instance_provider=c.provider,
@@ -126,32 +120,12 @@ def evolve(state: ProxyState, recorded: Recorded) -> ProxyState:
                 health_message="",
                 unhealthy_since=None,
             )
-        case DeleteInstance() as c:
-            return replace(
-                state,
-                pending=Pending(
-                    command_id=c.command_id,
-                    kind="delete",
-                    provider=c.provider,
-                    provider_id=c.provider_id,
-                ),
-                commands=state.commands + 1,
-            )
-        case ObserveInstance() as c:
-            return replace(
-                state,
-                pending=Pending(
-                    command_id=c.command_id,
-                    kind="observe",
-                    provider=c.provider,
-                    provider_id=c.provider_id,
-                ),
-                commands=state.commands + 1,
-            )
+        case DeleteInstance() | ObserveInstance() as c:
+            return replace(state, pending=issued(c), commands=state.commands + 1)
         case InstanceCreated() as a:
             return replace(state, instance_id=a.provider_id, had_instance=True)
         case InstanceObserved() as a:
-            if a.provider_id != state.instance_id and not _answers(state, a.command_id):
+            if a.provider_id != state.instance_id and not answers(state.pending, a):
                 return state
             return replace(
                 state,
@@ -160,10 +134,10 @@ def evolve(state: ProxyState, recorded: Recorded) -> ProxyState:
                 ip=a.ip,
                 url=a.url,
                 had_instance=True,
-                pending=None if _answers(state, a.command_id) else state.pending,
+                pending=answered(state.pending, a),
             )
         case InstanceGone() as a:
-            if a.provider_id != state.instance_id and not _answers(state, a.command_id):
+            if a.provider_id != state.instance_id and not answers(state.pending, a):
                 return state
             return replace(
                 state,
@@ -171,7 +145,7 @@ def evolve(state: ProxyState, recorded: Recorded) -> ProxyState:
                 instance_state=None,
                 ip="",
                 url="",
-                pending=None if _answers(state, a.command_id) else state.pending,
+                pending=answered(state.pending, a),
             )
         case ProviderFailed() as a:
             return _failed(state, a)
@@ -192,18 +166,14 @@ def evolve(state: ProxyState, recorded: Recorded) -> ProxyState:
             return state
 
 
-def _answers(state: ProxyState, command_id: str) -> bool:
-    return state.pending is not None and state.pending.command_id == command_id
-
-
 def _failed(state: ProxyState, a: ProviderFailed) -> ProxyState:
-    if not _answers(state, a.command_id):
+    if not answers(state.pending, a):
         return state
-    assert state.pending is not None
+    pending = answered(state.pending, a)
+    if pending is not None:
+        # Not concluded (a quota refusal): the executor keeps retrying, the command stays out.
+        return replace(state, pending=pending)
     match a.error_class:
-        case ErrorClass.QUOTA_EXCEEDED:
-            # The executor keeps retrying, slowly; the command stays pending.
-            return replace(state, pending=replace(state.pending, quota_message=a.message))
         case ErrorClass.PERMANENT:
             return replace(
                 state,

@@ -1,24 +1,28 @@
 """Settings shared by every service, from flags and the environment.
 
-Invalid settings fail at start-up with the flag and variable named and the fix stated: a service
-that starts with a typo in its NATS URL would otherwise look healthy while doing nothing.
+Click parses each setting from its flag or its variable (``services.runtime.options``); a
+setting a command has no flag for is an ``EnvSetting`` of that command, so every command reads
+and checks the same variables. ``Settings.from_options`` then checks the values, here only:
+invalid settings fail at start-up with the flag and variable named and the fix stated, since a
+service that starts with a typo in its NATS URL would otherwise look healthy while doing nothing.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Any
 from urllib.parse import urlparse, urlsplit, urlunsplit
+
+import click
+
+from services.runtime.errors import ConfigError
+from services.runtime.options import env_name
 
 DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
 LOG_LEVELS = ("debug", "info", "warning", "error")
 LOG_FORMATS = ("console", "json")
-
-
-class ConfigError(ValueError):
-    """A setting is invalid; the message names the flag, the variable and the fix."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,21 +77,15 @@ class Settings:
         return Credentials(self.nats_user, self.nats_password)
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> Settings:
-        """Flags (``overrides`` that are not None) win over the environment, which wins over
-        the defaults."""
-        env = os.environ if env is None else env
-        raw: dict[str, object] = {}
-        for f in fields(cls):
-            var = _ENV_VARS.get(f.name)
-            if var and env.get(var):
-                raw[f.name] = env[var]
-        raw.update({k: v for k, v in overrides.items() if v is not None})
-        unknown = set(raw) - {f.name for f in fields(cls)}
+    def from_options(cls, **options: object) -> Settings:
+        """From the values click parsed, flag over variable; None (neither is set, or the
+        command has no such option) keeps the default. Raises ``ConfigError`` for a value no
+        service can run with."""
+        unknown = set(options) - {f.name for f in fields(cls)}
         if unknown:
             raise ConfigError(f"unknown settings: {', '.join(sorted(unknown))}")
-        coerced: dict[str, Any] = {k: _coerce(k, v) for k, v in raw.items()}
-        settings = replace(cls(), **coerced)
+        given: dict[str, Any] = {k: v for k, v in options.items() if v is not None}
+        settings = replace(cls(), **given)
         settings.validate()
         return settings
 
@@ -99,31 +97,30 @@ class Settings:
             valid = False
         if not valid:
             raise ConfigError(
-                f"--nats-url / NATS_URL: {redact_url(self.nats_url)!r} is not a NATS URL; "
+                f"{_named('nats_url')}: {redact_url(self.nats_url)!r} is not a NATS URL; "
                 "use e.g. nats://127.0.0.1:4222"
             )
         _check_pair(self.nats_user, self.nats_password)
         if self.nats_user and url_has_credentials(self.nats_url):
             raise ConfigError(
-                "--nats-url / NATS_URL carries a user, and NATS_USER is set too: use one of them"
+                f"{_named('nats_url')} carries a user, and NATS_USER is set too: use one of them"
             )
         if self.log_level not in LOG_LEVELS:
             raise ConfigError(
-                f"--log-level / LOG_LEVEL: {self.log_level!r}; use one of {', '.join(LOG_LEVELS)}"
+                f"{_named('log_level')}: {self.log_level!r}; use one of {', '.join(LOG_LEVELS)}"
             )
         if self.log_format not in LOG_FORMATS:
             raise ConfigError(
-                f"--log-format / LOG_FORMAT: {self.log_format!r}; "
-                f"use one of {', '.join(LOG_FORMATS)}"
+                f"{_named('log_format')}: {self.log_format!r}; use one of {', '.join(LOG_FORMATS)}"
             )
         if not 0 <= self.metrics_port <= 65535:
             raise ConfigError(
-                f"--metrics-port / METRICS_PORT: {self.metrics_port} is not a port; "
+                f"{_named('metrics_port')}: {self.metrics_port} is not a port; "
                 "use 1-65535, or 0 to turn the metrics endpoint off"
             )
         if self.stream_replicas not in (1, 3, 5):
             raise ConfigError(
-                f"--stream-replicas / STREAM_REPLICAS: {self.stream_replicas}; "
+                f"{_named('stream_replicas')}: {self.stream_replicas}; "
                 "use 1 on one server, 3 (or 5) in a cluster"
             )
 
@@ -143,29 +140,23 @@ def _check_pair(user: str, password: str) -> None:
         )
 
 
-_ENV_VARS = {
-    "nats_url": "NATS_URL",
-    "log_level": "LOG_LEVEL",
-    "log_format": "LOG_FORMAT",
-    "metrics_host": "METRICS_HOST",
-    "metrics_port": "METRICS_PORT",
-    "stream_replicas": "STREAM_REPLICAS",
-    "nats_user": "NATS_USER",
-    "nats_password": "NATS_PASSWORD",
-}
-_INTS = {"metrics_port", "stream_replicas"}
+def _named(setting: str) -> str:
+    """How a message names a setting: its flag and its variable, ``--metrics-port /
+    METRICS_PORT``, derived as every option's is."""
+    flag = "--" + setting.replace("_", "-")
+    return f"{flag} / {env_name(flag)}"
 
 
-def _coerce(name: str, value: object) -> object:
-    if name in _INTS and isinstance(value, str):
-        try:
-            return int(value)
-        except ValueError:
-            var = _ENV_VARS[name]
-            flag = "--" + name.replace("_", "-")
-            raise ConfigError(
-                f"{flag} / {var}: {value!r} is not a whole number; use digits only, e.g. 9464"
-            ) from None
-    if name in ("log_level", "log_format") and isinstance(value, str):
-        return value.lower()
-    return value
+_NOT_READ = frozenset({"service_name"})
+"""Settings the command itself names, never an operator."""
+
+
+def env_settings(*flagged: str) -> dict[str, click.ParamType[Any]]:
+    """The settings a command reads from their variables only, with the click type of each
+    (its default's): those it has no option for, ``flagged`` being those it has (by parameter
+    name). Every command that builds ``Settings`` so reads and checks the same variables."""
+    return {
+        f.name: click.types.convert_type(None, f.default)
+        for f in fields(Settings)
+        if f.name not in _NOT_READ and f.name not in flagged and f.default is not MISSING
+    }

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 import click
 
-from services.runtime.config import ConfigError
+from services.runtime.errors import ConfigError
+from services.runtime.options import env_option
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,20 +28,18 @@ class KubeConfigError(ConfigError):
 
 
 KUBE_OPTIONS: tuple[click.Option, ...] = (
-    click.Option(
-        ["--kubeconfig"],
-        envvar="KUBECONFIG",
+    env_option(
+        "--kubeconfig",
         default="",
         metavar="PATH",
         help="Kubeconfig file of the cluster; empty: in-cluster credentials when running in a "
-        "pod, else ~/.kube/config [env KUBECONFIG].",
+        "pod, else ~/.kube/config.",
     ),
-    click.Option(
-        ["--kube-context"],
-        envvar="KUBE_CONTEXT",
+    env_option(
+        "--kube-context",
         default="",
         metavar="NAME",
-        help="Context of the kubeconfig to use; empty: its current context [env KUBE_CONTEXT].",
+        help="Context of the kubeconfig to use; empty: its current context.",
     ),
 )
 

@@ -27,7 +27,8 @@ import structlog
 from opentelemetry import trace
 from structlog.typing import EventDict, ExcInfo, Processor, WrappedLogger
 
-from services.runtime.config import LOG_FORMATS, LOG_LEVELS, ConfigError
+from services.runtime.config import LOG_FORMATS, LOG_LEVELS
+from services.runtime.errors import ConfigError
 from services.runtime.text import printable
 
 TRACE_ID = "traceID"

@@ -7,8 +7,10 @@ metric carries the consumer or service as a label rather than being registered p
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+import weakref
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any, TypeVar, cast
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, Metric
@@ -16,7 +18,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
 from events.skips import LEDGER, SkipLedger
-from services.runtime.config import ConfigError
+from services.runtime.errors import ConfigError
 
 
 class SkippedEvents(Collector):
@@ -97,6 +99,25 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+M = TypeVar("M")
+
+_sets: weakref.WeakKeyDictionary[CollectorRegistry, dict[Callable[..., Any], Any]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def metric_set(registry: CollectorRegistry, factory: Callable[[CollectorRegistry], M]) -> M:
+    """The metrics ``factory`` registers on ``registry``, registered once however often they
+    are asked for: a process that builds a service twice (tests, a restart of the service inside
+    ``up``) reuses the collectors, where registering them again would fail on duplicates.
+    ``factory`` is the key next to the registry, so it must be one object (a class or a module
+    function, not a fresh lambda); a registry dropped by its owner drops its sets too."""
+    sets = _sets.setdefault(registry, {})
+    if factory not in sets:
+        sets[factory] = factory(registry)
+    return cast(M, sets[factory])
 
 
 _default: Metrics | None = None

@@ -41,7 +41,7 @@ from opentelemetry.sdk.trace.export import (
     SpanExporter,
 )
 
-from services.runtime.config import ConfigError
+from services.runtime.errors import ConfigError
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context

@@ -1,4 +1,4 @@
-"""The leader's view of the ``PROXY`` stream: the ``Tracked`` fold, kept current by a Projector.
+"""The leader's view of the ``PROXY`` stream: the shared proxy fold, kept current by a Projector.
 
 It also remembers, per proxy, which uids changed since the writer last looked and the trace
 context of the latest event, so a status patch joins the trace of the change it shows.
@@ -12,13 +12,13 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
 from events import codec, subjects
+from projections.proxy import ProxyView, apply
 from services.runtime.eventlog.projector import Projector
-from services.watcher.tracked import Tracked, apply
 
 TRACE_HEADERS = (codec.HDR_TRACEPARENT, codec.HDR_TRACESTATE)
 
 
-class LogView(Projector[Tracked]):
+class LogView(Projector[ProxyView]):
     def __init__(self, js: JetStreamContext, *, idle_timeout: float = 0.5) -> None:
         super().__init__(js, subjects.PROXY_STREAM, "proxy.>", apply, idle_timeout=idle_timeout)
         self.changed: set[str] = set()

@@ -7,9 +7,9 @@ does it declare, and do its status patches go through.
 
 from __future__ import annotations
 
-import weakref
-
 from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from services.runtime.metrics import metric_set
 
 
 class WatcherMetrics:
@@ -42,14 +42,6 @@ class WatcherMetrics:
         )
 
 
-_by_registry: weakref.WeakKeyDictionary[CollectorRegistry, WatcherMetrics] = (
-    weakref.WeakKeyDictionary()
-)
-
-
 def watcher_metrics(registry: CollectorRegistry) -> WatcherMetrics:
     """One set per registry: a process that runs several terms reuses the collectors."""
-    metrics = _by_registry.get(registry)
-    if metrics is None:
-        metrics = _by_registry[registry] = WatcherMetrics(registry)
-    return metrics
+    return metric_set(registry, WatcherMetrics)

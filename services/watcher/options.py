@@ -10,8 +10,10 @@ from typing import TYPE_CHECKING
 
 import click
 
-from services.runtime.config import ConfigError, Settings
+from services.runtime.config import Settings
+from services.runtime.errors import ConfigError
 from services.runtime.kubesettings import KUBE_OPTIONS, settings_from_flags
+from services.runtime.options import env_option
 
 if TYPE_CHECKING:
     from services.watcher.service import WatcherService
@@ -54,36 +56,32 @@ def build(
 
 OPTIONS: tuple[click.Option, ...] = (
     *KUBE_OPTIONS,
-    click.Option(
-        ["--leader-election/--no-leader-election"],
+    env_option(
+        "--leader-election/--no-leader-election",
         default=True,
         show_default=True,
-        envvar="LEADER_ELECTION",
         help="Elect one active watcher among the replicas through a Lease; turn it off only "
-        "when exactly one replica runs [env LEADER_ELECTION].",
+        "when exactly one replica runs.",
     ),
-    click.Option(
-        ["--lease-namespace"],
+    env_option(
+        "--lease-namespace",
+        env="POD_NAMESPACE",
         default="default",
         show_default=True,
-        envvar="POD_NAMESPACE",
-        help="Namespace of the watcher's leader-election Lease [env POD_NAMESPACE].",
+        help="Namespace of the watcher's leader-election Lease.",
     ),
-    click.Option(
-        ["--lease-duration"],
+    env_option(
+        "--lease-duration",
         type=click.IntRange(min=0),
         default=15,
         show_default=True,
-        envvar="LEASE_DURATION",
-        help="Seconds a standby waits for a silent leader before taking over [env LEASE_DURATION].",
+        help="Seconds a standby waits for a silent leader before taking over.",
     ),
-    click.Option(
-        ["--resync-seconds"],
+    env_option(
+        "--resync-seconds",
         type=click.FloatRange(min=0),
         default=300.0,
         show_default=True,
-        envvar="RESYNC_SECONDS",
-        help="List every Proxy again this often, as a safety net under the watch; 0 never "
-        "[env RESYNC_SECONDS].",
+        help="List every Proxy again this often, as a safety net under the watch; 0 never.",
     ),
 )

@@ -228,7 +228,7 @@ class ProxySync:
             if uid not in present:
                 self.forget(uid)
         for uid in vanished(present, self.logview.views):
-            view = self.logview.views[uid].view
+            view = self.logview.views[uid]
             log.info("proxy deleted while unwatched", namespace=view.namespace, name=view.name)
             try:
                 await delete(self.store, view.namespace, view.name, uid)

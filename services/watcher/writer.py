@@ -90,8 +90,7 @@ class StatusWriter:
         return failed
 
     async def write(self, uid: str) -> None:
-        tracked = self.logview.views.get(uid)
-        view = tracked.view if tracked is not None else None
+        view = self.logview.views.get(uid)
         obj = self.board.objects.get(uid)
         if view is not None and view.removed:
             await self.sync.released_in_log(uid)

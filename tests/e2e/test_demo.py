@@ -17,6 +17,8 @@ from services.runtime.natsserver import free_port
 from tests.support.system import ROOT, cli, fetch_via, hello_target, processes_mentioning
 from tests.support.waiting import until
 
+pytestmark = pytest.mark.e2e
+
 PROXIES = "\n---\n".join(
     f"""apiVersion: crawl.example.com/v1alpha1
 kind: Proxy

@@ -8,6 +8,9 @@ import signal
 import sys
 from pathlib import Path
 
+import pytest
+from nats.aio.msg import Msg
+
 from events import subjects
 from events.schemas import DeadLettered, HealthChanged
 from events.store import NewEvent
@@ -27,6 +30,8 @@ from services.runtime.metrics import Metrics
 from services.runtime.natsserver import EmbeddedNatsServer
 from tests.support.waiting import until
 from tests.support.workload import effect_handler, effects, publish_inputs, spec
+
+pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -248,7 +253,7 @@ async def test_resumes_after_nats_server_restart(
 
         await until(before_done)
         await nats_server.stop()
-        await asyncio.sleep(0.5)
+        await until(lambda: not conn.nc.is_connected, what="the client sees the server gone")
         await nats_server.start()
         await until(lambda: _reconnected(conn))
         await publish_inputs(jetstream_store, ["after"])
@@ -356,16 +361,36 @@ def _unused(_: HealthChanged, __: NewEvent) -> None:
 
 
 async def test_resumes_when_restart_lands_during_a_long_fetch(
-    nats_server: EmbeddedNatsServer, conn: Connection, jetstream_store: JetStreamEventStore
+    nats_server: EmbeddedNatsServer,
+    conn: Connection,
+    jetstream_store: JetStreamEventStore,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The pull request pending on the old server is gone; the loop must not wait on it."""
     handler: Handler = effect_handler(jetstream_store)  # type: ignore[assignment]
     loop = ConsumerLoop(conn, spec(fetch_timeout=30.0), handler, store=jetstream_store)
     await loop.ensure()
+    long_fetch = asyncio.Event()
+    real_fetch = loop._fetch
+
+    async def fetch(n: int) -> list[Msg]:
+        # Bound, and past the short fetches that follow a bind: this one waits up to 30 s.
+        bound = loop._sub is not None and loop._bound_generation == conn.reconnects
+        if bound and loop._short_fetches == 0:
+            long_fetch.set()
+        return await real_fetch(n)
+
+    monkeypatch.setattr(loop, "_fetch", fetch)
+
+    async def long_fetch_pending() -> bool:
+        info = await conn.js.consumer_info(loop.spec.stream, loop.spec.durable)
+        return long_fetch.is_set() and (info.num_waiting or 0) >= 1
+
     task = asyncio.create_task(loop.run())
     try:
-        # Past the short fetches that follow a bind: the restart lands in a 30 s one.
-        await asyncio.sleep(SHORT_FETCH * SHORT_FETCHES_AFTER_BIND + 0.5)
+        # The restart lands in a 30 s fetch, its pull request waiting on the server.
+        timeout = SHORT_FETCH * SHORT_FETCHES_AFTER_BIND + 10
+        await until(long_fetch_pending, timeout=timeout, what="a long fetch pending")
         await nats_server.stop()
         await nats_server.start()
         await until(lambda: _reconnected(conn))

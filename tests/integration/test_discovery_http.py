@@ -14,13 +14,16 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 from services.discovery.service import DiscoveryService
-from services.runtime.config import ConfigError, Settings
+from services.runtime.config import Settings
 from services.runtime.connection import Connection
+from services.runtime.errors import ConfigError
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.metrics import Metrics
 from services.runtime.natsserver import EmbeddedNatsServer
 from services.runtime.service import ServiceContext
 from tests.support.discovery import discovery, ready_proxy
+
+pytestmark = pytest.mark.integration
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT_ID = "00f067aa0ba902b7"

@@ -8,6 +8,7 @@ import asyncio
 import random
 
 import httpx
+import pytest
 
 from events import subjects
 from events.schemas import LeaseAcquired
@@ -19,6 +20,8 @@ from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.metrics import Metrics
 from services.runtime.natsserver import EmbeddedNatsServer
 from tests.support.discovery import discovery, ready_proxy
+
+pytestmark = pytest.mark.integration
 
 KEY = "job-42"
 SELECTOR = {"country": "de"}

@@ -13,6 +13,8 @@ from services.runtime.natsserver import EmbeddedNatsServer
 from tests.support.discovery import discovery, ready_proxy, set_health
 from tests.support.waiting import until
 
+pytestmark = pytest.mark.integration
+
 VIEW_FIELDS = {
     "uid",
     "namespace",

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from events import subjects
 from events.schemas import LeaseReleased
@@ -23,6 +24,8 @@ from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.natsserver import EmbeddedNatsServer
 from tests.support.discovery import ready_proxy
 from tests.support.waiting import until
+
+pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 ATTEMPTS = 1200

@@ -3,15 +3,17 @@ views rebuilt from sequence 1 equal the live ones."""
 
 from __future__ import annotations
 
-import asyncio
+from collections import Counter
 from datetime import datetime, timedelta
 
 import httpx
+import pytest
 
 from events import subjects
 from events.schemas import LeaseExpired
 from projections import lease as lease_fold
 from projections import proxy as proxy_fold
+from services.discovery.expiry import ExpirySweep
 from services.discovery.service import DiscoveryService
 from services.runtime.connection import Connection
 from services.runtime.eventlog.jetstream import JetStreamEventStore
@@ -19,6 +21,8 @@ from services.runtime.eventlog.projector import Projector
 from services.runtime.natsserver import EmbeddedNatsServer
 from tests.support.discovery import discovery, ready_proxy, set_health
 from tests.support.waiting import until
+
+pytestmark = pytest.mark.integration
 
 
 def at(value: str) -> datetime:
@@ -54,8 +58,24 @@ async def test_a_new_replica_catches_up_before_serving(
         assert (await client.post("/v1/leases", json={})).status_code == 503
 
 
+@pytest.fixture
+def sweeps(monkeypatch: pytest.MonkeyPatch) -> Counter[int]:
+    """How many expiry sweeps each replica has finished, by the id of its ``ExpirySweep``."""
+    finished: Counter[int] = Counter()
+    real = ExpirySweep.sweep
+
+    async def counted(self: ExpirySweep) -> int:
+        try:
+            return await real(self)
+        finally:
+            finished[id(self)] += 1
+
+    monkeypatch.setattr(ExpirySweep, "sweep", counted)
+    return finished
+
+
 async def test_replicas_record_each_expiry_once(
-    nats_server: EmbeddedNatsServer, jetstream_store: JetStreamEventStore
+    nats_server: EmbeddedNatsServer, jetstream_store: JetStreamEventStore, sweeps: Counter[int]
 ) -> None:
     for uid in ("p1", "p2", "p3"):
         await ready_proxy(jetstream_store, uid)
@@ -82,7 +102,14 @@ async def test_replicas_record_each_expiry_once(
         for client in (a, b):
             for lease in leases:
                 assert gone(await client.get(f"/v1/leases/{lease['id']}"))
-        await asyncio.sleep(0.5)  # ten more sweeps on each replica
+        # A second LeaseExpired would come from a later sweep: let each replica make ten more.
+        after = dict(sweeps)
+        assert len(after) == 2, "both replicas sweep"
+
+        def ten_more() -> bool:
+            return all(sweeps[replica] >= done + 10 for replica, done in after.items())
+
+        await until(ten_more, timeout=10, what="ten more sweeps on each replica")
     for uid in ("p1", "p2", "p3"):
         history = await jetstream_store.read(subjects.lease(uid))
         expired = [r for r in history.events if isinstance(r.event, LeaseExpired)]

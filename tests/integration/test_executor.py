@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, cast
 
+import pytest
 from nats.aio.msg import Msg
 
 from events import subjects
@@ -48,6 +49,8 @@ from tests.support.executor_harness import (
     settled,
 )
 from tests.support.waiting import until
+
+pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -11,6 +11,8 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, cast
 
+import pytest
+
 from events import subjects
 from events.schemas import (
     HealthChanged,
@@ -47,6 +49,8 @@ from tests.support.executor_harness import (
 )
 from tests.support.file_provider import FileProvider
 from tests.support.waiting import until
+
+pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 

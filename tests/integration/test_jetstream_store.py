@@ -6,6 +6,8 @@ from services.runtime.connection import Connection
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from tests.contract.event_store import EventStoreContract, RawAppend
 
+pytestmark = pytest.mark.integration
+
 
 class TestJetStreamEventStore(EventStoreContract):
     @pytest.fixture

@@ -19,7 +19,7 @@ from tests.support.kvm_daemon import LibvirtDaemon
 from tests.support.kvm_fixtures import *  # noqa: F403  # pytest finds fixtures by name here
 from tests.support.kvm_http import ImageServer
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.kvm]
 
 
 def _placed(name: str, placement: Placement) -> CreateRequest:

@@ -35,7 +35,7 @@ from services.runtime.metrics import Metrics
 from tests.support.kvm_daemon import LibvirtDaemon, pool_volumes
 from tests.support.kvm_fixtures import *  # noqa: F403  # pytest finds fixtures by name here
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.kvm]
 
 # What the reconciler names VMs (px-<owner uid>-<spec hash>): the owner is read from the name.
 GONE_OWNER, GONE_VM = "1f3a", "px-1f3a-0123abcd"

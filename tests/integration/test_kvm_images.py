@@ -43,7 +43,7 @@ from tests.support.kvm_fixtures import ConfigFactory, make_provider
 from tests.support.kvm_http import ImageServer
 from tests.support.waiting import until
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.kvm]
 
 T = TypeVar("T")
 WAIT = 60.0

@@ -30,7 +30,7 @@ from tests.support.kvm_fixtures import ConfigFactory, host_entry, make_provider
 from tests.support.kvm_http import ImageServer
 from tests.support.kvm_ssh import Hypervisor
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.kvm]
 
 WAIT = 60.0
 CLOUD_INIT = "#cloud-config\nruncmd:\n  - [echo, hello from the test]\n"

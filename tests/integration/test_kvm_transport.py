@@ -15,14 +15,14 @@ import pytest
 from services.providers.base import NotFound, Permanent, Transient
 from services.providers.config import build_providers, parse_providers_config
 from services.providers.kvm.provider import KvmProvider
-from services.runtime.config import ConfigError
+from services.runtime.errors import ConfigError
 from tests.support.kvm_daemon import LibvirtDaemon
 from tests.support.kvm_fixtures import *  # noqa: F403  # pytest finds fixtures by name here
 from tests.support.kvm_fixtures import ConfigFactory, host_entry, make_provider, trust
 from tests.support.kvm_ssh import FreezableProxy, Hypervisor, SshKeys, hypervisor, silent_server
 from tests.support.waiting import until
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.kvm]
 
 ABSENT = "hosts/hv1/domains/absent"
 WAIT = 30.0

@@ -8,6 +8,8 @@ import signal
 import sys
 from pathlib import Path
 
+import pytest
+
 from events import subjects
 from events.resource import cli_uid
 from events.schemas import CreateInstance, ErrorClass, HealthChanged, Phase, ProxySpec
@@ -21,6 +23,8 @@ from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.natsserver import EmbeddedNatsServer
 from tests.support.lifecycle import fleet, phases, view
 from tests.support.waiting import until
+
+pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -91,15 +95,22 @@ async def test_spec_change_replaces_and_the_old_instance_is_gone(
     assert fake.max_live_per_owner[uid] == 1, "delete, wait for NotFound, then create"
 
 
+async def settled(conn: Connection) -> bool:
+    """Every message of the PROXY stream handled and acknowledged by every consumer: none waits
+    for a redelivery, which is how a command is retried (``Retry``, a delayed nak)."""
+    infos = await conn.js.consumers_info(subjects.PROXY_STREAM)
+    return bool(infos) and all(i.num_pending == 0 and i.num_ack_pending == 0 for i in infos)
+
+
 async def test_permanent_error_latches_failed_with_the_message(
-    nats_server: EmbeddedNatsServer, jetstream_store: JetStreamEventStore
+    nats_server: EmbeddedNatsServer, jetstream_store: JetStreamEventStore, conn: Connection
 ) -> None:
     fake = FakeProvider()
     fake.inject("create", Permanent("image debian-13 not found"))
     async with fleet(nats_server.url, {"fake": fake}):
         [uid] = await declare(jetstream_store, ["bad"])
         await until(lambda: all_in(jetstream_store, [uid], Phase.FAILED))
-        await asyncio.sleep(0.5)
+        await until(lambda: settled(conn), what="the commands settled, no retry scheduled")
         v = await view(jetstream_store, uid)
     assert v is not None
     assert v.phase is Phase.FAILED

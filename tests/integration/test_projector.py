@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from events import subjects
 from events.schemas import HealthChanged, Phase, PhaseChanged, ProxyDeclared, ProxySpec
 from events.store import NewEvent, Recorded
@@ -11,6 +13,8 @@ from projections.proxy import ProxyView, apply
 from services.runtime.connection import Connection
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.eventlog.projector import Projector
+
+pytestmark = pytest.mark.integration
 
 
 async def declare(store: JetStreamEventStore, uid: str) -> None:

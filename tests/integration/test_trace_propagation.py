@@ -20,6 +20,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span as SpanProto
 from services.runtime.connection import Connection
 from services.runtime.natsserver import EmbeddedNatsServer
 from tests.support.trace_roundtrip import CONSUMER, PUBLISHER, OtlpReceiver
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.integration
 
@@ -73,11 +74,7 @@ def hexid(raw: bytes) -> str:
 async def wait_for_spans(receiver: OtlpReceiver, count: int) -> list[tuple[str, SpanProto]]:
     # Each process flushes on exit, so the spans are normally there already; the wait only
     # absorbs a slow export thread.
-    for _ in range(100):
-        spans = receiver.spans()
-        if len(spans) >= count:
-            return spans
-        await asyncio.sleep(0.05)
+    await until(lambda: len(receiver.spans()) >= count, timeout=5, what=f"{count} spans")
     return receiver.spans()
 
 

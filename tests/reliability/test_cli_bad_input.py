@@ -19,7 +19,7 @@ from click.testing import CliRunner, Result
 
 from services.cli.main import main
 from services.discovery.auth import TOKEN_ENV, token_from_env
-from services.runtime.config import ConfigError
+from services.runtime.errors import ConfigError
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.natsserver import EmbeddedNatsServer
 from tests.support.clirun import cli, restore_logging_after

@@ -104,7 +104,10 @@ async def test_writes_during_an_outage_fail_fast_and_never_take_effect(
         ]
         for response, took in outcomes:
             assert unavailable(response, took), (response.request.url, response.text, took)
-        await asyncio.sleep(3)  # past the deadline any of them could have carried
+        # The time passing is what is tested: the server comes back only after the deadline any
+        # of them could have carried (its append timeout plus a margin after each write began; no
+        # event marks it), so whatever nats-py still sends arrives late.
+        await asyncio.sleep(3)
 
         await restart(nats_server, restarted)
 
@@ -178,7 +181,12 @@ async def test_a_claim_sent_again_after_the_outage_is_ignored_as_late(
             )
             headers = codec.envelope_headers(ghost, "ghost-claim")
             await writer.nc.publish("lease.p1", codec.encode(ghost), headers=headers)
-            await asyncio.sleep(3)
+
+            def past_the_deadline() -> bool:
+                return datetime.now(UTC) > deadline
+
+            # The server comes back after the claim's deadline: its stamp is past it.
+            await until(past_the_deadline, timeout=10, what="the ghost claim's deadline")
             await restart(nats_server, restarted)
 
             async def stored() -> bool:

@@ -24,6 +24,7 @@ from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.natsserver import EmbeddedNatsServer, free_port
 from tests.support.clirun import cli, restore_logging_after
 from tests.support.discovery import ready_proxy
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.reliability
 
@@ -38,15 +39,14 @@ TOKEN = "Tok3n-that.must_never~be-logged"
 
 
 async def healthy(api: httpx.AsyncClient, process: asyncio.subprocess.Process) -> None:
-    async with asyncio.timeout(30):
-        while True:
-            assert process.returncode is None, "the discovery service exited while starting"
-            try:
-                if (await api.get("/healthz")).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            await asyncio.sleep(0.1)
+    async def serving() -> bool:
+        assert process.returncode is None, "the discovery service exited while starting"
+        try:
+            return (await api.get("/healthz")).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    await until(serving, timeout=30, every=0.1, what="discovery answering /healthz")
 
 
 @pytest.mark.parametrize("log_format", ["console", "json"])

@@ -19,8 +19,9 @@ import pytest
 
 from events import subjects
 from services.discovery.service import DiscoveryService
-from services.runtime.config import ConfigError, Settings
+from services.runtime.config import Settings
 from services.runtime.connection import Connection, connect
+from services.runtime.errors import ConfigError
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.metrics import Metrics
 from services.runtime.natsserver import EmbeddedNatsServer

@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
+import click
+import pytest
 import structlog
 from click.testing import CliRunner, Result
 
+from services.cli import up
 from services.cli.main import main
+from services.runtime.config import Settings
 
 
 def restore_logging_after() -> Iterator[None]:
@@ -43,3 +47,37 @@ async def cli(*args: str, **env: str | None) -> Result:
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         raise result.exception
     return result
+
+
+def variables_of(command: click.Command) -> set[str]:
+    """Every variable ``command`` reads, its group's included: a setting it has no flag for is a
+    parameter too (``EnvSetting``), so none is missing."""
+    names = set()
+    for param in [*main.params, *command.params]:
+        envvar = getattr(param, "envvar", None)
+        if isinstance(envvar, str):
+            names.add(envvar)
+    return names
+
+
+def run_parsed(
+    args: list[str], env: Mapping[str, str | None], monkeypatch: pytest.MonkeyPatch
+) -> tuple[Result, Settings | None]:
+    """``egress-proxies run NAME [FLAGS]`` under ``env`` and no other variable it reads: the real
+    command line parses and checks everything and the real factory builds the service, which
+    is not run. Returns the outcome and the settings the service would have started with."""
+    run = main.commands["run"]
+    assert isinstance(run, click.Group)
+    command = run.get_command(click.Context(run), args[1])
+    assert command is not None, args
+    started: list[Settings] = []
+    with monkeypatch.context() as scoped:
+        scoped.setattr(up, "_run_one", lambda _service, settings: started.append(settings))
+        scoped.setattr(up, "run_until_signalled", lambda work: work)
+        # The group points logging at the runner's stream; the process keeps its own.
+        scoped.setattr("services.cli.main.configure_logging", lambda *_: None)
+        unset: dict[str, str | None] = dict.fromkeys(variables_of(command))
+        result = CliRunner().invoke(main, args, env=unset | dict(env))
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result, (started[0] if started else None)

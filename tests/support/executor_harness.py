@@ -24,7 +24,8 @@ from events.schemas import (
     ProxySpec,
 )
 from events.store import EventStore, NewEvent, Recorded
-from services.executor.commands import Answer, Command, CommandHandler, CommandPolicy, observed
+from projections.commands import Answer, Command
+from services.executor.commands import CommandHandler, CommandPolicy, observed
 from services.executor.service import consumer_spec
 from services.providers.base import CreateRequest, Provider
 from services.runtime.connection import Connection

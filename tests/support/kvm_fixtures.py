@@ -29,6 +29,7 @@ from tests.support.kvm_daemon import (
 )
 from tests.support.kvm_http import ImageServer, image_server
 from tests.support.kvm_ssh import Hypervisor, SshKeys, hypervisor
+from tests.support.markers import starts
 
 MACHINE = {"vcpus": 1, "memoryMiB": 96}
 ConfigFactory = Callable[..., KvmConfig]
@@ -63,6 +64,7 @@ def _shared(factory: pytest.TempPathFactory) -> Iterator[_Shared]:
 
 
 @pytest.fixture(scope="session")
+@starts("libvirtd", marker="kvm")
 def libvirtd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LibvirtDaemon]:
     with _shared(tmp_path_factory) as shared:
         assert shared.daemon is not None
@@ -70,6 +72,7 @@ def libvirtd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LibvirtDaemon
 
 
 @pytest.fixture(scope="session")
+@starts("a network bridge", marker="kvm")
 def kvm_bridge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     with _shared(tmp_path_factory) as shared:
         yield shared.bridge_name
@@ -92,12 +95,14 @@ def pool(libvirtd: LibvirtDaemon, tmp_path: Path) -> Iterator[str]:
 
 
 @pytest.fixture
+@starts("an HTTP image server")
 async def images(qcow2: bytes) -> AsyncIterator[ImageServer]:
     async with image_server(qcow2) as server:
         yield server
 
 
 @pytest.fixture
+@starts("an SSH server in front of libvirtd", marker="kvm")
 async def hv(libvirtd: LibvirtDaemon, ssh_keys: SshKeys) -> AsyncIterator[Hypervisor]:
     async with hypervisor(libvirtd.socket, ssh_keys) as host:
         yield host

@@ -1,4 +1,5 @@
-"""Every option of every command says what it does in `--help`."""
+"""Every option of every command says what it does in `--help` (a hidden one, a setting only its
+variable sets, has no line there)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ def options_without_help(command: click.Command, path: tuple[str, ...]) -> list[
     missing = [
         f"{' '.join(path)} {'/'.join(p.opts)}"
         for p in command.get_params(ctx)
-        if isinstance(p, click.Option) and not p.help
+        if isinstance(p, click.Option) and not p.hidden and not p.help
     ]
     if isinstance(command, click.Group):
         for name in command.list_commands(ctx):

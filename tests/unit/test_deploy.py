@@ -17,7 +17,7 @@ import yaml
 
 from services.cli.main import main
 from services.providers.config import build_providers, parse_providers_config
-from services.runtime.config import _ENV_VARS, Settings
+from services.runtime.config import Settings
 from services.runtime.natsserver import (
     USERS,
     WRITES,
@@ -25,6 +25,7 @@ from services.runtime.natsserver import (
     password_variable,
     permissions,
 )
+from tests.support.clirun import run_parsed, variables_of
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -45,7 +46,7 @@ KINDS = {
     ("crawl.example.com/v1alpha1", "Proxy"),
     ("kustomize.config.k8s.io/v1beta1", "Kustomization"),
 }
-# Variables the code reads outside click options: leader identity, the API token, the cluster.
+# Variables the code reads outside click parameters: leader identity, the API token.
 OTHER_ENV = {"POD_NAME", "DISCOVERY_TOKEN"}
 
 
@@ -148,7 +149,7 @@ def test_compose_gives_the_server_every_password_and_each_service_its_own() -> N
         assert env["NATS_USER"] == name
         assert env["NATS_PASSWORD"].startswith(f"${{{password_variable(name)}:?")
         command, _ = leaf_command(svc["command"])
-        known = envvars_of(command) | set(_ENV_VARS.values()) | OTHER_ENV
+        known = variables_of(command) | OTHER_ENV
         assert set(env) <= known, f"{name}: nothing reads {sorted(set(env) - known)}"
 
 
@@ -158,8 +159,8 @@ def env_config() -> dict[str, str]:
     return data
 
 
-def test_the_shared_settings_are_valid_for_a_cluster() -> None:
-    settings = Settings.from_env(env_config())
+def test_the_shared_settings_are_valid_for_a_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = started_with(["run", "reconciler"], env_config(), monkeypatch)
     assert settings.stream_replicas == 3
     assert settings.metrics_host == "0.0.0.0"
     assert settings.nats_url.startswith("nats://nats")
@@ -204,13 +205,13 @@ def leaf_command(args: list[str]) -> tuple[click.Command, list[str]]:
     return command, args[2:]
 
 
-def envvars_of(command: click.Command) -> set[str]:
-    names = set()
-    for param in [*main.params, *command.params]:
-        envvar = getattr(param, "envvar", None)
-        if isinstance(envvar, str):
-            names.add(envvar)
-    return names
+def started_with(args: list[str], env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Settings:
+    """The settings ``egress-proxies run NAME`` starts its service with under ``env`` alone."""
+    unset: dict[str, str | None] = dict.fromkeys(OTHER_ENV)
+    result, settings = run_parsed(args, unset | env, monkeypatch)
+    assert result.exit_code == 0, f"{args}: {result.output}"
+    assert settings is not None
+    return settings
 
 
 def test_deployments_run_real_commands_with_real_settings(
@@ -218,12 +219,12 @@ def test_deployments_run_real_commands_with_real_settings(
 ) -> None:
     services = set()
     for deployment, container in containers():
-        command, rest = leaf_command(container["args"])
+        command, _ = leaf_command(container["args"])
         services.add(container["args"][1])
         env = dict(env_config())
         for item in container.get("env", []):
             env[item["name"]] = item.get("value", "from-the-cluster")
-        known = envvars_of(command) | set(_ENV_VARS.values()) | OTHER_ENV
+        known = variables_of(command) | OTHER_ENV
         unknown = set(env) - known
         assert not unknown, f"{deployment['metadata']['name']}: nothing reads {sorted(unknown)}"
         if "PROVIDERS_CONFIG" in env:
@@ -240,11 +241,9 @@ def test_deployments_run_real_commands_with_real_settings(
             ]
             (tmp_path / "providers.yaml").write_text(raw)
             env["PROVIDERS_CONFIG"] = str(tmp_path / "providers.yaml")
-        for key, value in env.items():
-            monkeypatch.setenv(key, value)
-        ctx = command.make_context(container["args"][1], list(rest))
-        assert ctx.params, command.name
-        Settings.from_env()
+        settings = started_with(container["args"], env, monkeypatch)
+        assert settings.service_name == f"egress-proxies-{container['args'][1]}"
+        assert settings.nats_user == container["args"][1], "each service logs in as itself"
     assert services == {"watcher", "reconciler", "executor", "health", "gc", "discovery"}
 
 

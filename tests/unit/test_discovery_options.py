@@ -18,7 +18,8 @@ from services.discovery.durations import format_duration, parse_duration, second
 from services.discovery.errors import InvalidRequest
 from services.discovery.leases import LeasePolicy, Leases, eligible
 from services.discovery.service import OPTIONS, DiscoveryService, build
-from services.runtime.config import ConfigError, Settings
+from services.runtime.config import Settings
+from services.runtime.errors import ConfigError
 
 
 @pytest.mark.parametrize(

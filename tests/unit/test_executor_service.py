@@ -12,7 +12,8 @@ from click.testing import CliRunner
 from services.executor.service import OPTIONS, ExecutorService, build, consumer_spec
 from services.providers.instrumented import Instrumented
 from services.providers.testing import FakeProvider
-from services.runtime.config import ConfigError, Settings
+from services.runtime.config import Settings
+from services.runtime.errors import ConfigError
 from services.runtime.metrics import Metrics
 
 

@@ -23,6 +23,7 @@ from services.providers.testing import FakeProvider
 from services.runtime.metrics import Metrics
 from services.runtime.telemetry import tracer
 from tests.contract.provider import MakeRequest, ProviderContract, Provoke, request_factory
+from tests.support.waiting import until
 
 REQUEST = CreateRequest(
     name="i1", owner_uid="u1", namespace="default", proxy_name="p", spec=ProxySpec(provider="f")
@@ -178,9 +179,10 @@ async def test_span_is_a_child_of_the_callers_span(
 async def test_cancelled_call_is_counted_as_cancelled(
     exporter: InMemorySpanExporter, metrics: Metrics
 ) -> None:
-    wrapped = Instrumented(FakeProvider("f", latency=10.0), metrics)
+    slow = FakeProvider("f", latency=10.0)
+    wrapped = Instrumented(slow, metrics)
     task = asyncio.create_task(wrapped.get("fake-i1"))
-    await asyncio.sleep(0.01)
+    await until(lambda: slow.calls, what="the call under way")
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task

@@ -32,7 +32,7 @@ from services.providers.kubernetes.mapping import (
     selector,
     state_of,
 )
-from services.runtime.config import ConfigError
+from services.runtime.errors import ConfigError
 
 QUOTA = 'pods "px-1" is forbidden: exceeded quota: compute, requested: pods=1, limited: pods=10'
 

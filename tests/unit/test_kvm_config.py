@@ -21,7 +21,7 @@ from services.providers.kvm.config import (
     resolve_placement,
     validate_kvm_config,
 )
-from services.runtime.config import ConfigError
+from services.runtime.errors import ConfigError
 
 SHA = "0123456789abcdef" * 4
 EXAMPLE = f"""

@@ -17,7 +17,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
-from services.runtime.config import ConfigError
+from services.runtime.errors import ConfigError
 from services.runtime.logs import (
     REDACTED,
     add_trace_ids,

@@ -20,7 +20,7 @@ from services.providers.config import (
 )
 from services.providers.local import LocalConfig, LocalProvider
 from services.providers.testing import FakeConfig, FakeProvider
-from services.runtime.config import ConfigError
+from services.runtime.errors import ConfigError
 
 
 def write(tmp_path: Path, text: str) -> Path:

@@ -1,6 +1,7 @@
 """The proxy view through whole lifecycles, as a table: each step is an event and the changes it
 must make, and the whole view is compared after every step (a field that moves when it should
-not fails as surely as one that does not move)."""
+not fails as surely as one that does not move). That includes the facts services act on: the
+declaration's source and cloud-init, the last instance fact and the last verdict."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ from events.schemas import (
     ProxySpecChanged,
 )
 from events.store import Recorded, Unreadable
-from projections.proxy import ProxyView, apply
+from projections.proxy import GONE, InstanceFact, ProxyView, apply
 
 UID = "u1"
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -60,6 +61,11 @@ def ready(ip: str, port: int, pid: str) -> PhaseChanged:
     )
 
 
+def judged(verdict: HealthChanged, **changes: Any) -> Step:
+    """A verdict is always kept as the last one, whichever instance it judged."""
+    return (verdict, {**changes, "verdict": verdict})
+
+
 def create(pid_hint: str) -> CreateInstance:
     return CreateInstance(
         command_id=f"c-{pid_hint}", provider="local", instance_name=pid_hint, spec=SPEC
@@ -69,7 +75,14 @@ def create(pid_hint: str) -> CreateInstance:
 CREATE: list[Step] = [
     (
         declared(),
-        {"namespace": "ns", "name": "p1", "spec": SPEC, "generation": 1, "created_at": at(1)},
+        {
+            "namespace": "ns",
+            "name": "p1",
+            "spec": SPEC,
+            "generation": 1,
+            "source": "cli",
+            "created_at": at(1),
+        },
     ),
     (
         PhaseChanged(phase=Phase.PROVISIONING, reason="Creating"),
@@ -78,13 +91,17 @@ CREATE: list[Step] = [
     (create("i-1"), {}),
     (
         InstanceCreated(command_id="c-i-1", provider="local", provider_id="i-1"),
-        {"provider_id": "i-1"},
+        {"provider_id": "i-1", "instance": InstanceFact(provider_id="i-1")},
     ),
     (
         InstanceObserved(
-            command_id="c-i-1", provider="local", provider_id="i-1", state=InstanceState.RUNNING
+            command_id="c-i-1",
+            provider="local",
+            provider_id="i-1",
+            state=InstanceState.RUNNING,
+            ip="127.0.0.1",
         ),
-        {},
+        {"instance": InstanceFact(provider_id="i-1", state="Running", ip="127.0.0.1")},
     ),
     (
         ready("127.0.0.1", 3128, "i-1"),
@@ -97,31 +114,41 @@ CREATE: list[Step] = [
             "observed_generation": 1,
         },
     ),
-    (
+    judged(
         HealthChanged(healthy=True, latency_ms=12.5, provider_id="i-1"),
-        {"healthy": True, "latency_ms": 12.5},
+        healthy=True,
+        latency_ms=12.5,
     ),
 ]
 
 HEALTH: list[Step] = [
-    (
+    judged(
         HealthChanged(healthy=False, reason="ProbeFailed", message="HTTP 502", provider_id="i-1"),
-        {"healthy": False, "latency_ms": None, "health_message": "HTTP 502"},
+        healthy=False,
+        latency_ms=None,
+        health_message="HTTP 502",
     ),
-    (HealthChanged(healthy=True, latency_ms=3.0, provider_id="old"), {}),  # about another instance
-    (
+    judged(HealthChanged(healthy=True, latency_ms=3.0, provider_id="old")),  # another instance
+    judged(
         HealthChanged(healthy=True, latency_ms=4.0),
-        {"healthy": True, "latency_ms": 4.0, "health_message": ""},
+        healthy=True,
+        latency_ms=4.0,
+        health_message="",
     ),
     (Unreadable(type="HealthChanged", reason="undecodable"), {}),
-    (
+    judged(
         HealthChanged(healthy=False, reason="ProbeFailed", message="timed out", provider_id="i-1"),
-        {"healthy": False, "latency_ms": None, "health_message": "timed out"},
+        healthy=False,
+        latency_ms=None,
+        health_message="timed out",
     ),
 ]
 
 REPLACE: list[Step] = [
-    (ProxySpecChanged(uid=UID, spec=SPEC2, generation=2), {"spec": SPEC2, "generation": 2}),
+    (
+        ProxySpecChanged(uid=UID, spec=SPEC2, generation=2, cloud_init_resolved="#cloud-config"),
+        {"spec": SPEC2, "generation": 2, "cloud_init": "#cloud-config"},
+    ),
     (
         PhaseChanged(
             phase=Phase.REPLACING, reason="SpecChanged", ip="127.0.0.1", url="http://127.0.0.1:3128"
@@ -129,19 +156,24 @@ REPLACE: list[Step] = [
         {"phase": Phase.REPLACING, "reason": "SpecChanged", "conditions": READY_CONDITION},
     ),
     (DeleteInstance(command_id="d-1", provider="local", provider_id="i-1"), {}),
-    (InstanceGone(command_id="d-1", provider="local", provider_id="i-1"), {}),
+    (
+        InstanceGone(command_id="d-1", provider="local", provider_id="i-1"),
+        {"instance": InstanceFact(provider_id="i-1", state=GONE)},
+    ),
+    # The old verdict stays the last one (``verdict``), but no longer counts for the proxy.
     (create("i-2"), {"healthy": None, "latency_ms": None, "health_message": ""}),
     (
         InstanceCreated(command_id="c-i-2", provider="local", provider_id="i-2"),
-        {"provider_id": "i-2"},
+        {"provider_id": "i-2", "instance": InstanceFact(provider_id="i-2")},
     ),
     (
         ready("127.0.0.1", 3129, "i-2"),
         {"phase": Phase.READY, "reason": "InstanceRunning", "url": "http://127.0.0.1:3129"},
     ),
-    (
+    judged(
         HealthChanged(healthy=True, latency_ms=2.0, provider_id="i-2"),
-        {"healthy": True, "latency_ms": 2.0},
+        healthy=True,
+        latency_ms=2.0,
     ),
 ]
 
@@ -152,7 +184,10 @@ DELETE: list[Step] = [
         {"phase": Phase.DELETING, "reason": "Deleting", "ip": "", "url": ""},
     ),
     (DeleteInstance(command_id="d-2", provider="local", provider_id="i-2"), {}),
-    (InstanceGone(command_id="d-2", provider="local", provider_id="i-2"), {}),
+    (
+        InstanceGone(command_id="d-2", provider="local", provider_id="i-2"),
+        {"instance": InstanceFact(provider_id="i-2", state=GONE)},
+    ),
     (ProxyRemoved(uid=UID), {"removed": True}),
 ]
 
@@ -173,6 +208,7 @@ def redeclare_steps(seq: int) -> list[Step]:
                 "name": "p1",
                 "spec": SPEC,
                 "generation": 1,
+                "source": "cli",
                 "created_at": at(seq),
             },
         ),

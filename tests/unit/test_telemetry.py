@@ -1,28 +1,22 @@
-"""The tracing gate (docs/architecture.md, Telemetry) and what each setting really installs."""
+"""The tracing gate (docs/architecture.md, Telemetry) and what each setting really installs.
+
+Exports to a real OTLP endpoint are in tests/integration/test_telemetry_export.py.
+"""
 
 from __future__ import annotations
 
 import io
 import json
 import logging
-import threading
 from collections.abc import Iterator
-from concurrent import futures
-from typing import Any
 
-import grpc  # type: ignore[import-untyped]  # grpcio ships no type information
 import pytest
 import structlog
 from opentelemetry import trace
-from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
-    ExportTraceServiceRequest,
-    ExportTraceServiceResponse,
-)
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from services.runtime.config import ConfigError
+from services.runtime.errors import ConfigError
 from services.runtime.logs import configure_logging
 from services.runtime.telemetry import (
     TracingState,
@@ -33,7 +27,6 @@ from services.runtime.telemetry import (
     shutdown_tracing,
     tracer,
 )
-from tests.support.trace_roundtrip import OtlpReceiver
 
 ENDPOINT = "OTEL_EXPORTER_OTLP_ENDPOINT"
 TRACES_ENDPOINT = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
@@ -236,60 +229,6 @@ def test_tracers_taken_early_follow_every_reconfiguration(
         ("one", "first"),
         ("two", "second"),
     ]
-
-
-def test_otlp_http_exports_to_the_traces_path_and_shutdown_flushes() -> None:
-    with OtlpReceiver() as receiver:
-        state = configure_tracing("executor", {ENDPOINT: receiver.endpoint})
-        assert (state.exporter, state.endpoint) == ("otlp/http", f"{receiver.endpoint}/v1/traces")
-        with tracer("tests").start_as_current_span("provider.create", kind=trace.SpanKind.CLIENT):
-            pass
-        # The batch processor would wait seconds; shutting down must not lose the span.
-        shutdown_tracing()
-        shutdown_tracing()
-        spans = receiver.spans()
-    assert [(service, span.name) for service, span in spans] == [("executor", "provider.create")]
-    assert receiver.exports[0].path == "/v1/traces"
-    assert receiver.exports[0].content_type == "application/x-protobuf"
-
-
-class _Collector:
-    """A gRPC TraceService that keeps what it is sent."""
-
-    def __init__(self) -> None:
-        self.received: list[ExportTraceServiceRequest] = []
-        self.lock = threading.Lock()
-
-    def Export(
-        self, request: ExportTraceServiceRequest, context: Any
-    ) -> ExportTraceServiceResponse:
-        with self.lock:
-            self.received.append(request)
-        return ExportTraceServiceResponse()
-
-
-def test_otlp_grpc_exports_over_grpc() -> None:
-    collector = _Collector()
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    trace_service_pb2_grpc.add_TraceServiceServicer_to_server(collector, server)  # type: ignore[no-untyped-call]  # generated code is unannotated
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    try:
-        env = {ENDPOINT: f"http://127.0.0.1:{port}", PROTOCOL: "grpc"}
-        assert configure_tracing("gc", env).exporter == "otlp/grpc"
-        with tracer("tests").start_as_current_span("gc.sweep"):
-            pass
-        shutdown_tracing()
-    finally:
-        server.stop(grace=None).wait()
-    names = [
-        span.name
-        for request in collector.received
-        for resource_spans in request.resource_spans
-        for scope_spans in resource_spans.scope_spans
-        for span in scope_spans.spans
-    ]
-    assert names == ["gc.sweep"]
 
 
 def test_one_start_up_line_states_the_effective_state(logs: io.StringIO) -> None:

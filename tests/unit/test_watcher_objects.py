@@ -20,6 +20,8 @@ from events.schemas import (
 )
 from events.store import Recorded
 from projections.declaring import Declaration, apply
+from projections.proxy import ProxyView
+from projections.proxy import apply as track
 from services.watcher.objects import (
     CLOUD_INIT_LABEL,
     FINALIZER,
@@ -29,8 +31,7 @@ from services.watcher.objects import (
     parse_proxy,
     resolve_cloud_init,
 )
-from services.watcher.tracked import Tracked, vanished
-from services.watcher.tracked import apply as track
+from services.watcher.tracked import vanished
 
 UID = "0b5e8f5e-1111-4c4c-9999-000000000001"
 
@@ -121,8 +122,8 @@ def _recorded(seq: int, event: Any) -> Recorded:
     return Recorded(event, seq, f"proxy.{event.uid}.declared", datetime(2026, 1, 1, tzinfo=UTC))
 
 
-def test_tracked_fold_keeps_source_and_cloud_init_and_vanished_ignores_the_cli() -> None:
-    views: dict[str, Tracked] = {}
+def test_the_view_keeps_source_and_cloud_init_and_vanished_ignores_the_cli() -> None:
+    views: dict[str, ProxyView] = {}
     spec = ProxySpec(provider="local")
     events: list[ProxyDeclared | ProxySpecChanged | ProxyDeletionRequested] = [
         ProxyDeclared(uid="k1", namespace="a", name="x", spec=spec, source="kubernetes"),

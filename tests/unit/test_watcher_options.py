@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from kubernetes_asyncio.leaderelection import electionconfig
 
-from services.runtime.config import ConfigError, Settings
+from services.runtime.config import Settings
+from services.runtime.errors import ConfigError
 from services.watcher.options import build
 
 

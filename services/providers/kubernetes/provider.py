@@ -37,7 +37,7 @@ from services.providers.kubernetes.mapping import (
     provider_id,
     selector,
 )
-from services.runtime.config import ConfigError
+from services.runtime.errors import ConfigError
 from services.runtime.kubeclient import (
     KubeSettings,
     Sources,

@@ -21,7 +21,7 @@ from urllib.parse import urlparse
 import msgspec
 
 from services.providers.base import Permanent
-from services.runtime.config import ConfigError
+from services.runtime.errors import ConfigError
 
 DEFAULT_SOCKET = "/var/run/libvirt/libvirt-sock"
 DOMAIN_TYPES = ("kvm", "qemu")

@@ -56,7 +56,7 @@ from services.providers.kvm.images import ImageCache
 from services.providers.kvm.seed import build_seed_iso, meta_data_for
 from services.providers.kvm.transport import HostLink, HostTransport, SshCredentials
 from services.providers.kvm.volumes import OrphanVolume
-from services.runtime.config import ConfigError
+from services.runtime.errors import ConfigError
 
 __all__ = ["KvmConfig", "KvmProvider", "OrphanVolume"]
 

@@ -52,6 +52,7 @@ def wrap_libvirt(exc: libvirt.libvirtError, what: str) -> ProviderError:
     )
     return cls(f"{what}: {message}")
 
+
 T = TypeVar("T")
 # SSH keepalives: a link that misses this many answers in a row is closed, so a dead hypervisor
 # is noticed within two intervals even while no libvirt call is running.

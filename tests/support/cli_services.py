@@ -1,0 +1,103 @@
+"""Services registered only for tests of ``run`` and ``up``: they end by themselves.
+
+The real services run until stopped; these let a test see that a service in the registry is built
+with its flags, runs, and can write to the log (the end-to-end tests run the real ones).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import click
+import pytest
+
+from events import subjects
+from events.errors import EventStoreError
+from events.schemas import HealthChanged
+from events.store import NewEvent
+from services.cli import registry
+from services.runtime.config import Settings
+from services.runtime.service import ServiceContext
+
+
+@dataclass
+class Appender:
+    """Appends ``count`` events to one proxy, then ends (or fails): enough to see that a service
+    registered in the registry is built with its flags, runs, and can write to the log."""
+
+    uid: str
+    count: int
+    fail: bool
+    name: str = "appender"
+
+    async def run(self, ctx: ServiceContext) -> None:
+        batch = [
+            NewEvent(HealthChanged(healthy=i % 2 == 0, reason=f"r{i}"), f"{self.uid}-{i}")
+            for i in range(self.count)
+        ]
+        await ctx.store.append(subjects.proxy(self.uid), batch)
+        if self.fail:
+            raise EventStoreError("appender gave up on purpose")
+
+
+@dataclass
+class Recorder:
+    """Records the flags it was built with; ends at once."""
+
+    flags: dict[str, Any]
+    name: str = "recorder"
+
+    async def run(self, ctx: ServiceContext) -> None:
+        return None
+
+
+@dataclass
+class Registered:
+    """What the recorder was built with: one entry per build, its settings and its flags."""
+
+    built: list[dict[str, Any]] = field(default_factory=list)
+
+
+def register_test_services(monkeypatch: pytest.MonkeyPatch) -> Registered:
+    """Only the test services in the registry, for as long as ``monkeypatch`` lasts."""
+    record = Registered()
+    for name in list(registry.SERVICES):
+        monkeypatch.delitem(registry.SERVICES, name)
+
+    def appender(settings: Settings, *, uid: str, count: int, fail: bool) -> Appender:
+        return Appender(uid, count, fail)
+
+    def recorder(settings: Settings, **flags: Any) -> Recorder:
+        record.built.append({"settings": settings, **flags})
+        return Recorder(flags)
+
+    monkeypatch.setitem(
+        registry.SERVICES,
+        "appender",
+        registry.ServiceEntry(
+            "appender",
+            "Append health events to one proxy.",
+            appender,
+            options=(
+                click.Option(["--uid"], required=True),
+                click.Option(["--count"], type=int, default=1),
+                click.Option(["--fail"], is_flag=True),
+            ),
+        ),
+    )
+    monkeypatch.setitem(
+        registry.SERVICES,
+        "recorder",
+        registry.ServiceEntry(
+            "recorder",
+            "Record flags.",
+            recorder,
+            options=(
+                click.Option(["--port"], type=int, default=1),
+                click.Option(["--providers-config"], default=None),
+            ),
+            up_names={"port": "api_port"},
+        ),
+    )
+    return record
