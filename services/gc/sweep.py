@@ -32,7 +32,7 @@ import structlog
 
 from services.gc import leftovers
 from services.gc.leftovers import LeftoverReport
-from services.gc.rules import EPOCH, DeleteFailure, Verdict, judge, moment
+from services.gc.rules import EPOCH, DeleteFailure, Verdict, judge
 from services.providers.base import (
     Instance,
     LeftoverCleaner,
@@ -48,7 +48,6 @@ __all__ = [
     "ProviderReport",
     "SweepReport",
     "Verdict",
-    "created_at_of",
     "orphans",
     "sweep_once",
     "verdict",
@@ -57,11 +56,6 @@ __all__ = [
 log = structlog.get_logger("egress.gc")
 
 LiveSource = Callable[[], Awaitable[AbstractSet[str]]]
-
-
-def created_at_of(instance: Instance) -> datetime:
-    """When the instance was made, normalised (``rules.moment``)."""
-    return moment(instance.created_at)
 
 
 def verdict(

@@ -21,7 +21,7 @@ from services.providers.kvm.domain import (
 )
 from services.providers.kvm.images import download_bytes
 from services.providers.kvm.provider import KvmProvider
-from services.providers.kvm.seed import meta_data_for, read_seed_iso
+from services.providers.kvm.seed import meta_data_for
 from tests.contract.provider import delete_all
 from tests.support.kvm_arp import ArpTable, arp_watcher
 from tests.support.kvm_daemon import LibvirtDaemon, pool_volumes
@@ -29,6 +29,7 @@ from tests.support.kvm_fixtures import *  # noqa: F403  # pytest finds fixtures 
 from tests.support.kvm_fixtures import ConfigFactory, host_entry, make_provider
 from tests.support.kvm_http import ImageServer
 from tests.support.kvm_ssh import Hypervisor
+from tests.support.seed_reader import read_seed_iso
 
 pytestmark = [pytest.mark.integration, pytest.mark.kvm]
 

@@ -8,8 +8,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from events.schemas import InstanceState, ProxySpec
+from services.gc.rules import moment
 from services.gc.service import parse_duration
-from services.gc.sweep import EPOCH, Verdict, created_at_of, orphans, sweep_once, verdict
+from services.gc.sweep import EPOCH, Verdict, orphans, sweep_once, verdict
 from services.providers.base import CreateRequest, Instance, Permanent, Transient
 from services.providers.testing import FakeProvider
 
@@ -46,11 +47,11 @@ def test_verdict(owner: str, age: float | None, live: set[str], expected: Verdic
 def test_created_at_normalised() -> None:
     base = instance("u1", 0)
     naive = dataclasses.replace(base, created_at=datetime(2025, 6, 1, 11, 0))
-    assert created_at_of(naive) == datetime(2025, 6, 1, 11, 0, tzinfo=UTC)
+    assert moment(naive.created_at) == datetime(2025, 6, 1, 11, 0, tzinfo=UTC)
     before_epoch = dataclasses.replace(base, created_at=datetime(1900, 1, 1, tzinfo=UTC))
-    assert created_at_of(before_epoch) == EPOCH
+    assert moment(before_epoch.created_at) == EPOCH
     missing = dataclasses.replace(base, created_at=None)  # type: ignore[arg-type]
-    assert created_at_of(missing) == EPOCH
+    assert moment(missing.created_at) == EPOCH
 
 
 def test_orphans_keeps_listing_order() -> None:

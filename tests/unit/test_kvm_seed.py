@@ -12,13 +12,8 @@ import pytest
 import yaml
 
 from services.providers.kvm.config import DEFAULT_VENDOR_DATA
-from services.providers.kvm.seed import (
-    LABEL,
-    SeedContents,
-    build_seed_iso,
-    meta_data_for,
-    read_seed_iso,
-)
+from services.providers.kvm.seed import LABEL, build_seed_iso, meta_data_for
+from tests.support.seed_reader import SeedContents, read_seed_iso
 
 USER_DATA = """#cloud-config
 packages: [squid]

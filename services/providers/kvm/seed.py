@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import io
 import json
-from dataclasses import dataclass
 
 import pycdlib
 
@@ -21,14 +20,6 @@ _FILES = (
     ("meta-data", "/METADATA.;1"),
     ("vendor-data", "/VENDORDA.;1"),
 )
-
-
-@dataclass(frozen=True, slots=True)
-class SeedContents:
-    """What a seed ISO holds, as a reader sees it (tests and diagnostics)."""
-
-    label: str
-    files: dict[str, str]
 
 
 def meta_data_for(vm_name: str) -> str:
@@ -52,26 +43,3 @@ def build_seed_iso(*, user_data: str, meta_data: str, vendor_data: str) -> bytes
     finally:
         iso.close()
     return out.getvalue()
-
-
-def read_seed_iso(data: bytes) -> SeedContents:
-    """The label and the files under their Rock Ridge names; raises ValueError for bytes that
-    are not an ISO or lack a file."""
-    iso = pycdlib.PyCdlib()
-    try:
-        iso.open_fp(io.BytesIO(data))
-    except pycdlib.pycdlibexception.PyCdlibException as exc:
-        raise ValueError(f"not an ISO9660 image: {exc}") from exc
-    try:
-        label = iso.pvd.volume_identifier.decode().rstrip(" ")
-        files: dict[str, str] = {}
-        for name, _ in _FILES:
-            out = io.BytesIO()
-            try:
-                iso.get_file_from_iso_fp(out, rr_path=f"/{name}")
-            except pycdlib.pycdlibexception.PyCdlibException as exc:
-                raise ValueError(f"the ISO has no {name}: {exc}") from exc
-            files[name] = out.getvalue().decode()
-    finally:
-        iso.close()
-    return SeedContents(label=label, files=files)
