@@ -25,7 +25,7 @@ from services.runtime.connection import Connection, connect
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.eventlog.streams import STREAMS
 from services.runtime.natsserver import EmbeddedNatsServer, free_port
-from tests.support.cli_process import ROOT, clean_env, read_line
+from tests.support.cli_process import ROOT, alive, clean_env, read_line
 from tests.support.cli_services import Registered
 from tests.support.clirun import cli, restore_logging_after
 
@@ -114,14 +114,6 @@ def children_of(pid: int) -> list[int]:
             if int(fields[1]) == pid:
                 found.append(int(stat.parent.name))
     return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from services.runtime.natsserver import CREDENTIALS_FILE, PID_FILE, free_port
+from tests.support.cli_process import alive
 from tests.support.waiting import until
 
 pytestmark = pytest.mark.integration
@@ -115,14 +116,6 @@ async def running_up(tmp_path: Path) -> AsyncIterator[Up]:
 
 async def _now(value: bool) -> bool:
     return value
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 async def kill_and_hold_port(up: Up) -> socket.socket:

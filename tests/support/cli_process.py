@@ -27,3 +27,12 @@ async def read_line(stream: asyncio.StreamReader, timeout: float = 30.0) -> str:
     if not line:
         raise AssertionError("the process closed its output")
     return line.decode()
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs: a zombie (exited, not yet reaped) does not."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
