@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 # need them, so it installs only the runtime.
 DEV_STAMP := $(VENV)/.installed-dev-stamp
 
-.PHONY: demo test lint bench chaos clean
+.PHONY: demo test lint bench chaos clean peers
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -45,6 +45,11 @@ bench: $(DEV_STAMP)
 ## One minute of faults under a lease load; fails when an invariant does (docs/benchmarks.md).
 chaos: $(DEV_STAMP)
 	$(BIN)/python -m bench.chaos --minutes 1 --proxies 20
+
+## Build kube-apiserver, kubectl, etcd and the nats CLI at pinned versions into a cache outside the
+## work tree (deploy/peers.sh; a second run builds nothing). The last line is their directory.
+peers:
+	sh deploy/peers.sh
 
 ## Local proxies outlive `up` (the next `up` adopts them): stop those of .data before removing it,
 ## or they would run on as orphans nobody manages.
