@@ -28,8 +28,10 @@ demo: $(STAMP)
 ## slowest are listed at the end.
 PYTEST_ARGS ?= --durations=15
 ## pytest exits 5 when it collected nothing: that is a broken suite, reported as a failure.
+## The peers (kube-apiserver, kubectl, etcd, the nats CLI) are built first, or found built.
 test: $(DEV_STAMP)
-	@$(BIN)/python -m pytest $(PYTEST_ARGS); rc=$$?; \
+	@peers=$$(sh deploy/peers.sh) || exit 1; \
+	EGRESS_PEERS_BIN=$$peers $(BIN)/python -m pytest $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests: failing on purpose" >&2; exit 1; fi; \
 	exit $$rc
 

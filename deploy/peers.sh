@@ -16,6 +16,8 @@ set -eu
 
 peers=$(cd "$(dirname "$0")/peers" && pwd)
 say() { echo "peers: $*" >&2; }
+# The official Go archive installs to /usr/local/go, which a non-login shell may not have on PATH.
+command -v go >/dev/null 2>&1 || PATH="$PATH:/usr/local/go/bin"
 command -v go >/dev/null 2>&1 || {
   say "needs the go command (Go 1.26 or later)"
   exit 1
