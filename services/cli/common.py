@@ -17,7 +17,13 @@ import structlog
 from nats.aio.client import Client as NATS
 from rich.console import Console
 
-from services.runtime.config import DEFAULT_NATS_URL, Settings, credentials_from_env, env_settings
+from services.runtime.config import (
+    DEFAULT_NATS_URL,
+    Settings,
+    credentials_from_env,
+    env_settings,
+    split_urls,
+)
 from services.runtime.connection import (
     ConnectError,
     Connection,
@@ -59,7 +65,8 @@ GROUP_SETTINGS = ("log_level", "log_format")
 NATS_URL_ATTRS: dict[str, Any] = {
     "default": None,
     "metavar": "URL",
-    "help": f"NATS server to use, {DEFAULT_NATS_URL} by default. Log in with "
+    "help": f"NATS server to use, {DEFAULT_NATS_URL} by default; a cluster's servers as a "
+    "comma-separated list (nats://a:4222,nats://b:4222,nats://c:4222). Log in with "
     "nats://user:password@host:port or NATS_USER and NATS_PASSWORD; next to `up`, its "
     "embedded server's credentials are used.",
 }
@@ -111,7 +118,7 @@ async def connect_once(url: str, timeout: float = PROBE_TIMEOUT) -> NATS:
     nc = NATS()
     try:
         await nc.connect(
-            servers=[url],
+            servers=split_urls(url),
             max_reconnect_attempts=1,
             error_cb=remember,
             name="egress-proxies-cli",

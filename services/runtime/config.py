@@ -13,7 +13,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Any
-from urllib.parse import urlparse, urlsplit, urlunsplit
+from urllib.parse import urlsplit, urlunsplit
 
 import click
 
@@ -34,10 +34,23 @@ class Credentials:
     password: str = field(repr=False)
 
 
+def split_urls(text: str) -> list[str]:
+    """The URLs of a comma-separated list (``--nats-url nats://a:4222,nats://b:4222``, the
+    servers of one cluster), stripped, empty items dropped. Lenient: ``Settings.validate``
+    rejects what this lets through (empty items, duplicates, mixed schemes)."""
+    return [item.strip() for item in text.split(",") if item.strip()]
+
+
 def redact_url(url: str) -> str:
-    """``url`` with any password replaced by ``***``: URLs are logged and printed, and a user may
-    have put ``user:password@`` into one (nats-py accepts it). A lone ``name@`` is a token to
-    nats-py, so it goes too."""
+    """``url`` (or each URL of a comma-separated list) with any password replaced by ``***``:
+    URLs are logged and printed, and a user may have put ``user:password@`` into one (nats-py
+    accepts it). A lone ``name@`` is a token to nats-py, so it goes too."""
+    if "," in url:
+        return ",".join(_redact_one(item.strip()) for item in url.split(","))
+    return _redact_one(url)
+
+
+def _redact_one(url: str) -> str:
     try:
         parts = urlsplit(url)
         if parts.username is None:
@@ -50,10 +63,68 @@ def redact_url(url: str) -> str:
 
 
 def url_has_credentials(url: str) -> bool:
+    """Whether ``url``, or any URL of a comma-separated list, carries a user."""
+    return any(_has_user(item) for item in split_urls(url))
+
+
+def _has_user(url: str) -> bool:
     try:
         return urlsplit(url).username is not None
     except ValueError:
         return False
+
+
+NATS_SCHEMES = ("nats", "tls", "ws", "wss")
+
+
+def check_nats_urls(text: str, setting: str = "--nats-url / NATS_URL") -> list[str]:
+    """The URLs of ``text``, one server or a comma-separated list of a cluster's servers;
+    ``ConfigError`` naming the bad item (its password redacted) and the fix otherwise."""
+    items = [item.strip() for item in text.split(",")]
+    if not text.strip():
+        raise ConfigError(f"{setting} is empty; use e.g. nats://127.0.0.1:4222")
+    example = "nats://10.0.0.1:4222,nats://10.0.0.2:4222"
+    if any(not item for item in items):
+        raise ConfigError(
+            f"{setting}: {redact_url(text)!r} has an empty item; separate the URLs with single "
+            f"commas, e.g. {example}"
+        )
+    for item in items:
+        try:
+            url = urlsplit(item)
+            valid = url.scheme in NATS_SCHEMES and bool(url.hostname) and url.port != 0
+        except ValueError:
+            valid = False
+        if not valid:
+            where = " in the list" if len(items) > 1 else ""
+            raise ConfigError(
+                f"{setting}: {_redact_one(item)!r}{where} is not a NATS URL; "
+                f"use e.g. nats://127.0.0.1:4222 (a cluster: {example})"
+            )
+    seen: set[tuple[str, int]] = set()
+    for item in items:
+        url = urlsplit(item)
+        key = ((url.hostname or "").lower(), url.port or 4222)
+        if key in seen:
+            raise ConfigError(
+                f"{setting}: {_redact_one(item)!r} names the same server twice; "
+                "list each server of the cluster once"
+            )
+        seen.add(key)
+    schemes = sorted({urlsplit(item).scheme for item in items})
+    if len(schemes) > 1:
+        raise ConfigError(
+            f"{setting}: the URLs mix the schemes {', '.join(schemes)}; use one scheme for every "
+            "server (a client must not fall back to a plain connection, and nats-py cannot mix "
+            "websocket and TCP)"
+        )
+    with_user = [item for item in items if _has_user(item)]
+    if with_user and len(with_user) != len(items):
+        raise ConfigError(
+            f"{setting}: {_redact_one(with_user[0])!r} carries a user and other URLs do not; put "
+            "user:password in every URL, or in none and set NATS_USER and NATS_PASSWORD"
+        )
+    return items
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +138,11 @@ class Settings:
     service_name: str = "egress-proxies"
     nats_user: str = ""
     nats_password: str = field(default="", repr=False)
+
+    @property
+    def nats_urls(self) -> list[str]:
+        """The servers of ``nats_url``: one, or the comma-separated servers of a cluster."""
+        return split_urls(self.nats_url)
 
     @property
     def credentials(self) -> Credentials | None:
@@ -90,16 +166,7 @@ class Settings:
         return settings
 
     def validate(self) -> None:
-        try:
-            url = urlparse(self.nats_url)
-            valid = url.scheme in ("nats", "tls", "ws", "wss") and bool(url.hostname)
-        except ValueError:
-            valid = False
-        if not valid:
-            raise ConfigError(
-                f"{_named('nats_url')}: {redact_url(self.nats_url)!r} is not a NATS URL; "
-                "use e.g. nats://127.0.0.1:4222"
-            )
+        check_nats_urls(self.nats_url, _named("nats_url"))
         _check_pair(self.nats_user, self.nats_password)
         if self.nats_user and url_has_credentials(self.nats_url):
             raise ConfigError(

@@ -4,6 +4,9 @@ Reconnects forever (a service outlives a nats-server restart) and counts reconne
 consumer loop can rebuild its pull subscription afterwards: nats-py's pull subscriptions stop
 receiving after a server restart (nats-py issue 504).
 
+The URL may be a comma-separated list, the servers of one cluster: nats-py gets them all, connects
+to one at random and reconnects to another when that one dies.
+
 Credentials come from the URL (``nats://user:password@host``), else from ``NATS_USER`` /
 ``NATS_PASSWORD``, else, for a server on this machine, from what ``egress-proxies up`` wrote for
 its embedded server: so the CLI next to a running ``up`` needs no flags.
@@ -26,7 +29,7 @@ import structlog
 from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 
-from services.runtime.config import Credentials, redact_url, url_has_credentials
+from services.runtime.config import Credentials, redact_url, split_urls, url_has_credentials
 from services.runtime.natsserver import (
     ADMIN,
     CREDENTIALS_FILE,
@@ -74,6 +77,12 @@ class Connection:
 
 
 def is_local(url: str) -> bool:
+    """Whether ``url``, or every URL of a comma-separated list, names a loopback address."""
+    urls = split_urls(url)
+    return bool(urls) and all(_is_loopback(item) for item in urls)
+
+
+def _is_loopback(url: str) -> bool:
     try:
         host = urlsplit(url).hostname or ""
         return host == "localhost" or ipaddress.ip_address(host).is_loopback
@@ -83,17 +92,19 @@ def is_local(url: str) -> bool:
 
 def local_users(url: str) -> dict[str, str]:
     """The users of this user's embedded server behind ``url``: the one that announced itself
-    on that port, else the one under ``$DATA_DIR`` (default ``.data``, as ``up``)."""
-    try:
-        port = urlsplit(url).port or DEFAULT_PORT
-    except ValueError:
-        return {}
-    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-        entry = registry_entry(port)
-        if entry.stat().st_uid == os.getuid():
-            users = read_users(Path(json.loads(entry.read_text())["credentials"]))
-            if users:
-                return users
+    on that port (for a list, on the first port that has an announcement: a local cluster's
+    servers share their users), else the one under ``$DATA_DIR`` (default ``.data``, as ``up``)."""
+    for item in split_urls(url):
+        try:
+            port = urlsplit(item).port or DEFAULT_PORT
+        except ValueError:
+            continue
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            entry = registry_entry(port)
+            if entry.stat().st_uid == os.getuid():
+                users = read_users(Path(json.loads(entry.read_text())["credentials"]))
+                if users:
+                    return users
     return read_users(Path(os.environ.get("DATA_DIR") or ".data") / "nats" / CREDENTIALS_FILE)
 
 
@@ -102,7 +113,8 @@ def credentials_for(
 ) -> Credentials | None:
     """Whom to log in as at ``url``; None leaves it to the URL (or to no authentication).
 
-    Local credentials are sent only to a loopback address: a remote server must never learn them.
+    Local credentials are sent only to a loopback address (for a list, only when every server is
+    on one): a remote server must never learn them.
     ``user`` is the process's own user there (a service's name); the admin stands in for one
     the server does not know.
     """
@@ -131,7 +143,7 @@ def connect_failure(
     cause = next((e for e in seen if _refused(e)), seen[-1] if seen else raised)
     text = str(cause) or type(cause).__name__
     if _refused(cause):
-        parts = urlsplit(url)
+        parts = urlsplit((split_urls(url) or [""])[0])
         user = credentials.user if credentials else parts.username
         if user and not credentials and parts.password is None:
             who = "a token"
@@ -188,7 +200,7 @@ async def connect(
         # otherwise retry it forever too, and a service would hang silently at start-up.
         async with asyncio.timeout(connect_timeout * 2):
             await nc.connect(
-                servers=[url],
+                servers=split_urls(url),
                 name=name,
                 max_reconnect_attempts=-1,
                 allow_reconnect=True,

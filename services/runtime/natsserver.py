@@ -124,7 +124,17 @@ jetstream {{
   max_file_store: 10GB
   max_memory_store: 256MB
 }}
-{authorization}"""
+{cluster}{authorization}"""
+
+CLUSTER_TEMPLATE = """\
+cluster {{
+  name: {name}
+  listen: {host}:{port}
+  routes: [
+{routes}
+  ]
+}}
+"""
 
 
 class NatsServerError(RuntimeError):
@@ -231,6 +241,13 @@ class EmbeddedNatsServer:
     port: int = 0
     monitor_port: int = 0
     server_name: str = "egress-proxies"
+    cluster_name: str = ""
+    """Set, the server joins the cluster of that name: it listens for routes on ``cluster_port``
+    (a free one when 0) and connects to ``routes`` (``nats-route://host:port``, its peers'
+    cluster ports). Every server of a cluster needs a distinct ``server_name`` and the same
+    users (the same ``credentials.json``)."""
+    cluster_port: int = 0
+    routes: tuple[str, ...] = ()
     _process: asyncio.subprocess.Process | None = field(default=None, init=False, repr=False)
     _users: dict[str, str] = field(default_factory=dict, init=False, repr=False)
 
@@ -276,6 +293,15 @@ class EmbeddedNatsServer:
         store = self.data_dir / "jetstream"
         store.mkdir(parents=True, exist_ok=True)
         self._users = ensure_users(self.credentials_file)
+        cluster = ""
+        if self.cluster_name:
+            self.cluster_port = self.cluster_port or free_port(self.host)
+            cluster = CLUSTER_TEMPLATE.format(
+                name=self.cluster_name,
+                host=self.host,
+                port=self.cluster_port,
+                routes="\n".join(f"    {json.dumps(route)}" for route in self.routes),
+            )
         conf = self.data_dir / "nats-server.conf"
         write_private(
             conf,
@@ -286,6 +312,7 @@ class EmbeddedNatsServer:
                 monitor_port=self.monitor_port,
                 pid_file=self.data_dir / PID_FILE,
                 store_dir=store,
+                cluster=cluster,
                 authorization=authorization_conf(lambda user: json.dumps(self._users[user])),
             ),
         )
@@ -313,6 +340,10 @@ class EmbeddedNatsServer:
             await self.kill()
             raise
         announce(self.port, self.credentials_file)
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.returncode is None
 
     async def _wait_ready(self, timeout: float) -> None:
         loop = asyncio.get_running_loop()
@@ -380,7 +411,8 @@ class EmbeddedNatsServer:
 
 
 async def _jetstream_ready(host: str, port: int) -> bool:
-    """The monitor's /healthz answers 200 only once JetStream has recovered its streams."""
+    """The monitor's /healthz answers 200 only once JetStream has recovered its streams (in a
+    cluster, also once it is in contact with the meta leader)."""
     try:
         reader, writer = await asyncio.open_connection(host, port)
     except OSError:

@@ -12,7 +12,7 @@ import sys
 import threading
 import urllib.error
 import urllib.request
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -141,9 +141,14 @@ class Up:
 
 @asynccontextmanager
 async def running_up(
-    tmp_path: Path, *extra: str, nats_url: str = "", health_check_url: str = ""
+    tmp_path: Path,
+    *extra: str,
+    nats_url: str = "",
+    health_check_url: str = "",
+    up_env: Mapping[str, str] | None = None,
 ) -> AsyncIterator[Up]:
-    """`up` with its own data dir and ports; stopped with SIGINT, which must end it with 0."""
+    """`up` with its own data dir and ports; stopped with SIGINT, which must end it with 0.
+    ``up_env`` adds variables for `up` alone (e.g. ``OTEL_*``), not for the CLI commands."""
     data_dir = tmp_path / "data"
     api_port = free_port()
     env = base_env()
@@ -164,7 +169,7 @@ async def running_up(
         "up",
         *args,
         *extra,
-        env=env,
+        env={**env, **(up_env or {})},
         cwd=ROOT,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,

@@ -29,6 +29,10 @@ from events.store import AppendResult, History, NewEvent, Recorded
 from events.subjects import Aggregate
 
 WRONG_LAST_SEQUENCE = 10071
+WRONG_LAST_SEQUENCE_CLUSTERED = 10164
+"""What a replicated stream (a cluster, ``--replicas 3``) answers for the same refusal: "wrong
+last sequence", without the sequence."""
+CONFLICTS = frozenset({WRONG_LAST_SEQUENCE, WRONG_LAST_SEQUENCE_CLUSTERED})
 _tracer = trace.get_tracer("egress_proxies.events")
 log = structlog.get_logger("egress.events")
 
@@ -126,7 +130,7 @@ class JetStreamEventStore:
                         subject, payload, timeout=self._timeout, headers=headers
                     )
                 except APIError as exc:
-                    if exc.err_code == WRONG_LAST_SEQUENCE:
+                    if exc.err_code in CONFLICTS:
                         span.set_attribute("egress.conflict", True)
                         raise ConcurrencyError(
                             str(aggregate), expected or 0, exc.description or ""
