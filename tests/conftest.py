@@ -17,6 +17,7 @@ from services.runtime.eventlog.streams import ensure_streams
 from services.runtime.natsserver import EmbeddedNatsServer
 from services.runtime.telemetry import reset_for_tests
 from tests.support import markers
+from tests.support.apiserver import ApiServer, running_apiserver
 
 # Tests send traffic to this machine only: every health prober a test starts (in-process, or
 # through `up` / `run health` subprocesses, which inherit this) checks a loopback address, never
@@ -95,6 +96,15 @@ async def nats_server(tmp_path: Path) -> AsyncIterator[EmbeddedNatsServer]:
         yield server
     finally:
         await server.stop()
+
+
+@pytest.fixture(scope="session")
+@markers.starts("etcd and kube-apiserver")
+def apiserver(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ApiServer]:
+    """A real kube-apiserver on etcd, shared by the session (it takes seconds to start): each
+    test uses namespaces of its own (``apiserver.namespace()``)."""
+    with running_apiserver(tmp_path_factory.mktemp("apiserver")) as server:
+        yield server
 
 
 @pytest.fixture

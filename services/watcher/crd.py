@@ -5,8 +5,11 @@ proxies.yaml``; a unit test fails when the two differ), so the apiserver can nev
 field the watcher does not know, or reject one it does. The spec schema is msgspec's JSON Schema
 of ``ProxySpec`` made structural (Kubernetes rejects ``$ref``, untyped nodes and ``anyOf`` with
 types); the rules of ``events.resource.validate`` that a schema can express are added as
-patterns, bounds and ``anyOf`` alternatives, with CEL rules carrying the messages users read in
-``kubectl apply`` errors. What no schema can express (a Secret's label) stays in the watcher.
+patterns and bounds. Cross-field rules are CEL rules only, carrying the messages users read in
+``kubectl apply`` errors: the apiserver runs no CEL rule once the schema has failed, so an
+``anyOf`` doing their work would hide their messages (tests/integration/test_kube_real_crd.py
+checks them on a real server). What no schema can express (a Secret's label) stays in the
+watcher.
 
 ``ProxyStatus`` is the ``.status`` the watcher's status writer fills; its schema comes from the
 same struct. Pure: no I/O.
@@ -114,11 +117,10 @@ _RULES: dict[str, Schema] = {
     # Keys are checked by events.resource.validate (the Proxy fails with InvalidSpec): a CEL
     # rule over unbounded map keys would exceed the apiserver's rule cost budget.
     "attributes.*": {"maxLength": 256},
+    # Cross-field rules are CEL only: a failing anyOf would stop the apiserver before it runs
+    # the CEL rules, and users would read "must validate at least one schema (anyOf)" instead of
+    # the messages below.
     "cloudInit": {
-        "anyOf": [
-            {"not": {"required": ["secretRef"]}},
-            {"properties": {"inline": {"maxLength": 0}}},
-        ],
         "x-kubernetes-validations": [
             {
                 "rule": "!(has(self.secretRef) && has(self.inline) && size(self.inline) > 0)",
@@ -144,23 +146,6 @@ _RULES: dict[str, Schema] = {
     "healthCheck.successThreshold": {"minimum": 1, "maximum": MAX_THRESHOLD},
     # Managed needs a provider and no external URL; External needs an external URL.
     "": {
-        "anyOf": [
-            {
-                "required": ["mode", "external"],
-                "properties": {
-                    "mode": {"enum": ["External"]},
-                    "external": {"required": ["url"], "properties": {"url": {"minLength": 1}}},
-                },
-            },
-            {
-                "required": ["provider"],
-                "properties": {
-                    "mode": {"enum": ["Managed"]},
-                    "provider": {"minLength": 1},
-                    "external": {"properties": {"url": {"maxLength": 0}}},
-                },
-            },
-        ],
         "x-kubernetes-validations": [
             {
                 "rule": "(has(self.mode) && self.mode == 'External') || "
@@ -172,6 +157,12 @@ _RULES: dict[str, Schema] = {
                 "rule": "!(has(self.mode) && self.mode == 'External') || "
                 "(has(self.external) && has(self.external.url) && size(self.external.url) > 0)",
                 "message": "external.url is required for mode External, e.g. http://10.0.0.5:3128",
+            },
+            {
+                "rule": "(has(self.mode) && self.mode == 'External') || "
+                "!has(self.external) || !has(self.external.url) || size(self.external.url) == 0",
+                "message": "external.url is only for mode External; remove it, or set mode: "
+                "External",
             },
         ],
     },
