@@ -127,9 +127,10 @@ def up(state: CliState, /, **values: Any) -> None:
     """Run the whole system in one process, with an embedded nats-server.
 
     The nats-server is started only when neither --nats-url nor NATS_URL names one. It gets one
-    user per service (passwords in DATA_DIR/nats/credentials.json, kept across restarts) and is
-    restarted if it dies. Streams are created if missing. Ctrl-C (or SIGTERM) stops everything
-    cleanly.
+    user per service (passwords in DATA_DIR/nats/credentials.json, kept across restarts), a
+    read-only `reader` and an `admin` (nats CLI contexts: DATA_DIR/nats/nats-reader-context.json
+    for reads, nats-context.json for repairs) and is restarted if it dies. Streams are created
+    if missing. Ctrl-C (or SIGTERM) stops everything cleanly.
     """
     if values["nats_url"] and values["nats_port"] is not None:
         raise click.UsageError(
@@ -249,8 +250,10 @@ def _print_banner(
     nats_note = "embedded" if server is not None else "external"
     grid.add_row("NATS", Text(f"{started.nats_url}  ({nats_note})"))
     if server is not None:
-        # The password stays in the file (0600); the `nats` CLI reads it from there.
-        grid.add_row("nats CLI", Text(f"nats --context {server.context_file} stream ls"))
+        # The passwords stay in the files (0600); the `nats` CLI reads them from there. Reads go
+        # through the reader, which can change nothing; the admin's context is for repairs.
+        grid.add_row("nats CLI", Text(f"nats --context {server.reader_context_file} stream ls"))
+        grid.add_row("repairs", inert(f"nats --context {server.context_file} (admin)"))
     grid.add_row("data dir", Text(str(data_dir)))
     grid.add_row("metrics", Text(started.metrics_url or "off"))
     api = f"http://127.0.0.1:{values['api_port']}" if DISCOVERY in SERVICES else "not installed"

@@ -4,7 +4,8 @@ It writes its own configuration into the data dir with the same JetStream settin
 repository's ``nats.conf`` (notably ``sync_interval: always``: the default flushes to disk every two
 minutes, and an acknowledged event must survive a power cut), and the same users: one per service,
 each allowed to publish only the subjects that service writes (docs/architecture.md, "Streams"),
-plus ``admin`` for the operator. Only the system writes the log, so a buggy or hostile client of
+plus ``reader``, the operator's everyday user, which may read everything and change nothing, and
+``admin`` for repairs. Only the system writes the log, so a buggy or hostile client of
 one service cannot put events where another service's decisions come from.
 """
 
@@ -32,7 +33,11 @@ from services.runtime.eventlog.streams import STREAMS
 log = structlog.get_logger("egress.nats-server")
 
 ADMIN = "admin"
-"""The operator's user (the CLI, the ``nats`` CLI): no restrictions."""
+"""The operator's user for repairs (and the CLI's default): no restrictions."""
+
+READER = "reader"
+"""The operator's everyday user for the ``nats`` CLI: reads every stream, consumer and bucket,
+and can neither write nor delete, purge, edit or reset anything (docs/decisions.md, D77)."""
 
 WRITES: Mapping[str, tuple[str, ...]] = {
     "watcher": ("proxy.*.declared",),
@@ -52,7 +57,7 @@ messages and dead-letter to ``deadletter.<service>``."""
 KV_BUCKETS: Mapping[str, str] = {"health": "egress-health-members", "gc": "egress-gc-lock"}
 """The KV bucket each service keeps (health's replica members, gc's sweep lock)."""
 
-USERS: tuple[str, ...] = (ADMIN, *WRITES)
+USERS: tuple[str, ...] = (ADMIN, READER, *WRITES)
 
 READS: tuple[str, ...] = (
     "$JS.API.STREAM.INFO.*",
@@ -68,10 +73,51 @@ READS: tuple[str, ...] = (
 """The JetStream API every service uses to read: stream info at start-up, direct gets, and pull
 consumers (nats-py names ephemeral ones at random, so consumer names cannot be narrowed)."""
 
+READER_READS: tuple[str, ...] = (
+    "$JS.API.INFO",
+    "$JS.API.STREAM.NAMES",
+    "$JS.API.STREAM.LIST",
+    "$JS.API.STREAM.INFO.*",
+    "$JS.API.STREAM.MSG.GET.*",
+    "$JS.API.DIRECT.GET.>",
+    "$JS.API.CONSUMER.NAMES.*",
+    "$JS.API.CONSUMER.LIST.*",
+    "$JS.API.CONSUMER.INFO.*.*",
+    "$JS.API.CONSUMER.CREATE.*.*",
+    "$JS.API.CONSUMER.CREATE.*.*.>",
+    "$JS.API.CONSUMER.MSG.NEXT.*.*",
+    "$JS.API.CONSUMER.DELETE.*.*",
+    "$JS.ACK.>",
+)
+"""What the ``nats`` CLI needs to read (``stream ls/info/get/view``, ``sub --stream``, ``consumer
+ls/info``): the listings, stream and consumer info, single messages, and the consumers ``sub``
+and ``view`` create under a name of their own (``sub``: a random one, no acks, gone after 5 s
+idle; ``view``: ``stream_pager_<n>``, which it acks and deletes when done). Neither the legacy
+``CONSUMER.CREATE.<stream>`` nor ``DURABLE.CREATE``: only a name in the subject can be denied."""
+
+
+def reader_denies() -> list[str]:
+    """What ``READER_READS`` would let the reader do to the services' durables, by name: create a
+    consumer under it (an update: its filter, ack wait, inactive threshold), pull from it (taking
+    messages the service then waits an ack wait for), ack for it (the service would never see
+    those messages) or delete it (the service would start again from the first event)."""
+    denied = []
+    for durable in CONSUMERS:
+        denied += [
+            f"$JS.API.CONSUMER.CREATE.*.{durable}",
+            f"$JS.API.CONSUMER.CREATE.*.{durable}.>",
+            f"$JS.API.CONSUMER.MSG.NEXT.*.{durable}",
+            f"$JS.API.CONSUMER.DELETE.*.{durable}",
+            f"$JS.ACK.*.{durable}.>",
+        ]
+    return denied
+
+
 INBOXES = "_INBOX.>"
 DEFAULT_PORT = 4222
 CREDENTIALS_FILE = "credentials.json"
 CONTEXT_FILE = "nats-context.json"
+READER_CONTEXT_FILE = "nats-reader-context.json"
 PID_FILE = "nats-server.pid"
 
 
@@ -79,6 +125,11 @@ def permissions(user: str) -> dict[str, Any] | None:
     """The server's ``permissions`` block for ``user``; None (everything) for the admin."""
     if user == ADMIN:
         return None
+    if user == READER:
+        return {
+            "publish": {"allow": list(READER_READS), "deny": reader_denies()},
+            "subscribe": {"allow": [INBOXES]},
+        }
     publish = [*WRITES[user], *(f"$JS.API.STREAM.CREATE.{spec.name}" for spec in STREAMS)]
     if user in CONSUMERS:
         publish += [f"deadletter.{user}", f"$JS.ACK.{CONSUMERS[user]}.{user}.>"]
@@ -103,8 +154,11 @@ def authorization_conf(password: Callable[[str], str]) -> str:
         if perms is not None:
             lines.append("      permissions: {")
             for kind in ("publish", "subscribe"):
-                allowed = [f"            {json.dumps(s)}" for s in perms[kind]["allow"]]
-                lines += [f"        {kind}: {{", "          allow: [", *allowed, "          ]"]
+                lines.append(f"        {kind}: {{")
+                for rule in ("allow", "deny"):
+                    if rule in perms[kind]:
+                        listed = [f"            {json.dumps(s)}" for s in perms[kind][rule]]
+                        lines += [f"          {rule}: [", *listed, "          ]"]
                 lines.append("        }")
             lines.append("      }")
         lines.append("    }")
@@ -280,8 +334,14 @@ class EmbeddedNatsServer:
 
     @property
     def context_file(self) -> Path:
-        """A ``nats`` CLI context: ``nats --context <this file> stream ls``."""
+        """The admin's ``nats`` CLI context, for repairs: ``nats --context <this file> ...``."""
         return self.data_dir / CONTEXT_FILE
+
+    @property
+    def reader_context_file(self) -> Path:
+        """The reader's ``nats`` CLI context, for everyday reads: ``nats --context <this file>
+        stream ls``."""
+        return self.data_dir / READER_CONTEXT_FILE
 
     @property
     def log_file(self) -> Path:
@@ -316,9 +376,11 @@ class EmbeddedNatsServer:
                 authorization=authorization_conf(lambda user: json.dumps(self._users[user])),
             ),
         )
-        admin = self.credentials_for(ADMIN)
-        context = {"description": "egress-proxies up", "url": self.url, "user": admin.user}
-        write_private(self.context_file, json.dumps({**context, "password": admin.password}))
+        for user, path in ((ADMIN, self.context_file), (READER, self.reader_context_file)):
+            creds = self.credentials_for(user)
+            context = {"description": f"egress-proxies up ({user})", "url": self.url}
+            context |= {"user": creds.user, "password": creds.password}
+            write_private(path, json.dumps(context))
         return conf
 
     async def start(self, timeout: float = 15.0) -> None:

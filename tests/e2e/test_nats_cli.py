@@ -1,26 +1,21 @@
 """The event log read with the real ``nats`` CLI, as docs/nats-cli.md tells an operator to: `up`
-runs, a proxy is applied and leased, and the CLI (with the context file `up` writes) lists the
-streams, replays the proxy's history and its leases, fetches single messages and is refused the
-operations the streams deny. Its view must agree with ``egress-proxies events``."""
+runs, a proxy is applied and leased, and the CLI (with the reader's context file `up` writes) lists
+the streams, replays the proxy's history and its leases and fetches single messages; with the
+admin's, it is refused the operations the streams deny. Its view must agree with
+``egress-proxies events``."""
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
-import os
-import pty
 import re
-import select
-import subprocess
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support.peers import peer
+from tests.support.natscli import NatsCli
 from tests.support.system import Up, hello_target, processes_mentioning, running_up
 from tests.support.waiting import until
 
@@ -54,90 +49,6 @@ class Message:
 
     def row(self) -> tuple[int, str, str]:
         return self.seq, self.subject, self.type
-
-
-class NatsCli:
-    """The ``nats`` binary with the context file `up` wrote, and nothing from this machine's
-    NATS_* variables or ~/.config/nats."""
-
-    def __init__(self, context: Path, home: Path) -> None:
-        self.binary = str(peer("nats"))
-        self.context = context
-        home.mkdir(exist_ok=True)
-        self.env = {k: v for k, v in os.environ.items() if not k.startswith("NATS_")}
-        self.env.update(HOME=str(home), XDG_CONFIG_HOME=str(home / ".config"))
-
-    def argv(self, *args: str) -> list[str]:
-        return [self.binary, "--context", str(self.context), *args]
-
-    async def run(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return await asyncio.to_thread(
-            subprocess.run,
-            self.argv(*args),
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        )
-
-    async def ok(self, *args: str) -> str:
-        done = await self.run(*args)
-        assert done.returncode == 0, (args, done.stdout, done.stderr)
-        return done.stdout
-
-    async def refused(self, *args: str, because: str) -> None:
-        done = await self.run(*args)
-        assert done.returncode != 0, (args, done.stdout)
-        assert because in done.stderr, (args, done.stderr)
-
-    async def json(self, *args: str) -> Any:
-        return json.loads(await self.ok(*args, "--json"))
-
-    async def view(self, stream: str, subject: str) -> list[Message]:
-        """``nats stream view`` pages interactively and refuses to run without a terminal: it
-        gets a pseudo-terminal. One page of 25 holds the whole history here; a "Next Page?"
-        prompt would leave it waiting, and fail the read."""
-        text = await asyncio.to_thread(
-            self._on_terminal, "stream", "view", stream, "25", "--subject", subject
-        )
-        return parse_view(text)
-
-    def _on_terminal(self, *args: str, timeout: float = 30.0) -> str:
-        primary, secondary = pty.openpty()
-        process = subprocess.Popen(
-            self.argv(*args),
-            env=self.env,
-            stdin=secondary,
-            stdout=secondary,
-            stderr=subprocess.PIPE,
-        )
-        os.close(secondary)
-        out = bytearray()
-        deadline = time.monotonic() + timeout
-        try:
-            while True:
-                left = deadline - time.monotonic()
-                assert left > 0, f"nats {' '.join(args)} did not finish:\n{out.decode()}"
-                ready, _, _ = select.select([primary], [], [], left)
-                if not ready:
-                    continue
-                try:
-                    chunk = os.read(primary, 65536)
-                except OSError:  # EIO: the program closed the terminal
-                    break
-                if not chunk:
-                    break
-                out += chunk
-            assert process.wait(timeout=10) == 0, (args, out.decode(), process.stderr)
-        finally:
-            os.close(primary)
-            if process.poll() is None:
-                process.kill()
-                process.wait()
-            assert process.stderr is not None
-            process.stderr.close()
-        return out.decode().replace("\r\n", "\n")
 
 
 def trace_id(message: Message) -> str:
@@ -217,10 +128,15 @@ async def replay_with_the_nats_cli(up: Up, manifest: Path, home: Path) -> None:
     released = await up.cli("lease", "release", lease_id, "--api-url", up.api)
     assert released.returncode == 0, released.stdout + released.stderr
 
-    # The context file `up` writes (docs/operations.md) is all the nats CLI needs.
-    context = up.data_dir / "nats" / "nats-context.json"
-    assert context.stat().st_mode & 0o077 == 0, "the context holds the admin password"
+    # The context files `up` writes (docs/operations.md) are all the nats CLI needs: the
+    # reader's for everything read here, the admin's only to show what the streams refuse.
+    context = up.data_dir / "nats" / "nats-reader-context.json"
+    admin_context = up.data_dir / "nats" / "nats-context.json"
+    for path in (context, admin_context):
+        assert path.stat().st_mode & 0o077 == 0, f"{path.name} holds a password"
+    assert json.loads(context.read_text())["user"] == "reader"
     nats = NatsCli(context, home)
+    admin = NatsCli(admin_context, home)
 
     assert set(await nats.json("stream", "ls")) >= STREAMS
 
@@ -230,7 +146,7 @@ async def replay_with_the_nats_cli(up: Up, manifest: Path, home: Path) -> None:
 
     async def agree() -> bool:
         views["events"] = await events_of(up, uid, "PROXY")
-        views["view"] = await nats.view("PROXY", f"proxy.{uid}.>")
+        views["view"] = parse_view(await nats.view("PROXY", f"proxy.{uid}.>"))
         dump = await nats.ok("sub", "--stream", "PROXY", "--all", "-T", f"proxy.{uid}.>",
                              "--dump=-")  # fmt: skip
         views["dump"] = parse_dump(dump)
@@ -270,7 +186,7 @@ async def replay_with_the_nats_cli(up: Up, manifest: Path, home: Path) -> None:
     assert json.loads(base64.b64decode(got["data"])) == command.payload
 
     # The proxy's leases.
-    leases = await nats.view("LEASE", f"lease.{uid}")
+    leases = parse_view(await nats.view("LEASE", f"lease.{uid}"))
     assert [m.row() for m in leases] == await events_of(up, uid, "LEASE")
     assert [m.type for m in leases] == ["LeaseAcquired", "LeaseReleased"]
     for message in leases:
@@ -288,17 +204,18 @@ async def replay_with_the_nats_cli(up: Up, manifest: Path, home: Path) -> None:
     assert info["state"]["last_seq"] >= history[-1].seq
     dead = await nats.json("stream", "info", "DEADLETTER")
     assert dead["state"]["messages"] == 0, "a clean run dead-letters nothing"
+    # Even the admin, who may do anything else (the reader may not even ask: see
+    # tests/reliability/test_nats_reader.py).
     for name in ("PROXY", "LEASE", "GC"):
-        await nats.refused("stream", "purge", name, "-f", because="purge not permitted")
-    await nats.refused(
+        await admin.refused("stream", "purge", name, "-f", because="purge not permitted")
+    await admin.refused(
         "stream", "rmm", "PROXY", str(command.seq), "-f", because="delete not permitted"
     )
-    await nats.refused(
+    await admin.refused(
         "stream", "edit", "PROXY", "--no-deny-purge", "-f", because="can not cancel deny purge"
     )
-    assert [m.row() for m in await nats.view("PROXY", f"proxy.{uid}.>")][: len(history)] == [
-        m.row() for m in history
-    ]
+    again = parse_view(await nats.view("PROXY", f"proxy.{uid}.>"))
+    assert [m.row() for m in again][: len(history)] == [m.row() for m in history]
 
     deleted = await up.cli("delete", "crawl/nc-1", "--wait")
     assert deleted.returncode == 0, deleted.stdout + deleted.stderr

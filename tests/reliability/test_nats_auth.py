@@ -75,7 +75,11 @@ def matches(pattern: str, subject: str) -> bool:
 
 def allowed(user: str, subject: str) -> bool:
     granted = permissions(user)
-    return granted is None or any(matches(p, subject) for p in granted["publish"]["allow"])
+    if granted is None:
+        return True
+    rules = granted["publish"]
+    denied = any(matches(p, subject) for p in rules.get("deny", []))
+    return not denied and any(matches(p, subject) for p in rules["allow"])
 
 
 def concrete(pattern: str) -> str:

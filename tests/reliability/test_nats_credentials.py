@@ -38,7 +38,12 @@ async def test_credentials_are_private_and_survive_a_restart(tmp_path: Path) -> 
     data = tmp_path / "nats"
     first = EmbeddedNatsServer(data_dir=data, port=free_port())
     await first.start()
-    files = [first.credentials_file, data / "nats-server.conf", first.context_file]
+    files = [
+        first.credentials_file,
+        data / "nats-server.conf",
+        first.context_file,
+        first.reader_context_file,
+    ]
     try:
         for path in files:
             assert path.stat().st_mode & 0o777 == 0o600, path
