@@ -30,13 +30,8 @@ from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 
 from services.runtime.config import Credentials, redact_url, split_urls, url_has_credentials
-from services.runtime.natsserver import (
-    ADMIN,
-    CREDENTIALS_FILE,
-    DEFAULT_PORT,
-    read_users,
-    registry_entry,
-)
+from services.runtime.natsserver import CREDENTIALS_FILE, DEFAULT_PORT, read_users, registry_entry
+from services.runtime.natsusers import ADMIN
 
 log = structlog.get_logger("egress.nats")
 

@@ -1,7 +1,7 @@
 """Only the system writes the log: NATS users and permissions, against real nats-servers.
 
 Every service logs in as its own user, which may publish only the subjects that service writes.
-The table in ``services.runtime.natsserver`` is checked three ways: against the code (which events
+The table in ``services.runtime.natsusers`` is checked three ways: against the code (which events
 each service constructs), against a real server (what each user is refused, and that each can still
 do its whole job), and, in tests/unit/test_deploy.py and test_nats_credentials.py, against the
 bundled configurations.
@@ -28,13 +28,8 @@ from services.runtime.consumer import ConsumerLoop, ConsumerSpec, Delivery, Give
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.eventlog.ordered import OrderedPull
 from services.runtime.eventlog.streams import STREAMS, ensure_streams
-from services.runtime.natsserver import (
-    CONSUMERS,
-    KV_BUCKETS,
-    WRITES,
-    EmbeddedNatsServer,
-    permissions,
-)
+from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.natsusers import CONSUMERS, KV_BUCKETS, WRITES, permissions
 from tests.support.natsclient import client
 from tests.support.waiting import until
 

@@ -20,12 +20,8 @@ import pytest
 from services.runtime.config import Credentials
 from services.runtime.connection import Connection, connect, credentials_for
 from services.runtime.eventlog.streams import STREAMS, ensure_streams
-from services.runtime.natsserver import (
-    USERS,
-    EmbeddedNatsServer,
-    free_port,
-    password_variable,
-)
+from services.runtime.natsserver import EmbeddedNatsServer, free_port
+from services.runtime.natsusers import USERS, password_variable
 from tests.support.natsclient import client
 from tests.support.waiting import until
 

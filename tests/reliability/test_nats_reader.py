@@ -14,7 +14,8 @@ from nats.js.api import AckPolicy, ConsumerConfig, KeyValueConfig
 from nats.js.errors import KeyNotFoundError
 
 from services.runtime.connection import Connection
-from services.runtime.natsserver import CONSUMERS, READER, EmbeddedNatsServer, permissions
+from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.natsusers import CONSUMERS, READER, permissions
 from tests.support.natscli import NatsCli
 from tests.support.natsclient import client
 from tests.support.waiting import until

@@ -19,12 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from services.runtime.connection import Connection, connect
-from services.runtime.natsserver import (
-    ADMIN,
-    CREDENTIALS_FILE,
-    EmbeddedNatsServer,
-    free_port,
-)
+from services.runtime.natsserver import CREDENTIALS_FILE, EmbeddedNatsServer, free_port
+from services.runtime.natsusers import ADMIN
 from tests.support.waiting import until
 
 CLUSTER_NAME = "egress"

@@ -18,7 +18,7 @@ import yaml
 from services.cli.main import main
 from services.providers.config import build_providers, parse_providers_config
 from services.runtime.config import Settings
-from services.runtime.natsserver import (
+from services.runtime.natsusers import (
     USERS,
     WRITES,
     authorization_conf,
