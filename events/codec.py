@@ -24,6 +24,7 @@ from events.schemas import (
     LeaseAcquired,
     LeaseExpired,
     LeaseReleased,
+    LeaseRenewed,
     LeaseReported,
 )
 
@@ -85,6 +86,13 @@ WRITE_BOUNDS: dict[type[Event], dict[str, Any]] = {
     },
     LeaseReported: {"lease_id": _ID, "proxy_uid": _ID, "deadline": _DEADLINE},
     LeaseExpired: {"lease_id": _ID, "proxy_uid": _ID},
+    LeaseRenewed: {
+        "lease_id": _ID,
+        "proxy_uid": _ID,
+        "ttl_seconds": _TTL,
+        "requested_ttl_seconds": _REQUESTED_TTL,
+        "deadline": _DEADLINE,
+    },
 }
 """What the codec checks before writing, beyond the types. Checked on the way out only: the
 reading side stays as lenient as the types, so events written before a bound existed still

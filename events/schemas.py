@@ -306,6 +306,22 @@ class LeaseExpired(Event, frozen=True, kw_only=True):
     proxy_uid: str
 
 
+class LeaseRenewed(Event, frozen=True, kw_only=True):
+    """The holder asked for more time: the lease now ends ``ttl_seconds`` after this event's
+    JetStream timestamp (the log's time, like every lease time), never later than
+    ``MAX_LEASE_SECONDS`` after it was acquired. The fold counts it only while the lease is
+    current and not past its end at that timestamp; the fencing token stays (D78)."""
+
+    category: ClassVar[str] = "lease"
+    lease_id: str
+    proxy_uid: str
+    ttl_seconds: float
+    requested_ttl_seconds: float = 0.0
+    """What the client asked for; more than ``ttl_seconds`` when the server clamped it."""
+    deadline: datetime | msgspec.UnsetType = msgspec.UNSET
+    """As on ``LeaseAcquired``: a renewal stamped after it changes nothing."""
+
+
 # --------------------------------------------------------------------------------------------
 # gc.<provider>
 
@@ -395,7 +411,7 @@ ProxyEvent = (
     | HealthChanged
     | PhaseChanged
 )
-LeaseEvent = LeaseAcquired | LeaseReleased | LeaseReported | LeaseExpired
+LeaseEvent = LeaseAcquired | LeaseReleased | LeaseReported | LeaseExpired | LeaseRenewed
 GcEvent = OrphanFound | OrphanDeleted | SweepCompleted
 AnyEvent = ProxyEvent | LeaseEvent | GcEvent | DeadLettered
 
@@ -419,6 +435,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         LeaseReleased,
         LeaseReported,
         LeaseExpired,
+        LeaseRenewed,
         OrphanFound,
         OrphanDeleted,
         SweepCompleted,

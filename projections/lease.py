@@ -13,6 +13,11 @@ leases that are no longer current, are ignored the same way.
 A lease whose ``expires_at`` has passed is over even when no ``LeaseExpired`` was recorded (yet):
 ``is_free(view, now)`` says so, and the next event settles it as expired at ``expires_at``.
 
+A ``LeaseRenewed`` moves the current lease's ``expires_at`` to its own timestamp plus its TTL
+(never beyond ``MAX_LEASE_SECONDS`` after the grant, the LEASE stream's retention); a renewal
+of a lease that is not current, or already past its end at the renewal's timestamp, changes
+nothing, so a renewal racing a release or an expiry is decided by the order of the log.
+
 The fold is total: the log is immutable, so an event it cannot use (a TTL or cooldown that is
 not a finite number within the bounds of ``events.schemas``, a naive deadline, an empty lease id)
 is counted as ``unusable`` and changes nothing else, and a claim, release or report stamped after
@@ -34,6 +39,7 @@ from events.schemas import (
     LeaseAcquired,
     LeaseExpired,
     LeaseReleased,
+    LeaseRenewed,
     LeaseReported,
 )
 from events.store import Recorded
@@ -73,6 +79,10 @@ class LeaseRecord(msgspec.Struct, frozen=True, kw_only=True):
     ended_at: datetime | None = None
     outcomes: tuple[Outcome, ...] = ()
     seq: int = 0
+    renewed_at: datetime | None = None
+    """The timestamp of the last renewal that counted; None while never renewed."""
+    renewed_seq: int = 0
+    """Its stream sequence: a writer learns from it that the fold counted its renewal."""
 
 
 class LeaseView(msgspec.Struct, frozen=True, kw_only=True):
@@ -286,6 +296,33 @@ def _expire(view: LeaseView, event: LeaseExpired, at: datetime) -> LeaseView:
     return _settle(view, at)
 
 
+def _renew(view: LeaseView, event: LeaseRenewed, recorded: Recorded) -> LeaseView:
+    at = recorded.timestamp
+    ttl = _seconds(event.ttl_seconds, 0, MAX_LEASE_SECONDS, zero=False)
+    if ttl is None or not event.lease_id:
+        return _ignored(view, UNUSABLE)
+    timing = _timing(event.deadline, at)
+    if timing != ON_TIME:
+        return _ignored(view, timing)
+    current = view.current
+    if current is None or current.lease_id != event.lease_id:
+        return view  # unknown, released, expired, or refused: nothing to renew
+    if at >= current.expires_at:
+        return _settle(view, at)  # renewed too late: it had expired already
+    # Bounded by the grant, not by the renewal: a lease must not outlive its LeaseAcquired.
+    expires = min(_after(at, ttl), _after(current.acquired_at, MAX_LEASE_SECONDS))
+    requested = _seconds(event.requested_ttl_seconds, 0, math.inf, zero=True) or 0.0
+    renewed = msgspec.structs.replace(
+        current,
+        expires_at=expires,
+        ttl_seconds=ttl,
+        requested_ttl_seconds=requested,
+        renewed_at=at,
+        renewed_seq=recorded.seq,
+    )
+    return msgspec.structs.replace(view, current=renewed)
+
+
 def _report(view: LeaseView, event: LeaseReported, at: datetime) -> LeaseView:
     timing = _timing(event.deadline, at)
     if timing != ON_TIME:
@@ -324,6 +361,8 @@ def apply(view: LeaseView | None, recorded: Recorded) -> LeaseView:
             current = _expire(current, event, at)
         case LeaseReported() as event:
             current = _report(current, event, at)
+        case LeaseRenewed() as event:
+            current = _renew(current, event, recorded)
         case _:
             pass
     return msgspec.structs.replace(current, last_seq=recorded.seq, updated_at=at)

@@ -1,4 +1,5 @@
-"""``lease acquire|release|report``: the discovery API from a shell.
+"""``lease acquire|release|report``: the discovery API from a shell (``lease_holders`` adds
+``renew`` and ``list``).
 
 For scripts (``ID=$(egress-proxies lease acquire -o json | jq -r .id)``) and for an operator
 trying a selector by hand. It speaks HTTP to a running discovery service, like a crawler would,
@@ -20,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, urlencode, urlsplit
 
 import click
 from rich.console import Console
@@ -240,14 +241,35 @@ def lease() -> None:
 )
 @click.option("--ttl", callback=_ttl, metavar="DURATION", help=f"Lease length ({EXAMPLES}).")
 @click.option("--holder", default="", help="Who holds the lease, recorded in the log.")
+@click.option(
+    "--exclude", multiple=True, metavar="UID", help="A proxy not to be given; repeat for more."
+)
+@click.option(
+    "--proxy",
+    "proxy_uid",
+    default=None,
+    metavar="UID",
+    help="This proxy or none (to resume a session on the same IP); exit 6 while it is busy.",
+)
 @api_options
 def acquire(
-    *, selector: dict[str, str], ttl: float | None, holder: str, api_url: str, output: str
+    *,
+    selector: dict[str, str],
+    ttl: float | None,
+    holder: str,
+    exclude: tuple[str, ...],
+    proxy_uid: str | None,
+    api_url: str,
+    output: str,
 ) -> None:
     """Lease a free proxy matching every selector; prints its lease id and address."""
     body: dict[str, Any] = {"selector": selector, "holder": holder}
     if ttl is not None:
         body["ttlSeconds"] = ttl
+    if exclude:
+        body["exclude"] = list(exclude)
+    if proxy_uid is not None:
+        body["proxyUid"] = proxy_uid
     # One key for this invocation: the retry below (after an outage answer) can never hold a
     # second proxy, whatever became of the first attempt.
     key = str(uuid.uuid4())
@@ -296,10 +318,28 @@ def _granted_rows(answer: Any) -> list[tuple[str, str]]:
 
 
 @lease.command("release")
-@click.argument("lease_id")
+@click.argument("lease_id", required=False)
+@click.option(
+    "--holder",
+    default=None,
+    help="Release every active lease of this holder instead (after a crawler crashed).",
+)
 @api_options
-def release(*, lease_id: str, api_url: str, output: str) -> None:
-    """End a lease now; the proxy rests for the server's cooldown, then is leased again."""
+def release(*, lease_id: str | None, holder: str | None, api_url: str, output: str) -> None:
+    """End a lease now (or all of a holder's); each proxy rests for the server's cooldown."""
+    if (lease_id is None) == (holder is None):
+        raise click.UsageError("name a LEASE_ID or --holder NAME (one of them)")
+    if holder is not None:
+        answer = _client(api_url).call("DELETE", "/v1/leases?" + urlencode({"holder": holder}))
+        released = answer.get("released") if isinstance(answer, dict) else None
+        if not isinstance(released, int):
+            raise Unexpected("the discovery API answered no count of released leases")
+        if output == "json":
+            _emit_json({"holder": holder, "released": released})
+        else:
+            stdout_console().print(inert(f"released {released} lease(s) of {holder}"))
+        return
+    assert lease_id is not None
     _client(api_url).call("DELETE", f"/v1/leases/{quote(lease_id, safe='')}")
     if output == "json":
         _emit_json({"id": lease_id, "released": True})

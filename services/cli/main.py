@@ -23,6 +23,7 @@ from services.cli.events_cmd import events
 from services.cli.gc_cmd import gc
 from services.cli.get_cmd import get_cmd
 from services.cli.lease_cmd import lease
+from services.cli.lease_holders import renew  # noqa: F401  # registers renew and list on `lease`
 from services.cli.proxies_cmd import apply_cmd, delete_cmd
 from services.cli.render import clean
 from services.cli.streams_cmd import streams
@@ -55,7 +56,7 @@ Exit codes:
   4  event log problem (a stream configured differently, missing, or not answering)
   5  the embedded nats-server could not start
   6  lease acquire: no proxy available now (it says when to try again)
-  7  lease release / report: unknown lease (never issued, released or expired)
+  7  lease release / report / renew: unknown lease (never issued, released or expired)
   8  lease acquire: no proxy matches the selector at all (it lists the attribute keys)
   9  streams check: the log holds events no fold can use
 """

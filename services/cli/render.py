@@ -45,6 +45,7 @@ MAIN_FIELDS: Mapping[str, tuple[str, ...]] = {
     "LeaseReleased": ("lease_id", "cooldown_seconds"),
     "LeaseReported": ("lease_id", "outcome", "detail"),
     "LeaseExpired": ("lease_id",),
+    "LeaseRenewed": ("lease_id", "ttl_seconds"),
     "OrphanFound": ("provider", "kind", "provider_id", "owner_uid"),
     "OrphanDeleted": ("provider", "kind", "provider_id", "owner_uid"),
     "SweepCompleted": ("listed", "orphans", "deleted", "skipped", "reason"),

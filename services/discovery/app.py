@@ -4,8 +4,9 @@ Routes (the reference is ``docs/api.md``; the schema is served at ``/schema``):
 
 - ``GET /healthz``, ``GET /metrics`` — open, untraced
 - ``GET /v1/proxies[?phase=Ready&healthy=true&attr.<key>=<value>...]``, ``GET /v1/proxies/{uid}``
-- ``POST /v1/leases`` (201), ``GET /v1/leases/{lease_id}``, ``DELETE /v1/leases/{lease_id}``
-  (204), ``POST /v1/leases/{lease_id}/report`` (204)
+- ``POST /v1/leases`` (201), ``GET /v1/leases/{lease_id}``, ``PATCH /v1/leases/{lease_id}``
+  (renew), ``DELETE /v1/leases/{lease_id}`` (204), ``POST /v1/leases/{lease_id}/report`` (204)
+- ``GET /v1/leases?holder=X``, ``DELETE /v1/leases?holder=X``: a holder's own leases
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from litestar import Litestar, Request, Response, Router, delete, get, post
+from litestar import Litestar, Request, Response, Router, delete, get, patch, post
 from litestar.di import NamedDependency, Provide
 from litestar.exceptions import HTTPException
 from litestar.openapi.config import OpenAPIConfig
@@ -40,17 +41,22 @@ from services.discovery.errors import (
     on_store_unavailable,
     on_unexpected,
 )
+from services.discovery.holders import checked_holder, held_by, release_all
 from services.discovery.leases import Granted, Leases, eligible
 from services.discovery.models import (
     AcquireRequest,
     Health,
+    LeaseList,
     LeaseOut,
     ProxyList,
     ProxyOut,
+    Released,
+    RenewRequest,
     ReportRequest,
     lease_out,
     proxy_out,
 )
+from services.discovery.renewal import renew
 from services.discovery.views import Views
 from services.runtime.metrics import Metrics
 
@@ -74,7 +80,8 @@ Api = NamedDependency[DiscoveryApi]
 ERRORS = {
     400: "`invalid_request`: the body or a parameter is not valid; the message names the field",
     401: "`unauthorized`: the bearer token is missing or wrong",
-    404: "`unknown_proxy` or `unknown_lease` (never issued, released or expired)",
+    404: "`unknown_proxy` (no such proxy; for a lease request, the `proxyUid` asked for) or "
+    "`unknown_lease` (never issued, released or expired)",
     409: "`lease_ended`: the lease this Idempotency-Key acquired is over; use a new key",
     413: "`body_too_large`: the body is over 64 KiB",
     422: "`no_matching_proxy`: no proxy has the selector's attributes (the message names those "
@@ -239,15 +246,48 @@ async def acquire(
     has those attributes; 503 ``no_proxy_available`` (with ``Retry-After``) when some have them
     but none can be leased now. With an ``Idempotency-Key``, a retry gets the same lease."""
     granted = await api.leases.acquire(
-        data.selector, data.ttl_seconds, data.holder, key=checked_key(idempotency_key)
+        data.selector,
+        data.ttl_seconds,
+        data.holder,
+        key=checked_key(idempotency_key),
+        exclude=data.exclude,
+        proxy_uid=data.proxy_uid,
     )
     return _lease(api, granted)
+
+
+@get("/leases", tags=["leases"], responses=_errors(400, 401))
+async def list_leases(api: Api, holder: FromQuery[str | None] = None) -> LeaseList:
+    """The active leases of ``holder`` (required; matched exactly), oldest first, all of them:
+    a proxy has one lease at a time, so there are never more than proxies."""
+    return LeaseList(items=[_lease(api, g) for g in held_by(api.leases, checked_holder(holder))])
+
+
+@delete("/leases", tags=["leases"], status_code=200, responses=_errors(400, 401, 503))
+async def release_held(api: Api, holder: FromQuery[str | None] = None) -> Released:
+    """Release every active lease of ``holder`` (required; matched exactly) and answer how many
+    this request released (0 when it held none). 503 when the log failed a release: the
+    others stay released, and sending it again releases the rest."""
+    return Released(released=await release_all(api.leases, checked_holder(holder)))
 
 
 @get("/leases/{lease_id:str}", tags=["leases"], responses=_errors(401, 404))
 async def get_lease(api: Api, lease_id: FromPath[str]) -> LeaseOut:
     """An active lease; 404 ``unknown_lease`` once it is released or expired."""
     return _lease(api, api.leases.get(lease_id))
+
+
+@patch(
+    "/leases/{lease_id:str}",
+    tags=["leases"],
+    responses=_errors(400, 401, 404, 413, 503),
+    before_request=strict_body(RenewRequest),
+)
+async def renew_lease(api: Api, lease_id: FromPath[str], data: JSONBody[RenewRequest]) -> LeaseOut:
+    """Renew an active lease: it now ends ``ttlSeconds`` from now (the log's time; clamped to
+    the server's maximum, ``ttlClamped``; it may also end sooner than before). The fencing
+    token stays. 404 ``unknown_lease`` once it is released or expired, here or on any replica."""
+    return _lease(api, await renew(api.leases, lease_id, data.ttl_seconds))
 
 
 @delete(
@@ -289,7 +329,17 @@ def create_app(
     guards: list[Guard] = [bearer_guard(token)] if token else []
     v1 = Router(
         "/v1",
-        route_handlers=[list_proxies, get_proxy, acquire, get_lease, release, report],
+        route_handlers=[
+            list_proxies,
+            get_proxy,
+            acquire,
+            list_leases,
+            release_held,
+            get_lease,
+            renew_lease,
+            release,
+            report,
+        ],
         guards=guards,
         security=[{"bearer": []}],
     )

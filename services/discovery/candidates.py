@@ -15,7 +15,7 @@ wrong), or some proxies have them but none can be leased now (it should wait).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from typing import Protocol
 
 from events.schemas import Phase
@@ -100,6 +100,15 @@ class CandidateIndex:
         for key, value in self._existing.by_pair:
             values.setdefault(key, set()).add(value)
         return values
+
+
+def narrowed(matching: list[str], exclude: Collection[str], only: str | None) -> list[str]:
+    """``matching`` without the proxies a request excludes, and, for a sticky request (``only``),
+    that one proxy if it is among them: the rest of the fleet is not a substitute for it."""
+    excluded = set(exclude)
+    if only is not None:
+        return [only] if only in matching and only not in excluded else []
+    return [uid for uid in matching if uid not in excluded] if excluded else matching
 
 
 class Draws(Protocol):

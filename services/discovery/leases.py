@@ -19,7 +19,7 @@ from __future__ import annotations
 import random
 import uuid
 from collections import Counter, deque
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -38,7 +38,7 @@ from projections.lease import (
     is_available,
 )
 from projections.proxy import ProxyView
-from services.discovery.candidates import leasable, random_order
+from services.discovery.candidates import leasable, narrowed, random_order
 from services.discovery.errors import (
     IdempotencyKeyMismatch,
     LeaseEnded,
@@ -164,7 +164,11 @@ class Leases:
         holder: str,
         *,
         key: str | None = None,
+        exclude: Collection[str] = (),
+        proxy_uid: str | None = None,
     ) -> Granted:
+        """A lease on a proxy matching ``selector``, none of ``exclude``, and ``proxy_uid`` if
+        given (a sticky session: that proxy or none)."""
         ttl = self.grant_ttl(requested_ttl)
         claim = Claim(dict(selector), ttl, requested_ttl or 0.0, holder, key or "")
         with self.metrics.acquire_seconds.time():
@@ -173,12 +177,12 @@ class Leases:
                 if found is not None:
                     self.metrics.acquisitions.labels("replayed").inc()
                     return found
-            matching = self.views.candidates.matching(selector)
+            matching = narrowed(self.views.candidates.matching(selector), exclude, proxy_uid)
             granted = await self._try(matching, claim) if matching else None
             if granted is None:
-                error = refusal(self.views, selector)
+                error = refusal(self.views, selector, exclude=exclude, only=proxy_uid)
                 self.metrics.acquisitions.labels(
-                    "no_match" if error.status == 422 else "busy"
+                    "busy" if error.status == 503 else "no_match"
                 ).inc()
                 raise error
             self.metrics.acquisitions.labels("acquired").inc()
@@ -286,7 +290,7 @@ class Leases:
 
     async def _confirm(self, uid: str, lease_id: str, seq: int) -> Granted | None:
         """Wait for the view to include the claim, then see whether the fold granted it."""
-        view = await self._view_at(uid, seq)
+        view = await self.view_at(uid, seq)
         record = find(view, lease_id)
         if view is None or record is None:
             log.info("lease claim refused by the fold", proxy_uid=uid, lease_id=lease_id)
@@ -303,7 +307,7 @@ class Leases:
             raise StoreUnavailable(f"the view did not reach sequence {seq} in time") from None
         return self._known(claim)
 
-    async def _view_at(self, uid: str, seq: int) -> LeaseView | None:
+    async def view_at(self, uid: str, seq: int) -> LeaseView | None:
         try:
             await self.views.wait_for_lease_seq(seq, self.policy.view_timeout)
         except TimeoutError:
@@ -351,7 +355,7 @@ class Leases:
         )
         msg_id = derive_msg_id("lease-released", lease_id, str(uuid.uuid4()))
         result = await self.store.append(subjects.lease(uid), [NewEvent(event, msg_id)])
-        view = await self._view_at(uid, result.last_seq)
+        view = await self.view_at(uid, result.last_seq)
         record = find(view, lease_id)
         if record is not None and active(view, lease_id, self.views.now()) is record:
             # Stored, yet the fold let it pass as late: this replica's clock runs well behind
@@ -383,4 +387,4 @@ class Leases:
             [NewEvent(event, derive_msg_id("lease-reported", lease_id, str(uuid.uuid4())))],
         )
         self.metrics.reports.labels(outcome).inc()
-        await self._view_at(uid, result.last_seq)  # a GET right after shows the report
+        await self.view_at(uid, result.last_seq)  # a GET right after shows the report

@@ -24,7 +24,8 @@ class DiscoveryMetrics:
         )
         self.conflicts = Counter(
             "egress_lease_conflicts_total",
-            "Lease claims that lost an optimistic-concurrency race or were refused by the fold",
+            "Lease claims (and renewals: reason renewal) that lost an optimistic-concurrency race "
+            "or were refused by the fold",
             ["reason"],
             registry=r,
         )

@@ -22,6 +22,16 @@ Selector = dict[AttributeKey, AttributeValue]
 OutcomeName = Literal["success", "blocked", "failed"]
 MIN_TTL = 1.0
 """The shortest lease: anything shorter would be over before its holder could use it."""
+ProxyUid = Annotated[str, Meta(min_length=1, max_length=253)]
+MAX_EXCLUDED = 1000
+"""Uids one request may exclude: far more than a crawler tries before it gives up on a target."""
+TTL_SECONDS = Meta(
+    ge=MIN_TTL,
+    le=MAX_LEASE_SECONDS,
+    description="Seconds, from 1 to 604800 (7 days); a JSON number, never a "
+    "string. Above the server's maximum the lease is granted for the maximum "
+    "(ttlClamped). Null or absent: 300, or the maximum if lower.",
+)
 
 
 class _In(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, rename="camel"):
@@ -36,24 +46,24 @@ class _Out(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
 class AcquireRequest(_In, frozen=True, kw_only=True):
     selector: Selector = msgspec.field(default_factory=dict)
     """Attributes the proxy must have, all of them (``{"country": "de"}``)."""
-    ttl_seconds: (
-        Annotated[
-            float,
-            Meta(
-                ge=MIN_TTL,
-                le=MAX_LEASE_SECONDS,
-                description="Seconds, from 1 to 604800 (7 days); a JSON number, never a "
-                "string. Above the server's maximum the lease is granted for the maximum "
-                "(ttlClamped). Null or absent: 300, or the maximum if lower.",
-            ),
-        ]
-        | None
-    ) = None
+    ttl_seconds: Annotated[float, TTL_SECONDS] | None = None
     """How long the lease lasts unless released: 1 s to 7 days (default 300 s, or the maximum
     if lower). More than the server's maximum (``--max-lease-ttl``) is granted as the maximum:
     the answer says ``ttlClamped``. A number, never a string."""
     holder: Annotated[str, Meta(max_length=256)] = ""
     """Who holds the lease (a crawler's name), recorded in the log and shown in the lease."""
+    exclude: Annotated[list[ProxyUid], Meta(max_length=MAX_EXCLUDED)] = msgspec.field(
+        default_factory=list
+    )
+    """Uids of proxies the lease must not be on (say, those a target has just blocked)."""
+    proxy_uid: ProxyUid | None = None
+    """One particular proxy (to resume a session on the same IP): that one or none. Not free:
+    503 with ``Retry-After``; unknown: 404 ``unknown_proxy``."""
+
+
+class RenewRequest(_In, frozen=True, kw_only=True):
+    ttl_seconds: Annotated[float, TTL_SECONDS] | None = None
+    """How long the lease lasts from now on: as on a lease request, clamped to the maximum."""
 
 
 class ReportRequest(_In, frozen=True, kw_only=True):
@@ -130,6 +140,18 @@ class LeaseOut(_Out, frozen=True, kw_only=True):
     holder: str
     selector: dict[str, str]
     outcomes: list[OutcomeOut]
+    renewed_at: datetime | None = None
+    """When the lease was last renewed (the log's time); None while never renewed."""
+
+
+class LeaseList(_Out, frozen=True, kw_only=True):
+    items: list[LeaseOut]
+    """A holder's active leases, oldest first."""
+
+
+class Released(_Out, frozen=True, kw_only=True):
+    released: int
+    """How many active leases this request released."""
 
 
 class Health(_Out, frozen=True, kw_only=True):
@@ -200,4 +222,5 @@ def lease_out(record: LeaseRecord, proxy: ProxyView | None) -> LeaseOut:
             OutcomeOut(outcome=o.outcome, target=o.target, detail=o.detail, at=o.at)
             for o in record.outcomes
         ],
+        renewed_at=record.renewed_at,
     )

@@ -17,14 +17,20 @@ from __future__ import annotations
 import difflib
 import math
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from datetime import datetime
 
 from events.schemas import Phase
 from projections.lease import available_at, is_available, is_free
 from projections.proxy import ProxyView
 from services.discovery.candidates import leasable
-from services.discovery.errors import ApiError, NoMatchingProxy, NoProxyAvailable
+from services.discovery.errors import (
+    ApiError,
+    InvalidRequest,
+    NoMatchingProxy,
+    NoProxyAvailable,
+    UnknownProxy,
+)
 from services.discovery.views import Views
 
 UNKNOWN_WAIT = 5
@@ -40,9 +46,35 @@ UNPROBED = "not probed yet"
 DELETING = "being deleted"
 
 
-def refusal(views: Views, selector: Mapping[str, str]) -> ApiError:
-    """The error for a request that got no proxy, from the views as they are now."""
-    uids = views.candidates.existing(selector)
+def refusal(
+    views: Views,
+    selector: Mapping[str, str],
+    *,
+    exclude: Collection[str] = (),
+    only: str | None = None,
+) -> ApiError:
+    """The error for a request that got no proxy, from the views as they are now. Proxies in
+    ``exclude`` do not count; with ``only`` (a sticky request) nothing else does."""
+    excluded = set(exclude)
+    if only is not None:
+        proxy = views.proxy(only)
+        if proxy is None or proxy.removed:
+            return UnknownProxy(f"proxyUid: no proxy {only!r}; list them with GET /v1/proxies")
+        if only in excluded:
+            return InvalidRequest(f"proxyUid: {only!r} is also in exclude; leave it out of one")
+        if only not in views.candidates.existing(selector):
+            return NoMatchingProxy(
+                f"proxyUid: the proxy {only!r} does not have the attributes {dict(selector)}"
+            )
+        uids = [only]
+    else:
+        found = views.candidates.existing(selector)
+        uids = [uid for uid in found if uid not in excluded]
+        if found and not uids:
+            return NoMatchingProxy(
+                f"every proxy with the attributes {dict(selector)} is in exclude "
+                f"({len(found)} of them); waiting will not help"
+            )
     if not uids:
         return NoMatchingProxy(_nothing_has(views, selector))
     now = views.now()
@@ -79,8 +111,13 @@ def refusal(views: Views, selector: Mapping[str, str]) -> ApiError:
         wait = max(1, math.ceil((soonest - now).total_seconds()))
     else:
         wait = 1 if reasons[CLAIMED] else UNKNOWN_WAIT
+    told = f"{n} {match} the selector {dict(selector)}, but none can be leased now"
+    if only is not None:
+        told = f"the proxy {only!r} cannot be leased now"
+    elif excluded:
+        told += " (leaving out those in exclude)"
     return NoProxyAvailable(
-        f"{n} {match} the selector {dict(selector)}, but none can be leased now: {counts}",
+        f"{told}: {counts}",
         headers={"Retry-After": str(wait)},
     )
 

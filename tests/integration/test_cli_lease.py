@@ -155,6 +155,6 @@ async def test_usage_errors_exit_2(args: tuple[str, ...], named: str) -> None:
 async def test_help_documents_the_lease_exit_codes() -> None:
     result = await cli("--help")
     assert "6  lease acquire: no proxy available" in result.stdout
-    assert "7  lease release / report: unknown lease" in result.stdout
+    assert "7  lease release / report / renew: unknown lease" in result.stdout
     assert "8  lease acquire: no proxy matches the selector at all" in result.stdout
     assert "lease" in (await cli("lease", "--help")).stdout

@@ -19,6 +19,7 @@ from events.schemas import (
     LeaseAcquired,
     LeaseExpired,
     LeaseReleased,
+    LeaseRenewed,
     LeaseReported,
 )
 from events.store import Recorded
@@ -154,7 +155,7 @@ def test_an_aware_deadline_in_another_zone_is_compared_as_an_instant() -> None:
     st.lists(
         st.tuples(
             st.floats(min_value=0, max_value=1e6),
-            st.sampled_from(["acquire", "release", "report", "expire"]),
+            st.sampled_from(["acquire", "release", "report", "expire", "renew"]),
             st.sampled_from(["a", "b", ""]),
             st.floats(allow_nan=True, allow_infinity=True),
             st.floats(allow_nan=True, allow_infinity=True),
@@ -187,6 +188,14 @@ def test_no_event_makes_the_fold_raise(
             event = LeaseReported(
                 lease_id=lease_id, proxy_uid="p1", outcome="failed", deadline=when
             )
+        elif kind == "renew":
+            event = LeaseRenewed(
+                lease_id=lease_id,
+                proxy_uid="p1",
+                ttl_seconds=seconds,
+                requested_ttl_seconds=cooldown,
+                deadline=when,
+            )
         else:
             event = LeaseExpired(lease_id=lease_id, proxy_uid="p1")
         log.add(offset, event)
@@ -199,6 +208,9 @@ def test_no_event_makes_the_fold_raise(
         assert 0 < view.current.ttl_seconds <= MAX_LEASE_SECONDS
         assert 0 <= view.current.cooldown_seconds <= MAX_COOLDOWN_SECONDS
         assert view.current.lease_id
+        assert view.current.expires_at <= view.current.acquired_at + timedelta(
+            seconds=MAX_LEASE_SECONDS
+        )
     now = at(2e6)
     is_available(view, now)  # every question about the view answers too
     assert view.fencing_token == view.granted
