@@ -22,6 +22,7 @@ from events.schemas import (
     LeaseAcquired,
     LeaseExpired,
     LeaseReleased,
+    LeaseRenewed,
     LeaseReported,
     Phase,
     PhaseChanged,
@@ -124,8 +125,20 @@ def _expired(**changes: Any) -> LeaseExpired:
     return LeaseExpired(**{"lease_id": "l1", "proxy_uid": "p1", **changes})
 
 
+def _renewed(**changes: Any) -> LeaseRenewed:
+    return LeaseRenewed(**{"lease_id": "l1", "proxy_uid": "p1", "ttl_seconds": 60.0, **changes})
+
+
 NOT_FINITE = [math.inf, -math.inf, math.nan]
 REFUSED: list[tuple[Event, str]] = [
+    *((_renewed(ttl_seconds=v), "ttl_seconds") for v in NOT_FINITE),
+    (_renewed(ttl_seconds=0), "ttl_seconds"),
+    (_renewed(ttl_seconds=MAX_LEASE_SECONDS + 1), "ttl_seconds"),
+    (_renewed(ttl_seconds="60"), "ttl_seconds"),
+    (_renewed(requested_ttl_seconds=1e12), "requested_ttl_seconds"),
+    (_renewed(lease_id=""), "lease_id"),
+    (_renewed(proxy_uid=""), "proxy_uid"),
+    (_renewed(deadline=datetime(2026, 1, 1)), "deadline"),
     *((_claim(ttl_seconds=v), "ttl_seconds") for v in NOT_FINITE),
     *((_claim(cooldown_seconds=v), "cooldown_seconds") for v in NOT_FINITE),
     *((_claim(requested_ttl_seconds=v), "requested_ttl_seconds") for v in NOT_FINITE),
