@@ -57,7 +57,11 @@ async def test_unlabelled_secret_is_a_cloud_init_error_until_labelled(
         assert b.condition("de-1", "Ready")["status"] == "False"
         assert await b.events(uid) == []  # nothing declared: no instance
         assert b.fake.created_total == 0
-        assert any(e["reason"] == "SecretNotLabelled" for e in b.kube_events("de-1"))
+        # The Kubernetes Event is written after the status patch, by its own request.
+        await until(
+            lambda: any(e["reason"] == "SecretNotLabelled" for e in b.kube_events("de-1")),
+            what="a SecretNotLabelled Event on the Proxy",
+        )
 
         # Labelling the Secret is consent: the proxy is declared with its content.
         b.kube.patch(
