@@ -9,15 +9,17 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 from msgspec import Meta
 
 from events.schemas import (
     EVENT_TYPES,
+    MAX_BLOCK_BACKOFF_SECONDS,
     MAX_COOLDOWN_SECONDS,
     MAX_LEASE_SECONDS,
+    MAX_TARGET_LENGTH,
     SCHEMA_VERSION,
     AnyEvent,
     Event,
@@ -77,6 +79,7 @@ WRITE_BOUNDS: dict[type[Event], dict[str, Any]] = {
         "cooldown_seconds": _COOLDOWN,
         "fencing_token": Annotated[int, Meta(ge=0)],
         "deadline": _DEADLINE,
+        "target": Annotated[str, Meta(max_length=MAX_TARGET_LENGTH)],
     },
     LeaseReleased: {
         "lease_id": _ID,
@@ -84,7 +87,13 @@ WRITE_BOUNDS: dict[type[Event], dict[str, Any]] = {
         "cooldown_seconds": _COOLDOWN,
         "deadline": _DEADLINE,
     },
-    LeaseReported: {"lease_id": _ID, "proxy_uid": _ID, "deadline": _DEADLINE},
+    LeaseReported: {
+        "lease_id": _ID,
+        "proxy_uid": _ID,
+        "outcome": Literal["success", "blocked", "failed"],
+        "deadline": _DEADLINE,
+        "backoff_seconds": Annotated[float, Meta(ge=0, le=MAX_BLOCK_BACKOFF_SECONDS)],
+    },
     LeaseExpired: {"lease_id": _ID, "proxy_uid": _ID},
     LeaseRenewed: {
         "lease_id": _ID,

@@ -250,6 +250,11 @@ MAX_LEASE_SECONDS = 7 * 24 * 3600.0
 MAX_COOLDOWN_SECONDS = 24 * 3600.0
 """The longest rest after a lease; a longer one takes a proxy out of service, which is not what
 a cooldown is for (delete the proxy instead)."""
+MAX_TARGET_LENGTH = 253
+"""A target is a host name (``projections.outcomes.target_key``): at most 253 characters."""
+MAX_BLOCK_BACKOFF_SECONDS = 24 * 3600.0
+"""The longest back-off a ``blocked`` report starts for a (proxy, target) pair, however often the
+target blocked it: a site's block list changes, and a day is long enough to learn it has not."""
 
 
 class LeaseAcquired(Event, frozen=True, kw_only=True):
@@ -273,6 +278,9 @@ class LeaseAcquired(Event, frozen=True, kw_only=True):
     """When the writer stopped waiting for the log: its idea of the server's time plus its append
     timeout and a margin. A claim stamped later was answered as failed, so the fold ignores it
     (docs/api.md, "When NATS is unreachable"). Unset (left out of the payload): no deadline."""
+    target: str = ""
+    """The host the holder means to reach (``projections.outcomes.target_key`` of what it
+    sent); the claim does not hold while that host has the proxy in back-off. Empty: any."""
 
 
 class LeaseReleased(Event, frozen=True, kw_only=True):
@@ -298,6 +306,11 @@ class LeaseReported(Event, frozen=True, kw_only=True):
     """What the holder was reaching through the proxy (a host or URL), when it said."""
     deadline: datetime | msgspec.UnsetType = msgspec.UNSET
     """As on ``LeaseAcquired``: a report stamped after it is not recorded in the view."""
+    backoff_seconds: float = 0.0
+    """The writer's ``--block-backoff``: how long a first ``blocked`` report for (proxy, target)
+    keeps the proxy from that target; each further one doubles it, up to
+    ``MAX_BLOCK_BACKOFF_SECONDS``. Carried in the event so that every replica, and a rebuild,
+    computes the same back-off. 0 (and every report written before back-offs): none."""
 
 
 class LeaseExpired(Event, frozen=True, kw_only=True):

@@ -18,6 +18,11 @@ A ``LeaseRenewed`` moves the current lease's ``expires_at`` to its own timestamp
 of a lease that is not current, or already past its end at the renewal's timestamp, changes
 nothing, so a renewal racing a release or an expiry is decided by the order of the log.
 
+Reports also feed ``projections.outcomes``: counters per proxy, and per (proxy, target) the
+back-offs that ``blocked`` reports start. A claim naming a target (``LeaseAcquired.target``)
+does not hold while that target has the proxy in back-off at the claim's timestamp, counted as
+``rejected`` like a claim on a held proxy.
+
 The fold is total: the log is immutable, so an event it cannot use (a TTL or cooldown that is
 not a finite number within the bounds of ``events.schemas``, a naive deadline, an empty lease id)
 is counted as ``unusable`` and changes nothing else, and a claim, release or report stamped after
@@ -44,6 +49,7 @@ from events.schemas import (
 )
 from events.store import Recorded
 from events.subjects import proxy_uid_of
+from projections.outcomes import Reports, blocked_until, record, target_key, usable_base
 
 HISTORY = 20
 """Ended leases a view keeps (beyond the current one), and reports kept per view and per lease."""
@@ -106,6 +112,8 @@ class LeaseView(msgspec.Struct, frozen=True, kw_only=True):
     """Claims, releases and reports ignored because they were stamped after their deadline."""
     updated_at: datetime | None = None
     last_seq: int = 0
+    reports: Reports = msgspec.field(default_factory=Reports)
+    """Report counters and back-offs per target (``projections.outcomes``)."""
 
     @property
     def lease_id(self) -> str:
@@ -132,18 +140,25 @@ def is_free(view: LeaseView | None, now: datetime) -> bool:
     return view is None or view.current is None or now >= view.current.expires_at
 
 
-def available_at(view: LeaseView | None) -> datetime | None:
-    """The earliest time the proxy can be leased again; None when nothing ever held it."""
+def available_at(view: LeaseView | None, target: str = "") -> datetime | None:
+    """The earliest time the proxy can be leased again (for ``target``, a ``target_key``, if
+    given: past its back-off for it too); None when nothing stands in the way."""
     if view is None:
         return None
     if view.current is not None:
-        return _after(view.current.expires_at, view.current.cooldown_seconds)
-    return view.cooldown_until
+        when: datetime | None = _after(view.current.expires_at, view.current.cooldown_seconds)
+    else:
+        when = view.cooldown_until
+    blocked = blocked_until(view.reports, target)
+    if blocked is not None and (when is None or blocked > when):
+        return blocked
+    return when
 
 
-def is_available(view: LeaseView | None, now: datetime) -> bool:
-    """Free and past its cooldown at ``now``: a claim stamped ``now`` would hold."""
-    when = available_at(view)
+def is_available(view: LeaseView | None, now: datetime, target: str = "") -> bool:
+    """Free, past its cooldown and (for ``target``) its back-off at ``now``: a claim stamped
+    ``now`` would hold."""
+    when = available_at(view, target)
     return when is None or now >= when
 
 
@@ -250,7 +265,12 @@ def _acquire(view: LeaseView, event: LeaseAcquired, recorded: Recorded) -> Lease
     if timing != ON_TIME:
         return _ignored(view, timing)
     view = _settle(view, at)
-    if view.current is not None or (view.cooldown_until is not None and at < view.cooldown_until):
+    blocked = blocked_until(view.reports, target_key(event.target))
+    if (
+        view.current is not None
+        or (view.cooldown_until is not None and at < view.cooldown_until)
+        or (blocked is not None and at < blocked)
+    ):
         return msgspec.structs.replace(view, rejected=view.rejected + 1)
     token = view.fencing_token + 1
     # Only shown (``ttlClamped``); claims written before requests were bounded may hold any
@@ -324,9 +344,14 @@ def _renew(view: LeaseView, event: LeaseRenewed, recorded: Recorded) -> LeaseVie
 
 
 def _report(view: LeaseView, event: LeaseReported, at: datetime) -> LeaseView:
+    base = usable_base(event.backoff_seconds)
+    if base is None:
+        return _ignored(view, UNUSABLE)
     timing = _timing(event.deadline, at)
     if timing != ON_TIME:
         return _ignored(view, timing)
+    reports = record(view.reports, event.outcome, event.target, base, at)
+    view = msgspec.structs.replace(view, reports=reports)
     outcome = Outcome(
         lease_id=event.lease_id,
         outcome=event.outcome,

@@ -11,14 +11,15 @@ attributes at all (fix the selector; retrying will not help).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 from urllib.parse import quote, urlencode, urlsplit
@@ -31,6 +32,7 @@ from services.cli.common import stdout_console
 from services.cli.render import clean, format_time, inert
 from services.discovery.auth import TOKEN_ENV, token_from_env
 from services.discovery.durations import EXAMPLES, parse_duration
+from services.discovery.models import MAX_WAIT_SECONDS
 from services.runtime.connection import ConnectError
 from services.runtime.errors import ConfigError
 from services.runtime.options import with_env_option
@@ -221,6 +223,24 @@ def _ttl(ctx: click.Context, param: click.Parameter, value: str | None) -> float
     return seconds
 
 
+def _wait(ctx: click.Context, param: click.Parameter, value: str | None) -> float | None:
+    seconds = _ttl(ctx, param, value)
+    if seconds is not None and seconds > MAX_WAIT_SECONDS:
+        raise click.BadParameter(f"{value!r} is longer than the most allowed, 60s")
+    return seconds
+
+
+@contextlib.contextmanager
+def _waiting(wait: float | None) -> Iterator[None]:
+    """A spinner on standard error while the server holds the request (a terminal only)."""
+    console = Console(stderr=True)
+    if not wait or not console.is_terminal:
+        yield
+        return
+    with console.status(f"waiting up to {wait:g}s for a free proxy"):
+        yield
+
+
 def _emit_json(answer: object) -> None:
     click.echo(json.dumps(answer, indent=2))
 
@@ -251,6 +271,18 @@ def lease() -> None:
     metavar="UID",
     help="This proxy or none (to resume a session on the same IP); exit 6 while it is busy.",
 )
+@click.option(
+    "--target",
+    default="",
+    metavar="HOST",
+    help="The site the proxy is for: proxies it has blocked (in back-off) are not given.",
+)
+@click.option(
+    "--wait",
+    callback=_wait,
+    metavar="DURATION",
+    help="When no proxy is free, wait up to this long (at most 60s) for one.",
+)
 @api_options
 def acquire(
     *,
@@ -259,11 +291,17 @@ def acquire(
     holder: str,
     exclude: tuple[str, ...],
     proxy_uid: str | None,
+    target: str,
+    wait: float | None,
     api_url: str,
     output: str,
 ) -> None:
     """Lease a free proxy matching every selector; prints its lease id and address."""
     body: dict[str, Any] = {"selector": selector, "holder": holder}
+    if target:
+        body["target"] = target
+    if wait:
+        body["waitSeconds"] = wait
     if ttl is not None:
         body["ttlSeconds"] = ttl
     if exclude:
@@ -273,12 +311,20 @@ def acquire(
     # One key for this invocation: the retry below (after an outage answer) can never hold a
     # second proxy, whatever became of the first attempt.
     key = str(uuid.uuid4())
+    # The server holds a waiting request open: the connection must outlast the wait.
     client = _client(api_url)
-    try:
-        answer = client.call("POST", "/v1/leases", body, idempotency_key=key)
-    except Unavailable as exc:
-        time.sleep(min(exc.retry_after, 5.0))
-        answer = client.call("POST", "/v1/leases", body, idempotency_key=key)
+    client = replace(client, timeout=client.timeout + (wait or 0.0))
+    with _waiting(wait):
+        try:
+            answer = client.call("POST", "/v1/leases", body, idempotency_key=key)
+        except Unavailable as exc:
+            time.sleep(min(exc.retry_after, 5.0))
+            answer = client.call("POST", "/v1/leases", body, idempotency_key=key)
+    print_lease(answer, output)
+
+
+def print_lease(answer: Any, output: str) -> None:
+    """A lease answer as JSON or as a table of ``key value`` rows."""
     if output == "json":
         _emit_json(answer)
         return

@@ -21,10 +21,10 @@ from services.cli.lease_cmd import (
     Unexpected,
     _client,
     _emit_json,
-    _granted_rows,
     _ttl,
     api_options,
     lease,
+    print_lease,
 )
 from services.cli.render import clean, format_time, inert
 
@@ -44,22 +44,7 @@ def renew(*, lease_id: str, ttl: float | None, api_url: str, output: str) -> Non
     """Extend an active lease from now; same proxy, same fencing token (exit 7 if it ended)."""
     body: dict[str, Any] = {} if ttl is None else {"ttlSeconds": ttl}
     answer = _client(api_url).call("PATCH", f"/v1/leases/{quote(lease_id, safe='')}", body)
-    if output == "json":
-        _emit_json(answer)
-        return
-    try:
-        rows = _granted_rows(answer)
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise Unexpected(
-            f"the discovery API answered a lease this command cannot read ({clean(repr(exc))}); "
-            "use -o json to see it"
-        ) from None
-    table = Table(box=None, show_header=False, pad_edge=False)
-    table.add_column(style="bold", no_wrap=True)
-    table.add_column(overflow="fold")
-    for key, value in rows:
-        table.add_row(key, inert(value))
-    stdout_console().print(table)
+    print_lease(answer, output)
 
 
 @lease.command("list")

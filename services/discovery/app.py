@@ -27,6 +27,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from events.errors import StoreUnavailable
 from events.schemas import Phase
+from projections.outcomes import target_key
 from projections.proxy import ProxyView
 from services.discovery.auth import bearer_guard
 from services.discovery.bodies import strict_body
@@ -42,20 +43,23 @@ from services.discovery.errors import (
     on_unexpected,
 )
 from services.discovery.holders import checked_holder, held_by, release_all
-from services.discovery.leases import Granted, Leases, eligible
+from services.discovery.leases import Leases, eligible
 from services.discovery.models import (
     AcquireRequest,
     Health,
     LeaseList,
     LeaseOut,
+    ProxyDetail,
     ProxyList,
     ProxyOut,
     Released,
     RenewRequest,
     ReportRequest,
     lease_out,
+    proxy_detail,
     proxy_out,
 )
+from services.discovery.policy import Granted
 from services.discovery.renewal import renew
 from services.discovery.views import Views
 from services.runtime.metrics import Metrics
@@ -122,6 +126,17 @@ def checked_key(key: str | None) -> str | None:
         raise InvalidRequest(
             f"{IDEMPOTENCY_KEY}: use 1 to {MAX_KEY_LENGTH} printable ASCII characters "
             "(a UUID, for instance)"
+        )
+    return key
+
+
+def checked_target(target: str) -> str:
+    """The host a request's ``target`` names (``outcomes.target_key``), or a 400 naming it."""
+    key = target_key(target)
+    if target.strip() and not key:
+        raise InvalidRequest(
+            f"target: {target[:100]!r} names no host; send a host name (shop.example.com) or "
+            "a URL of it"
         )
     return key
 
@@ -220,11 +235,12 @@ async def list_proxies(
 
 
 @get("/proxies/{uid:str}", tags=["proxies"], responses=_errors(401, 404))
-async def get_proxy(api: Api, uid: FromPath[str]) -> ProxyOut:
+async def get_proxy(api: Api, uid: FromPath[str]) -> ProxyDetail:
+    """One proxy, with the targets it is in back-off for."""
     proxy = api.views.proxy(uid)
     if proxy is None or proxy.removed:
         raise UnknownProxy(f"no proxy {uid!r}")
-    return _proxy(api, proxy)
+    return proxy_detail(_proxy(api, proxy), api.views.lease_view(uid), api.views.now())
 
 
 # -------------------------------------------------------------------------------- leases
@@ -244,7 +260,9 @@ async def acquire(
     until ``ttlSeconds`` (1 s to 7 days) pass or it is released. A TTL above the server's
     maximum is granted as the maximum (``ttlClamped``). 422 ``no_matching_proxy`` when no proxy
     has those attributes; 503 ``no_proxy_available`` (with ``Retry-After``) when some have them
-    but none can be leased now. With an ``Idempotency-Key``, a retry gets the same lease."""
+    but none can be leased now. With an ``Idempotency-Key``, a retry gets the same lease.
+    With ``target``, proxies in back-off for that host are skipped; with ``waitSeconds``, a
+    request waits up to that long for a proxy to become free."""
     granted = await api.leases.acquire(
         data.selector,
         data.ttl_seconds,
@@ -252,6 +270,8 @@ async def acquire(
         key=checked_key(idempotency_key),
         exclude=data.exclude,
         proxy_uid=data.proxy_uid,
+        target=checked_target(data.target),
+        wait=data.wait_seconds,
     )
     return _lease(api, granted)
 
@@ -274,7 +294,7 @@ async def release_held(api: Api, holder: FromQuery[str | None] = None) -> Releas
 @get("/leases/{lease_id:str}", tags=["leases"], responses=_errors(401, 404))
 async def get_lease(api: Api, lease_id: FromPath[str]) -> LeaseOut:
     """An active lease; 404 ``unknown_lease`` once it is released or expired."""
-    return _lease(api, api.leases.get(lease_id))
+    return _lease(api, await api.leases.current(lease_id))
 
 
 @patch(

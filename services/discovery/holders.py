@@ -16,7 +16,8 @@ import asyncio
 
 from projections.lease import active
 from services.discovery.errors import InvalidRequest, UnknownLease
-from services.discovery.leases import Granted, Leases
+from services.discovery.leases import Leases
+from services.discovery.policy import Granted
 
 MAX_HOLDER = 256
 """As on ``POST /v1/leases``."""

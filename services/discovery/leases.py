@@ -16,12 +16,12 @@ makes a retried claim find the lease its first attempt got (docs/api.md, "Idempo
 
 from __future__ import annotations
 
+import contextlib
 import random
+import time
 import uuid
 from collections import Counter, deque
-from collections.abc import Collection, Mapping
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from collections.abc import Callable, Collection, Mapping
 
 import structlog
 
@@ -31,12 +31,12 @@ from events.schemas import LeaseAcquired, LeaseReleased, LeaseReported
 from events.store import EventStore, NewEvent, derive_msg_id
 from projections.lease import (
     RELEASED,
-    LeaseRecord,
     LeaseView,
     active,
     find,
     is_available,
 )
+from projections.outcomes import BLOCKED
 from projections.proxy import ProxyView
 from services.discovery.candidates import leasable, narrowed, random_order
 from services.discovery.errors import (
@@ -46,81 +46,13 @@ from services.discovery.errors import (
     UnknownLease,
 )
 from services.discovery.metrics import DiscoveryMetrics
+from services.discovery.policy import Claim, Granted, LeasePolicy, Stored
 from services.discovery.refusals import refusal
 from services.discovery.views import Views
+from services.discovery.waiting import Queue, Waiter
 from services.discovery.withdraw import Withdrawals
 
 log = structlog.get_logger("egress.discovery")
-
-DEFAULT_TTL = 300.0
-
-
-@dataclass(frozen=True, slots=True)
-class LeasePolicy:
-    max_ttl: float = 3600.0
-    cooldown: float = 10.0
-    max_attempts: int = 16
-    """Claims one request tries before answering busy: bounds the work under heavy contention."""
-    view_timeout: float = 5.0
-    append_timeout: float = 1.5
-    """How long a write waits for the log before the answer is 503: the store's timeout."""
-    deadline_margin: float = 1.0
-    """Added to the append timeout to make a write's deadline: room for the time between
-    reading the clock and the server's stamp, and for what the server-clock estimate misses."""
-
-    @property
-    def default_ttl(self) -> float:
-        return min(DEFAULT_TTL, self.max_ttl)
-
-    def deadline(self, server_now: datetime) -> datetime:
-        return server_now + timedelta(seconds=self.append_timeout + self.deadline_margin)
-
-
-@dataclass(frozen=True, slots=True)
-class Claim:
-    """What one acquire request asks for, as it goes into each ``LeaseAcquired`` it tries."""
-
-    selector: dict[str, str]
-    ttl: float
-    requested_ttl: float
-    holder: str
-    key: str = ""
-    """The request's Idempotency-Key ("" without one)."""
-
-    @property
-    def lease_id(self) -> str:
-        """With a key, one lease id for every attempt and every retry: derived from the key."""
-        return str(uuid.UUID(derive_msg_id("lease-key", self.key))) if self.key else ""
-
-    def msg_id(self, lease_id: str, used: int) -> str:
-        """With a key, the ``used``-th msg id of the key: a retry sends the same ids in the same
-        order, so JetStream's stream-wide de-duplication points it at what the first request
-        stored, on whichever proxy that was."""
-        if self.key:
-            return derive_msg_id("lease-acquired", "key", self.key, str(used))
-        return derive_msg_id("lease-acquired", lease_id)
-
-    def same_request(self, record: LeaseRecord) -> bool:
-        return (record.selector, record.holder, record.requested_ttl_seconds) == (
-            self.selector,
-            self.holder,
-            self.requested_ttl,
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class Granted:
-    view: LeaseView
-    record: LeaseRecord
-
-
-@dataclass(frozen=True, slots=True)
-class Stored:
-    """A claim the log took: at ``seq``, or, as a duplicate, what an earlier one stored there."""
-
-    lease_id: str
-    seq: int
-    duplicate: bool
 
 
 def eligible(proxy: ProxyView, selector: Mapping[str, str]) -> bool:
@@ -146,16 +78,10 @@ class Leases:
         self.rng = rng or random.Random()
         self.withdrawals = Withdrawals(store, views)
         self._trying: Counter[str] = Counter()
+        self.queue: Queue[Granted] = Queue(views, self._give_back)
+        views.on_change = self.queue.changed
 
     # ------------------------------------------------------------------------------ acquire
-
-    def grant_ttl(self, requested: float | None) -> float:
-        """The TTL granted: the default when none is asked for, never above the maximum. A
-        longer request is clamped, not refused: the holder gets the longest lease it may have
-        and learns so from ``ttlClamped``, where a refusal would only make it ask again."""
-        if requested is None:
-            return self.policy.default_ttl
-        return min(requested, self.policy.max_ttl)
 
     async def acquire(
         self,
@@ -166,27 +92,66 @@ class Leases:
         key: str | None = None,
         exclude: Collection[str] = (),
         proxy_uid: str | None = None,
+        target: str = "",
+        wait: float = 0.0,
     ) -> Granted:
-        """A lease on a proxy matching ``selector``, none of ``exclude``, and ``proxy_uid`` if
-        given (a sticky session: that proxy or none)."""
-        ttl = self.grant_ttl(requested_ttl)
-        claim = Claim(dict(selector), ttl, requested_ttl or 0.0, holder, key or "")
+        """A lease on a proxy matching ``selector``, none of ``exclude``, ``proxy_uid`` if given
+        (a sticky session: that proxy or none), and not in back-off for ``target``; waiting up
+        to ``wait`` seconds for one to become free (``waiting``)."""
+        ttl = self.policy.grant_ttl(requested_ttl)
+        claim = Claim(dict(selector), ttl, requested_ttl or 0.0, holder, key or "", target)
         with self.metrics.acquire_seconds.time():
             if claim.key:
                 found = self._known(claim)
                 if found is not None:
                     self.metrics.acquisitions.labels("replayed").inc()
                     return found
-            matching = narrowed(self.views.candidates.matching(selector), exclude, proxy_uid)
+
+            def candidates() -> list[str]:
+                return narrowed(self.views.candidates.matching(selector), exclude, proxy_uid)
+
+            queued = wait > 0 and self.queue.waiting > 0
+            matching = [] if queued else candidates()
             granted = await self._try(matching, claim) if matching else None
             if granted is None:
-                error = refusal(self.views, selector, exclude=exclude, only=proxy_uid)
+                error = refusal(
+                    self.views, selector, exclude=exclude, only=proxy_uid, target=target
+                )
+                if error.status == 503 and wait > 0 and not self.queue.full:
+                    granted = await self._wait(candidates, claim, wait)
+                    if granted is None:
+                        error = refusal(
+                            self.views, selector, exclude=exclude, only=proxy_uid, target=target
+                        )
+            if granted is None:
                 self.metrics.acquisitions.labels(
                     "busy" if error.status == 503 else "no_match"
                 ).inc()
                 raise error
             self.metrics.acquisitions.labels("acquired").inc()
             return granted
+
+    async def _wait(
+        self, candidates: Callable[[], list[str]], claim: Claim, seconds: float
+    ) -> Granted | None:
+        async def attempt() -> Granted | None:
+            matching = candidates()
+            return await self._try(matching, claim) if matching else None
+
+        started = time.monotonic()
+        waiter: Waiter[Granted] = Waiter(candidates, claim.target, attempt)
+        self.metrics.waiting.inc()
+        try:
+            granted = await self.queue.wait(waiter, seconds)
+        finally:
+            self.metrics.waiting.dec()
+        self.metrics.wait_seconds.labels("acquired" if granted else "timeout").observe(
+            time.monotonic() - started
+        )
+        return granted
+
+    async def _give_back(self, granted: Granted) -> None:
+        await self.release(granted.record.lease_id)
 
     def _known(self, claim: Claim) -> Granted | None:
         """The lease an earlier request with the same key got, if the view holds it."""
@@ -224,7 +189,7 @@ class Leases:
                 view = self.views.lease_view(uid)
             else:
                 break
-            if self._trying[uid] or not is_available(view, now):
+            if self._trying[uid] or not is_available(view, now, claim.target):
                 # Another request of this replica is claiming it: one claim per replica is
                 # enough to race with the other replicas; more would only lose to it.
                 continue
@@ -270,6 +235,7 @@ class Leases:
             fencing_token=(view.fencing_token if view else 0) + 1,
             cooldown_seconds=self.policy.cooldown,
             deadline=self.policy.deadline(self.views.server_now()),
+            target=claim.target,
         )
         expected = view.last_seq if view else 0
         try:
@@ -328,6 +294,17 @@ class Leases:
             raise UnknownLease(f"no active lease {lease_id!r} (unknown, released or expired)")
         return Granted(found[0], record)
 
+    async def current(self, lease_id: str) -> Granted:
+        """``get``, after making sure this replica is not merely behind: a lease granted on
+        another replica a moment ago may not be in this view yet, so before answering that a
+        lease it has never seen is unknown, the view waits (bounded) for the log's end."""
+        if self.views.find_lease(lease_id) is None:
+            with contextlib.suppress(TimeoutError):
+                await self.views.wait_for_lease_seq(
+                    await self.views.lease_log_seq(), self.policy.view_timeout
+                )
+        return self.get(lease_id)
+
     async def release(self, lease_id: str) -> None:
         """End the lease now; the proxy cools down before its next lease.
 
@@ -346,7 +323,7 @@ class Leases:
                 # it reached the log): the lease is over, as asked.
                 self.metrics.releases.labels("released").inc()
                 return
-        uid = self.get(lease_id).view.proxy_uid
+        uid = (await self.current(lease_id)).view.proxy_uid
         event = LeaseReleased(
             lease_id=lease_id,
             proxy_uid=uid,
@@ -372,7 +349,7 @@ class Leases:
 
     async def report(self, lease_id: str, outcome: str, target: str, detail: str) -> None:
         """Record how the work through the proxy went, while the lease is active."""
-        uid = self.get(lease_id).view.proxy_uid
+        uid = (await self.current(lease_id)).view.proxy_uid
         event = LeaseReported(
             lease_id=lease_id,
             proxy_uid=uid,
@@ -380,6 +357,7 @@ class Leases:
             target=target,
             detail=detail,
             deadline=self.policy.deadline(self.views.server_now()),
+            backoff_seconds=self.policy.block_backoff if outcome == BLOCKED else 0.0,
         )
         # A fact that depends on no state: no sequence check; every report is its own event.
         result = await self.store.append(

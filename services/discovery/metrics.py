@@ -34,6 +34,19 @@ class DiscoveryMetrics:
             "Time to answer a lease request, including the wait for the view",
             registry=r,
         )
+        self.wait_seconds = Histogram(
+            "egress_lease_wait_seconds",
+            "How long lease requests with waitSeconds waited in this replica's queue, by result "
+            "(acquired; timeout: answered 503 when the wait was over)",
+            ["result"],
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60),
+            registry=r,
+        )
+        self.waiting = Gauge(
+            "egress_lease_requests_waiting",
+            "Lease requests waiting in this replica's queue for a proxy to become free",
+            registry=r,
+        )
         self.releases = Counter(
             "egress_lease_releases_total",
             "Release requests by result (released; unknown: unknown, or no longer active)",

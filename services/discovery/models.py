@@ -14,6 +14,7 @@ from msgspec import Meta
 
 from events.schemas import MAX_LEASE_SECONDS, Condition
 from projections.lease import LeaseRecord, LeaseView, available_at, is_available, is_free
+from projections.outcomes import Reports, active_backoffs
 from projections.proxy import ProxyView
 
 AttributeKey = Annotated[str, Meta(min_length=1, max_length=63)]
@@ -23,6 +24,8 @@ OutcomeName = Literal["success", "blocked", "failed"]
 MIN_TTL = 1.0
 """The shortest lease: anything shorter would be over before its holder could use it."""
 ProxyUid = Annotated[str, Meta(min_length=1, max_length=253)]
+MAX_WAIT_SECONDS = 60.0
+"""The longest a lease request may wait for a proxy: below the usual HTTP client timeouts."""
 MAX_EXCLUDED = 1000
 """Uids one request may exclude: far more than a crawler tries before it gives up on a target."""
 TTL_SECONDS = Meta(
@@ -59,6 +62,12 @@ class AcquireRequest(_In, frozen=True, kw_only=True):
     proxy_uid: ProxyUid | None = None
     """One particular proxy (to resume a session on the same IP): that one or none. Not free:
     503 with ``Retry-After``; unknown: 404 ``unknown_proxy``."""
+    target: Annotated[str, Meta(max_length=2048)] = ""
+    """The host (or a URL of it) the holder will reach: proxies that host has blocked (a
+    ``blocked`` report for it, still in back-off) are not leased for it. Empty: any proxy."""
+    wait_seconds: Annotated[float, Meta(ge=0, le=MAX_WAIT_SECONDS)] = 0.0
+    """When no proxy is free: how long to wait for one (0 to 60 s; 0, the default, answers 503
+    at once). Waiting requests of one replica are served first come, first served."""
 
 
 class RenewRequest(_In, frozen=True, kw_only=True):
@@ -102,6 +111,33 @@ class ProxyOut(_Out, frozen=True, kw_only=True):
     """It could be leased now: Ready, healthy, not leased, not cooling down."""
     cooldown_until: datetime | None
     """While the proxy rests after a lease: when it can be leased again."""
+    reports: ReportsOut
+    backoff_count: int
+    """Targets the proxy is in back-off for now (``GET /v1/proxies/{uid}`` lists them)."""
+
+
+class ReportsOut(_Out, frozen=True, kw_only=True):
+    """Outcome reports about the proxy that the LEASE stream still holds."""
+
+    success: int
+    blocked: int
+    failed: int
+    failed_streak: int
+    """Consecutive ``failed`` reports: at the health service's ``--failed-reports-recheck``
+    the proxy is probed at once."""
+
+
+class BackoffOut(_Out, frozen=True, kw_only=True):
+    target: str
+    until: datetime
+    """The proxy is not leased for this target before then."""
+    blocks: int
+    """Consecutive ``blocked`` reports for the target; each doubles the back-off."""
+
+
+class ProxyDetail(ProxyOut, frozen=True, kw_only=True):
+    backoffs: list[BackoffOut]
+    """The targets the proxy is in back-off for now, soonest over first."""
 
 
 class ProxyList(_Out, frozen=True, kw_only=True):
@@ -197,6 +233,25 @@ def proxy_out(
         leased=leased,
         available=eligible and is_available(view, now),
         cooldown_until=cooldown if cooldown is not None and cooldown > now else None,
+        reports=reports_out(view.reports if view else Reports()),
+        backoff_count=len(active_backoffs(view.reports, now)) if view else 0,
+    )
+
+
+def reports_out(reports: Reports) -> ReportsOut:
+    return ReportsOut(
+        success=reports.success,
+        blocked=reports.blocked,
+        failed=reports.failed,
+        failed_streak=reports.failed_streak,
+    )
+
+
+def proxy_detail(out: ProxyOut, view: LeaseView | None, now: datetime) -> ProxyDetail:
+    backoffs = active_backoffs(view.reports, now) if view else []
+    return ProxyDetail(
+        **msgspec.structs.asdict(out),
+        backoffs=[BackoffOut(target=b.target, until=b.until, blocks=b.blocks) for b in backoffs],
     )
 
 

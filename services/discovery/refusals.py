@@ -40,6 +40,7 @@ SHOWN = 10
 
 LEASED = "leased"
 COOLING = "cooling down"
+BACKED_OFF = "in back-off for the target"
 CLAIMED = "claimed by other requests meanwhile"
 UNHEALTHY = "unhealthy"
 UNPROBED = "not probed yet"
@@ -52,9 +53,13 @@ def refusal(
     *,
     exclude: Collection[str] = (),
     only: str | None = None,
+    target: str = "",
 ) -> ApiError:
     """The error for a request that got no proxy, from the views as they are now. Proxies in
-    ``exclude`` do not count; with ``only`` (a sticky request) nothing else does."""
+    ``exclude`` do not count; with ``only`` (a sticky request) nothing else does. With a
+    ``target``, ``Retry-After`` counts its back-offs too: it is the time until the earliest
+    matching proxy can be leased for it, as far as the log knows (an early release makes it
+    sooner)."""
     excluded = set(exclude)
     if only is not None:
         proxy = views.proxy(only)
@@ -78,6 +83,35 @@ def refusal(
     if not uids:
         return NoMatchingProxy(_nothing_has(views, selector))
     now = views.now()
+    reasons, probe, soonest = _tally(views, uids, now, target)
+    counts = ", ".join(
+        f"{n} {reason}" + (f" (last probe: {probe})" if reason == UNHEALTHY and probe else "")
+        for reason, n in reasons.most_common()
+    )
+    n = sum(reasons.values())
+    match = "proxy matches" if n == 1 else "proxies match"
+    if soonest is not None:
+        wait = max(1, math.ceil((soonest - now).total_seconds()))
+    else:
+        wait = 1 if reasons[CLAIMED] else UNKNOWN_WAIT
+    told = f"{n} {match} the selector {dict(selector)}, but none can be leased now"
+    if target:
+        told += f" for the target {target!r}"
+    if only is not None:
+        told = f"the proxy {only!r} cannot be leased now"
+    elif excluded:
+        told += " (leaving out those in exclude)"
+    return NoProxyAvailable(
+        f"{told}: {counts}",
+        headers={"Retry-After": str(wait)},
+    )
+
+
+def _tally(
+    views: Views, uids: list[str], now: datetime, target: str
+) -> tuple[Counter[str], str, datetime | None]:
+    """Why each proxy cannot be leased, what the last failed probe said, and the earliest time
+    one of them can be leased (for ``target``)."""
     reasons: Counter[str] = Counter()
     probe = ""
     soonest: datetime | None = None
@@ -91,9 +125,11 @@ def refusal(
                 reason = LEASED
             elif not is_available(view, now):
                 reason = COOLING
+            elif not is_available(view, now, target):
+                reason = BACKED_OFF
             else:
                 reason = CLAIMED
-            when = available_at(view)
+            when = available_at(view, target)
             if when is not None and when > now and (soonest is None or when < soonest):
                 soonest = when
         else:
@@ -101,25 +137,7 @@ def refusal(
             if reason == UNHEALTHY:
                 probe = probe or _probe_message(proxy)
         reasons[reason] += 1
-    counts = ", ".join(
-        f"{n} {reason}" + (f" (last probe: {probe})" if reason == UNHEALTHY and probe else "")
-        for reason, n in reasons.most_common()
-    )
-    n = sum(reasons.values())
-    match = "proxy matches" if n == 1 else "proxies match"
-    if soonest is not None:
-        wait = max(1, math.ceil((soonest - now).total_seconds()))
-    else:
-        wait = 1 if reasons[CLAIMED] else UNKNOWN_WAIT
-    told = f"{n} {match} the selector {dict(selector)}, but none can be leased now"
-    if only is not None:
-        told = f"the proxy {only!r} cannot be leased now"
-    elif excluded:
-        told += " (leaving out those in exclude)"
-    return NoProxyAvailable(
-        f"{told}: {counts}",
-        headers={"Retry-After": str(wait)},
-    )
+    return reasons, probe, soonest
 
 
 def _not_leasable(proxy: ProxyView) -> str:

@@ -19,7 +19,8 @@ from events.schemas import LeaseRenewed
 from events.store import NewEvent, derive_msg_id
 from projections.lease import LeaseView, active, find
 from services.discovery.errors import Unavailable, UnknownLease
-from services.discovery.leases import Granted, Leases
+from services.discovery.leases import Leases
+from services.discovery.policy import Granted
 
 
 def _unknown(lease_id: str) -> UnknownLease:
@@ -29,9 +30,9 @@ def _unknown(lease_id: str) -> UnknownLease:
 async def renew(leases: Leases, lease_id: str, requested_ttl: float | None) -> Granted:
     """Make the active lease end ``ttl`` after the renewal's timestamp (the granted TTL: the
     default without one, never above the server's maximum). The fencing token stays."""
-    ttl = leases.grant_ttl(requested_ttl)
+    ttl = leases.policy.grant_ttl(requested_ttl)
     views, policy = leases.views, leases.policy
-    granted = leases.get(lease_id)
+    granted = await leases.current(lease_id)
     uid = granted.view.proxy_uid
     view: LeaseView | None = granted.view
     for _ in range(policy.max_attempts):

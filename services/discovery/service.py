@@ -18,13 +18,14 @@ import click
 import structlog
 import uvicorn
 
-from events.schemas import MAX_COOLDOWN_SECONDS, MAX_LEASE_SECONDS
+from events.schemas import MAX_BLOCK_BACKOFF_SECONDS, MAX_COOLDOWN_SECONDS, MAX_LEASE_SECONDS
 from services.discovery.app import DiscoveryApi, create_app
 from services.discovery.auth import TOKEN_ENV, token_from_env
 from services.discovery.durations import duration_option, format_duration, seconds_of
 from services.discovery.expiry import ExpirySweep
-from services.discovery.leases import LeasePolicy, Leases
+from services.discovery.leases import Leases
 from services.discovery.metrics import discovery_metrics
+from services.discovery.policy import LeasePolicy
 from services.discovery.tracing import TracingMiddleware
 from services.discovery.views import Views
 from services.runtime.aio import raise_if_cancelled
@@ -40,6 +41,7 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8080
 DEFAULT_MAX_LEASE_TTL = 3600.0
 DEFAULT_LEASE_COOLDOWN = 10.0
+DEFAULT_BLOCK_BACKOFF = 600.0
 APPEND_TIMEOUT = 1.5
 """How long a lease write waits for the log before the API answers 503 (docs/api.md)."""
 
@@ -77,6 +79,7 @@ class DiscoveryService:
     port: int = DEFAULT_PORT
     max_lease_ttl: float = DEFAULT_MAX_LEASE_TTL
     lease_cooldown: float = DEFAULT_LEASE_COOLDOWN
+    block_backoff: float = DEFAULT_BLOCK_BACKOFF
     token: str | None = None
     expiry_interval: float = 1.0
     shutdown_timeout: float = 3.0
@@ -91,6 +94,7 @@ class DiscoveryService:
         out of them would be written into every lease event (docs/api.md, "Running it")."""
         seconds_of("--max-lease-ttl", self.max_lease_ttl, positive=True, maximum=MAX_LEASE_SECONDS)
         seconds_of("--lease-cooldown", self.lease_cooldown, maximum=MAX_COOLDOWN_SECONDS)
+        seconds_of("--block-backoff", self.block_backoff, maximum=MAX_BLOCK_BACKOFF_SECONDS)
 
     async def run(self, ctx: ServiceContext) -> None:
         self.check()
@@ -109,6 +113,7 @@ class DiscoveryService:
         policy = LeasePolicy(
             max_ttl=self.max_lease_ttl,
             cooldown=self.lease_cooldown,
+            block_backoff=self.block_backoff,
             append_timeout=self.append_timeout,
         )
         leases = Leases(store, views, policy, metrics)
@@ -160,6 +165,7 @@ class DiscoveryService:
                 url=f"http://{self.host}:{self.bound_port}",
                 max_lease_ttl=format_duration(self.max_lease_ttl),
                 lease_cooldown=format_duration(self.lease_cooldown),
+                block_backoff=format_duration(self.block_backoff),
                 auth="bearer" if self.token else "off",
             )
             # Shielded: cancelling this task must stop the server gracefully, not kill it.
@@ -179,6 +185,7 @@ def build(
     host: str = DEFAULT_HOST,
     max_lease_ttl: float | str = DEFAULT_MAX_LEASE_TTL,
     lease_cooldown: float | str = DEFAULT_LEASE_COOLDOWN,
+    block_backoff: float | str = DEFAULT_BLOCK_BACKOFF,
 ) -> DiscoveryService:
     """The factory ``run discovery`` and ``up`` call; durations may be seconds or ``30s``, ``5m``,
     ``1h``. The token comes from the environment only (a flag would show in ``ps``)."""
@@ -192,6 +199,9 @@ def build(
             "--max-lease-ttl", max_lease_ttl, positive=True, maximum=MAX_LEASE_SECONDS
         ),
         lease_cooldown=seconds_of("--lease-cooldown", lease_cooldown, maximum=MAX_COOLDOWN_SECONDS),
+        block_backoff=seconds_of(
+            "--block-backoff", block_backoff, maximum=MAX_BLOCK_BACKOFF_SECONDS
+        ),
         token=token_from_env(),
     )
 
@@ -228,5 +238,14 @@ OPTIONS: tuple[click.Option, ...] = (
         callback=duration_option(maximum=MAX_COOLDOWN_SECONDS),
         show_default=True,
         help="How long a proxy rests after a lease ends before it is leased again, at most 24h.",
+    ),
+    env_option(
+        "--block-backoff",
+        default="10m",
+        metavar="DURATION",
+        callback=duration_option(maximum=MAX_BLOCK_BACKOFF_SECONDS),
+        show_default=True,
+        help="How long a `blocked` report keeps a proxy from that report's target; each further "
+        "one for the pair doubles it, up to 24h, and a `success` report ends it. 0: no back-off.",
     ),
 )

@@ -11,14 +11,16 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import TypeVar
 
 import structlog
+from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
 
 from events import subjects
-from events.errors import EventStoreError
+from events.errors import EventStoreError, StoreUnavailable
 from events.store import EventStore, Recorded
 from projections import lease as lease_fold
 from projections import proxy as proxy_fold
@@ -75,7 +77,10 @@ class Views:
         *,
         batch: int = 1000,
     ) -> None:
+        self.js = js
         self.store = store
+        self.on_change: Callable[[], None] = lambda: None
+        """Called after each event applied (the waiting queue's wake-up)."""
         self.index: dict[str, str] = {}
         """lease id -> proxy uid, for every lease a lease view holds."""
         self.newest = EPOCH
@@ -108,6 +113,7 @@ class Views:
         self._seen(recorded)
         after = proxy_fold.apply(view, recorded)
         self.candidates.update(after)
+        self.on_change()
         return after
 
     def _on_lease(self, view: LeaseView | None, recorded: Recorded) -> LeaseView:
@@ -120,6 +126,7 @@ class Views:
             _, _, waiter = heapq.heappop(self._lease_waiters)
             if not waiter.done():
                 waiter.set_result(None)
+        self.on_change()
         return after
 
     # ------------------------------------------------------------------------------ running
@@ -187,6 +194,16 @@ class Views:
                 await waiter
         finally:
             waiter.cancel()  # a timed-out waiter is dropped when its sequence comes
+
+    async def lease_log_seq(self) -> int:
+        """The LEASE stream's last sequence now: what this view must reach to know every lease
+        any replica has granted so far."""
+        try:
+            info = await self.js.stream_info(subjects.LEASE_STREAM)
+        except (NatsError, TimeoutError) as exc:
+            stream = subjects.LEASE_STREAM
+            raise StoreUnavailable(f"cannot read the {stream} stream: {exc}") from exc
+        return info.state.last_seq
 
     async def fresh_lease_view(self, uid: str) -> LeaseView | None:
         """The lease view with whatever the projector has not applied yet read from the store:

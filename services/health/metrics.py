@@ -36,6 +36,14 @@ class HealthMetrics:
             ["outcome"],
             registry=registry,
         )
+        self.rechecks = Counter(
+            "egress_health_rechecks_total",
+            "Probes called for at once by holders' failed reports (--failed-reports-recheck), by "
+            "result: woken (a probe started at once), in_flight (the probe already under way "
+            "counts)",
+            ["result"],
+            registry=registry,
+        )
         self.owned = Gauge(
             "egress_health_owned_proxies",
             "Proxies this replica probes",

@@ -6,6 +6,10 @@ A sleeping task costs a timer and a few hundred bytes; the probes themselves sha
 semaphore, so a burst (every proxy's first probe) cannot open thousands of sockets at once.
 Start times are spread over the interval by a hash of the uid, so probes do not arrive in waves.
 
+A recheck (holders reported the proxy ``failed`` often enough, ``reports.FailedReports``) wakes
+the proxy's own task, so its next probe happens at once and is then its turn: a proxy is never
+probed twice in parallel, and a probe already in flight (or already woken) is the recheck.
+
 Appends use optimistic concurrency on the sequence of the view the verdict was judged on, with an
 id derived from that sequence and the verdict: if the proxy moved meanwhile (replaced, deleted,
 a newer verdict) the append is refused and the next probe judges again on the newer view; two
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import hashlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -74,6 +79,9 @@ class _Slot:
     streak: Streak = field(default_factory=Streak)
     last_probe: float = 0.0
     task: asyncio.Task[None] | None = None
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set by a recheck: the task probes at once instead of sleeping until its turn."""
+    probing: bool = False
 
 
 class Prober:
@@ -102,6 +110,8 @@ class Prober:
         self.trace_probes = trace_probes
         self.probes: collections.Counter[str] = collections.Counter()
         """Probes sent per proxy uid by this replica (what the tests and the benchmark count)."""
+        self.rechecks: collections.Counter[str] = collections.Counter()
+        """Rechecks per proxy uid that woke its task (not those a probe in flight absorbed)."""
         self._gate = asyncio.Semaphore(concurrency)
         self._slots: dict[str, _Slot] = {}
         self._checks: dict[str, CheckUrl | str] = {}
@@ -141,15 +151,49 @@ class Prober:
             self.client.forget(slot.proxy_url)
         self._recorded.pop(uid, None)
 
+    def recheck(self, uid: str, streak: int, owns: Callable[[str], bool]) -> str | None:
+        """Probe ``uid`` at once if this replica probes it: wake its task (``woken``), or let
+        the probe already in flight or already woken count (``in_flight``). None when the
+        proxy is not ours to probe (another replica owns it, or it is not Ready)."""
+        slot = self._slots.get(uid)
+        if slot is None or slot.task is None or not owns(uid):
+            log.debug("failed reports on a proxy probed elsewhere", proxy_uid=uid, streak=streak)
+            return None
+        if slot.probing or slot.wake.is_set():
+            result = "in_flight"
+        else:
+            slot.wake.set()
+            self.rechecks[uid] += 1
+            result = "woken"
+        self.metrics.rechecks.labels(result).inc()
+        log.info("health recheck after failed reports", proxy_uid=uid, streak=streak, probe=result)
+        return result
+
     async def _loop(self, uid: str, slot: _Slot) -> None:
         loop = asyncio.get_running_loop()
         view = self.projector.views.get(uid)
         interval = view.spec.health_check.interval_seconds if view else 1.0
         due = loop.time() + phase_of(uid) * interval
         while True:
-            await asyncio.sleep(max(0.0, due - loop.time()))
-            interval = await self.probe_once(uid, slot)
-            due = max(due + interval, loop.time())
+            woken = await self._sleep(slot, due - loop.time())
+            slot.probing = True
+            try:
+                interval = await self.probe_once(uid, slot)
+            finally:
+                slot.probing = False
+            # A recheck was this proxy's turn, taken early: the next one is an interval later.
+            due = loop.time() + interval if woken else max(due + interval, loop.time())
+
+    @staticmethod
+    async def _sleep(slot: _Slot, seconds: float) -> bool:
+        """Sleep ``seconds`` or until a recheck wakes the slot; whether one did."""
+        if seconds > 0 and not slot.wake.is_set():
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(seconds):
+                    await slot.wake.wait()
+        woken = slot.wake.is_set()
+        slot.wake.clear()
+        return woken
 
     async def probe_once(self, uid: str, slot: _Slot) -> float:
         """Probe, judge, record; returns the interval until the next probe."""

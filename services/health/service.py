@@ -3,7 +3,9 @@
 Three loops share the work of one replica: a projection of the ``PROXY`` stream (which proxies are
 Ready, at which URL, with which check settings, and what verdict the log holds), the membership
 heartbeat (which replicas are alive, so which proxies are ours), and a sync every heartbeat that
-starts or stops per-proxy probe tasks accordingly (``prober.Prober``).
+starts or stops per-proxy probe tasks accordingly (``prober.Prober``). Unless
+``--failed-reports-recheck`` is 0, a fourth follows the ``LEASE`` stream: a proxy whose holders
+reported it ``failed`` that many times in a row is probed at once (``reports.FailedReports``).
 
 Nothing here is durable state: a restarted replica rebuilds the projection, rejoins, and continues
 from the verdicts in the log.
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import click
@@ -25,6 +28,12 @@ from services.health.assign import Membership, default_replica_id
 from services.health.metrics import health_metrics
 from services.health.probe import CheckUrl, ProbeClient
 from services.health.prober import Prober
+from services.health.recheck import (
+    DEFAULT_FAILED_REPORTS_RECHECK,
+    MAX_FAILED_REPORTS_RECHECK,
+    check_every,
+)
+from services.health.reports import FailedReports
 from services.runtime.aio import raise_if_cancelled
 from services.runtime.config import Settings
 from services.runtime.errors import ConfigError
@@ -48,11 +57,19 @@ class HealthService:
     concurrency: int = 256
     trace_probes: bool = False
     heartbeat: float = 1.0
+    failed_reports_recheck: int = DEFAULT_FAILED_REPORTS_RECHECK
+    """Probe a proxy at once when its consecutive ``failed`` reports reach a multiple of this;
+    0: never (the ``LEASE`` stream is not read at all)."""
     replica_id: str = field(default_factory=default_replica_id)
     client: ProbeClient = field(default_factory=ProbeClient)
     prober: Prober | None = field(default=None, init=False)
     """Set while running (tests and the benchmark read its counters)."""
     membership: Membership | None = field(default=None, init=False)
+    reports: FailedReports | None = field(default=None, init=False)
+    """Set while running with ``failed_reports_recheck`` above 0."""
+
+    def __post_init__(self) -> None:
+        check_every(self.failed_reports_recheck)
 
     async def run(self, ctx: ServiceContext) -> None:
         metrics = health_metrics(ctx.metrics.registry)
@@ -73,18 +90,38 @@ class HealthService:
             concurrency=self.concurrency,
             trace_probes=self.trace_probes,
         )
+        reports = self.reports = (
+            FailedReports(ctx.conn.js, self.failed_reports_recheck)
+            if self.failed_reports_recheck
+            else None
+        )
         log.info(
             "health prober starting",
             replica=self.replica_id,
             check_url=self.check_url,
             provider_check_urls=self.provider_check_urls,
             trace_probes=self.trace_probes,
+            failed_reports_recheck=self.failed_reports_recheck,
         )
         try:
             await projector.catch_up()
+            if reports is not None:
+                await reports.catch_up()
             await membership.join()
             async with asyncio.TaskGroup() as group:
-                group.create_task(self._follow(projector), name="health projector")
+                group.create_task(
+                    self._follow(projector.step, projector.idle_timeout, projector.stream),
+                    name="health projector",
+                )
+                if reports is not None:
+                    group.create_task(
+                        self._follow(
+                            lambda: self._recheck_step(reports, prober, membership),
+                            reports.projector.idle_timeout,
+                            reports.projector.stream,
+                        ),
+                        name="health failed reports",
+                    )
                 group.create_task(membership.run(), name="health heartbeat")
                 group.create_task(self._sync(prober, membership), name="health sync")
         finally:
@@ -92,19 +129,27 @@ class HealthService:
             with contextlib.suppress(Exception):
                 await membership.leave()
             await projector.close()
+            if reports is not None:
+                await reports.close()
 
     @staticmethod
-    async def _follow(projector: Projector[ProxyView]) -> None:
+    async def _follow(step: Callable[[], Awaitable[object]], idle: float, stream: str) -> None:
         """``Projector.run`` with a cancellation check after every step (``raise_if_cancelled``):
         a replica whose connection died must still stop when told to."""
         while True:
             try:
-                await projector.step()
+                await step()
             except EventStoreError as exc:
-                log.warning("health projection cannot read yet", error=str(exc))
+                log.warning("health projection cannot read yet", stream=stream, error=str(exc))
                 raise_if_cancelled()
-                await asyncio.sleep(projector.idle_timeout)
+                await asyncio.sleep(idle)
             raise_if_cancelled()
+
+    @staticmethod
+    async def _recheck_step(reports: FailedReports, prober: Prober, membership: Membership) -> int:
+        """One batch of the ``LEASE`` stream; each proxy it made due is probed at once if this
+        replica owns and probes it."""
+        return await reports.step(lambda uid, streak: prober.recheck(uid, streak, membership.owns))
 
     async def _sync(self, prober: Prober, membership: Membership) -> None:
         while True:
@@ -122,13 +167,20 @@ def build(
     trace_health_probes: bool = False,
     health_concurrency: int = 256,
     health_heartbeat: float = 1.0,
+    failed_reports_recheck: int = DEFAULT_FAILED_REPORTS_RECHECK,
 ) -> HealthService:
-    """The factory ``run health`` and ``up`` call; a check URL that cannot work fails here."""
+    """The factory ``run health`` and ``up`` call; a setting that cannot work fails here."""
     del settings  # the prober needs nothing beyond the ServiceContext
     try:
         CheckUrl.parse(check_url)
     except ValueError as exc:
         raise ConfigError(f"--health-check-url / HEALTH_CHECK_URL: {exc}") from exc
+    try:
+        check_every(failed_reports_recheck)
+    except ValueError as exc:
+        raise ConfigError(
+            f"--failed-reports-recheck / HEALTH_FAILED_REPORTS_RECHECK: {exc}"
+        ) from exc
     return HealthService(
         check_url=check_url,
         provider_check_urls=provider_check_urls(provider_check_url),
@@ -136,6 +188,7 @@ def build(
         concurrency=health_concurrency,
         trace_probes=trace_health_probes,
         heartbeat=health_heartbeat,
+        failed_reports_recheck=failed_reports_recheck,
     )
 
 
@@ -202,5 +255,15 @@ OPTIONS: tuple[click.Option, ...] = (
         show_default=True,
         help="Seconds between a health replica's membership heartbeats; a replica silent for "
         "three is considered gone and its proxies move to the others.",
+    ),
+    env_option(
+        "--failed-reports-recheck",
+        env="HEALTH_FAILED_REPORTS_RECHECK",
+        type=click.IntRange(min=0, max=MAX_FAILED_REPORTS_RECHECK),
+        default=DEFAULT_FAILED_REPORTS_RECHECK,
+        show_default=True,
+        help="Probe a proxy at once, instead of at its next turn, when its lease holders have "
+        "reported it failed this many times in a row (and again at each further multiple); "
+        "0 turns this off.",
     ),
 )

@@ -1,9 +1,10 @@
-"""``lease renew``, ``lease list --holder``, ``lease release --holder`` and acquire's ``--exclude``
-and ``--proxy``, against a real discovery service: what a crawler's operator types after a
-crash, or to keep a session's IP, and the exit codes a script acts on."""
+"""``lease renew``, ``lease list --holder``, ``lease release --holder`` and acquire's ``--exclude``,
+``--proxy``, ``--target`` and ``--wait``, against a real discovery service: what a crawler's
+operator types after a crash, or to keep a session's IP, and the exit codes a script acts on."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from datetime import datetime
 
@@ -15,6 +16,7 @@ from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.natsserver import EmbeddedNatsServer
 from tests.support.clirun import cli, restore_logging_after
 from tests.support.discovery import discovery, ready_proxy
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.integration
 
@@ -112,3 +114,35 @@ async def test_exclude_and_a_sticky_proxy(
         unknown = await cli("lease", "acquire", "--proxy", "nope", **env)
         assert unknown.exit_code == 2, unknown.output
         assert "Traceback" not in unknown.output
+
+
+async def test_a_target_skips_blocked_proxies_and_wait_outlasts_a_lease(
+    nats_server: EmbeddedNatsServer, jetstream_store: JetStreamEventStore
+) -> None:
+    await ready_proxy(jetstream_store, "p1", {"country": "de"})
+    async with discovery(nats_server.url, lease_cooldown=0) as (service, base):
+        env = {"DISCOVERY_URL": base}
+        got = await cli("lease", "acquire", "--target", "shop.example", "-o", "json", **env)
+        assert got.exit_code == 0, got.output
+        lease_id = json.loads(got.stdout)["id"]
+        said = ("lease", "report", lease_id, "--outcome", "blocked", "--target", "shop.example")
+        assert (await cli(*said, **env)).exit_code == 0
+        assert (await cli("lease", "release", lease_id, **env)).exit_code == 0
+        blocked = await cli("lease", "acquire", "--target", "https://shop.example/x", **env)
+        assert blocked.exit_code == 6, blocked.output
+        assert "in back-off for the target" in blocked.stderr
+        other = await cli("lease", "acquire", "--target", "other.example", "-o", "json", **env)
+        assert other.exit_code == 0, other.output
+
+        assert service.api is not None
+        queue = service.api.leases.queue
+        waiting = asyncio.create_task(cli("lease", "acquire", "--wait", "30s", "-o", "json", **env))
+        await until(lambda: queue.waiting == 1, what="the CLI's request to wait")
+        assert (await cli("lease", "release", json.loads(other.stdout)["id"], **env)).exit_code == 0
+        waited = await waiting
+        assert waited.exit_code == 0, waited.output
+        assert json.loads(waited.stdout)["fencingToken"] == 3
+
+        too_long = await cli("lease", "acquire", "--wait", "61s", **env)
+        assert too_long.exit_code == 2
+        assert "--wait" in too_long.stderr

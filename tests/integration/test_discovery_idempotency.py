@@ -12,8 +12,9 @@ import pytest
 
 from events import subjects
 from events.schemas import LeaseAcquired
-from services.discovery.leases import LeasePolicy, Leases
+from services.discovery.leases import Leases
 from services.discovery.metrics import DiscoveryMetrics
+from services.discovery.policy import LeasePolicy
 from services.discovery.views import Views
 from services.runtime.connection import Connection
 from services.runtime.eventlog.jetstream import JetStreamEventStore

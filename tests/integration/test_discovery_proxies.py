@@ -77,8 +77,11 @@ async def test_the_view_has_every_field(api: httpx.AsyncClient) -> None:
     assert (items["us1"]["healthy"], items["us1"]["latencyMs"]) == (None, None)  # not probed
     assert items["pend"]["phase"] == "Provisioning"
     assert items["pend"]["available"] is False
-    one = await api.get("/v1/proxies/us1")
-    assert one.json() == items["us1"]
+    one = (await api.get("/v1/proxies/us1")).json()
+    assert one.pop("backoffs") == []  # only the one proxy's answer lists them
+    assert one == items["us1"]
+    assert de1["reports"] == {"success": 0, "blocked": 0, "failed": 0, "failedStreak": 0}
+    assert de1["backoffCount"] == 0
     missing = await api.get("/v1/proxies/nope")
     assert (missing.status_code, missing.json()["error"]) == (404, "unknown_proxy")
 

@@ -16,7 +16,8 @@ from services.discovery.app import ProxyFilter, parse_proxy_filter
 from services.discovery.auth import token_from_env
 from services.discovery.durations import format_duration, parse_duration, seconds_of
 from services.discovery.errors import InvalidRequest
-from services.discovery.leases import LeasePolicy, Leases, eligible
+from services.discovery.leases import eligible
+from services.discovery.policy import LeasePolicy
 from services.discovery.service import OPTIONS, DiscoveryService, build
 from services.runtime.config import Settings
 from services.runtime.errors import ConfigError
@@ -76,19 +77,28 @@ def _parse(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, dic
 
 
 def test_flags_parse_durations_into_seconds() -> None:
-    code, output, seen = _parse("--max-lease-ttl", "15m", "--lease-cooldown", "2s")
+    code, output, seen = _parse(
+        "--max-lease-ttl", "15m", "--lease-cooldown", "2s", "--block-backoff", "1h30m"
+    )
     assert code == 0, output
     assert seen == {
         "port": 8080,
         "host": "127.0.0.1",
         "max_lease_ttl": 900.0,
         "lease_cooldown": 2.0,
+        "block_backoff": 5400.0,
     }
     code, _, seen = _parse(env={"MAX_LEASE_TTL": "2h", "LEASE_COOLDOWN": "0s"})
     assert code == 0
     assert (seen["max_lease_ttl"], seen["lease_cooldown"]) == (7200.0, 0.0)
     code, _, seen = _parse()
-    assert (seen["max_lease_ttl"], seen["lease_cooldown"]) == (3600.0, 10.0)
+    assert (seen["max_lease_ttl"], seen["lease_cooldown"], seen["block_backoff"]) == (
+        3600.0,
+        10.0,
+        600.0,
+    )
+    code, _, seen = _parse(env={"BLOCK_BACKOFF": "0"})
+    assert (code, seen["block_backoff"]) == (0, 0.0)
 
 
 def test_a_bad_duration_flag_is_named() -> None:
@@ -102,6 +112,10 @@ def test_a_bad_duration_flag_is_named() -> None:
     code, output, _ = _parse(env={"LEASE_COOLDOWN": "soon"})
     assert code == 2
     assert "'--lease-cooldown'" in output
+    code, output, _ = _parse("--block-backoff", "25h")
+    assert code == 2
+    assert "'--block-backoff'" in output
+    assert "longer than the most allowed, 24h" in output
 
 
 def test_build(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -118,6 +132,8 @@ def test_build(monkeypatch: pytest.MonkeyPatch) -> None:
     assert build(Settings()).token == "tok"
     with pytest.raises(ConfigError, match="--lease-cooldown"):
         build(Settings(), lease_cooldown="later")
+    with pytest.raises(ConfigError, match="--block-backoff"):
+        build(Settings(), block_backoff=-1)
 
 
 def test_token_from_env() -> None:
@@ -164,10 +180,8 @@ def test_a_proxy_filter_matches_only_when_every_part_does() -> None:
     [(None, 300.0), (30.0, 30.0), (600.0, 600.0), (601.0, 600.0), (1e9, 600.0)],
 )
 def test_a_ttl_above_the_maximum_is_clamped(requested: float | None, granted: float) -> None:
-    leases = Leases(None, None, LeasePolicy(max_ttl=600.0), None)  # type: ignore[arg-type]
-    assert leases.grant_ttl(requested) == granted
-    short = Leases(None, None, LeasePolicy(max_ttl=60.0), None)  # type: ignore[arg-type]
-    assert short.grant_ttl(None) == 60.0  # the default never exceeds the maximum
+    assert LeasePolicy(max_ttl=600.0).grant_ttl(requested) == granted
+    assert LeasePolicy(max_ttl=60.0).grant_ttl(None) == 60.0  # the default never exceeds it
 
 
 def _proxy(**changes: Any) -> ProxyView:

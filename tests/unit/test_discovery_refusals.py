@@ -24,7 +24,7 @@ from events.schemas import (
 )
 from events.store import Recorded
 from services.discovery.errors import NoMatchingProxy, NoProxyAvailable
-from services.discovery.leases import Claim, LeasePolicy
+from services.discovery.policy import Claim, LeasePolicy
 from services.discovery.refusals import refusal
 from services.discovery.views import Views
 

@@ -1,0 +1,93 @@
+"""A local site for crawl tests: pages linked from each other, one proxy blocked.
+
+Page ``i`` (``/page/i``) links to pages ``2i+1`` and ``2i+2``, so a crawl from ``/page/0`` reaches
+every page. A request through the blocked proxy (named by ``crawl_squid.PROXY_HEADER``) is
+answered 403, as a site answers an address it has banned; one through no proxy at all 400. Every
+request is recorded with the proxy it came through and the status it got.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from tests.support.crawl_squid import PROXY_HEADER
+
+_PAGE = re.compile(r"^/page/(\d+)$")
+
+
+@dataclass(frozen=True, slots=True)
+class Visit:
+    proxy: str
+    """The proxy's uid, "" for a request that came through none."""
+    path: str
+    status: int
+
+
+@dataclass
+class Site:
+    pages: int
+    blocked: str
+    """The uid of the proxy the site refuses."""
+    port: int = 0
+    visits: list[Visit] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/page/0"
+
+    def answer(self, path: str, proxy: str) -> tuple[int, str]:
+        found = _PAGE.match(path)
+        if not proxy:
+            status, body = 400, "come through a proxy"
+        elif proxy == self.blocked:
+            status, body = 403, "your address is blocked"
+        elif found is None or int(found[1]) >= self.pages:
+            status, body = 404, "no such page"
+        else:
+            page = int(found[1])
+            links = "".join(
+                f'<a href="/page/{n}">page {n}</a>\n'
+                for n in (2 * page + 1, 2 * page + 2)
+                if n < self.pages
+            )
+            status, body = 200, f"<h1>page {page}</h1>\n{links}"
+        with self._lock:
+            self.visits.append(Visit(proxy, path, status))
+        return status, f"<html><body>{body}</body></html>"
+
+
+@contextlib.contextmanager
+def crawl_site(pages: int, blocked: str) -> Iterator[Site]:
+    """The site on a free loopback port, served from a thread while the block runs."""
+    site = Site(pages, blocked)
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            status, body = site.answer(self.path, self.headers.get(PROXY_HEADER, ""))
+            data = body.encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass  # ``visits`` is the log
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    site.port = server.server_address[1]
+    thread = threading.Thread(target=server.serve_forever, name="crawl-site", daemon=True)
+    thread.start()
+    try:
+        yield site
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
