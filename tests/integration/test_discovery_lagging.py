@@ -1,0 +1,68 @@
+"""A replica whose lease view lags does not answer ``unknown_lease`` for a lease another replica
+has just granted: before it says a lease id is unknown, it waits (bounded) for its view to reach
+the LEASE stream's last sequence. The lag is made real by holding the replica's projector."""
+
+from __future__ import annotations
+
+import asyncio
+
+import httpx
+import pytest
+
+from events import subjects
+from events.schemas import LeaseExpired
+from events.store import NewEvent
+from services.discovery.service import DiscoveryService
+from services.runtime.eventlog.jetstream import JetStreamEventStore
+from services.runtime.natsserver import EmbeddedNatsServer
+from tests.support.discovery import discovery, ready_proxy
+from tests.support.waiting import until
+
+pytestmark = pytest.mark.integration
+
+
+def hold_lease_view(service: DiscoveryService, gate: asyncio.Event) -> None:
+    """The replica's lease projector applies nothing until ``gate`` is set."""
+    assert service.api is not None
+    projector = service.api.views.leases
+    step = projector.step
+
+    async def held(*, no_wait: bool = False) -> int:
+        await gate.wait()
+        return await step(no_wait=no_wait)
+
+    projector.step = held  # type: ignore[method-assign]
+
+
+async def test_a_lease_from_another_replica_is_found_once_the_view_catches_up(
+    nats_server: EmbeddedNatsServer, jetstream_store: JetStreamEventStore
+) -> None:
+    await ready_proxy(jetstream_store, "p1")
+    gate = asyncio.Event()
+    async with (
+        discovery(nats_server.url) as (_, first),
+        discovery(nats_server.url) as (lagging, second),
+        httpx.AsyncClient(base_url=first, timeout=10) as a,
+        httpx.AsyncClient(base_url=second, timeout=10) as b,
+    ):
+        hold_lease_view(lagging, gate)
+        assert lagging.api is not None
+        views = lagging.api.views
+        # The fetch in flight when the hold began returns with the next event: spend it.
+        stale = LeaseExpired(lease_id="none", proxy_uid="zz")
+        spent = await jetstream_store.append(subjects.lease("zz"), [NewEvent(stale, "spent")])
+        await until(lambda: views.lease_seq == spent.last_seq, what="the last unheld step")
+        got = await a.post("/v1/leases", json={"ttlSeconds": 60})
+        assert got.status_code == 201, got.text
+        lease_id = got.json()["id"]
+        assert views.find_lease(lease_id) is None  # the replica has not seen it
+        asked = asyncio.create_task(b.get(f"/v1/leases/{lease_id}"))
+        await asyncio.sleep(0.3)
+        assert not asked.done()  # waiting for its view, not answering 404
+        gate.set()
+        shown = await asked
+        assert shown.status_code == 200, shown.text
+        assert shown.json()["id"] == lease_id
+        await until(lambda: views.find_lease(lease_id) is not None)
+        never = await b.get("/v1/leases/00000000-0000-0000-0000-000000000000")
+        assert (never.status_code, never.json()["error"]) == (404, "unknown_lease")
