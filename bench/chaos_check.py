@@ -236,7 +236,8 @@ def check_double_leases(
     acquisitions: list[Acquisition], releases: list[Call], log: LeaseLog
 ) -> Check:
     """Clients' view: no two holds overlap. The log's: the fold never had two current holders
-    (each grant starts after its predecessor ended) and fencing tokens go 1, 2, 3, ..."""
+    (each grant starts after its predecessor ended), and each fencing token is its grant's stream
+    sequence, so a proxy's tokens strictly increase (docs/decisions.md, D80)."""
     found = [f"clients: {line}" for line in overlaps(client_holds(acquisitions, releases))]
     logged = [(g.proxy_uid, g.lease_id, g.acquired_at, g.until) for g in log.grants.values()]
     found += [f"log: {line}" for line in overlaps(logged)]
@@ -244,9 +245,13 @@ def check_double_leases(
     for grant in log.grants.values():
         by_proxy[grant.proxy_uid].append(grant)
     for uid, grants in sorted(by_proxy.items()):
-        tokens = [g.token for g in sorted(grants, key=lambda g: g.seq)]
-        if tokens != list(range(1, len(tokens) + 1)):
-            found.append(f"log: proxy {uid}: fencing tokens {tokens[:20]} are not 1, 2, 3, ...")
+        ordered = sorted(grants, key=lambda g: g.seq)
+        tokens, seqs = [g.token for g in ordered], [g.seq for g in ordered]
+        if tokens != seqs:
+            found.append(
+                f"log: proxy {uid}: fencing tokens {tokens[:20]} are not the grants' "
+                f"sequences {seqs[:20]}"
+            )
     return _check("double leases", found)
 
 

@@ -43,6 +43,8 @@ class Race:
     log_rejected: int = 0
     log_overlaps: int = 0
     tokens_in_order: bool = False
+    """The fencing tokens strictly increase in the order of ``acquiredAt`` (they are the grants'
+    stream sequences: not consecutive; docs/decisions.md, D80)."""
     seconds: float = 0.0
     grants_by_replica: list[int] = field(default_factory=list)
 
@@ -97,7 +99,8 @@ async def race(
             result.conflicts += metric(text.decode(), "egress_lease_conflicts_total")
         for http in conns:
             await http.close()
-        result.tokens_in_order = [t for _, t in sorted(tokens)] == list(range(1, len(tokens) + 1))
+        in_order = [t for _, t in sorted(tokens)]
+        result.tokens_in_order = all(a < b for a, b in pairwise(in_order))
         await check_log(running.store, result)
     return result
 

@@ -96,7 +96,9 @@ class LeaseView(msgspec.Struct, frozen=True, kw_only=True):
     current: LeaseRecord | None = None
     """The newest granted lease that no event has ended; it may be past ``expires_at``."""
     fencing_token: int = 0
-    """The token of the newest granted lease: strictly increasing per proxy."""
+    """The token of the newest granted lease: its ``LeaseAcquired``'s stream sequence (never less
+    than the previous token + 1), so strictly increasing per proxy, but not consecutive; 0 while
+    the view has seen no grant."""
     cooldown_until: datetime | None = None
     """Set when a lease ends; the proxy is not leased again before it."""
     recent: tuple[LeaseRecord, ...] = ()
@@ -272,7 +274,11 @@ def _acquire(view: LeaseView, event: LeaseAcquired, recorded: Recorded) -> Lease
         or (blocked is not None and at < blocked)
     ):
         return msgspec.structs.replace(view, rejected=view.rejected + 1)
-    token = view.fencing_token + 1
+    # The grant's stream sequence: JetStream never reuses one, so the token keeps increasing
+    # after older events age out of LEASE and on a replica that rebuilt from what is left
+    # (docs/decisions.md, "Fencing tokens are the grant's stream sequence"). The floor keeps
+    # tokens strictly increasing even on a log whose sequences do not (a hand-made one).
+    token = max(recorded.seq, view.fencing_token + 1)
     # Only shown (``ttlClamped``); claims written before requests were bounded may hold any
     # number here, and none of them is a reason to refuse the claim.
     requested = _seconds(event.requested_ttl_seconds, 0, math.inf, zero=True) or 0.0

@@ -167,8 +167,10 @@ class LeaseOut(_Out, frozen=True, kw_only=True):
     acquired_at: datetime
     expires_at: datetime
     fencing_token: int
-    """Strictly increasing per proxy: a downstream system can refuse a holder whose token is
-    lower than one it has already seen."""
+    """The ``LEASE`` stream sequence of the lease's grant: strictly increasing per proxy, on
+    every replica and after older events age out (JetStream never reuses a sequence), but not
+    consecutive. A downstream system can refuse a holder whose token is lower than one it has
+    already seen; only a deleted and recreated stream starts again (docs/api.md, Guarantees)."""
     ttl_seconds: float
     """The TTL granted."""
     ttl_clamped: bool

@@ -88,6 +88,8 @@ class DiscoveryService:
     bound_port: int = 0
     api: DiscoveryApi | None = None
     append_timeout: float = APPEND_TIMEOUT
+    snapshot_interval: float = 30.0
+    """How often the views are written as snapshots for the next replica to start from."""
 
     def check(self) -> None:
         """The bounds ``build`` applies to the flags, for a service made without it: values
@@ -142,7 +144,7 @@ class DiscoveryService:
                 timeout_graceful_shutdown=int(self.shutdown_timeout),
             )
             async with asyncio.TaskGroup() as group:
-                group.create_task(views.run(), name="discovery-views")
+                group.create_task(views.run(self.snapshot_interval), name="discovery-views")
                 sweep = ExpirySweep(store, views, metrics, leases.withdrawals)
                 group.create_task(sweep.run(self.expiry_interval), name="lease-expiry")
                 group.create_task(self._serve(_Server(config), sock), name="discovery-http")

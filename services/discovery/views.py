@@ -15,6 +15,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import TypeVar
 
+import msgspec
 import structlog
 from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
@@ -24,11 +25,14 @@ from events.errors import EventStoreError, StoreUnavailable
 from events.store import EventStore, Recorded
 from projections import lease as lease_fold
 from projections import proxy as proxy_fold
+from projections import versions
 from projections.lease import LeaseRecord, LeaseView
 from projections.proxy import ProxyView
 from services.discovery.candidates import CandidateIndex
 from services.runtime.aio import raise_if_cancelled
 from services.runtime.eventlog.projector import Projector
+from services.runtime.eventlog.snapshots import SnapshotStore, Snapshotter
+from services.runtime.natsusers import KV_BUCKETS
 
 log = structlog.get_logger("egress.discovery")
 
@@ -69,6 +73,12 @@ async def follow(projector: Projector[V], batch: int) -> None:
         streak = (BURST if windowed else streak + 1) if got else 0
 
 
+async def _snapshots(projector: Projector[V], interval: float) -> None:
+    """Write the projector's snapshots every ``interval`` seconds, if it keeps any."""
+    if projector.snapshots is not None:
+        await Snapshotter(projector, projector.snapshots, interval=interval).run()
+
+
 class Views:
     def __init__(
         self,
@@ -76,6 +86,7 @@ class Views:
         store: EventStore,
         *,
         batch: int = 1000,
+        snapshots: bool = True,
     ) -> None:
         self.js = js
         self.store = store
@@ -91,11 +102,28 @@ class Views:
         event was stamped after we received it. Every sample is a lower bound, so the largest
         is the best one; old events replayed at start-up are far behind and change nothing."""
         self._apply_lease = lease_fold.indexed(self.index)
+        bucket = KV_BUCKETS["discovery"]
         self.proxies: Projector[ProxyView] = Projector(
-            js, subjects.PROXY_STREAM, "proxy.*.*", self._on_proxy, batch=batch
+            js,
+            subjects.PROXY_STREAM,
+            "proxy.*.*",
+            self._on_proxy,
+            batch=batch,
+            snapshots=SnapshotStore(js, bucket, "proxy", versions.PROXY, ProxyView)
+            if snapshots
+            else None,
+            restored=self._restored_proxy,
         )
         self.leases: Projector[LeaseView] = Projector(
-            js, subjects.LEASE_STREAM, "lease.*", self._on_lease, batch=batch
+            js,
+            subjects.LEASE_STREAM,
+            "lease.*",
+            self._on_lease,
+            batch=batch,
+            snapshots=SnapshotStore(js, bucket, "lease", versions.LEASE, LeaseView)
+            if snapshots
+            else None,
+            restored=self._restored_lease,
         )
         self.batch = batch
         self.caught_up = False
@@ -129,17 +157,31 @@ class Views:
         self.on_change()
         return after
 
+    def _restored_proxy(self, uid: str, view: ProxyView) -> None:
+        del uid
+        self.candidates.update(view)
+
+    def _restored_lease(self, uid: str, view: LeaseView) -> None:
+        for lease_id in lease_fold.lease_ids(view):
+            self.index[lease_id] = uid
+        if view.updated_at is not None:
+            self.newest = max(self.newest, view.updated_at)
+
     # ------------------------------------------------------------------------------ running
 
     async def catch_up(self) -> None:
         await self.proxies.catch_up()
         await self.leases.catch_up()
+        self.lease_seq = max(self.lease_seq, self.leases.last_seq)
         self.caught_up = True
 
-    async def run(self) -> None:
+    async def run(self, snapshot_interval: float = 30.0) -> None:
         async with asyncio.TaskGroup() as group:
             group.create_task(follow(self.proxies, self.batch), name="discovery-proxies")
             group.create_task(follow(self.leases, self.batch), name="discovery-leases")
+            if snapshot_interval > 0:
+                group.create_task(_snapshots(self.proxies, snapshot_interval))
+                group.create_task(_snapshots(self.leases, snapshot_interval))
 
     async def close(self) -> None:
         await self.proxies.close()
@@ -211,4 +253,10 @@ class Views:
         view = self.lease_view(uid)
         after = view.last_seq if view is not None else 0
         history = await self.store.read(subjects.lease(uid), after_seq=after)
+        if view is not None and after > 0 and not history.events:
+            # Nothing newer, yet the append conflicted: the subject's last event may have aged
+            # out of the stream (with all before it), and JetStream then expects sequence 0.
+            last = await self.store.read(subjects.lease(uid), after_seq=after - 1)
+            if last.last_seq < after:
+                return msgspec.structs.replace(view, last_seq=0)
         return lease_fold.fold(history.events, view)

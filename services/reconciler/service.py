@@ -1,8 +1,9 @@
 """The reconciler service: every declared, instance or health event re-decides its proxy.
 
-The handler reads the whole aggregate, folds it, decides and appends with optimistic concurrency;
-a conflict means another replica (or the executor) appended first, so it folds again. Nothing is
-kept in memory between messages, which is what lets any number of replicas share the consumer.
+The handler reads the aggregate, folds it, decides and appends with optimistic concurrency; a
+conflict means another replica (or the executor) appended first, so it folds again. What it keeps
+between messages is only where to start folding (``states``): every decision still reads what the
+log holds after it, which is what lets any number of replicas share the consumer.
 """
 
 from __future__ import annotations
@@ -15,12 +16,17 @@ import structlog
 from opentelemetry import trace
 
 from events import subjects
-from events.store import EventStore, History, NewEvent, decide_and_append, derive_msg_id
+from events.errors import ConcurrencyError
+from events.store import EventStore, History, NewEvent, derive_msg_id
 from services.reconciler.decide import Decision, decide, unhealthy_for, wakes
+from services.reconciler.state import VERSION as STATE_VERSION
 from services.reconciler.state import ProxyState, fold
+from services.reconciler.states import States
 from services.runtime.config import Settings
 from services.runtime.consumer import ConsumerLoop, ConsumerSpec, Delivery, Outcome, Retry
+from services.runtime.eventlog.snapshots import SnapshotStore
 from services.runtime.metrics import Metrics
+from services.runtime.natsusers import KV_BUCKETS
 from services.runtime.options import env_option
 from services.runtime.service import ServiceContext
 
@@ -28,6 +34,7 @@ log = structlog.get_logger("egress.reconciler")
 _tracer = trace.get_tracer("egress_proxies.reconciler")
 
 FILTERS = ("proxy.*.declared", "proxy.*.instance", "proxy.*.health")
+MAX_ATTEMPTS = 50
 _SPAN_BY_OUTCOME = {
     "replace": "reconcile.replaceInstance",
     "delete": "reconcile.delete",
@@ -50,11 +57,17 @@ def new_events(uid: str, decision: Decision, history: History, causation: str) -
 
 class Reconciler:
     def __init__(
-        self, store: EventStore, metrics: Metrics, *, replace_unhealthy_after: float = 0.0
+        self,
+        store: EventStore,
+        metrics: Metrics,
+        *,
+        replace_unhealthy_after: float = 0.0,
+        states: States | None = None,
     ) -> None:
         self.store = store
         self.metrics = metrics
         self.replace_unhealthy_after = replace_unhealthy_after
+        self.states = states or States()
 
     async def reconcile(self, uid: str, causation: str = "") -> Decision:
         """Decide and append; returns the decision that was appended (or found unneeded)."""
@@ -62,36 +75,46 @@ class Reconciler:
         return decision
 
     async def _reconcile(self, uid: str, causation: str) -> tuple[Decision, ProxyState]:
-        decided: list[Decision] = []
-        states: list[ProxyState] = []
+        """Fold → decide → append, re-folding on every conflict (``decide_and_append``), from
+        the state ``states`` kept: only the events after it are read."""
+        aggregate = subjects.proxy(uid)
         after = self.replace_unhealthy_after
+        conflicts = 0
         with (
             _tracer.start_as_current_span("Reconcile Proxy", attributes={"proxy.uid": uid}),
             _tracer.start_as_current_span("reconcile.managed") as span,
         ):
-
-            def decide_on(history: History) -> list[NewEvent]:
-                state = fold(uid, history.events)
+            while True:
+                start, as_of = await self.states.start(uid)
+                history = await self.store.read(aggregate, after_seq=as_of)
+                state = fold(uid, history.events, start)
+                await self.states.keep(uid, state, history.last_seq, len(history.events))
                 decision = decide(state, datetime.now(UTC), after)
-                decided.append(decision)
-                states.append(state)
                 # Named once the decision is known: the appends below are its children.
                 span.update_name(_SPAN_BY_OUTCOME.get(decision.outcome, "reconcile.managed"))
                 span.set_attribute("reconcile.outcome", decision.outcome)
-                return new_events(uid, decision, history, causation)
-
-            await decide_and_append(self.store, subjects.proxy(uid), decide_on)
-        final = decided[-1]
-        self.metrics.reconcile.labels(final.outcome).inc()
-        if final.outcome != "noop":
+                new = new_events(uid, decision, history, causation)
+                if not new:
+                    break
+                try:
+                    await self.store.append(aggregate, new, expected_seq=history.last_seq)
+                    break
+                except ConcurrencyError:
+                    # Another writer got there first: decide again on the newer state. The
+                    # bound only guards against a bug that would otherwise spin for ever.
+                    conflicts += 1
+                    if conflicts >= MAX_ATTEMPTS:
+                        raise
+        self.metrics.reconcile.labels(decision.outcome).inc()
+        if decision.outcome != "noop":
             log.info(
                 "reconciled",
                 proxy_uid=uid,
-                outcome=final.outcome,
-                events=[type(e).__name__ for e in final.events],
-                conflicts=len(decided) - 1,
+                outcome=decision.outcome,
+                events=[type(e).__name__ for e in decision.events],
+                conflicts=conflicts,
             )
-        return final, states[-1]
+        return decision, state
 
     async def handle(self, delivery: Delivery) -> Outcome:
         if not wakes(delivery.recorded.event):
@@ -115,8 +138,13 @@ class ReconcilerService:
     replace_unhealthy_after: float = 0.0
 
     async def run(self, ctx: ServiceContext) -> None:
+        bucket = KV_BUCKETS["reconciler"]
+        states = States(SnapshotStore(ctx.conn.js, bucket, "state", STATE_VERSION, ProxyState))
         reconciler = Reconciler(
-            ctx.store, ctx.metrics, replace_unhealthy_after=self.replace_unhealthy_after
+            ctx.store,
+            ctx.metrics,
+            replace_unhealthy_after=self.replace_unhealthy_after,
+            states=states,
         )
         spec = ConsumerSpec(
             stream=subjects.PROXY_STREAM,

@@ -35,6 +35,10 @@ from projections.commands import Pending, answered, answers, issued
 
 replace = msgspec.structs.replace
 
+VERSION = 1
+"""The snapshot version of ``ProxyState`` (``states``): a new number for every change to what
+the fold makes, as for the views in ``projections.versions``."""
+
 
 class ProxyState(msgspec.Struct, frozen=True, kw_only=True):
     uid: str
@@ -69,8 +73,10 @@ class ProxyState(msgspec.Struct, frozen=True, kw_only=True):
     last_seq: int = 0
 
 
-def fold(uid: str, events: Iterable[Recorded]) -> ProxyState:
-    state = ProxyState(uid=uid)
+def fold(uid: str, events: Iterable[Recorded], start: ProxyState | None = None) -> ProxyState:
+    """The state after ``events``, folded on from ``start`` (the state as of the sequence before
+    the first of them) or from nothing."""
+    state = start or ProxyState(uid=uid)
     for recorded in events:
         state = replace(evolve(state, recorded), last_seq=recorded.seq)
     return state

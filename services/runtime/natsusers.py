@@ -37,8 +37,14 @@ CONSUMERS: Mapping[str, str] = {"reconciler": "PROXY", "executor": "PROXY"}
 """Services with a durable consumer loop, named after the service, on this stream: they ack its
 messages and dead-letter to ``deadletter.<service>``."""
 
-KV_BUCKETS: Mapping[str, str] = {"health": "egress-health-members", "gc": "egress-gc-lock"}
-"""The KV bucket each service keeps (health's replica members, gc's sweep lock)."""
+KV_BUCKETS: Mapping[str, str] = {
+    "health": "egress-health-members",
+    "gc": "egress-gc-lock",
+    "discovery": "egress-discovery-views",
+    "reconciler": "egress-reconciler-states",
+}
+"""The KV bucket each service keeps (health's replica members, gc's sweep lock, discovery's
+snapshots of its views, the reconciler's proxy states to fold on from)."""
 
 USERS: tuple[str, ...] = (ADMIN, READER, *WRITES)
 

@@ -102,7 +102,7 @@ def test_a_hold_ends_when_its_release_is_sent() -> None:
     assert not check_double_leases([a, before], [release], LeaseLog()).ok
 
 
-def test_overlapping_grants_and_token_gaps_in_the_log_are_flagged() -> None:
+def test_overlapping_grants_and_tokens_off_their_sequences_in_the_log_are_flagged() -> None:
     log = LeaseLog()
     log.grants["a"] = Grant("a", "px", "h1", START, START + 10, 1, seq=1)
     log.grants["b"] = Grant("b", "px", "h2", START + 3, START + 13, 3, seq=2)
@@ -111,7 +111,18 @@ def test_overlapping_grants_and_token_gaps_in_the_log_are_flagged() -> None:
 
     assert found.value == 2
     assert any(line.startswith("log: proxy px: lease b") for line in found.evidence)
-    assert any("fencing tokens [1, 3]" in line for line in found.evidence)
+    assert any(
+        "fencing tokens [1, 3] are not the grants' sequences [1, 2]" in line
+        for line in found.evidence
+    )
+
+
+def test_gaps_between_tokens_are_fine_when_each_is_its_grants_sequence() -> None:
+    log = LeaseLog()
+    log.grants["a"] = Grant("a", "px", "h1", START, START + 10, 4, seq=4)
+    log.grants["b"] = Grant("b", "px", "h2", START + 11, START + 13, 9, seq=9)
+
+    assert check_double_leases([], [], log).ok
 
 
 def test_the_fold_refuses_a_second_claim_and_records_ends() -> None:
@@ -131,7 +142,7 @@ def test_the_fold_refuses_a_second_claim_and_records_ends() -> None:
     assert log.grants["a"].end == "released"
     assert log.grants["a"].ended_at == START + 2
     assert log.grants["c"].end == ""
-    assert log.grants["c"].token == 2
+    assert log.grants["c"].token == log.grants["c"].seq == 4  # the grant's sequence, not a count
     assert log.reports == {"r1"}
     assert check_double_leases([], [], log).ok
 

@@ -15,7 +15,7 @@ from events.schemas import LeaseAcquired, LeaseReleased, LeaseRenewed
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.natsserver import EmbeddedNatsServer
 from tests.support.clirun import cli, restore_logging_after
-from tests.support.discovery import discovery, ready_proxy
+from tests.support.discovery import discovery, grant_seq, ready_proxy
 from tests.support.waiting import until
 
 pytestmark = pytest.mark.integration
@@ -141,7 +141,14 @@ async def test_a_target_skips_blocked_proxies_and_wait_outlasts_a_lease(
         assert (await cli("lease", "release", json.loads(other.stdout)["id"], **env)).exit_code == 0
         waited = await waiting
         assert waited.exit_code == 0, waited.output
-        assert json.loads(waited.stdout)["fencingToken"] == 3
+        # The third lease on p1: its token is above the second's, and is its grant's sequence.
+        token = json.loads(waited.stdout)["fencingToken"]
+        assert (
+            token
+            > json.loads(other.stdout)["fencingToken"]
+            > json.loads(got.stdout)["fencingToken"]
+        )
+        assert token == await grant_seq(jetstream_store, "p1", json.loads(waited.stdout)["id"])
 
         too_long = await cli("lease", "acquire", "--wait", "61s", **env)
         assert too_long.exit_code == 2

@@ -13,7 +13,7 @@ from events.schemas import LeaseAcquired, LeaseExpired, LeaseReleased, LeaseRepo
 from projections.lease import fold as fold_leases
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.natsserver import EmbeddedNatsServer
-from tests.support.discovery import discovery, ready_proxy, set_health
+from tests.support.discovery import discovery, grant_seq, ready_proxy, set_health
 from tests.support.waiting import until
 
 pytestmark = pytest.mark.integration
@@ -64,7 +64,8 @@ async def test_acquire_get_release(
     assert lease["proxy"]["url"] == "http://127.0.0.1:3128"
     assert lease["proxy"]["ip"] == "127.0.0.1"
     assert lease["proxy"]["attributes"] == {"country": "de", "tier": "gold"}
-    assert lease["fencingToken"] == 1
+    # The token is the grant's stream sequence (the first event of LEASE here).
+    assert lease["fencingToken"] == await grant_seq(jetstream_store, "de1", lease["id"]) == 1
     assert (lease["ttlSeconds"], lease["ttlClamped"], lease["holder"]) == (60, False, "crawler-1")
     assert at(lease["expiresAt"]) - at(lease["acquiredAt"]) == timedelta(seconds=60)
 
@@ -91,7 +92,10 @@ async def test_acquire_get_release(
 
     second = await api.post("/v1/leases", json={"selector": {"tier": "gold"}})
     assert second.status_code == 201, second.text
-    assert second.json()["fencingToken"] == 2
+    # Higher than the first, and not the next integer: the release sits in between.
+    token = second.json()["fencingToken"]
+    assert token == await grant_seq(jetstream_store, "de1", second.json()["id"]) == 3
+    assert token > lease["fencingToken"]
     assert second.json()["ttlSeconds"] == 300  # the default, under the maximum
 
     history = await jetstream_store.read(subjects.lease("de1"))
@@ -141,7 +145,8 @@ async def test_an_expired_lease_is_gone_and_its_expiry_recorded(
     assert kinds == ["LeaseAcquired", "LeaseExpired"]  # the 404s appended nothing
     nxt = await api.post("/v1/leases", json={})
     assert nxt.status_code == 201
-    assert nxt.json()["fencingToken"] == 2
+    assert nxt.json()["fencingToken"] == await grant_seq(jetstream_store, "p1", nxt.json()["id"])
+    assert nxt.json()["fencingToken"] > lease["fencingToken"]
     view = fold_leases((await jetstream_store.read(subjects.lease("p1"))).events)
     assert view is not None
     assert (view.granted, view.rejected) == (2, 0)

@@ -17,7 +17,7 @@ test checks:
   answered, and every declared proxy is in PROXY (bench/chaos_check.py, folding with
   projections/lease.py and projections/proxy.py);
 - no double lease: no two leases the clients held overlap on one proxy, and the log's fencing
-  tokens go 1, 2, 3, ...;
+  tokens are the grants' stream sequences, so they strictly increase per proxy;
 - the fleet converges: every proxy is Ready;
 - the killed node, restarted on its data dir, catches up: its own copy of every stream reaches
   the leader's last sequence, and the leader reports every replica current.

@@ -27,7 +27,7 @@ from services.runtime.metrics import Metrics
 from services.runtime.natsserver import EmbeddedNatsServer
 from services.runtime.service import ServiceContext
 from tests.support.clirun import cli, restore_logging_after
-from tests.support.discovery import discovery, ready_proxy
+from tests.support.discovery import discovery, grant_seq, ready_proxy
 from tests.support.waiting import until
 
 pytestmark = pytest.mark.reliability
@@ -194,7 +194,8 @@ async def test_hostile_claims_in_the_log_neither_stop_discovery_nor_hold_the_pro
         assert (leased.status_code, other.status_code) == (201, 201), (leased.text, other.text)
         assert {leased.json()["proxy"]["uid"], other.json()["proxy"]["uid"]} == {"p1", "p2"}
         on_p1 = next(x.json() for x in (leased, other) if x.json()["proxy"]["uid"] == "p1")
-        assert on_p1["fencingToken"] == 1
+        # The first grant on p1: its token is its own sequence, after the hostile claims'.
+        assert on_p1["fencingToken"] == await grant_seq(jetstream_store, "p1", on_p1["id"])
 
         # And while it runs: hostile claims on the leased proxy change nothing.
         last = await publish_hostile(nats_server.url, "p1")
@@ -207,7 +208,7 @@ async def test_hostile_claims_in_the_log_neither_stop_discovery_nor_hold_the_pro
         assert (await api.get("/healthz")).status_code == 200
         again = await api.get(f"/v1/leases/{on_p1['id']}")
         assert again.status_code == 200
-        assert again.json()["fencingToken"] == 1
+        assert again.json()["fencingToken"] == on_p1["fencingToken"]
         assert (await api.delete(f"/v1/leases/{on_p1['id']}")).status_code == 204
         view = service.api.views.lease_view("p1")
         assert view is not None

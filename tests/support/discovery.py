@@ -14,6 +14,7 @@ from events import subjects
 from events.schemas import (
     Condition,
     HealthChanged,
+    LeaseAcquired,
     Phase,
     PhaseChanged,
     ProxyDeclared,
@@ -73,6 +74,7 @@ async def discovery(
     token: str | None = None,
     expiry_interval: float = 0.1,
     metrics: Metrics | None = None,
+    snapshot_interval: float = 30.0,
 ) -> AsyncIterator[tuple[DiscoveryService, str]]:
     """A discovery replica with its own NATS connection, listening on a free loopback port;
     yields the service and its base URL."""
@@ -86,6 +88,7 @@ async def discovery(
         token=token,
         expiry_interval=expiry_interval,
         shutdown_timeout=1.0,
+        snapshot_interval=snapshot_interval,
     )
     ctx = ServiceContext(
         settings=Settings(nats_url=url),
@@ -106,3 +109,15 @@ async def discovery(
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         await conn.close()
+
+
+async def grant_seq(store: EventStore, uid: str, lease_id: str) -> int:
+    """The stream sequence of the ``LeaseAcquired`` that claimed ``lease_id`` on ``uid``: the
+    fencing token its grant carries (docs/api.md, Guarantees)."""
+    history = await store.read(subjects.lease(uid))
+    (seq,) = (
+        r.seq
+        for r in history.events
+        if isinstance(r.event, LeaseAcquired) and r.event.lease_id == lease_id
+    )
+    return seq

@@ -114,7 +114,8 @@ def test_a_claim_during_cooldown_is_refused_and_after_it_granted() -> None:
     log = Log().add(1, acquired("a")).add(2, released("a", cooldown=5)).add(4, acquired("b"))
     assert log.view().rejected == 1
     view = log.add(7, acquired("c")).view()
-    assert (view.lease_id, view.fencing_token, view.granted) == ("c", 2, 2)
+    # The token is the grant's stream sequence: the refused claim took sequence 3, c has 4.
+    assert (view.lease_id, view.fencing_token, view.granted) == ("c", 4, 2)
 
 
 def test_expiry_without_an_event_is_settled_by_the_next_claim() -> None:
@@ -175,7 +176,9 @@ def test_fencing_tokens_strictly_increase_over_grants_only() -> None:
         log.add(i * 10, acquired(f"l{i}", ttl=1)).add(i * 10 + 0.5, acquired(f"x{i}"))
     view = log.view()
     tokens = [r.fencing_token for r in view.recent] + [view.fencing_token]
-    assert tokens == [1, 2, 3, 4, 5]
+    # Each is its grant's sequence; the refused claims in between are gaps, not tokens.
+    assert tokens == [r.seq for r in view.recent] + [view.current.seq if view.current else 0]
+    assert tokens == [1, 3, 5, 7, 9]
     assert (view.granted, view.rejected) == (5, 5)
 
 

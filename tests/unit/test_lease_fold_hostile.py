@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from datetime import UTC, datetime, timedelta, timezone
+from itertools import pairwise
 
 import msgspec
 import pytest
@@ -65,7 +66,8 @@ def test_an_unusable_claim_is_counted_and_holds_nothing(claim: LeaseAcquired) ->
     assert is_available(view, at(1))
     assert view.last_seq == 1
     view = log.add(2, acquired("next", ttl=10)).view()
-    assert (view.lease_id, view.fencing_token, view.granted) == ("next", 1, 1)
+    # The first grant; its token is its sequence, after the unusable claim's.
+    assert (view.lease_id, view.fencing_token, view.granted) == ("next", 2, 1)
 
 
 def test_a_claim_at_the_bounds_holds() -> None:
@@ -118,7 +120,7 @@ def test_a_claim_stamped_after_its_deadline_holds_nothing() -> None:
     assert (view.current, view.late, view.granted, view.fencing_token) == (None, 1, 0, 0)
     on_time = LeaseAcquired(lease_id="real", proxy_uid="p1", ttl_seconds=60, deadline=at(32))
     view = Log().add(30, late).add(31, on_time).view()
-    assert (view.lease_id, view.fencing_token) == ("real", 1)
+    assert (view.lease_id, view.fencing_token, view.granted) == ("real", 2, 1)
     exactly = LeaseAcquired(lease_id="edge", proxy_uid="p1", ttl_seconds=60, deadline=at(5))
     assert Log().add(5, exactly).view().lease_id == "edge"
 
@@ -213,7 +215,13 @@ def test_no_event_makes_the_fold_raise(
         )
     now = at(2e6)
     is_available(view, now)  # every question about the view answers too
-    assert view.fencing_token == view.granted
+    # The token is the newest grant's sequence: the current lease, or the last one ended.
+    newest = view.current or (view.recent[-1] if view.recent else None)
+    assert view.fencing_token == (newest.seq if newest else 0)
+    assert view.fencing_token >= view.granted
+    tokens = [r.fencing_token for r in view.recent]
+    tokens += [view.current.fencing_token] if view.current else []
+    assert all(a < b for a, b in pairwise(tokens))
 
 
 def test_a_lease_id_reused_on_another_proxy_keeps_its_index_entry() -> None:

@@ -2,6 +2,10 @@
 
 It reads through ``OrderedPull`` (in order, exactly once, restarting after the last applied
 sequence on a gap or a lost consumer), so a rebuild from sequence 1 equals the live view.
+
+With ``snapshots`` it starts from the views a ``Snapshotter`` stored instead (``snapshots``),
+skipping per key the events a restored view already holds, and reads the whole stream when
+there is no usable set; the views are the same either way.
 """
 
 from __future__ import annotations
@@ -10,17 +14,19 @@ import asyncio
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
+import nats.errors
 import structlog
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
 from events import reading
-from events.errors import EventStoreError
+from events.errors import EventStoreError, StoreUnavailable
 from events.skips import LEDGER
 from events.store import Recorded
 from events.subjects import proxy_uid_of
 from services.runtime.aio import raise_if_cancelled
 from services.runtime.eventlog.ordered import OrderedPull
+from services.runtime.eventlog.snapshots import SnapshotStore
 
 V = TypeVar("V")
 Apply = Callable[[V | None, Recorded], V]
@@ -39,6 +45,8 @@ class Projector(Generic[V]):
         key: Callable[[str], str] = proxy_uid_of,
         batch: int = 1000,
         idle_timeout: float = 1.0,
+        snapshots: SnapshotStore[V] | None = None,
+        restored: Callable[[str, V], None] = lambda key, view: None,
     ) -> None:
         self.stream = stream
         self.filter_subject = filter_subject
@@ -50,6 +58,15 @@ class Projector(Generic[V]):
         self.skipped = 0
         self._reader = OrderedPull(js, stream, filter_subject, batch=batch)
         self._advanced = asyncio.Condition()
+        self._js = js
+        self.snapshots = snapshots
+        self.restored = restored
+        """Called for every view taken from a snapshot (derived indices are rebuilt from it)."""
+        self.restored_views = 0
+        self.as_of: dict[str, int] = {}
+        """key -> the sequence its restored view is complete as of (its events up to it skip)."""
+        self.changed: set[str] = set()
+        """Keys whose view changed since a ``Snapshotter`` last took them."""
 
     @property
     def last_seq(self) -> int:
@@ -69,6 +86,8 @@ class Projector(Generic[V]):
         Ends only when the server reports nothing left: an empty short fetch alone can also mean
         a busy event loop, and a view built from half the stream would look complete.
         """
+        if self.snapshots is not None and self._reader.last_seq == 0 and not self.views:
+            await self._restore(self.snapshots)
         before = self.applied
         remaining = await self._reader.pending()
         drained = False
@@ -88,6 +107,27 @@ class Projector(Generic[V]):
             drained = server == 0
             remaining = server + queued
         return self.applied - before
+
+    async def _restore(self, snapshots: SnapshotStore[V]) -> None:
+        try:
+            info = await self._js.stream_info(self.stream)
+        except (nats.errors.Error, TimeoutError) as exc:
+            raise StoreUnavailable(f"cannot read {self.stream}: {exc}") from exc
+        got = await snapshots.restore(info.state.last_seq)
+        if got is None:
+            return
+        self.views = got.views
+        self.as_of = got.as_of
+        self._reader.last_seq = got.start - 1
+        for key, view in got.views.items():
+            self.restored(key, view)
+        self.restored_views = len(got.views)
+        log.info(
+            "views restored from snapshots",
+            stream=self.stream,
+            views=len(got.views),
+            start=got.start,
+        )
 
     async def run(self) -> None:
         await self.catch_up()
@@ -134,6 +174,9 @@ class Projector(Generic[V]):
             msg.headers,
         )
         key = self.key(msg.subject)
+        if self.as_of and meta.sequence.stream <= self.as_of.get(key, 0):
+            return  # the restored view holds it already
+        self.changed.add(key)
         view, failed = reading.apply_tolerantly(self.apply, self.views.get(key), item, self.stream)
         skip = skip or failed
         if view is not None:

@@ -1,0 +1,15 @@
+"""The snapshot version of each fold whose views are stored as snapshots.
+
+A snapshot holds a view as a fold made it; restored by a build whose fold differs, it would be
+a view no fold of this build makes. So every change to a fold's view (its fields, or what the
+fold puts in them) takes a new number here: the new build ignores the old snapshots (their keys
+name the old version) and rebuilds from the events. ``tests/unit/test_snapshot_versions.py``
+fails when a view's schema changes while its number does not.
+"""
+
+from __future__ import annotations
+
+PROXY = 1
+"""``projections.proxy.ProxyView``."""
+LEASE = 1
+"""``projections.lease.LeaseView``."""
