@@ -1,9 +1,15 @@
 """The processes, the set-up and the client of the discovery benchmarks.
 
 The API runs as its own process, as a deployment runs it, so the clients' CPU is not the
-server's: ``python -m bench.discovery_worker NATS_URL [--cooldown S] [--profile FILE]`` prints
-``ready <port>`` once it listens and stops cleanly on SIGTERM (writing cProfile stats first,
-with ``--profile``).
+server's: ``python -m bench.discovery_worker NATS_URL [--cooldown S] [--loop asyncio|uvloop]
+[--profile FILE]`` prints ``ready <port> <event loop> <HTTP protocol>`` once it listens and stops
+cleanly on SIGTERM (writing cProfile stats first, with ``--profile``).
+
+The service runs uvicorn inside the process's own event loop (``Server.serve``), so uvicorn's
+``loop="auto"`` never applies: the loop is whatever the process started, the standard one unless
+``--loop uvloop`` (an experiment; uvloop is not a dependency). Its ``http="auto"`` does apply:
+httptools when installed, h11 otherwise. The ready line names both, so a run records what it
+measured.
 
 The client is a few lines of HTTP/1.1 over one keep-alive connection per simulated crawler. A
 general-purpose client (httpx) costs several times the server's work per request, and on a
@@ -17,11 +23,12 @@ import argparse
 import asyncio
 import contextlib
 import cProfile
+import importlib
 import json
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,6 +45,7 @@ from services.runtime.natsserver import EmbeddedNatsServer
 from services.runtime.service import Started, run_services
 
 ROOT = Path(__file__).resolve().parents[1]
+LOOPS = ("asyncio", "uvloop")
 
 
 # ------------------------------------------------------------------------- the worker process
@@ -57,7 +65,7 @@ async def serve(url: str, cooldown: float) -> None:
 
     async def announce() -> None:
         await service.listening.wait()
-        print(f"ready {service.bound_port}", flush=True)
+        print(f"ready {service.bound_port} {loop_name()} {http_protocol()}", flush=True)
 
     def started(_: Started) -> None:
         announced.append(loop.create_task(announce()))
@@ -67,17 +75,40 @@ async def serve(url: str, cooldown: float) -> None:
         await run_services([service], settings, on_started=started)
 
 
+def loop_name() -> str:
+    """The running event loop's package: ``asyncio`` or ``uvloop``."""
+    return type(asyncio.get_running_loop()).__module__.split(".")[0]
+
+
+def http_protocol() -> str:
+    """What uvicorn's ``http="auto"`` (the service's setting) resolves to here."""
+    from uvicorn.protocols.http.auto import AutoHTTPProtocol  # noqa: PLC0415
+
+    return "httptools" if "HttpTools" in AutoHTTPProtocol.__name__ else "h11"
+
+
+def loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """None for the standard loop; uvloop's, if asked for (and installed)."""
+    if name == "asyncio":
+        return None
+    factory: Callable[[], asyncio.AbstractEventLoop] = importlib.import_module(name).new_event_loop
+    return factory
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.discovery_worker")
     parser.add_argument("nats_url")
     parser.add_argument("--cooldown", type=float, default=0.0)
+    parser.add_argument("--loop", choices=LOOPS, default="asyncio")
     parser.add_argument("--profile", help="write cProfile stats here on exit")
     args = parser.parse_args()
     configure_logging("warning", stream=sys.stderr)
+    factory = loop_factory(args.loop)
     profiler = cProfile.Profile() if args.profile else None
     if profiler is not None:
         profiler.enable()
-    asyncio.run(serve(args.nats_url, args.cooldown))
+    with asyncio.Runner(loop_factory=factory) as runner:
+        runner.run(serve(args.nats_url, args.cooldown))
     if profiler is not None:
         profiler.disable()
         profiler.dump_stats(args.profile)
@@ -90,6 +121,10 @@ def main() -> None:
 class Api:
     process: asyncio.subprocess.Process
     port: int
+    loop: str = ""
+    """The worker's event loop (``asyncio`` or ``uvloop``)."""
+    http: str = ""
+    """uvicorn's HTTP protocol in the worker (``httptools`` or ``h11``)."""
 
     async def stop(self) -> None:
         if self.process.returncode is None:
@@ -101,11 +136,19 @@ class Api:
             await self.process.wait()
 
 
-async def spawn(url: str, log: Path, *, cooldown: float = 0.0, profile: Path | None = None) -> Api:
+async def spawn(
+    url: str,
+    log: Path,
+    *,
+    cooldown: float = 0.0,
+    profile: Path | None = None,
+    loop: str = "asyncio",
+) -> Api:
     """Tracing stays off in the worker (no OTEL_* variables): an exporter is not measured."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     args = [sys.executable, "-m", "bench.discovery_worker", url, "--cooldown", str(cooldown)]
+    args += ["--loop", loop]
     if profile is not None:
         args += ["--profile", str(profile)]
     with log.open("ab") as err:
@@ -117,12 +160,13 @@ async def spawn(url: str, log: Path, *, cooldown: float = 0.0, profile: Path | N
         line = await asyncio.wait_for(process.stdout.readline(), 60.0)
     except TimeoutError:
         line = b""
-    word, _, port = line.decode().partition(" ")
-    if word != "ready":
-        process.kill()
+    words = line.decode().split()
+    if len(words) != 4 or words[0] != "ready":
+        with contextlib.suppress(ProcessLookupError):  # it may have exited already
+            process.kill()
         await process.wait()
         raise RuntimeError(f"the discovery worker did not start; see {log}")
-    return Api(process, int(port))
+    return Api(process, int(words[1]), loop=words[2], http=words[3])
 
 
 @dataclass
@@ -158,9 +202,10 @@ async def seed(store: JetStreamEventStore, proxies: int) -> None:
 
 @contextlib.asynccontextmanager
 async def setup(
-    tmp: Path, *, proxies: int, apis: int, profile: Path | None = None
+    tmp: Path, *, proxies: int, apis: int, profile: Path | None = None, loop: str = "asyncio"
 ) -> AsyncIterator[Setup]:
-    """A fresh server with ``proxies`` Ready proxies, then ``apis`` API processes on it."""
+    """A fresh server with ``proxies`` Ready proxies, then ``apis`` API processes on it, each
+    on the event loop ``loop``."""
     server = EmbeddedNatsServer(tmp / "nats")
     await server.start()
     conn = await connect(server.url, name="bench")
@@ -169,7 +214,8 @@ async def setup(
         await ensure_streams(conn.js)
         await seed(running.store, proxies)
         for i in range(apis):
-            running.apis.append(await spawn(server.url, tmp / f"api-{i}.log", profile=profile))
+            log = tmp / f"api-{i}.log"
+            running.apis.append(await spawn(server.url, log, profile=profile, loop=loop))
         yield running
     finally:
         for api in running.apis:
@@ -179,20 +225,34 @@ async def setup(
 
 
 class HttpConnection:
-    """HTTP/1.1 requests, one at a time, on one keep-alive connection."""
+    """HTTP/1.1 requests, one at a time, on one keep-alive connection.
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    uvicorn closes a connection idle for 5 s (its keep-alive timeout), as the clients' are while
+    another phase runs; the next request then opens a new one.
+    """
+
+    def __init__(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, host: str, port: int
+    ) -> None:
         self.reader = reader
         self.writer = writer
+        self.host = host
+        self.port = port
+        self.reopened = 0
 
     @classmethod
     async def open(cls, port: int, host: str = "127.0.0.1") -> HttpConnection:
         reader, writer = await asyncio.open_connection(host, port)
-        return cls(reader, writer)
+        return cls(reader, writer, host, port)
 
     async def request(
         self, method: str, path: str, body: object = None
     ) -> tuple[int, dict[str, str], bytes]:
+        if self.reader.at_eof():
+            # Closed by the server while idle: it never saw a request on it.
+            await self.close()
+            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+            self.reopened += 1
         data = b"" if body is None else json.dumps(body).encode()
         head = f"{method} {path} HTTP/1.1\r\nHost: bench\r\nContent-Length: {len(data)}\r\n"
         if body is not None:

@@ -41,6 +41,11 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Any, Any, Any], Awaitable[None]]
 
 
+def _untraced() -> bool:
+    """No tracer provider was installed: every span would be a no-op."""
+    return isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
+
+
 class TracingMiddleware:
     def __init__(
         self, app: ASGIApp, metrics: DiscoveryMetrics, *, untraced: Iterable[str] = UNTRACED
@@ -48,22 +53,24 @@ class TracingMiddleware:
         self.app = app
         self.metrics = metrics
         self.untraced = frozenset(untraced)
+        self._labelled: dict[tuple[str, str, int], tuple[Any, Any]] = {}
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in self.untraced:
-            await self.app(scope, receive, send)
-            return
-        method = scope["method"]
+    def _children(self, method: str, route: str, status: int) -> tuple[Any, Any]:
+        """The labelled counter and histogram, looked up once per (method, route, status)."""
+        key = (method, route, status)
+        found = self._labelled.get(key)
+        if found is None:
+            found = (
+                self.metrics.requests.labels(method, route, str(status)),
+                self.metrics.request_seconds.labels(method, route),
+            )
+            self._labelled[key] = found
+        return found
+
+    @staticmethod
+    def _span(scope: Scope, method: str) -> trace.Span | None:
+        """A SERVER span continuing the caller's trace; None when sampling left it invalid."""
         carrier = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-        status = 500
-
-        async def send_and_see(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
-        started = time.perf_counter()
         span = _tracer.start_span(
             method,
             context=propagate.extract(carrier),
@@ -75,16 +82,32 @@ class TracingMiddleware:
                 "network.protocol.version": scope.get("http_version", "1.1"),
             },
         )
-        # With tracing off the span is invalid: making it current would cost about a twentieth
-        # of a lease request's time, and nothing downstream could see it.
-        traced = span.get_span_context().is_valid
+        return span if span.get_span_context().is_valid else None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["path"] in self.untraced:
+            await self.app(scope, receive, send)
+            return
+        method = scope["method"]
+        status = 500
+
+        async def send_and_see(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        started = time.perf_counter()
+        # No SDK installed (tracing off): no carrier, no extract, no span. Even an invalid span
+        # costs a tenth of a lease request's API time (docs/benchmarks.md, Discovery API).
+        span = None if _untraced() else self._span(scope, method)
         try:
-            with trace.use_span(span) if traced else nullcontext():
+            with trace.use_span(span) if span is not None else nullcontext():
                 await self.app(scope, receive, send_and_see)
         finally:
             route = str(scope.get("path_template") or "")
             label = route or "unmatched"
-            if traced:
+            if span is not None:
                 span.update_name(f"{method} {route}" if route else method)
                 if route:
                     span.set_attribute("http.route", route)
@@ -93,8 +116,9 @@ class TracingMiddleware:
                     span.set_status(Status(StatusCode.ERROR))
                 span.end()  # after the route is known: the name is the route
             elapsed = time.perf_counter() - started
-            self.metrics.requests.labels(method, label, str(status)).inc()
-            self.metrics.request_seconds.labels(method, label).observe(elapsed)
+            count, seconds = self._children(method, label, status)
+            count.inc()
+            seconds.observe(elapsed)
             if _debug.isEnabledFor(logging.DEBUG):
                 log.debug(
                     "request",
