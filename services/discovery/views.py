@@ -32,7 +32,6 @@ from services.discovery.candidates import CandidateIndex
 from services.runtime.aio import raise_if_cancelled
 from services.runtime.eventlog.projector import Projector
 from services.runtime.eventlog.snapshots import SnapshotStore, Snapshotter
-from services.runtime.natsusers import KV_BUCKETS
 
 log = structlog.get_logger("egress.discovery")
 
@@ -40,6 +39,8 @@ EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 V = TypeVar("V")
 BURST = 4
 """Consecutive non-empty single fetches after which the follower gathers events in windows."""
+VIEWS_BUCKET = "egress-discovery-views"
+"""The KV bucket of this service's snapshots of its views (docs/architecture.md, "Snapshots")."""
 WINDOW = 0.002
 """How long one windowed fetch gathers events: the most it delays one, under load."""
 
@@ -102,7 +103,7 @@ class Views:
         event was stamped after we received it. Every sample is a lower bound, so the largest
         is the best one; old events replayed at start-up are far behind and change nothing."""
         self._apply_lease = lease_fold.indexed(self.index)
-        bucket = KV_BUCKETS["discovery"]
+        bucket = VIEWS_BUCKET
         self.proxies: Projector[ProxyView] = Projector(
             js,
             subjects.PROXY_STREAM,

@@ -21,12 +21,11 @@ from events.store import EventStore, History, NewEvent, derive_msg_id
 from services.reconciler.decide import Decision, decide, unhealthy_for, wakes
 from services.reconciler.state import VERSION as STATE_VERSION
 from services.reconciler.state import ProxyState, fold
-from services.reconciler.states import States
+from services.reconciler.states import STATES_BUCKET, States
 from services.runtime.config import Settings
 from services.runtime.consumer import ConsumerLoop, ConsumerSpec, Delivery, Outcome, Retry
 from services.runtime.eventlog.snapshots import SnapshotStore
 from services.runtime.metrics import Metrics
-from services.runtime.natsusers import KV_BUCKETS
 from services.runtime.options import env_option
 from services.runtime.service import ServiceContext
 
@@ -138,8 +137,8 @@ class ReconcilerService:
     replace_unhealthy_after: float = 0.0
 
     async def run(self, ctx: ServiceContext) -> None:
-        bucket = KV_BUCKETS["reconciler"]
-        states = States(SnapshotStore(ctx.conn.js, bucket, "state", STATE_VERSION, ProxyState))
+        store = SnapshotStore(ctx.conn.js, STATES_BUCKET, "state", STATE_VERSION, ProxyState)
+        states = States(store)
         reconciler = Reconciler(
             ctx.store,
             ctx.metrics,

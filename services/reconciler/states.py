@@ -22,6 +22,8 @@ from services.runtime.eventlog.snapshots import SnapshotStore
 
 log = structlog.get_logger("egress.reconciler")
 
+STATES_BUCKET = "egress-reconciler-states"
+"""The KV bucket of the states the reconciler folds on from, for its next process."""
 CACHED = 20_000
 """States kept in memory: a fleet of that size decides from memory (about 1 KB each)."""
 PERSIST_AFTER = 64

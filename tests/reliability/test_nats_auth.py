@@ -19,14 +19,19 @@ import pytest
 from nats.js.errors import NotFoundError
 
 from events import subjects
+from events.errors import StoreUnavailable
 from events.schemas import Event, HealthChanged
 from events.store import NewEvent
+from services.discovery.views import VIEWS_BUCKET
 from services.gc.lock import LOCK_BUCKET, SweepLock
 from services.health.assign import BUCKET, Membership
+from services.reconciler.state import ProxyState
+from services.reconciler.states import STATES_BUCKET
 from services.runtime.connection import Connection, connect
 from services.runtime.consumer import ConsumerLoop, ConsumerSpec, Delivery, GiveUp, Outcome
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.eventlog.ordered import OrderedPull
+from services.runtime.eventlog.snapshots import SnapshotStore
 from services.runtime.eventlog.streams import STREAMS, ensure_streams
 from services.runtime.natsserver import EmbeddedNatsServer
 from services.runtime.natsusers import CONSUMERS, KV_BUCKETS, WRITES, permissions
@@ -137,7 +142,12 @@ def test_each_user_may_write_what_its_service_appends(service: str) -> None:
 
 
 def test_the_kv_buckets_are_the_services_own() -> None:
-    assert KV_BUCKETS == {"health": BUCKET, "gc": LOCK_BUCKET}
+    assert KV_BUCKETS == {
+        "health": BUCKET,
+        "gc": LOCK_BUCKET,
+        "discovery": VIEWS_BUCKET,
+        "reconciler": STATES_BUCKET,
+    }
 
 
 # ------------------------------------------------------------------------------ a real server
@@ -266,3 +276,32 @@ async def test_health_and_gc_keep_their_buckets_as_their_own_users(
     finally:
         await health.close()
         await gc.close()
+
+
+async def test_discovery_and_the_reconciler_keep_their_snapshots_in_their_own_buckets(
+    nats_server: EmbeddedNatsServer, conn: Connection
+) -> None:
+    """Written and read back as the services' own users, over real permissions: a snapshot that
+    could not be written would only cost time, silently, so it is checked here."""
+    discovery, _ = await as_user(nats_server, "discovery")
+    reconciler, _ = await as_user(nats_server, "reconciler")
+    try:
+        views: SnapshotStore[ProxyState] = SnapshotStore(
+            discovery.js, VIEWS_BUCKET, "t", 1, ProxyState
+        )
+        assert await views.write([("p1", ProxyState(uid="p1"))], 7) == 1
+        restored = await views.restore(stream_last_seq=7)
+        assert restored is not None
+        assert restored.views == {"p1": ProxyState(uid="p1")}
+        states: SnapshotStore[ProxyState] = SnapshotStore(
+            reconciler.js, STATES_BUCKET, "t", 1, ProxyState
+        )
+        await states.put("p1", ProxyState(uid="p1"), 9)
+        assert await states.get("p1") == (ProxyState(uid="p1"), 9)
+        # Neither may write the other's.
+        other = SnapshotStore(reconciler.js, VIEWS_BUCKET, "t", 1, ProxyState)
+        with pytest.raises(StoreUnavailable):
+            await other.put("p1", ProxyState(uid="p1"), 9)
+    finally:
+        await discovery.close()
+        await reconciler.close()
