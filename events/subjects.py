@@ -48,6 +48,16 @@ class Aggregate:
             return f"{self.filter_subject[:-2]}.{event.category}"
         return self.filter_subject
 
+    @property
+    def literal_subjects(self) -> tuple[str, ...]:
+        """The subjects its events are written to: one per category for a proxy, else the one
+        subject. Reading each of them costs the server the same whatever the stream's size; the
+        wildcard ``filter_subject`` does not (docs/architecture.md, "Reads")."""
+        if self.per_category:
+            prefix = self.filter_subject[:-2]
+            return tuple(f"{prefix}.{category}" for category in PROXY_CATEGORIES)
+        return (self.filter_subject,)
+
     def __str__(self) -> str:
         return self.filter_subject
 

@@ -14,7 +14,9 @@ import pytest
 from events import subjects
 from events.errors import ConcurrencyError
 from events.schemas import (
+    CreateInstance,
     HealthChanged,
+    InstanceCreated,
     LeaseAcquired,
     Phase,
     PhaseChanged,
@@ -35,6 +37,25 @@ def declared(uid: str) -> NewEvent:
 
 def health(n: int) -> NewEvent:
     return NewEvent(HealthChanged(healthy=n % 2 == 0, reason=f"r{n}"), msg_id=f"health-{n}")
+
+
+def command(n: int) -> NewEvent:
+    spec = ProxySpec(provider="local")
+    event = CreateInstance(command_id=f"c{n}", provider="local", instance_name=f"i{n}", spec=spec)
+    return NewEvent(event, msg_id=f"cmd-{n}")
+
+
+def instance(n: int) -> NewEvent:
+    event = InstanceCreated(command_id=f"c{n}", provider="local", provider_id=f"i{n}")
+    return NewEvent(event, msg_id=f"instance-{n}")
+
+
+def status(n: int) -> NewEvent:
+    return NewEvent(PhaseChanged(phase=Phase.PENDING, reason=f"s{n}"), msg_id=f"status-{n}")
+
+
+def category(subject: str) -> str:
+    return subject.rsplit(".", 1)[-1]
 
 
 class EventStoreContract:
@@ -110,6 +131,104 @@ class EventStoreContract:
         nothing = await store.read(agg, after_seq=result.seqs[-1])
         assert nothing.events == []
         assert nothing.last_seq == result.seqs[-1]
+
+    async def test_categories_interleave_in_sequence_order(self, store: EventStore) -> None:
+        """A proxy's events live on one subject per category; a read returns them in the order
+        they were appended, whatever the category, with other aggregates' events in between."""
+        agg, other = subjects.proxy("mixed"), subjects.proxy("other")
+        appended = [
+            declared("mixed"),
+            command(1),
+            instance(1),
+            health(1),
+            status(1),
+            health(2),
+            command(2),
+            status(2),
+        ]
+        seqs: list[int] = []
+        last = other_last = 0
+        for n, new in enumerate(appended):
+            last = (await store.append(agg, [new], expected_seq=last)).last_seq
+            seqs.append(last)
+            other_new = [health(100 + n)]
+            other_last = (await store.append(other, other_new, expected_seq=other_last)).last_seq
+        history = await store.read(agg)
+        assert [r.seq for r in history.events] == seqs
+        assert [r.msg_id for r in history.events] == [new.msg_id for new in appended]
+        assert [category(r.subject) for r in history.events] == [
+            "declared",
+            "cmd",
+            "instance",
+            "health",
+            "status",
+            "health",
+            "cmd",
+            "status",
+        ]
+        assert history.last_seq == seqs[-1]
+        assert [r.msg_id for r in (await store.read(other)).events] == [
+            f"health-{100 + n}" for n in range(len(appended))
+        ]
+
+    async def test_read_after_a_sequence_in_the_middle_spans_categories(
+        self, store: EventStore
+    ) -> None:
+        agg = subjects.proxy("middle")
+        appended = [declared("middle"), command(1), health(1), status(1), instance(1), health(2)]
+        seqs = (await store.append(agg, appended, expected_seq=0)).seqs
+        tail = await store.read(agg, after_seq=seqs[1])
+        assert [r.seq for r in tail.events] == seqs[2:]
+        assert [category(r.subject) for r in tail.events] == [
+            "health",
+            "status",
+            "instance",
+            "health",
+        ]
+        assert tail.last_seq == seqs[-1]
+        last = await store.read(agg, after_seq=seqs[-2])
+        assert [r.msg_id for r in last.events] == ["health-2"]
+        assert last.last_seq == seqs[-1]
+        # The categories with nothing after the sequence add nothing.
+        assert (await store.read(agg, after_seq=seqs[3])).events[0].msg_id == "instance-1"
+
+    async def test_skipped_events_on_any_subject_keep_the_last_sequence(
+        self, store: EventStore, raw_append: RawAppend
+    ) -> None:
+        """Poison in the middle of one category and, newest, an event on a category this version
+        does not know: both are left out, and ``last_seq`` is still the aggregate's last."""
+        agg = subjects.proxy("odd")
+        first = await store.append(agg, [declared("odd"), health(1)], expected_seq=0)
+        poison = await raw_append(
+            "PROXY", "proxy.odd.cmd", b"{not json", {"Egress-Event-Type": "CreateInstance"}
+        )
+        later = await store.append(agg, [status(1)], expected_seq=poison)
+        future = await raw_append(
+            "PROXY",
+            "proxy.odd.future",
+            b'{"type":"FromTheFuture"}',
+            {"Egress-Event-Type": "FromTheFuture", "Nats-Msg-Id": "future-odd"},
+        )
+        history = await store.read(agg)
+        assert [r.seq for r in history.events] == [*first.seqs, *later.seqs]
+        assert history.skipped == 2
+        assert history.last_seq == future
+        tail = await store.read(agg, after_seq=later.last_seq)
+        assert (tail.events, tail.skipped, tail.last_seq) == ([], 1, future)
+        result = await decide_and_append(store, agg, lambda h: [health(2)])
+        assert result.seqs == [future + 1]
+
+    async def test_long_history_across_categories_reads_whole_in_order(
+        self, store: EventStore
+    ) -> None:
+        agg = subjects.proxy("long-mixed")
+        batch = [status(i) if i % 3 == 0 else health(i) for i in range(1600)]
+        await store.append(agg, batch)
+        history = await store.read(agg)
+        assert [r.msg_id for r in history.events] == [n.msg_id for n in batch]
+        seqs = [r.seq for r in history.events]
+        assert seqs == sorted(seqs)
+        assert history.last_seq == seqs[-1]
 
     async def test_long_history_reads_whole(self, store: EventStore) -> None:
         agg = subjects.proxy("long")

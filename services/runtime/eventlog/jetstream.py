@@ -1,15 +1,16 @@
 """The event store on NATS JetStream.
 
 Appends publish with ``Nats-Expected-Last-Subject-Sequence`` scoped to the aggregate's subjects,
-so two writers that folded the same state cannot both append. Reads use batched direct gets: one
-request streams every message of the aggregate back, without creating a consumer per read.
+so two writers that folded the same state cannot both append. Reads use batched direct gets,
+without creating a consumer per read: one per literal subject of the aggregate, sent at once, so
+that a read costs the same in a stream of any size (docs/architecture.md, "Reads").
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import nullcontext
 from datetime import datetime
 from typing import Any
@@ -58,7 +59,7 @@ class JetStreamEventStore:
         self._attempts = attempts
         self._read_batch = read_batch
         self._inbox = ""
-        self._replies: dict[str, asyncio.Queue[Msg]] = {}
+        self._replies: dict[str, _Reply] = {}
         self._next_request = 0
         self._sub_lock = asyncio.Lock()
 
@@ -152,6 +153,11 @@ class JetStreamEventStore:
 
     async def read(self, aggregate: Aggregate, after_seq: int = 0) -> History:
         raw = await self._read_raw(aggregate, after_seq=after_seq)
+        return self._history(aggregate, raw, after_seq)
+
+    def _history(self, aggregate: Aggregate, raw: list[Msg], after_seq: int) -> History:
+        """Decode messages in stream order; ``last_seq`` is the highest sequence read, else
+        ``after_seq``."""
         events: list[Recorded] = []
         skipped = 0
         last = after_seq
@@ -183,63 +189,217 @@ class JetStreamEventStore:
         after_seq: int,
         limit: int | None = None,
     ) -> list[Msg]:
+        """The aggregate's messages after ``after_seq`` in stream order (the first ``limit``)."""
+        if not aggregate.per_category:
+            return await self._read_subject(
+                aggregate.stream, aggregate.filter_subject, after_seq=after_seq, limit=limit
+            )
+        return await self._read_categories(aggregate, after_seq=after_seq, limit=limit)
+
+    async def _read_subject(
+        self, stream: str, subject: str, *, after_seq: int, limit: int | None = None
+    ) -> list[Msg]:
+        """Batched direct gets of one filter subject, page after page. With a literal subject the
+        server walks that subject's own index; with a wildcard it walks the stream from
+        ``after_seq``, so only the fallback of ``_read_categories`` reads a wildcard."""
         out: list[Msg] = []
         start = after_seq + 1
         while True:
             want = self._read_batch if limit is None else min(self._read_batch, limit - len(out))
-            request = {"seq": start, "next_by_subj": aggregate.filter_subject, "batch": want}
-            got, pending = await self._direct_get(aggregate.stream, request)
+            request = {"seq": start, "next_by_subj": subject, "batch": want}
+            got, pending = await self._direct_get(stream, request)
             out.extend(got)
             if not got or pending == 0 or (limit is not None and len(out) >= limit):
                 return out
-            start = int((got[-1].headers or {})["Nats-Sequence"]) + 1
+            start = _seq(got[-1]) + 1
+
+    async def _read_categories(
+        self, aggregate: Aggregate, *, after_seq: int, limit: int | None
+    ) -> list[Msg]:
+        """A proxy's messages, read per literal subject and merged by sequence, as of one point
+        of the stream (docs/architecture.md, "Reads").
+
+        A wildcard read costs the server a walk over the stream from ``after_seq``; a read of a
+        literal subject uses that subject's index and costs the same at any stream size. But
+        separate reads are not one snapshot: an event appended between two of them could be
+        missing from one subject while a later event of another subject is present, and the
+        aggregate's last sequence would then hide it from the concurrency check of the next
+        append. So the first round also asks for the last message of every subject of the
+        aggregate (``multi_last``, answered atomically with the stream's last sequence as
+        ``Nats-UpTo-Sequence``): the read returns exactly the aggregate as of that sequence.
+        A subject whose read has not reached its last message there (a page limit, a read served
+        before that message was stored, a category this version does not know) is read again
+        from where it stopped.
+        """
+        stream = aggregate.stream
+        cursors = {subject: _Cursor(after_seq) for subject in aggregate.literal_subjects}
+        batch = self._read_batch if limit is None else min(self._read_batch, limit)
+        snapshot, pages = await asyncio.gather(
+            self._snapshot(aggregate), self._pages(stream, cursors, batch)
+        )
+        if snapshot is None:
+            return await self._read_subject(
+                stream, aggregate.filter_subject, after_seq=after_seq, limit=limit
+            )
+        upto, lasts = snapshot
+        if not lasts:
+            return []  # nothing stored in the aggregate at that point
+        for cursor, got in zip(cursors.values(), pages, strict=True):
+            cursor.add(got)
+        for subject in lasts:
+            cursors.setdefault(subject, _Cursor(after_seq))
+        stale = 0
+        while True:
+            behind = {s: c for s, c in cursors.items() if c.last < lasts.get(s, 0)}
+            # Everything up to ``bound`` has been read on every subject.
+            bound = min([upto, *(c.last for c in behind.values())])
+            merged = sorted(
+                (item for c in cursors.values() for item in c.items if item[0] <= bound),
+                key=lambda item: item[0],
+            )
+            if not behind or (limit is not None and len(merged) >= limit):
+                return [msg for _, msg in merged[:limit]]
+            pages = await self._pages(stream, behind, batch)
+            if any(got for got in pages):
+                stale = 0
+            else:
+                # Every read answered from before the snapshot: in a cluster, a replica that
+                # lags the one that answered ``multi_last``. Give it a moment, then read the
+                # wildcard, which is one consistent prefix whatever replica answers.
+                stale += 1
+                if stale > _STALE_ROUNDS:
+                    return await self._read_subject(
+                        stream, aggregate.filter_subject, after_seq=after_seq, limit=limit
+                    )
+                await asyncio.sleep(0.005 * stale)
+            for cursor, got in zip(behind.values(), pages, strict=True):
+                cursor.add(got)
+
+    async def _pages(
+        self, stream: str, cursors: Mapping[str, _Cursor], batch: int
+    ) -> list[list[Msg]]:
+        """The next page of each subject after what its cursor has read, all at once."""
+
+        async def page(subject: str, after: int) -> list[Msg]:
+            request = {"seq": after + 1, "next_by_subj": subject, "batch": batch}
+            got, _ = await self._direct_get(stream, request)
+            return got
+
+        return await asyncio.gather(*(page(s, c.last) for s, c in cursors.items()))
+
+    async def _snapshot(self, aggregate: Aggregate) -> tuple[int, dict[str, int]] | None:
+        """The stream's last sequence and the last sequence of each subject of the aggregate at
+        that point, from one atomic ``multi_last`` direct get; ``None`` when the server cannot
+        answer one (a server before 2.11, or more subjects than it lists at once)."""
+        request = {"multi_last": [aggregate.filter_subject], "batch": _MULTI_LAST_MAX}
+        try:
+            got, pending, eob = await self._direct_get_eob(aggregate.stream, request)
+        except _Refused:
+            return None
+        if eob is None:
+            return 0, {}  # 404: no subject of the aggregate holds a message
+        upto = eob.get("Nats-UpTo-Sequence")
+        if pending or not upto:
+            return None
+        return int(upto), {(m.headers or {})["Nats-Subject"]: _seq(m) for m in got}
 
     async def _direct_get(self, stream: str, request: dict[str, Any]) -> tuple[list[Msg], int]:
-        queue = await self._open_reply()
+        got, pending, _ = await self._direct_get_eob(stream, request)
+        return got, pending
+
+    async def _direct_get_eob(
+        self, stream: str, request: dict[str, Any]
+    ) -> tuple[list[Msg], int, Mapping[str, str] | None]:
+        """One direct get: the messages, how many more match, and the end-of-batch headers
+        (``None`` when the server found nothing)."""
+        reply = await self._open_reply()
         token = str(self._next_request)
         self._next_request += 1
-        self._replies[token] = queue
+        self._replies[token] = reply
         try:
             await self._nc.publish(
                 f"$JS.API.DIRECT.GET.{stream}",
                 json.dumps(request).encode(),
                 reply=f"{self._inbox}.{token}",
             )
-            got: list[Msg] = []
-            while True:
-                try:
-                    msg = await asyncio.wait_for(queue.get(), self._timeout)
-                except TimeoutError as exc:
-                    raise StoreUnavailable(f"read of {stream} timed out") from exc
-                headers = msg.headers or {}
-                status = headers.get("Status")
-                if status is None:
-                    got.append(msg)
-                    continue
-                if status == "204":
-                    return got, int(headers.get("Nats-Num-Pending", "0"))
-                if status == "404":
-                    return got, 0
-                if status == "503":
-                    # "No responders": nothing serves direct gets for this stream. Most often
-                    # it does not exist yet; in a cluster, its leader may be moving.
-                    raise StoreUnavailable(
-                        f"stream {stream} does not answer reads: create it with "
-                        "`egress-proxies streams init` (or wait for its cluster to elect a leader)"
-                    )
-                description = headers.get("Description", "").strip()
-                raise StoreUnavailable(f"read of {stream} failed: {status} {description}".strip())
+            try:
+                async with asyncio.timeout(self._timeout):
+                    end = await reply.end
+            except TimeoutError as exc:
+                raise StoreUnavailable(f"read of {stream} timed out") from exc
         finally:
             self._replies.pop(token, None)
+        headers = end.headers or {}
+        status = headers.get("Status")
+        if status == "204":
+            return reply.msgs, int(headers.get("Nats-Num-Pending", "0")), headers
+        if status == "404":
+            return reply.msgs, 0, None
+        if status == "503":
+            # "No responders": nothing serves direct gets for this stream. Most often it does not
+            # exist yet; in a cluster, its leader may be moving.
+            raise StoreUnavailable(
+                f"stream {stream} does not answer reads: create it with "
+                "`egress-proxies streams init` (or wait for its cluster to elect a leader)"
+            )
+        description = headers.get("Description", "").strip()
+        error = _Refused if status in _REFUSED else StoreUnavailable
+        raise error(f"read of {stream} failed: {status} {description}".strip())
 
-    async def _open_reply(self) -> asyncio.Queue[Msg]:
+    async def _open_reply(self) -> _Reply:
         async with self._sub_lock:
             if not self._inbox:
                 self._inbox = self._nc.new_inbox()
                 await self._nc.subscribe(f"{self._inbox}.*", cb=self._route)
-        return asyncio.Queue()
+        return _Reply()
 
     async def _route(self, msg: Msg) -> None:
-        queue = self._replies.get(msg.subject.rsplit(".", 1)[-1])
-        if queue is not None:
-            queue.put_nowait(msg)
+        """Collect a reply's messages until its status message ends it: the reader wakes once
+        per request, not once per message."""
+        reply = self._replies.get(msg.subject.rsplit(".", 1)[-1])
+        if reply is None or reply.end.done():
+            return
+        if msg.headers and "Status" in msg.headers:
+            reply.end.set_result(msg)
+        else:
+            reply.msgs.append(msg)
+
+
+class _Reply:
+    """The answer to one direct get as it arrives: messages, then the status that ends it."""
+
+    __slots__ = ("end", "msgs")
+
+    def __init__(self) -> None:
+        self.msgs: list[Msg] = []
+        self.end: asyncio.Future[Msg] = asyncio.get_running_loop().create_future()
+
+
+_MULTI_LAST_MAX = 1024
+"""The most subjects a ``multi_last`` direct get answers for (more is refused with 413)."""
+_STALE_ROUNDS = 3
+_REFUSED = frozenset({"408", "413"})
+
+
+class _Refused(StoreUnavailable):
+    """The server refused the request itself (408 bad request, 413 too many subjects)."""
+
+
+def _seq(msg: Msg) -> int:
+    return int((msg.headers or {})["Nats-Sequence"])
+
+
+class _Cursor:
+    """What has been read of one subject: its messages with their sequences, and the last."""
+
+    __slots__ = ("items", "last")
+
+    def __init__(self, after_seq: int) -> None:
+        self.items: list[tuple[int, Msg]] = []
+        self.last = after_seq
+
+    def add(self, got: list[Msg]) -> None:
+        for msg in got:
+            self.items.append((_seq(msg), msg))
+        if got:
+            self.last = self.items[-1][0]
