@@ -15,11 +15,9 @@ import contextlib
 import json
 import math
 import time
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 from urllib.parse import quote, urlencode, urlsplit
@@ -28,136 +26,23 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from services.cli.api_client import (
+    DEFAULT_API_URL,
+    DiscoveryClient,
+    Unavailable,
+    Unexpected,
+)
 from services.cli.common import stdout_console
 from services.cli.render import clean, format_time, inert
 from services.discovery.auth import TOKEN_ENV, token_from_env
 from services.discovery.durations import EXAMPLES, parse_duration
 from services.discovery.models import MAX_WAIT_SECONDS
-from services.runtime.connection import ConnectError
-from services.runtime.errors import ConfigError
 from services.runtime.options import with_env_option
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-DEFAULT_API_URL = "http://127.0.0.1:8080"
-EXIT_NO_PROXY = 6
-EXIT_UNKNOWN_LEASE = 7
-EXIT_NO_MATCH = 8
+
 OUTCOMES = ("success", "blocked", "failed")
-
-
-class LeaseFailed(click.ClickException):
-    """An answer a script acts on by its exit code; shown like every other CLI error."""
-
-    def show(self, file: Any = None) -> None:
-        Console(stderr=True, soft_wrap=True, highlight=False).print(
-            inert(f"error: {self.message}", style="red")
-        )
-
-
-class NoProxyFree(LeaseFailed):
-    exit_code = EXIT_NO_PROXY
-
-
-class LeaseGone(LeaseFailed):
-    exit_code = EXIT_UNKNOWN_LEASE
-
-
-class NoMatch(LeaseFailed):
-    exit_code = EXIT_NO_MATCH
-
-
-class Unavailable(ConnectError):
-    """The API answered 503 ``unavailable`` (it cannot reach NATS): safe to retry, once."""
-
-    def __init__(self, message: str, retry_after: str = "") -> None:
-        super().__init__(message)
-        self.retry_after = float(retry_after) if retry_after.isdigit() else 1.0
-
-
-class Unexpected(LeaseFailed):
-    """The API failed, or answered what no version of it sends (exit 1, as for any failure)."""
-
-
-@dataclass(frozen=True, slots=True)
-class DiscoveryClient:
-    base: str
-    token: str | None
-    timeout: float = 10.0
-
-    def call(
-        self,
-        method: str,
-        path: str,
-        body: dict[str, Any] | None = None,
-        *,
-        idempotency_key: str = "",
-    ) -> Any:
-        """The decoded answer (None for 204); an error answer raises what its code means."""
-        headers = {"Accept": "application/json"}
-        if idempotency_key:
-            headers["Idempotency-Key"] = idempotency_key
-        if body is not None:
-            headers["Content-Type"] = "application/json"
-        if self.token:
-            headers["Authorization"] = f"Bearer {self.token}"
-        data = json.dumps(body).encode() if body is not None else None
-        request = urllib.request.Request(
-            self.base + path, data=data, headers=headers, method=method
-        )
-        # No proxy from the environment: this API is reached directly, and an operator of
-        # egress proxies may well have HTTP_PROXY set for something else.
-        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-        try:
-            with opener.open(request, timeout=self.timeout) as response:
-                raw = response.read()
-        except urllib.error.HTTPError as exc:
-            raise self._refused(exc) from None
-        except (urllib.error.URLError, OSError) as exc:
-            reason = getattr(exc, "reason", exc)
-            raise ConnectError(
-                f"cannot reach the discovery API at {self.base}: {reason}. Start it "
-                "(`egress-proxies up`) or set --api-url / DISCOVERY_URL"
-            ) from None
-        except ValueError as exc:  # http.client's verdict on a URL or header it cannot send
-            raise ConfigError(f"cannot send this request to {self.base}: {exc}") from None
-        try:
-            return json.loads(raw) if raw else None
-        except ValueError:
-            raise Unexpected(f"the discovery API at {self.base} answered no JSON") from None
-
-    def _refused(self, exc: urllib.error.HTTPError) -> Exception:
-        try:
-            answer = json.loads(exc.read() or b"{}")
-        except ValueError:
-            answer = {}
-        if not isinstance(answer, dict):
-            answer = {}
-        # The answer is the server's text: one line, nothing a terminal would act on.
-        code = str(answer.get("error", ""))
-        message = clean(answer.get("message", "")) or f"HTTP {exc.code}"
-        if code == "no_proxy_available":
-            retry = clean(exc.headers.get("Retry-After") or "")
-            hint = f"; try again in {retry} s" if retry else ""
-            return NoProxyFree(f"no proxy available: {message}{hint}")
-        if code in ("unknown_lease", "lease_ended"):
-            return LeaseGone(message)
-        if code == "no_matching_proxy":
-            return NoMatch(f"no proxy matches: {message}")
-        if code == "unavailable":
-            retry = clean(exc.headers.get("Retry-After") or "")
-            return Unavailable(
-                f"the discovery API at {self.base} cannot serve now: {message}", retry
-            )
-        if exc.code == 401:
-            return ConfigError(
-                f"the discovery API refused the request ({message}); set {TOKEN_ENV}"
-            )
-        if exc.code == 503:
-            return ConnectError(f"the discovery API at {self.base} cannot serve yet: {message}")
-        if exc.code < 500:
-            return ConfigError(f"the discovery API refused the request: {message}")
-        return Unexpected(f"the discovery API failed: {message} (HTTP {exc.code})")
 
 
 def _api_url(ctx: click.Context, param: click.Parameter, value: str) -> str:

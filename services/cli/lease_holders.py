@@ -16,9 +16,9 @@ from urllib.parse import quote, urlencode
 import click
 from rich.table import Table
 
+from services.cli.api_client import Unexpected
 from services.cli.common import stdout_console
 from services.cli.lease_cmd import (
-    Unexpected,
     _client,
     _emit_json,
     _ttl,
