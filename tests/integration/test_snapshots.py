@@ -5,7 +5,6 @@ from the events serves."""
 
 from __future__ import annotations
 
-import asyncio
 import random
 from datetime import timedelta
 
@@ -23,6 +22,7 @@ from services.runtime.eventlog.projector import Projector
 from services.runtime.eventlog.snapshots import SnapshotStore, Snapshotter
 from services.runtime.natsserver import EmbeddedNatsServer
 from tests.support.discovery import discovery, ready_proxy
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.integration
 
@@ -180,11 +180,12 @@ async def test_a_replica_started_from_snapshots_serves_the_same(
         views = first.api.views
         store = views.leases.snapshots
         assert store is not None
-        for _ in range(100):  # until a pass has taken the report
+
+        async def covered() -> bool:
             done = await store.restore(views.leases.last_seq)
-            if done is not None and done.start > views.leases.last_seq:
-                break
-            await asyncio.sleep(0.1)
+            return done is not None and done.start > views.leases.last_seq
+
+        await until(covered, timeout=30, what="a pass that includes the report")
         before = (await client.get("/v1/proxies")).json()
     async with (
         discovery(nats_server.url, snapshot_interval=0) as (second, base),

@@ -173,9 +173,15 @@ class SnapshotStore(Generic[V]):
             strip = len(f"$KV.{self.bucket}.")
             while pending > 0:
                 try:
-                    msgs = await sub.fetch(min(pending, 1000), timeout=5.0)
+                    msgs = await sub.fetch(min(pending, 1000), timeout=1.0)
                 except (nats.errors.TimeoutError, TimeoutError) as exc:
-                    raise StoreUnavailable(f"reading {stream} timed out") from exc
+                    # A key written again meanwhile replaces the message the count included
+                    # (history 1): its new value comes instead, and the count was stale. The
+                    # server's count now says whether anything is really left.
+                    pending = (await sub.consumer_info()).num_pending or 0
+                    if pending:
+                        raise StoreUnavailable(f"reading {stream} timed out") from exc
+                    break
                 for msg in msgs:
                     operation = (msg.headers or {}).get("KV-Operation")
                     if operation in ("DEL", "PURGE"):
