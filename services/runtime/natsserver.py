@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import json
 import os
+import random
 import secrets
 import shutil
 import socket
@@ -84,11 +85,34 @@ def find_binary() -> Path:
     )
 
 
+BIND_ATTEMPTS = 3
+EPHEMERAL = Path("/proc/sys/net/ipv4/ip_local_port_range")
+LISTEN_PORTS = (20000, 32767)
+"""Where a free port for a server is looked for: below Linux's default ephemeral range, so no
+outgoing connection can take it between the choice and the server's bind."""
+
+
 def free_port(host: str = "127.0.0.1") -> int:
+    """A port free now, for a server to bind a moment later. Chosen outside the ephemeral range
+    when that range is known (``bind(0)`` answers from inside it, where every outgoing connection
+    of the machine draws its local port); a bind can still lose a race, and ``start`` retries."""
+    low, high = LISTEN_PORTS
+    with contextlib.suppress(OSError, ValueError):
+        first = int(EPHEMERAL.read_text().split()[0])
+        high = min(high, first - 1)
+    for _ in range(64):
+        port = random.randint(low, high) if high > low else 0
+        with socket.socket() as sock:
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
+            chosen: int = sock.getsockname()[1]
+            return chosen
     with socket.socket() as sock:
         sock.bind((host, 0))
-        port: int = sock.getsockname()[1]
-        return port
+        fallback: int = sock.getsockname()[1]
+        return fallback
 
 
 # ------------------------------------------------------------------------------- credentials
@@ -256,6 +280,29 @@ class EmbeddedNatsServer:
         return conf
 
     async def start(self, timeout: float = 15.0) -> None:
+        """Start and wait until JetStream answers. A port this server chose itself that another
+        process took before the bind is chosen again (up to ``BIND_ATTEMPTS`` times)."""
+        chosen = (self.port == 0, self.monitor_port == 0, self.cluster_port == 0)
+        for attempt in range(1, BIND_ATTEMPTS + 1):
+            try:
+                await self._start_once(timeout)
+                return
+            except NatsServerError:
+                if attempt == BIND_ATTEMPTS or not any(chosen) or not self._lost_a_port():
+                    raise
+                log.info("a port was taken before nats-server bound it, choosing again")
+                self.port = 0 if chosen[0] else self.port
+                self.monitor_port = 0 if chosen[1] else self.monitor_port
+                self.cluster_port = 0 if chosen[2] else self.cluster_port
+
+    def _lost_a_port(self) -> bool:
+        try:
+            tail = self.log_file.read_text(errors="replace")[-2000:]
+        except OSError:
+            return False
+        return "address already in use" in tail
+
+    async def _start_once(self, timeout: float) -> None:
         conf = self.write_config()
         with self.log_file.open("ab") as out:
             self._process = await asyncio.create_subprocess_exec(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -17,6 +18,7 @@ from pathlib import Path
 import nats.errors
 import pytest
 
+from services.runtime import natsserver
 from services.runtime.config import Credentials
 from services.runtime.connection import Connection, connect, credentials_for
 from services.runtime.eventlog.streams import STREAMS, ensure_streams
@@ -204,3 +206,31 @@ async def test_the_bundled_nats_conf_enforces_the_same_users(tmp_path: Path) -> 
     finally:
         process.terminate()
         await process.wait()
+
+
+async def test_a_port_taken_before_the_bind_is_chosen_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process may bind the port a server chose before the server does: the server
+    chooses again instead of failing (seen in full test runs, where every test starts one)."""
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    held.listen()
+    taken = held.getsockname()[1]
+    real = natsserver.free_port
+    picks = iter([taken])
+    monkeypatch.setattr(natsserver, "free_port", lambda host: next(picks, 0) or real(host))
+    server = EmbeddedNatsServer(data_dir=tmp_path / "nats")
+    try:
+        await server.start()
+        assert server.port not in (0, taken)
+        assert "address already in use" in server.log_file.read_text()
+    finally:
+        await server.stop()
+        held.close()
+    explicit = EmbeddedNatsServer(data_dir=tmp_path / "explicit", port=taken)
+    with socket.socket() as again:
+        again.bind(("127.0.0.1", taken))
+        again.listen()
+        with pytest.raises(natsserver.NatsServerError):  # a port asked for is not changed
+            await explicit.start()
