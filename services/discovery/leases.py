@@ -21,7 +21,7 @@ import random
 import time
 import uuid
 from collections import Counter, deque
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 
 import structlog
 
@@ -40,6 +40,7 @@ from projections.outcomes import BLOCKED
 from projections.proxy import ProxyView
 from services.discovery.candidates import leasable, narrowed, random_order
 from services.discovery.errors import (
+    ApiError,
     IdempotencyKeyMismatch,
     LeaseEnded,
     Unavailable,
@@ -110,20 +111,24 @@ class Leases:
             def candidates() -> list[str]:
                 return narrowed(self.views.candidates.matching(selector), exclude, proxy_uid)
 
+            def refused() -> ApiError:
+                return refusal(self.views, selector, exclude=exclude, only=proxy_uid, target=target)
+
+            async def attempt() -> Granted | None:
+                matching = candidates()
+                return await self._try(matching, claim) if matching else None
+
             queued = wait > 0 and self.queue.waiting > 0
-            matching = [] if queued else candidates()
-            granted = await self._try(matching, claim) if matching else None
+            granted = None if queued else await attempt()
+            error = refused() if granted is None else None
+            if error and error.status == 503 and not queued and await self._caught_up():
+                granted = await attempt()  # released on another replica a moment ago
+                error = refused() if granted is None else None
+            if error and error.status == 503 and wait > 0 and not self.queue.full:
+                granted = await self._wait(candidates, attempt, claim.target, wait)
+                error = refused() if granted is None else None
             if granted is None:
-                error = refusal(
-                    self.views, selector, exclude=exclude, only=proxy_uid, target=target
-                )
-                if error.status == 503 and wait > 0 and not self.queue.full:
-                    granted = await self._wait(candidates, claim, wait)
-                    if granted is None:
-                        error = refusal(
-                            self.views, selector, exclude=exclude, only=proxy_uid, target=target
-                        )
-            if granted is None:
+                error = error or refused()
                 self.metrics.acquisitions.labels(
                     "busy" if error.status == 503 else "no_match"
                 ).inc()
@@ -131,15 +136,30 @@ class Leases:
             self.metrics.acquisitions.labels("acquired").inc()
             return granted
 
-    async def _wait(
-        self, candidates: Callable[[], list[str]], claim: Claim, seconds: float
-    ) -> Granted | None:
-        async def attempt() -> Granted | None:
-            matching = candidates()
-            return await self._try(matching, claim) if matching else None
+    async def _caught_up(self) -> bool:
+        """Whether the view moved on by reaching the LEASE stream's end (bounded).
 
+        A 503 is an answer about the whole fleet, so it is given only from a view that holds
+        every lease event appended before the request: a crawler that releases on one replica
+        and acquires on another at once must get the proxy it just freed, not a 503 from a view
+        a few milliseconds behind. One stream read per would-be 503; a log out of reach leaves
+        the refusal as it was."""
+        before = self.views.lease_seq
+        with contextlib.suppress(TimeoutError, StoreUnavailable):
+            await self.views.wait_for_lease_seq(
+                await self.views.lease_log_seq(), self.policy.view_timeout
+            )
+        return self.views.lease_seq > before
+
+    async def _wait(
+        self,
+        candidates: Callable[[], list[str]],
+        attempt: Callable[[], Awaitable[Granted | None]],
+        target: str,
+        seconds: float,
+    ) -> Granted | None:
         started = time.monotonic()
-        waiter: Waiter[Granted] = Waiter(candidates, claim.target, attempt)
+        waiter: Waiter[Granted] = Waiter(candidates, target, attempt)
         self.metrics.waiting.inc()
         try:
             granted = await self.queue.wait(waiter, seconds)

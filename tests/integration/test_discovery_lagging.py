@@ -66,3 +66,37 @@ async def test_a_lease_from_another_replica_is_found_once_the_view_catches_up(
         await until(lambda: views.find_lease(lease_id) is not None)
         never = await b.get("/v1/leases/00000000-0000-0000-0000-000000000000")
         assert (never.status_code, never.json()["error"]) == (404, "unknown_lease")
+
+
+async def test_a_proxy_released_on_another_replica_is_granted_not_refused(
+    nats_server: EmbeddedNatsServer, jetstream_store: JetStreamEventStore
+) -> None:
+    """A crawler that releases on one replica and acquires on another at once gets the proxy it
+    freed: the lagging replica reaches the log's end before it would answer 503."""
+    await ready_proxy(jetstream_store, "p1")
+    gate = asyncio.Event()
+    async with (
+        discovery(nats_server.url) as (_, first),
+        discovery(nats_server.url) as (lagging, second),
+        httpx.AsyncClient(base_url=first, timeout=10) as a,
+        httpx.AsyncClient(base_url=second, timeout=10) as b,
+    ):
+        assert lagging.api is not None
+        views = lagging.api.views
+        got = await a.post("/v1/leases", json={"ttlSeconds": 60})
+        assert got.status_code == 201, got.text
+        await until(lambda: views.find_lease(got.json()["id"]) is not None)
+        hold_lease_view(lagging, gate)
+        stale = LeaseExpired(lease_id="none", proxy_uid="zz")
+        spent = await jetstream_store.append(subjects.lease("zz"), [NewEvent(stale, "spent")])
+        await until(lambda: views.lease_seq == spent.last_seq, what="the last unheld step")
+        assert (await a.delete(f"/v1/leases/{got.json()['id']}")).status_code == 204
+        asked = asyncio.create_task(b.post("/v1/leases", json={"ttlSeconds": 60}))
+        await asyncio.sleep(0.3)
+        assert not asked.done()  # reaching the log's end, not answering 503
+        gate.set()
+        taken = await asked
+        assert taken.status_code == 201, taken.text
+        assert taken.json()["proxy"]["uid"] == "p1"
+        again = await b.post("/v1/leases", json={"ttlSeconds": 60})
+        assert (again.status_code, again.json()["error"]) == (503, "no_proxy_available")
