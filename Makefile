@@ -15,8 +15,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e .
 	touch $(STAMP)
 
-$(DEV_STAMP): $(STAMP)
+## The client library (clients/python) is a distribution of its own; the tests and lint cover it.
+$(DEV_STAMP): $(STAMP) clients/python/pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e 'clients/python[scrapy]'
 	touch $(DEV_STAMP)
 
 ## Run the whole system on this machine: embedded nats-server, every service, local provider.

@@ -8,7 +8,10 @@ first each round, because on a shared machine the load drifts within a run.
 
 Ready is read the way any client of the system reads it, from a projection of the event log;
 afterwards the log and the fake are checked for exactly one instance per proxy, so a run that
-duplicated work (or skipped it) cannot pass for a fast one.
+duplicated work (or skipped it) cannot pass for a fast one. The projection keeps a running count
+of the Ready proxies (``ReadyCount``): counting over every view after each fetch made the
+benchmark's own CPU per proxy grow with the fleet. Once the clock has stopped, a count over every
+view must give the same number.
 
 Run: ``python -m bench.lifecycle [--proxies N] [--rounds R] [--json FILE]``.
 """
@@ -103,6 +106,19 @@ def tally(current: Tally | None, recorded: Recorded) -> Tally:
             return t
 
 
+class ReadyCount:
+    """The proxy view's fold, counting the proxies whose view is Ready as it folds."""
+
+    def __init__(self) -> None:
+        self.ready = 0
+
+    def apply(self, view: proxy_view.ProxyView | None, recorded: Recorded) -> proxy_view.ProxyView:
+        new = proxy_view.apply(view, recorded)
+        was = view is not None and view.phase is Phase.READY
+        self.ready += int(new.phase is Phase.READY) - int(was)
+        return new
+
+
 async def read_up_to(projector: Projector[Tally], seq: int, timeout: float) -> None:
     """Not ``catch_up``: its short no-wait fetches can return before a busy server answers,
     and a check that read nothing would find nothing wrong."""
@@ -127,7 +143,8 @@ async def run_once(
             await bound(conn.js, "executor", 1)
             await bound(conn.js, "reconciler", replicas)
             store = JetStreamEventStore(conn.nc, conn.js)
-            ready = Projector(conn.js, subjects.PROXY_STREAM, "proxy.*.*", proxy_view.apply)
+            counted = ReadyCount()
+            ready = Projector(conn.js, subjects.PROXY_STREAM, "proxy.*.*", counted.apply)
             await ready.catch_up()  # binds its consumer before the clock starts
             slots = asyncio.Semaphore(options.declare_concurrency)
 
@@ -148,13 +165,16 @@ async def run_once(
                 if declaring.done() and declaring.exception() is not None:
                     break  # raised by the await below
                 declared = declared or (now if declaring.done() else 0.0)
-                done = sum(v.phase is Phase.READY for v in ready.views.values())
+                done = counted.ready
                 half = half or (now if 2 * done >= count else 0.0)
             seconds = time.perf_counter() - start
             cpu = {name: cpu_seconds(pid) - cpu0[name] for name, pid in pids.items()}
             cpu["bench"] = time.process_time() - bench0
             await declaring
             await ready.close()
+            scanned = sum(v.phase is Phase.READY for v in ready.views.values())
+            if scanned != done:
+                raise RuntimeError(f"the running count says {done} Ready, the views {scanned}")
             log = Projector(conn.js, subjects.PROXY_STREAM, "proxy.*.*", tally)
             info = await conn.js.stream_info(subjects.PROXY_STREAM)
             await read_up_to(log, info.state.last_seq, options.timeout)

@@ -10,8 +10,9 @@ with the flags a deployment gives it, and measured once it has caught up:
   has finished;
 - gc: one sweep done (``egress_gc_sweeps_total{result="swept"}``), which folds the whole stream;
 - health: it owns every proxy and has probed as many times as there are proxies (each proxy's
-  first probe is spread over its interval), so every probe task and nearly every proxy's
-  keep-alive connection exists. The proxies' URLs all lead to one small origin process
+  first probe is spread over its interval), so every probe task exists, and every kept-alive
+  connection (one per proxy when the interval is within ``--health-keep-alive``, none when
+  it is longer, as at the default 30 s). The proxies' URLs all lead to one small origin process
   (``bench.scale_worker origin``) that answers every request 204, each proxy under its own URL,
   so the prober keeps one connection per proxy as it would with real proxies.
 

@@ -5,8 +5,8 @@
   instead of every 30, so the benchmark need not wait half a minute for the pass that the
   "after" start-ups restore from. What it writes is what any replica writes.
 - ``origin PORT``: what the health prober probes through. Every proxy's URL points here, and
-  every request on every connection is answered ``204`` with the connection kept open, as a
-  healthy forward proxy relays the check URL's answer.
+  every request on every connection is answered ``204``, as a healthy forward proxy relays the
+  check URL's answer: on a connection kept open, unless the request asked to close it.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from services.runtime.logs import configure_logging
 from services.runtime.service import Started, run_services
 
 ANSWER = b"HTTP/1.1 204 No Content\r\nConnection: keep-alive\r\n\r\n"
+LAST_ANSWER = b"HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n"
 
 
 def stop_on_signals() -> None:
@@ -51,8 +52,11 @@ async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
             head = await reader.readuntil(b"\r\n\r\n")
             if not head:
                 return
-            writer.write(ANSWER)
+            last = b"connection: close" in head.lower()
+            writer.write(LAST_ANSWER if last else ANSWER)
             await writer.drain()
+            if last:
+                return
     except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, OSError):
         pass
     finally:

@@ -9,9 +9,13 @@ set -eu
 demo="make python3-venv squid curl jq"
 # libvirt-python compiles against libvirt's headers; the kvm tests start a private libvirtd with
 # QEMU (TCG) and a Linux bridge, and check seed images with isoinfo and domain XML with
-# virt-xml-validate.
+# virt-xml-validate. prometheus provides promtool, which checks the services' /metrics output
+# and the alert rules in deploy/monitoring/ (the tests start no Prometheus server). chromium and
+# chromium-driver run the console's browser test headless (docs/console.md); nothing is
+# downloaded when it runs.
 test="$demo gcc python3-dev pkg-config libvirt-daemon-system libvirt-daemon-driver-qemu \
-libvirt-clients libvirt-dev qemu-system-x86 qemu-utils iproute2 genisoimage"
+libvirt-clients libvirt-dev qemu-system-x86 qemu-utils iproute2 genisoimage prometheus \
+chromium chromium-driver"
 
 case "${1:-}" in
 demo) wanted=$demo ;;

@@ -28,6 +28,8 @@ from events.schemas import (
     LeaseReleased,
     LeaseRenewed,
     LeaseReported,
+    LeaseSwitched,
+    RotationRequested,
 )
 
 HDR_EVENT_TYPE = "Egress-Event-Type"
@@ -102,6 +104,8 @@ WRITE_BOUNDS: dict[type[Event], dict[str, Any]] = {
         "requested_ttl_seconds": _REQUESTED_TTL,
         "deadline": _DEADLINE,
     },
+    RotationRequested: {"uid": _ID, "rotation_id": _ID},
+    LeaseSwitched: {"lease_id": _ID, "proxy_uid": _ID, "rotation_id": _ID, "provider_id": _ID},
 }
 """What the codec checks before writing, beyond the types. Checked on the way out only: the
 reading side stays as lenient as the types, so events written before a bound existed still

@@ -17,7 +17,7 @@ LEASE_STREAM = "LEASE"
 GC_STREAM = "GC"
 DEADLETTER_STREAM = "DEADLETTER"
 
-PROXY_CATEGORIES = ("declared", "cmd", "instance", "health", "status")
+PROXY_CATEGORIES = ("declared", "cmd", "instance", "health", "status", "rotate")
 
 _TOKEN = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 

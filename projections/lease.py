@@ -23,6 +23,10 @@ back-offs that ``blocked`` reports start. A claim naming a target (``LeaseAcquir
 does not hold while that target has the proxy in back-off at the claim's timestamp, counted as
 ``rejected`` like a claim on a held proxy.
 
+A ``LeaseSwitched`` (a rotation's replacement took over, docs/decisions.md D85) gives the
+current lease a new fencing token, the switch's stream sequence, and the instance it now goes
+through; a switch of a lease that is not current changes nothing.
+
 The fold is total: the log is immutable, so an event it cannot use (a TTL or cooldown that is
 not a finite number within the bounds of ``events.schemas``, a naive deadline, an empty lease id)
 is counted as ``unusable`` and changes nothing else, and a claim, release or report stamped after
@@ -46,6 +50,7 @@ from events.schemas import (
     LeaseReleased,
     LeaseRenewed,
     LeaseReported,
+    LeaseSwitched,
 )
 from events.store import Recorded
 from events.subjects import proxy_uid_of
@@ -89,6 +94,12 @@ class LeaseRecord(msgspec.Struct, frozen=True, kw_only=True):
     """The timestamp of the last renewal that counted; None while never renewed."""
     renewed_seq: int = 0
     """Its stream sequence: a writer learns from it that the fold counted its renewal."""
+    rotation_id: str = ""
+    """The rotation whose replacement the lease last switched to (``LeaseSwitched``); ""
+    while it never switched."""
+    provider_id: str = ""
+    """The instance it switched to; "" while it never switched."""
+    switched_at: datetime | None = None
 
 
 class LeaseView(msgspec.Struct, frozen=True, kw_only=True):
@@ -379,6 +390,31 @@ def _report(view: LeaseView, event: LeaseReported, at: datetime) -> LeaseView:
     return msgspec.structs.replace(view, recent=recent)
 
 
+def _switch(view: LeaseView, event: LeaseSwitched, recorded: Recorded) -> LeaseView:
+    """The current lease moves to a rotation's replacement with a new, higher fencing token:
+    the switch's stream sequence, as a grant's (D80). A switch of a lease that is not current,
+    or already over at the switch's timestamp, changes nothing."""
+    if not event.lease_id or not event.provider_id or not event.rotation_id:
+        return _ignored(view, UNUSABLE)
+    at = recorded.timestamp
+    current = view.current
+    if current is None or current.lease_id != event.lease_id:
+        return view
+    if at >= current.expires_at:
+        return _settle(view, at)
+    if current.rotation_id == event.rotation_id:
+        return view  # the same switch twice: one new token
+    token = max(recorded.seq, view.fencing_token + 1)
+    switched = msgspec.structs.replace(
+        current,
+        fencing_token=token,
+        rotation_id=event.rotation_id,
+        provider_id=event.provider_id,
+        switched_at=at,
+    )
+    return msgspec.structs.replace(view, current=switched, fencing_token=token)
+
+
 def apply(view: LeaseView | None, recorded: Recorded) -> LeaseView:
     """Fold one event of ``lease.<uid>`` into the view (a new view; views are immutable)."""
     current = view or LeaseView(proxy_uid=proxy_uid_of(recorded.subject))
@@ -394,6 +430,8 @@ def apply(view: LeaseView | None, recorded: Recorded) -> LeaseView:
             current = _report(current, event, at)
         case LeaseRenewed() as event:
             current = _renew(current, event, recorded)
+        case LeaseSwitched() as event:
+            current = _switch(current, event, recorded)
         case _:
             pass
     return msgspec.structs.replace(current, last_seq=recorded.seq, updated_at=at)

@@ -22,6 +22,7 @@ from events.schemas import (
     InstanceCreated,
     InstanceGone,
     InstanceObserved,
+    InstanceState,
     Phase,
     PhaseChanged,
     ProxyDeclared,
@@ -29,6 +30,10 @@ from events.schemas import (
     ProxyRemoved,
     ProxySpec,
     ProxySpecChanged,
+    ReplacementPromoted,
+    ReplacementStarted,
+    RotationEnded,
+    RotationRequested,
 )
 from events.store import Recorded
 from events.subjects import proxy_uid_of
@@ -46,6 +51,46 @@ class InstanceFact(msgspec.Struct, frozen=True, kw_only=True):
     """Empty while the instance is only created, then the last observed ``InstanceState``, or
     ``GONE``."""
     ip: str = ""
+
+
+class Replacement(msgspec.Struct, frozen=True, kw_only=True):
+    """The instance a make-before-break rotation is bringing up (docs/decisions.md, D85): the
+    health service probes it (``probe_target``) while the proxy's lease still goes through the
+    current one."""
+
+    rotation_id: str
+    command_id: str = ""
+    provider_id: str = ""
+    state: str = ""
+    ip: str = ""
+    url: str = ""
+    verdict: HealthChanged | None = None
+    """The last verdict about the replacement."""
+
+
+REQUESTED = "requested"
+CREATING = "creating"
+PROBING = "probing"
+COMPLETED = "completed"
+IN_PROGRESS = (REQUESTED, CREATING, PROBING)
+
+
+class Rotation(msgspec.Struct, frozen=True, kw_only=True):
+    """The proxy's latest rotation, as ``POST /v1/leases/{id}/rotate`` answers it."""
+
+    rotation_id: str
+    lease_id: str = ""
+    reason: str = ""
+    state: str = REQUESTED
+    """``requested``, ``creating``, ``probing``, ``completed``, or a ``RotationEnded`` outcome
+    (``failed``, ``cancelled``)."""
+    message: str = ""
+    requested_at: datetime | None = None
+    ended_at: datetime | None = None
+
+    @property
+    def in_progress(self) -> bool:
+        return self.state in IN_PROGRESS
 
 
 class ProxyView(msgspec.Struct, frozen=True, kw_only=True):
@@ -77,17 +122,47 @@ class ProxyView(msgspec.Struct, frozen=True, kw_only=True):
     """The last instance fact, whichever instance it was about (its ``provider_id`` may name one
     that ``provider_id`` above no longer does)."""
     verdict: HealthChanged | None = None
-    """The last health verdict, whichever instance it judged (``verdict.provider_id``); the health
-    fields above count only verdicts about the current instance."""
+    """The last health verdict, whichever instance it judged (``verdict.provider_id``), but for a
+    rotation's replacement, whose verdicts ``replacement.verdict`` keeps until it takes over; the
+    health fields above count only verdicts about the current instance."""
     created_at: datetime | None = None
     updated_at: datetime | None = None
     last_seq: int = 0
+    replacement: Replacement | None = None
+    """The instance a rotation brings up, until it takes over or is given up."""
+    rotation: Rotation | None = None
+    """The latest rotation, under way or over."""
+
+
+def probe_target(view: ProxyView) -> tuple[str, str]:
+    """The instance the health service probes, as (provider id, proxy URL): a rotation's
+    replacement once it runs with an address, so that it is judged before the lease switches
+    to it; the proxy's instance otherwise. Its verdicts name that instance (``target_verdict``)."""
+    r = view.replacement
+    if r is not None and r.provider_id and r.url and r.state == InstanceState.RUNNING:
+        return r.provider_id, r.url
+    return view.provider_id, view.url
+
+
+def target_verdict(view: ProxyView) -> HealthChanged | None:
+    """The last verdict about the ``probe_target``; None when it has none yet."""
+    provider_id, _ = probe_target(view)
+    r = view.replacement
+    if r is not None and provider_id == r.provider_id and provider_id != view.provider_id:
+        return r.verdict
+    verdict = view.verdict
+    if view.healthy is None or verdict is None or verdict.provider_id != view.provider_id:
+        return None
+    return verdict
 
 
 def apply(view: ProxyView | None, recorded: Recorded) -> ProxyView:
     """Fold one event into the view (a new view; views are immutable)."""
     current = view or ProxyView(uid=proxy_uid_of(recorded.subject))
     stamp = {"last_seq": recorded.seq, "updated_at": recorded.timestamp}
+    rotated = _rotation(current, recorded)
+    if rotated is not None:
+        return msgspec.structs.replace(rotated, **stamp)
     match recorded.event:
         case ProxyDeclared(namespace=ns, name=name, spec=spec, generation=gen) as declared:
             if current.removed:
@@ -161,3 +236,89 @@ def fold(events: list[Recorded]) -> ProxyView | None:
     for recorded in events:
         view = apply(view, recorded)
     return view
+
+
+def _rotation(view: ProxyView, recorded: Recorded) -> ProxyView | None:
+    """The view after an event of a rotation or about its replacement; None for every other
+    event (``apply`` folds it as before)."""
+    r = view.replacement
+    at = recorded.timestamp
+    replace = msgspec.structs.replace
+    match recorded.event:
+        case RotationRequested() as e:
+            if view.rotation is not None and view.rotation.in_progress:
+                return view
+            rotation = Rotation(rotation_id=e.rotation_id, lease_id=e.lease_id, requested_at=at)
+            return replace(view, rotation=rotation)
+        case ReplacementStarted() as e:
+            before = view.rotation
+            rotation = Rotation(
+                rotation_id=e.rotation_id,
+                lease_id=e.lease_id,
+                reason=e.reason,
+                state=CREATING,
+                requested_at=before.requested_at
+                if before is not None and before.rotation_id == e.rotation_id
+                else at,
+            )
+            started = Replacement(rotation_id=e.rotation_id, command_id=e.command_id)
+            return replace(view, replacement=started, rotation=rotation)
+        case CreateInstance(command_id=cid) if r is not None and cid == r.command_id:
+            return view  # the current instance and its verdict stay
+        case CreateInstance() if view.rotation is not None and view.rotation.state == REQUESTED:
+            # Replaced delete-first or recreated: the new instance is fresh anyway.
+            done = replace(view.rotation, state=COMPLETED, ended_at=at)
+            return apply(replace(view, rotation=done), recorded)
+        case InstanceCreated(command_id=cid, provider_id=pid) if r is not None and (
+            cid == r.command_id
+        ):
+            return replace(view, replacement=replace(r, provider_id=pid))
+        case InstanceObserved(provider_id=pid) as e if r is not None and (
+            _about(r, e.command_id, pid)
+        ):
+            ours = replace(r, provider_id=pid, state=str(e.state), ip=e.ip, url=e.url)
+            return replace(view, replacement=ours, rotation=_moved(view.rotation, ours))
+        case InstanceGone(provider_id=pid) as e if r is not None and _about(r, e.command_id, pid):
+            return replace(view, replacement=replace(r, state=GONE))
+        case HealthChanged(provider_id=pid) as verdict if (
+            r is not None and r.provider_id and (pid == r.provider_id)
+        ):
+            return replace(view, replacement=replace(r, verdict=verdict))
+        case ReplacementPromoted() as e if r is not None and r.rotation_id == e.rotation_id:
+            judged = r.verdict
+            last = view.rotation
+            if last is not None and last.rotation_id == e.rotation_id:
+                last = replace(last, state=COMPLETED, ended_at=at)
+            return replace(
+                view,
+                provider_id=e.provider_id,
+                ip=e.ip or r.ip,
+                url=e.url or r.url,
+                instance=InstanceFact(provider_id=e.provider_id, state=r.state, ip=r.ip),
+                healthy=judged.healthy if judged is not None else None,
+                latency_ms=(judged.latency_ms or None) if judged is not None else None,
+                health_message=judged.message if judged is not None else "",
+                verdict=judged or view.verdict,
+                replacement=None,
+                rotation=last,
+            )
+        case RotationEnded() as e if r is not None and r.rotation_id == e.rotation_id:
+            last = view.rotation
+            if last is not None and last.rotation_id == e.rotation_id:
+                last = replace(last, state=e.outcome, message=e.message, ended_at=at)
+            return replace(view, replacement=None, rotation=last)
+        case _:
+            return None
+
+
+def _about(r: Replacement, command_id: str, provider_id: str) -> bool:
+    return command_id == r.command_id or (bool(r.provider_id) and provider_id == r.provider_id)
+
+
+def _moved(rotation: Rotation | None, r: Replacement) -> Rotation | None:
+    """A rotation whose replacement runs is being probed."""
+    if rotation is None or rotation.rotation_id != r.rotation_id or not rotation.in_progress:
+        return rotation
+    return msgspec.structs.replace(
+        rotation, state=PROBING if r.state == InstanceState.RUNNING else CREATING
+    )

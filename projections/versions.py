@@ -9,7 +9,7 @@ fails when a view's schema changes while its number does not.
 
 from __future__ import annotations
 
-PROXY = 1
+PROXY = 2
 """``projections.proxy.ProxyView``."""
-LEASE = 1
+LEASE = 2
 """``projections.lease.LeaseView``."""

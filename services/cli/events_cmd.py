@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import click
 
 from events.schemas import DeadLettered, OrphanDeleted, OrphanFound
@@ -25,7 +27,8 @@ from services.cli.common import (
 )
 from services.cli.entries import LogEntry
 from services.cli.reader import FoldCheck, LogReader
-from services.cli.render import event_json, events_table
+from services.cli.render import event_json, events_table, format_time
+from services.cli.timetravel import instant_option
 from services.runtime.eventlog.streams import STREAMS
 
 STREAM_NAMES = (PROXY_STREAM, LEASE_STREAM, GC_STREAM, DEADLETTER_STREAM)
@@ -83,6 +86,13 @@ def _check_uid(ctx: click.Context, param: click.Parameter, value: str | None) ->
     help="Which event stream to read.",
 )
 @click.option("--follow", "-f", is_flag=True, help="Keep printing new events until Ctrl-C.")
+@click.option(
+    "--until",
+    metavar="TIME",
+    callback=instant_option,
+    help="Only the events stored up to TIME (ISO 8601, e.g. 2026-03-01T14:30:00Z; no zone: "
+    "UTC), by the server's timestamp: the history as it was then.",
+)
 @table_or_json_lines
 @click.pass_obj
 def events(
@@ -92,6 +102,7 @@ def events(
     proxy_uid: str | None,
     stream: str,
     follow: bool,
+    until: datetime | None,
     output: str,
 ) -> None:
     """Replay (or tail) the event log, decoded.
@@ -100,11 +111,21 @@ def events(
     (an unknown type from a newer writer, a broken payload, a value the fold cannot apply) is
     shown marked SKIPPED with the reason (in JSON: "skipped"), never left out.
     """
+    if follow and until is not None:
+        raise click.UsageError("--follow and --until: use one; --until shows a past history")
     settings = settings_for(state, nats_url=nats_url)
-    run_until_signalled(_show(settings.nats_url, stream.upper(), proxy_uid, follow, output))
+    show = _show(settings.nats_url, stream.upper(), proxy_uid, follow, output, until)
+    run_until_signalled(show)
 
 
-async def _show(url: str, stream: str, proxy_uid: str | None, follow: bool, output: str) -> None:
+async def _show(  # noqa: PLR0917 - the command's options, passed on
+    url: str,
+    stream: str,
+    proxy_uid: str | None,
+    follow: bool,
+    output: str,
+    until: datetime | None = None,
+) -> None:
     subject = filter_subject(stream, proxy_uid)
     keyed = proxy_uid is None or stream in (PROXY_STREAM, LEASE_STREAM)
     conn = await open_connection(url, lasting=follow)
@@ -115,11 +136,17 @@ async def _show(url: str, stream: str, proxy_uid: str | None, follow: bool, outp
     console = stdout_console()
     shown = 0
     try:
-        async for batch in reader.batches(follow=follow):
+        async for read in reader.batches(follow=follow):
+            # The server stamps messages as it stores them, in stream order: the first one
+            # after ``until`` ends the history.
+            ended = until is not None and read[-1].time > until
+            batch = [entry for entry in read if until is None or entry.time <= until]
             entries = [folds.check(entry) for entry in batch]
             if proxy_uid is not None and not keyed:
                 entries = [entry for entry in batch if concerns(entry, proxy_uid)]
             if not entries:
+                if ended:
+                    break
                 continue
             if output == "json":
                 for entry in entries:
@@ -128,9 +155,12 @@ async def _show(url: str, stream: str, proxy_uid: str | None, follow: bool, outp
                 console.print(events_table(entries, header=shown == 0))
                 console.file.flush()
             shown += len(entries)
+            if ended:
+                break
     finally:
         await reader.close()
         await conn.close()
     if shown == 0 and not follow:
         what = f"{stream} for proxy {proxy_uid}" if proxy_uid else stream
+        what += f" up to {format_time(until)}" if until is not None else ""
         click.echo(f"no events in {what}", err=True)

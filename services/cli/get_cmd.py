@@ -27,6 +27,7 @@ from services.cli.common import (
 )
 from services.cli.proxyviews import listed as listed_proxies
 from services.cli.render import format_time, inert
+from services.cli.timetravel import as_of, instant_option
 from services.runtime.eventlog.projector import Projector
 
 
@@ -138,15 +139,32 @@ def _message(view: ProxyView) -> str:
     "(why a proxy is unhealthy or failed); json or yaml for tools.",
 )
 @click.option("-n", "--namespace", help="Only this namespace.")
+@click.option(
+    "--at",
+    "at",
+    metavar="TIME",
+    callback=instant_option,
+    help="Show the fleet as it was at TIME (ISO 8601, e.g. 2026-03-01T14:30:00Z; no zone: "
+    "UTC), folding the log up to then.",
+)
 @settings_options()
 @click.pass_obj
-def get_cmd(state: CliState, *, output: str, namespace: str | None, nats_url: str | None) -> None:
+def get_cmd(
+    state: CliState,
+    *,
+    output: str,
+    namespace: str | None,
+    at: datetime | None,
+    nats_url: str | None,
+) -> None:
     """List proxies with their phase, address, health and lease (views rebuilt from the log)."""
     settings = settings_for(state, nats_url=nats_url)
 
     async def work() -> tuple[list[ProxyView], dict[str, LeaseView]]:
         conn = await open_connection(settings.nats_url)
         try:
+            if at is not None:
+                return await as_of(conn, namespace, at)
             views = await listed_proxies(conn, namespace)
             leases: Projector[LeaseView] = Projector(
                 conn.js, LEASE_STREAM, "lease.*", lease_fold.apply
@@ -158,7 +176,7 @@ def get_cmd(state: CliState, *, output: str, namespace: str | None, nats_url: st
         return views, leases.views
 
     views, leases = run_until_signalled(work()) or ([], {})
-    now = datetime.now(UTC)
+    now = at or datetime.now(UTC)
     listed = [(v, LeaseState.of(leases.get(v.uid), now)) for v in views]
     if output == "json":
         click.echo(json.dumps({"items": [item(v, lease) for v, lease in listed]}, indent=2))
@@ -167,6 +185,7 @@ def get_cmd(state: CliState, *, output: str, namespace: str | None, nats_url: st
         click.echo(yaml.safe_dump({"items": items}, sort_keys=False))
     elif not listed:
         where = f" in namespace {namespace}" if namespace else ""
+        where += f" at {format_time(at)}" if at else ""
         stdout_console().print(inert(f"No proxies{where}."))
     else:
         stdout_console().print(table(listed, now, wide=output == "wide"))

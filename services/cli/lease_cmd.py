@@ -1,4 +1,4 @@
-"""``lease acquire|release|report``: the discovery API from a shell (``lease_holders`` adds
+"""``lease acquire|release|report|rotate``: the discovery API from a shell (``lease_holders`` adds
 ``renew`` and ``list``).
 
 For scripts (``ID=$(egress-proxies lease acquire -o json | jq -r .id)``) and for an operator
@@ -220,6 +220,10 @@ def print_lease(answer: Any, output: str) -> None:
             f"the discovery API answered a lease this command cannot read ({clean(repr(exc))}); "
             "use -o json to see it"
         ) from None
+    _print_rows(rows)
+
+
+def _print_rows(rows: list[tuple[str, str]]) -> None:
     table = Table(box=None, show_header=False, pad_edge=False)
     table.add_column(style="bold", no_wrap=True)
     table.add_column(overflow="fold")
@@ -294,3 +298,31 @@ def report(
         _emit_json({"id": lease_id, **body})
     else:
         stdout_console().print(inert(f"lease {lease_id}: reported {outcome}"))
+
+
+@lease.command("rotate")
+@click.argument("lease_id")
+@api_options
+def rotate(*, lease_id: str, api_url: str, output: str) -> None:
+    """Ask for a fresh IP without downtime: a replacement is made and probed first, then the
+    lease switches to it (new proxy URL, higher fencing token), then the old instance goes.
+    Asking again while a rotation is under way answers that one (exit 7 if the lease ended)."""
+    answer = _client(api_url).call("POST", f"/v1/leases/{quote(lease_id, safe='')}/rotate")
+    if output == "json":
+        _emit_json(answer)
+        return
+    try:
+        rows = [
+            ("rotation", str(answer["rotationId"])),
+            (
+                "state",
+                str(answer["state"]) + (f" ({answer['message']})" if answer.get("message") else ""),
+            ),
+            *_granted_rows(answer["lease"]),
+        ]
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise Unexpected(
+            f"the discovery API answered a rotation this command cannot read "
+            f"({clean(repr(exc))}); use -o json to see it"
+        ) from None
+    _print_rows(rows)

@@ -50,6 +50,11 @@ MAIN_FIELDS: Mapping[str, tuple[str, ...]] = {
     "OrphanDeleted": ("provider", "kind", "provider_id", "owner_uid"),
     "SweepCompleted": ("listed", "orphans", "deleted", "skipped", "reason"),
     "DeadLettered": ("consumer", "subject", "sequence", "deliveries", "reason"),
+    "RotationRequested": ("rotation_id", "lease_id"),
+    "ReplacementStarted": ("rotation_id", "reason", "command_id"),
+    "ReplacementPromoted": ("rotation_id", "provider_id", "retired_provider_id", "ip"),
+    "RotationEnded": ("rotation_id", "outcome", "message"),
+    "LeaseSwitched": ("lease_id", "rotation_id", "provider_id", "ip"),
 }
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 import socket
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ from services.cli.common import (
 from services.cli.registry import SERVICES, ServiceEntry, known_names, option_names
 from services.cli.render import inert
 from services.providers.config import load_providers_config
+from services.providers.squidauth.secret import SECRET_ENV, SECRET_FILE_ENV, ensure_secret_file
 from services.runtime.config import Settings
 from services.runtime.natsserver import EmbeddedNatsServer, free_port
 from services.runtime.options import env_option, with_env_option
@@ -44,6 +46,8 @@ DEFAULT_METRICS_PORT = 9464
 DEFAULT_API_PORT = 8080
 DISCOVERY = "discovery"
 EXECUTOR = "executor"
+LEASE_SERVICES = (EXECUTOR, DISCOVERY, "health")
+"""The services that need the lease secret."""
 
 METRICS_PORT_ATTRS: dict[str, Any] = {
     "type": click.IntRange(0, 65535),
@@ -130,7 +134,9 @@ def up(state: CliState, /, **values: Any) -> None:
     user per service (passwords in DATA_DIR/nats/credentials.json, kept across restarts), a
     read-only `reader` and an `admin` (nats CLI contexts: DATA_DIR/nats/nats-reader-context.json
     for reads, nats-context.json for repairs) and is restarted if it dies. Streams are created
-    if missing. Ctrl-C (or SIGTERM) stops everything cleanly.
+    if missing. The proxies accept only current leases' credentials, minted with the lease
+    secret in EGRESS_LEASE_SECRET or EGRESS_LEASE_SECRET_FILE, else DATA_DIR/lease-secret (made
+    once). Ctrl-C (or SIGTERM) stops everything cleanly.
     """
     if values["nats_url"] and values["nats_port"] is not None:
         raise click.UsageError(
@@ -169,6 +175,7 @@ def up(state: CliState, /, **values: Any) -> None:
             *(f"{p.name}={url}" for p in locals_ if p.name not in given),
         )
     values["local_providers"] = locals_
+    _use_lease_secret(ctx, values["data_dir"].resolve())
     values["probe_target"] = target
     services = [
         build(entry, settings, values)
@@ -221,6 +228,18 @@ async def _up(settings: Settings, services: list[Service], values: dict[str, Any
             )
     finally:
         await server.stop()
+
+
+def _use_lease_secret(ctx: click.Context, data_dir: Path) -> None:
+    """Every service of `up` shares one lease secret (D84): the operator's, or one kept in the
+    data dir, made on the first `up`, so the proxies it started keep accepting its leases. The
+    services read it from the environment, where it stays until `up` returns."""
+    if not any(name in SERVICES for name in LEASE_SERVICES):
+        return
+    if os.environ.get(SECRET_ENV, "").strip() or os.environ.get(SECRET_FILE_ENV, "").strip():
+        return
+    os.environ[SECRET_FILE_ENV] = str(ensure_secret_file(data_dir))
+    ctx.call_on_close(lambda: os.environ.pop(SECRET_FILE_ENV, None))
 
 
 def _port_free(host: str, port: int) -> bool:

@@ -5,7 +5,8 @@ Routes (the reference is ``docs/api.md``; the schema is served at ``/schema``):
 - ``GET /healthz``, ``GET /metrics`` — open, untraced
 - ``GET /v1/proxies[?phase=Ready&healthy=true&attr.<key>=<value>...]``, ``GET /v1/proxies/{uid}``
 - ``POST /v1/leases`` (201), ``GET /v1/leases/{lease_id}``, ``PATCH /v1/leases/{lease_id}``
-  (renew), ``DELETE /v1/leases/{lease_id}`` (204), ``POST /v1/leases/{lease_id}/report`` (204)
+  (renew), ``DELETE /v1/leases/{lease_id}`` (204), ``POST /v1/leases/{lease_id}/report`` (204),
+  ``POST /v1/leases/{lease_id}/rotate`` (202: a fresh instance, make-before-break)
 - ``GET /v1/leases?holder=X``, ``DELETE /v1/leases?holder=X``: a holder's own leases
 """
 
@@ -31,6 +32,8 @@ from projections.outcomes import target_key
 from projections.proxy import ProxyView
 from services.discovery.auth import bearer_guard
 from services.discovery.bodies import strict_body
+from services.discovery.console import console_router
+from services.discovery.credentials import LeaseCredentials
 from services.discovery.errors import (
     ApiError,
     ErrorBody,
@@ -61,6 +64,7 @@ from services.discovery.models import (
 )
 from services.discovery.policy import Granted
 from services.discovery.renewal import renew
+from services.discovery.rotation import RotationOut, rotate, rotation_out
 from services.discovery.views import Views
 from services.runtime.metrics import Metrics
 
@@ -76,6 +80,8 @@ class DiscoveryApi:
     views: Views
     metrics: Metrics
     problem: Callable[[], str | None] = lambda: None
+    credentials: LeaseCredentials | None = None
+    """Mints the proxy credentials in every lease answer (D84); None: URLs without them."""
 
 
 Api = NamedDependency[DiscoveryApi]
@@ -86,7 +92,8 @@ ERRORS = {
     401: "`unauthorized`: the bearer token is missing or wrong",
     404: "`unknown_proxy` (no such proxy; for a lease request, the `proxyUid` asked for) or "
     "`unknown_lease` (never issued, released or expired)",
-    409: "`lease_ended`: the lease this Idempotency-Key acquired is over; use a new key",
+    409: "`lease_ended`: the lease this Idempotency-Key acquired is over; use a new key; "
+    "`not_rotatable`: the lease's proxy is being deleted or External",
     413: "`body_too_large`: the body is over 64 KiB",
     422: "`no_matching_proxy`: no proxy has the selector's attributes (the message names those "
     "that exist), or `idempotency_key_mismatch`: the key was sent before with another body",
@@ -190,7 +197,7 @@ def parse_proxy_filter(query: Iterable[tuple[str, str]]) -> ProxyFilter:
 
 
 def _lease(api: Api, granted: Granted) -> LeaseOut:
-    return lease_out(granted.record, api.views.proxy(granted.view.proxy_uid))
+    return lease_out(granted.record, api.views.proxy(granted.view.proxy_uid), api.credentials)
 
 
 def _proxy(api: Api, proxy: ProxyView) -> ProxyOut:
@@ -332,6 +339,22 @@ async def report(api: Api, lease_id: FromPath[str], data: JSONBody[ReportRequest
     await api.leases.report(lease_id, data.outcome, data.target, data.detail)
 
 
+@post(
+    "/leases/{lease_id:str}/rotate",
+    tags=["leases"],
+    status_code=202,
+    responses=_errors(401, 404, 409, 503),
+)
+async def rotate_lease(api: Api, lease_id: FromPath[str]) -> RotationOut:
+    """Ask for a fresh instance (a fresh IP) of the lease's proxy without downtime: a
+    replacement is made and probed first, then the lease switches to it (new ``proxy`` and a
+    higher ``fencingToken``), then the old instance is deleted. 202 with the rotation; asking
+    while one is under way answers that one. 404 ``unknown_lease`` unless the lease is active;
+    409 ``not_rotatable`` for a proxy being deleted or External."""
+    rotation, granted = await rotate(api.leases, lease_id)
+    return rotation_out(rotation, _lease(api, granted))
+
+
 # ----------------------------------------------------------------------------------- app
 
 
@@ -359,6 +382,7 @@ def create_app(
             renew_lease,
             release,
             report,
+            rotate_lease,
         ],
         guards=guards,
         security=[{"bearer": []}],
@@ -382,7 +406,7 @@ def create_app(
         ),
     )
     return Litestar(
-        route_handlers=[healthz, metrics, v1],
+        route_handlers=[healthz, metrics, v1, console_router(api.views, token)],
         dependencies={"api": Provide(lambda: api, sync_to_thread=False)},
         exception_handlers=EXCEPTION_HANDLERS,
         request_max_body_size=max_body_size,

@@ -16,6 +16,7 @@ from events.schemas import MAX_LEASE_SECONDS, Condition
 from projections.lease import LeaseRecord, LeaseView, available_at, is_available, is_free
 from projections.outcomes import Reports, active_backoffs
 from projections.proxy import ProxyView
+from services.discovery.credentials import LeaseCredentials
 
 AttributeKey = Annotated[str, Meta(min_length=1, max_length=63)]
 AttributeValue = Annotated[str, Meta(max_length=256)]
@@ -149,7 +150,8 @@ class LeasedProxy(_Out, frozen=True, kw_only=True):
     namespace: str
     name: str
     url: str
-    """Where the holder sends its traffic (``http://ip:port``)."""
+    """Where the holder sends its traffic: ``http://<lease id>:<password>@ip:port`` when the
+    proxies enforce leases, ``http://ip:port`` otherwise. The password changes on renewal."""
     ip: str
     attributes: dict[str, str]
 
@@ -257,14 +259,20 @@ def proxy_detail(out: ProxyOut, view: LeaseView | None, now: datetime) -> ProxyD
     )
 
 
-def lease_out(record: LeaseRecord, proxy: ProxyView | None) -> LeaseOut:
+def lease_out(
+    record: LeaseRecord, proxy: ProxyView | None, credentials: LeaseCredentials | None = None
+) -> LeaseOut:
+    """With ``credentials``, the proxy URL carries the lease's (D84)."""
+    url = proxy.url if proxy else ""
+    if proxy is not None and credentials is not None:
+        url = credentials.url(proxy, record)
     return LeaseOut(
         id=record.lease_id,
         proxy=LeasedProxy(
             uid=record.proxy_uid,
             namespace=proxy.namespace if proxy else "",
             name=proxy.name if proxy else "",
-            url=proxy.url if proxy else "",
+            url=url,
             ip=proxy.ip if proxy else "",
             attributes=dict(proxy.spec.attributes) if proxy else {},
         ),

@@ -21,13 +21,20 @@ import uvicorn
 from events.schemas import MAX_BLOCK_BACKOFF_SECONDS, MAX_COOLDOWN_SECONDS, MAX_LEASE_SECONDS
 from services.discovery.app import DiscoveryApi, create_app
 from services.discovery.auth import TOKEN_ENV, token_from_env
+from services.discovery.credentials import LeaseCredentials
 from services.discovery.durations import duration_option, format_duration, seconds_of
 from services.discovery.expiry import ExpirySweep
-from services.discovery.leases import Leases
+from services.discovery.fleet_metrics import FleetSource
 from services.discovery.metrics import discovery_metrics
 from services.discovery.policy import LeasePolicy
+from services.discovery.selector_metrics import MeasuredLeases
 from services.discovery.tracing import TracingMiddleware
 from services.discovery.views import Views
+from services.providers.squidauth.secret import (
+    LEASE_SECRET_SETTINGS,
+    SECRET_ENV,
+    master_secret_from_env,
+)
 from services.runtime.aio import raise_if_cancelled
 from services.runtime.config import Settings
 from services.runtime.errors import ConfigError
@@ -90,6 +97,8 @@ class DiscoveryService:
     append_timeout: float = APPEND_TIMEOUT
     snapshot_interval: float = 30.0
     """How often the views are written as snapshots for the next replica to start from."""
+    lease_secret: bytes | None = field(default=None, repr=False)
+    """The master lease secret: lease URLs carry credentials minted with it (D84)."""
 
     def check(self) -> None:
         """The bounds ``build`` applies to the flags, for a service made without it: values
@@ -100,6 +109,13 @@ class DiscoveryService:
 
     async def run(self, ctx: ServiceContext) -> None:
         self.check()
+        if not self.lease_secret:
+            log.warning(
+                f"neither {SECRET_ENV} nor {SECRET_ENV}_FILE is set: lease URLs carry no proxy "
+                "credentials, and proxies "
+                "that enforce leases will refuse their holders (407); give discovery the same "
+                "lease secret as the executor"
+            )
         if not self.token:
             log.warning(
                 f"{TOKEN_ENV} is not set: the discovery API serves every caller without "
@@ -118,7 +134,8 @@ class DiscoveryService:
             block_backoff=self.block_backoff,
             append_timeout=self.append_timeout,
         )
-        leases = Leases(store, views, policy, metrics)
+        leases = MeasuredLeases(store, views, policy, metrics, ctx.metrics.registry)
+        fleet = FleetSource.watch(ctx.metrics.registry, views, ctx.conn.js)
 
         def problem() -> str | None:
             if not ctx.conn.nc.is_connected:
@@ -132,7 +149,8 @@ class DiscoveryService:
             # A stop that arrived while catching up may have been swallowed by nats-py (its
             # requests wait with ``asyncio.wait_for``); serving on would outlive the stop.
             raise_if_cancelled()
-            self.api = DiscoveryApi(leases, views, ctx.metrics, problem)
+            credentials = LeaseCredentials(self.lease_secret) if self.lease_secret else None
+            self.api = DiscoveryApi(leases, views, ctx.metrics, problem, credentials)
             app = TracingMiddleware(create_app(self.api, token=self.token), metrics)
             config = uvicorn.Config(
                 app,
@@ -148,6 +166,7 @@ class DiscoveryService:
                 sweep = ExpirySweep(store, views, metrics, leases.withdrawals)
                 group.create_task(sweep.run(self.expiry_interval), name="lease-expiry")
                 group.create_task(self._serve(_Server(config), sock), name="discovery-http")
+                group.create_task(fleet.run(), name="fleet-metrics")
         finally:
             sock.close()
             await views.close()
@@ -190,7 +209,8 @@ def build(
     block_backoff: float | str = DEFAULT_BLOCK_BACKOFF,
 ) -> DiscoveryService:
     """The factory ``run discovery`` and ``up`` call; durations may be seconds or ``30s``, ``5m``,
-    ``1h``. The token comes from the environment only (a flag would show in ``ps``)."""
+    ``1h``. The token and the lease secret come from the environment only (a flag would show
+    in ``ps``)."""
     del settings  # the rest arrives through the ServiceContext
     if not 0 <= port <= 65535:
         raise ConfigError(f"--port: {port} is not a port; use 1-65535")
@@ -205,10 +225,12 @@ def build(
             "--block-backoff", block_backoff, maximum=MAX_BLOCK_BACKOFF_SECONDS
         ),
         token=token_from_env(),
+        lease_secret=master_secret_from_env(),
     )
 
 
 OPTIONS: tuple[click.Option, ...] = (
+    *LEASE_SECRET_SETTINGS,
     env_option(
         "--port",
         env="DISCOVERY_PORT",

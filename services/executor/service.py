@@ -23,9 +23,11 @@ from services.providers.base import Provider
 from services.providers.config import (
     PROVIDER_OPTIONS,
     build_providers,
+    check_lease_secret,
     load_providers_config,
 )
 from services.providers.instrumented import instrument
+from services.providers.squidauth.secret import LEASE_SECRET_SETTINGS
 from services.runtime.config import Settings
 from services.runtime.consumer import ConsumerLoop, ConsumerSpec
 from services.runtime.errors import ConfigError
@@ -142,15 +144,17 @@ def build(
     create_timeout: float,
 ) -> ExecutorService:
     """The factory ``run executor`` and ``up`` call. The providers file is validated here, so a
-    typo in it stops the command before a nats-server or any other service has started."""
+    typo in it stops the command before a nats-server or any other service has started, and so
+    does a missing lease secret (D84)."""
     del settings  # everything the executor needs from it arrives through the ServiceContext
     data_dir = data_dir.resolve()
-    load_providers_config(providers_config, default_data_dir=data_dir)
+    check_lease_secret(load_providers_config(providers_config, default_data_dir=data_dir))
     return ExecutorService(providers_config, data_dir, observe_interval, create_timeout)
 
 
 OPTIONS: tuple[click.Option, ...] = (
     *PROVIDER_OPTIONS,
+    *LEASE_SECRET_SETTINGS,
     env_option(
         "--observe-interval",
         type=click.FloatRange(min=0, min_open=True),

@@ -6,10 +6,19 @@ bookkeeping per proxy URL; this one keeps at most one idle connection per proxy 
 proxy never overlap), parses only what a probe needs, and costs a fraction of the CPU
 (docs/benchmarks.md).
 
+Why a connection is kept only for frequent probes: an idle connection costs the replica about
+3 KB (and the proxy a socket) for the whole interval, to save one connect per probe (about
+0.4 ms of CPU here). At an interval of a second that saves thousands of connects a second; at
+half a minute, 10,000 idle connections cost 32 MB to save a few hundred (docs/benchmarks.md).
+The prober decides per probe (``keep_alive``); a probe that does not keep asks for
+``Connection: close`` and closes its connection once answered.
+
 Why exactly three headers (``Host``, ``User-Agent``, ``Connection``): the request leaves through
 the proxy toward an external site, and nothing internal may leak there — no ``traceparent`` or
 ``tracestate`` (even when the probe runs inside a span), no event or service header. The request
-is written from a fixed template, never from a header mapping something else could add to.
+is written from a fixed template, never from a header mapping something else could add to. The
+one more, ``Proxy-Authorization`` (the probe credential of a proxy that enforces leases, D84), is
+for the proxy, which consumes it; it is never sent inside a ``CONNECT`` tunnel.
 
 An ``http`` check URL is sent in absolute form to the proxy; an ``https`` one goes through a
 ``CONNECT`` tunnel and TLS, as a crawler's request would.
@@ -20,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -106,7 +116,7 @@ class _Conn:
 
 
 class ProbeClient:
-    """Probes through many proxies, keeping one idle keep-alive connection per proxy."""
+    """Probes through many proxies, keeping at most one idle keep-alive connection per proxy."""
 
     def __init__(
         self, *, user_agent: str = USER_AGENT, ssl_context: ssl.SSLContext | None = None
@@ -114,14 +124,24 @@ class ProbeClient:
         self.user_agent = user_agent
         self.ssl_context = ssl_context or ssl.create_default_context()
         self._idle: dict[str, _Conn] = {}
+        self.proxy_auth: Callable[[str], str] | None = None
+        """The ``Proxy-Authorization`` value for a proxy URL (``""``: none); see credentials.py."""
 
-    async def probe(self, proxy_url: str, check: CheckUrl, timeout: float) -> ProbeResult:
-        """Never raises for a failed probe: a failure is an answer, with its outcome."""
+    @property
+    def idle(self) -> int:
+        """Connections kept open between probes."""
+        return len(self._idle)
+
+    async def probe(
+        self, proxy_url: str, check: CheckUrl, timeout: float, *, keep_alive: bool = True
+    ) -> ProbeResult:
+        """Never raises for a failed probe: a failure is an answer, with its outcome. Without
+        ``keep_alive`` the connection is closed once answered (an idle one is still used)."""
         started = time.perf_counter()
         status = 0
         try:
             async with asyncio.timeout(timeout):
-                status = await self._exchange(proxy_url, check)
+                status = await self._exchange(proxy_url, check, keep_alive)
         except TimeoutError:
             self.forget(proxy_url)
             return _result(False, "timeout", started, 0, f"no answer within {timeout:g}s")
@@ -141,7 +161,7 @@ class ProbeClient:
         for key in list(self._idle):
             self.forget(key)
 
-    async def _exchange(self, proxy_url: str, check: CheckUrl) -> int:
+    async def _exchange(self, proxy_url: str, check: CheckUrl, keep_alive: bool) -> int:
         tunnel = check.target.authority if check.tls else ""
         conn = self._idle.pop(proxy_url, None)
         if conn is not None and conn.tunnel != tunnel:
@@ -149,20 +169,24 @@ class ProbeClient:
             conn = None
         if conn is not None:
             try:
-                return await self._request(proxy_url, conn, check, reused=True)
+                return await self._request(proxy_url, conn, check, keep_alive, reused=True)
             except _Stale:
                 pass  # the proxy closed it while idle; a fresh connection decides
         conn = await self._open(proxy_url, check, tunnel)
         try:
-            return await self._request(proxy_url, conn, check, reused=False)
+            return await self._request(proxy_url, conn, check, keep_alive, reused=False)
         except _Stale as exc:
             raise ProbeError("connection_lost", "connection closed before an answer") from exc
 
-    async def _request(self, proxy_url: str, conn: _Conn, check: CheckUrl, *, reused: bool) -> int:
+    async def _request(
+        self, proxy_url: str, conn: _Conn, check: CheckUrl, keep_alive: bool, *, reused: bool
+    ) -> int:
         target = check.path if check.tls else check.url
+        connection = "keep-alive" if keep_alive else "close"
+        auth = "" if check.tls else self._auth_line(proxy_url)
         request = (
             f"GET {target} HTTP/1.1\r\nHost: {check.host_header}\r\n"
-            f"User-Agent: {self.user_agent}\r\nConnection: keep-alive\r\n\r\n"
+            f"User-Agent: {self.user_agent}\r\n{auth}Connection: {connection}\r\n\r\n"
         )
         try:
             conn.writer.write(request.encode("latin-1"))
@@ -176,10 +200,10 @@ class ProbeClient:
             if isinstance(exc, (ConnectionError, OSError, asyncio.IncompleteReadError)):
                 raise ProbeError("connection_lost", f"connection lost: {exc!r}") from exc
             raise
-        if keep and proxy_url not in self._idle:
+        if keep and keep_alive and proxy_url not in self._idle:
             self._idle[proxy_url] = conn
         else:
-            conn.close()  # one idle connection per proxy is enough
+            conn.close()  # not kept, or one idle connection per proxy is enough
         return status
 
     async def _open(self, proxy_url: str, check: CheckUrl, tunnel: str) -> _Conn:
@@ -195,17 +219,21 @@ class ProbeClient:
         if not tunnel:
             return conn
         try:
-            await self._connect_tunnel(conn, check)
+            await self._connect_tunnel(conn, check, self._auth_line(proxy_url))
         except BaseException:
             conn.close()
             raise
         return conn
 
-    async def _connect_tunnel(self, conn: _Conn, check: CheckUrl) -> None:
+    def _auth_line(self, proxy_url: str) -> str:
+        value = self.proxy_auth(proxy_url) if self.proxy_auth is not None else ""
+        return f"Proxy-Authorization: {value}\r\n" if value else ""
+
+    async def _connect_tunnel(self, conn: _Conn, check: CheckUrl, auth: str = "") -> None:
         authority = check.target.authority
         conn.writer.write(
             f"CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n"
-            f"User-Agent: {self.user_agent}\r\n\r\n".encode("latin-1")
+            f"User-Agent: {self.user_agent}\r\n{auth}\r\n".encode("latin-1")
         )
         try:
             await conn.writer.drain()

@@ -6,6 +6,12 @@ A sleeping task costs a timer and a few hundred bytes; the probes themselves sha
 semaphore, so a burst (every proxy's first probe) cannot open thousands of sockets at once.
 Start times are spread over the interval by a hash of the uid, so probes do not arrive in waves.
 
+A proxy's connection is kept open between its probes only when its interval is at most
+``keep_alive_seconds`` (``--health-keep-alive``): beyond that an idle connection costs more
+memory than the connect it saves is worth (``probe``'s docstring, docs/benchmarks.md). An
+``https`` check keeps its tunnel at any interval: a new one costs a CONNECT and a TLS handshake,
+five times the CPU of a plain connect (D82).
+
 A recheck (holders reported the proxy ``failed`` often enough, ``reports.FailedReports``) wakes
 the proxy's own task, so its next probe happens at once and is then its turn: a proxy is never
 probed twice in parallel, and a probe already in flight (or already woken) is the recheck.
@@ -33,7 +39,7 @@ from events import subjects
 from events.errors import ConcurrencyError, EventStoreError
 from events.schemas import HealthChanged, HealthCheck, Phase
 from events.store import EventStore, NewEvent, derive_msg_id
-from projections.proxy import ProxyView
+from projections.proxy import ProxyView, probe_target, target_verdict
 from services.health.metrics import HealthMetrics
 from services.health.probe import CheckUrl, ProbeClient, ProbeResult
 from services.health.verdict import (
@@ -52,6 +58,10 @@ log = structlog.get_logger("egress.health")
 _tracer = tracer("egress_proxies.health")
 
 
+DEFAULT_KEEP_ALIVE_SECONDS = 20.0
+"""Plain-http probes at most this far apart share a kept-alive connection (D82)."""
+
+
 def probed(view: ProxyView) -> bool:
     """Ready proxies with an address: anything else is not in service, nothing to judge."""
     return view.phase is Phase.READY and bool(view.url) and not view.deleting and not view.removed
@@ -60,10 +70,10 @@ def probed(view: ProxyView) -> bool:
 def known(view: ProxyView) -> Known:
     """The recorded verdict, if the last one is about the current instance (a replacement
     starts over)."""
-    verdict = view.verdict
-    if view.healthy is None or verdict is None or verdict.provider_id != view.provider_id:
+    verdict = target_verdict(view)  # a rotation's replacement is judged on its own (D85)
+    if verdict is None:
         return Known()
-    return Known(view.healthy, verdict.latency_ms)
+    return Known(verdict.healthy, verdict.latency_ms)
 
 
 def phase_of(uid: str) -> float:
@@ -97,6 +107,7 @@ class Prober:
         latency_band_ms: float = 0.0,
         concurrency: int = 256,
         trace_probes: bool = False,
+        keep_alive_seconds: float = DEFAULT_KEEP_ALIVE_SECONDS,
     ) -> None:
         self.store = store
         self.projector = projector
@@ -108,6 +119,7 @@ class Prober:
         its local providers at a loopback target, so an offline demo is healthy)."""
         self.latency_band_ms = latency_band_ms
         self.trace_probes = trace_probes
+        self.keep_alive_seconds = keep_alive_seconds
         self.probes: collections.Counter[str] = collections.Counter()
         """Probes sent per proxy uid by this replica (what the tests and the benchmark count)."""
         self.rechecks: collections.Counter[str] = collections.Counter()
@@ -201,20 +213,21 @@ class Prober:
         if view is None or not probed(view):
             return 1.0  # the next sync stops this task
         spec = view.spec.health_check
-        if slot.provider_id != view.provider_id or slot.proxy_url != view.url:
+        target, target_url = probe_target(view)
+        if slot.provider_id != target or slot.proxy_url != target_url:
             if slot.proxy_url:
                 self.client.forget(slot.proxy_url)
-            slot.provider_id, slot.proxy_url, slot.streak = view.provider_id, view.url, Streak()
+            slot.provider_id, slot.proxy_url, slot.streak = target, target_url, Streak()
         check_url = self.check_url_for(view.spec.provider, spec)
         async with self._gate:
-            result = await self._probe(uid, view.url, check_url, spec)
+            result = await self._probe(uid, target_url, check_url, spec)
         slot.last_probe = asyncio.get_running_loop().time()
         self.probes[uid] += 1
         self.metrics.probes.labels(result.outcome).inc()
         if result.ok:
             self.metrics.latency.observe(result.latency_ms / 1000.0)
         after = self.projector.views.get(uid)
-        if after is None or not probed(after) or after.provider_id != view.provider_id:
+        if after is None or not probed(after) or probe_target(after)[0] != target:
             return spec.interval_seconds  # judged on an instance that is no longer current
         thresholds = Thresholds(
             spec.failure_threshold, spec.success_threshold, self.latency_band_ms
@@ -253,8 +266,9 @@ class Prober:
         timeout = spec.timeout_seconds
         if isinstance(check, str):
             return ProbeResult(False, "protocol_error", 0.0, 0, check)
+        keep_alive = check.tls or spec.interval_seconds <= self.keep_alive_seconds
         if not self.trace_probes:
-            return await self.client.probe(proxy_url, check, timeout)
+            return await self.client.probe(proxy_url, check, timeout, keep_alive=keep_alive)
         # A root span: a probe is caused by the clock, not by whatever ran before it.
         with _tracer.start_as_current_span(
             "health.probe",
@@ -262,7 +276,7 @@ class Prober:
             kind=trace.SpanKind.CLIENT,
             attributes={"proxy.uid": uid, "url.full": check.url, "http.request.method": "GET"},
         ) as span:
-            result = await self.client.probe(proxy_url, check, timeout)
+            result = await self.client.probe(proxy_url, check, timeout, keep_alive=keep_alive)
             span.set_attribute("health.result", result.outcome)
             span.set_attribute("health.latency_ms", round(result.latency_ms, 2))
             if result.status:
@@ -288,12 +302,12 @@ class Prober:
             reason=verdict.reason,
             message=verdict.message,
             latency_ms=verdict.latency_ms,
-            provider_id=view.provider_id,
+            provider_id=probe_target(view)[0],
         )
         msg_id = derive_msg_id(
             "health",
             uid,
-            view.provider_id,
+            probe_target(view)[0],
             str(view.last_seq),
             str(verdict.healthy),
             verdict.reason,

@@ -21,6 +21,16 @@ DEFAULT_PROXY_PORT = 3128
 
 
 @dataclass(frozen=True, slots=True)
+class LeaseAuth:
+    """What an instance needs to enforce leases (docs/decisions.md, D84): its proxy key (hex)
+    and the source of the Squid helper that checks credentials with it. Kept out of ``repr``:
+    requests are logged, and the key is a secret."""
+
+    key: str = field(repr=False)
+    helper: str = field(repr=False)
+
+
+@dataclass(frozen=True, slots=True)
 class CreateRequest:
     """Everything a provider needs to create one instance; ``name`` is deterministic, so a
     repeated create finds the instance the first attempt made."""
@@ -32,6 +42,8 @@ class CreateRequest:
     spec: ProxySpec
     spec_hash: str = ""
     cloud_init: str = ""
+    lease_auth: LeaseAuth | None = None
+    """None: the instance serves without lease credentials (``auth: none``, or a test)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,6 +8,10 @@ providers:
   - name: fake-1
     type: fake
     fake: {latency: 0.01, pendingPolls: 2}
+  - name: behind-gateway
+    type: local
+    auth: none             # proxies serve without lease credentials (default: lease)
+    local: {}
 ```
 
 Each entry carries exactly one settings block, keyed by its type, so a block pasted under the wrong
@@ -32,17 +36,27 @@ from typing import Any, cast
 
 import click
 import msgspec
+import structlog
 import yaml
 
 from services.providers.base import Provider
+from services.providers.squidauth.keyed import lease_keyed
+from services.providers.squidauth.secret import HOW, master_secret_from_env
 from services.runtime.errors import ConfigError
 from services.runtime.options import env_option
+
+log = structlog.get_logger("egress.providers")
 
 Factory = Callable[[str, Any], Provider]
 # The same rule as spec.provider (events.resource), or no Proxy could ever refer to the entry.
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,63}$")
 _FLAG = "--providers-config"
 _OWN_PACKAGES = frozenset({"events", "projections", "services"})
+AUTH_LEASE = "lease"
+AUTH_NONE = "none"
+AUTH_MODES = (AUTH_LEASE, AUTH_NONE)
+LEASE_TYPES = frozenset({"local", "kubernetes", "gcp", "kvm"})
+"""Types whose proxies enforce leases unless their entry says ``auth: none`` (D84)."""
 MAX_FILE_BYTES = 32 * 1024 * 1024
 """Larger than any file a person writes; reading stops there (a device like /dev/zero ends)."""
 
@@ -172,6 +186,13 @@ class ProviderEntry:
     name: str
     type: str
     config: msgspec.Struct
+    auth: str = AUTH_LEASE
+    """``lease``: its proxies refuse requests without a current lease's credentials; ``none``:
+    they serve anyone allowed to reach them (a gateway of your own in front)."""
+
+    @property
+    def enforces_leases(self) -> bool:
+        return self.auth == AUTH_LEASE and self.type in LEASE_TYPES
 
 
 def load_providers_config(path: Path | None, *, default_data_dir: Path) -> list[ProviderEntry]:
@@ -233,7 +254,13 @@ def _parse_entry(
     if not isinstance(kind, str) or kind not in PROVIDER_TYPES:
         shown = "missing" if kind is None else repr(kind)
         raise ConfigError(f"{label}: `type` is {shown}; use one of {known}")
-    blocks = [str(k) for k in item if k not in ("name", "type")]
+    auth = item.get("auth", AUTH_LEASE)
+    if auth not in AUTH_MODES:
+        raise ConfigError(
+            f"{label}: `auth` is {auth!r}; use lease (the default: leases are enforced at the "
+            "proxy) or none (no credentials asked)"
+        )
+    blocks = [str(k) for k in item if k not in ("name", "type", "auth")]
     if blocks != [kind]:
         wrong = ", ".join(f"`{b}`" for b in blocks) or "none"
         raise ConfigError(
@@ -248,7 +275,8 @@ def _parse_entry(
         message, _, path = str(exc).partition(" - at `")
         field = kind + path.rstrip("`").removeprefix("$")
         raise ConfigError(f"{label}: {field}: {message}") from exc
-    return ProviderEntry(name, kind, _default_data_dir(config, name, base_dir, default_data_dir))
+    config = _default_data_dir(config, name, base_dir, default_data_dir)
+    return ProviderEntry(name, kind, config, auth=str(auth))
 
 
 def _load(kind: str, label: str) -> tuple[type[msgspec.Struct], Factory]:
@@ -269,10 +297,32 @@ def _default_data_dir(
     return msgspec.structs.replace(config, data_dir=str(resolved))
 
 
-def build_providers(entries: list[ProviderEntry]) -> dict[str, Provider]:
+def check_lease_secret(entries: list[ProviderEntry]) -> bytes | None:
+    """The master lease secret, required when an entry enforces leases: the executor checks
+    it at start-up (``executor.build``), so a missing one stops the command instead of leaving
+    proxies that no lease can open, or that do not enforce any."""
+    secret = master_secret_from_env()
+    enforcing = [(i, e) for i, e in enumerate(entries) if e.enforces_leases]
+    if enforcing and secret is None:
+        index, entry = enforcing[0]
+        raise ConfigError(
+            f"{_FLAG}: providers[{index}] ({entry.name}) enforces leases at its proxies and "
+            f"needs the lease secret: {HOW}; or give the entry `auth: none`"
+        )
+    return secret
+
+
+def build_providers(
+    entries: list[ProviderEntry], *, lease_secret: bytes | None = None
+) -> dict[str, Provider]:
     """One provider per entry, by name. Constructors do no I/O, so a failure here is a setting
-    (a backend that is not installed), reported like the others."""
+    (a backend that is not installed), reported like the others. An entry that enforces leases
+    hands its instances their proxy keys, made from ``lease_secret`` (else the environment's);
+    without one (a library user who did not ``check_lease_secret``) its proxies enforce
+    nothing, and a warning says so."""
     providers: dict[str, Provider] = {}
+    if lease_secret is None and any(e.enforces_leases for e in entries):
+        lease_secret = master_secret_from_env()
     for index, entry in enumerate(entries):
         kind = PROVIDER_TYPES.get(entry.type)
         if kind is None:
@@ -283,9 +333,19 @@ def build_providers(entries: list[ProviderEntry]) -> dict[str, Provider]:
             )
         _, factory = _load(entry.type, f"{_FLAG}: providers[{index}] ({entry.name})")
         try:
-            providers[entry.name] = factory(entry.name, entry.config)
+            provider = factory(entry.name, entry.config)
         except ConfigError as exc:
             raise ConfigError(f"{_FLAG}: providers[{index}] ({entry.name}): {exc}") from exc
+        if entry.enforces_leases:
+            if lease_secret is not None:
+                provider = lease_keyed(provider, lease_secret)
+            else:
+                log.warning(
+                    "no lease secret: this provider's new proxies will not enforce leases",
+                    provider=entry.name,
+                    fix=HOW,
+                )
+        providers[entry.name] = provider
     return providers
 
 

@@ -7,8 +7,10 @@ before the proxy listens (Pending), a crashed proxy is Stopped, and instances ou
 
 On disk, under ``dataDir/instances/<name>/``: ``meta.json`` (written atomically: owner uid,
 created-at, port, pid, backend, spec hash), the backend's config, the pid file the process writes
-itself, and its log. The record is written *before* the process is spawned, so every process has a
-record and a crash can never leave one that no ``list_by_tag`` (and so no GC) would find.
+itself, and its log; with leases enforced (D84), the lease helper, the proxy's key (mode 0600)
+and the helper's fencing state. The record is written *before* the process is spawned, so every
+process has a record and a crash can never leave one that no ``list_by_tag`` (and so no GC) would
+find.
 """
 
 from __future__ import annotations
@@ -211,13 +213,17 @@ class LocalProvider:
                     proxy_name=request.proxy_name,
                     spec_hash=request.spec_hash,
                 )
-                command = proc.prepare(meta.backend, path, meta.port, meta.name)
+                command = proc.prepare(
+                    meta.backend, path, meta.port, meta.name, lease_auth=request.lease_auth
+                )
                 self._write(path, meta)  # the record first: see the module docstring
             elif self._pid(path):
                 return request.name
             else:
                 meta = found.meta  # recorded, then the creator crashed before spawning
-                command = proc.prepare(meta.backend, path, meta.port, meta.name)
+                command = proc.prepare(
+                    meta.backend, path, meta.port, meta.name, lease_auth=request.lease_auth
+                )
             meta.pid = proc.spawn(command, path)
             self._write(path, meta)
             log.info("instance started", provider=self.name, name=meta.name, port=meta.port)

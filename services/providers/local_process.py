@@ -27,7 +27,10 @@ import sys
 from collections.abc import Collection
 from pathlib import Path
 
-from services.providers.base import Permanent, ProviderError, QuotaExceeded, Transient
+from services.providers import local_auth
+from services.providers.base import LeaseAuth, Permanent, ProviderError, QuotaExceeded, Transient
+from services.providers.squidauth.secret import SECRET_ENV
+from services.providers.squidconf import SquidAuth
 from services.providers.squidconf import squid_config as shared_squid_config
 
 SQUID = "squid"
@@ -71,7 +74,9 @@ def _squid_user() -> str:
     return "nobody"
 
 
-def squid_config(instance_dir: Path, port: int, name: str, user: str | None) -> str:
+def squid_config(
+    instance_dir: Path, port: int, name: str, user: str | None, auth: SquidAuth | None = None
+) -> str:
     """The shared egress Squid on loopback, logging into the instance directory."""
     return shared_squid_config(
         listen=f"{HOST}:{port}",
@@ -79,6 +84,7 @@ def squid_config(instance_dir: Path, port: int, name: str, user: str | None) -> 
         cache_log=str(instance_dir / "cache.log"),
         coredump_dir=str(instance_dir),
         user=user,
+        auth=auth,
     )
 
 
@@ -89,22 +95,36 @@ def squid_service(instance_dir: Path) -> str:
 
 
 def remove_leftovers(instance_dir: Path) -> None:
-    """Shared-memory segments a killed Squid could not remove (nothing else is outside the
-    instance directory)."""
+    """Shared-memory segments a killed Squid could not remove, and the lease helper's own
+    directory when it could not live in the instance directory (``auth_dir``): nothing else is
+    outside the instance directory."""
     shm = Path("/dev/shm")
     if shm.is_dir():
         for segment in shm.glob(f"{squid_service(instance_dir)}-*"):
             segment.unlink(missing_ok=True)
+    local_auth.remove_own_dir(squid_service(instance_dir))
 
 
-def prepare(backend: str, instance_dir: Path, port: int, name: str) -> list[str]:
+def prepare(
+    backend: str,
+    instance_dir: Path,
+    port: int,
+    name: str,
+    *,
+    lease_auth: LeaseAuth | None = None,
+) -> list[str]:
     """Write what the backend needs into ``instance_dir`` and return its command line. Every
     command line names a file inside ``instance_dir``, which is how a pid is recognised as ours
-    later."""
+    later. With ``lease_auth`` the proxy serves only a current lease's holder (D84)."""
     if backend == SQUID:
         user = _squid_user() if os.geteuid() == 0 else None
+        auth = None
+        if lease_auth is not None:
+            auth = local_auth.prepare_auth(
+                instance_dir, lease_auth, user, squid_service(instance_dir)
+            )
         config = instance_dir / "squid.conf"
-        write_atomic(config, squid_config(instance_dir, port, name, user).encode())
+        write_atomic(config, squid_config(instance_dir, port, name, user, auth).encode())
         if user is not None:
             entry = pwd.getpwnam(user)
             os.chown(instance_dir, entry.pw_uid, entry.pw_gid)
@@ -116,6 +136,12 @@ def prepare(backend: str, instance_dir: Path, port: int, name: str) -> list[str]
             "-f",
             str(config),
         ]
+    plugins: list[str] = []
+    if lease_auth is not None:
+        # proxy.py runs as us and imports the plugin from this installation; the plugin finds
+        # the key and its fencing state in the instance directory (its --data-dir).
+        local_auth.write_key(instance_dir, lease_auth)
+        plugins = ["--plugins", "services.providers.squidauth.proxypy.LeaseAuthPlugin"]
     return [
         sys.executable,
         "-m",
@@ -132,6 +158,7 @@ def prepare(backend: str, instance_dir: Path, port: int, name: str) -> list[str]
         str(instance_dir),
         "--log-file",
         str(instance_dir / "proxypy.log"),
+        *plugins,
     ]
 
 
@@ -145,10 +172,12 @@ def spawn(command: list[str], instance_dir: Path) -> int:
         (os.POSIX_SPAWN_OPEN, 1, log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644),
         (os.POSIX_SPAWN_DUP2, 1, 2),
     ]
+    # The proxy (and its helpers) must never hold the master secret, only its own key.
+    env = {key: value for key, value in os.environ.items() if key != SECRET_ENV}
     return os.posix_spawn(
         argv[0],
         argv,
-        dict(os.environ),
+        env,
         file_actions=actions,
         setsid=True,
         # Python ignores SIGPIPE; a proxy must get the default disposition back.

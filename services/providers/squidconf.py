@@ -4,11 +4,44 @@ Pure, so the local and kubernetes providers (and any VM image that wants it) sha
 to "what does an egress Squid look like": no disk or memory cache (crawlers want fresh pages),
 no helpers that would outlive it (pinger), an immediate shutdown, client addresses hidden, and
 only the clients allowed may use it.
+
+With ``auth``, only the holder of a current lease may use it too (docs/decisions.md, D84): the
+lease helper checks every credential, Squid trusts a checked one for one second at most, and
+a request without a valid one is answered 407 before any other rule can allow it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+
+AUTH_ACL = "egress_lease"
+
+
+@dataclass(frozen=True, slots=True)
+class SquidAuth:
+    """How Squid runs the lease helper: ``program`` is the command line (interpreter, script,
+    ``--key-file``, ``--state-file``), without ``--concurrent``, which is added here."""
+
+    program: str
+    children: int = 4
+    concurrency: int = 32
+
+
+def auth_lines(auth: SquidAuth) -> list[str]:
+    """The directives that make every request need a current lease's credentials; they go
+    before any ``http_access`` line. A credential is re-checked after ``credentialsttl``, so an
+    expired or fenced one is refused within about a second."""
+    return [
+        f"auth_param basic program {auth.program} --concurrent",
+        f"auth_param basic children {auth.children} startup=1 idle=1 "
+        f"concurrency={auth.concurrency}",
+        "auth_param basic realm egress-proxies",
+        "auth_param basic credentialsttl 1 second",
+        "auth_param basic casesensitive on",
+        f"acl {AUTH_ACL} proxy_auth REQUIRED",
+        f"http_access deny !{AUTH_ACL}",
+    ]
 
 
 def squid_config(
@@ -19,6 +52,7 @@ def squid_config(
     coredump_dir: str,
     allowed_clients: Sequence[str] = (),
     user: str | None = None,
+    auth: SquidAuth | None = None,
 ) -> str:
     """``listen`` is squid's ``http_port`` value (``3128`` or ``127.0.0.1:20001``)."""
     lines = [
@@ -38,6 +72,8 @@ def squid_config(
         "forwarded_for delete",
         "via off",
     ]
+    if auth is not None:
+        lines.extend(auth_lines(auth))
     if allowed_clients:
         lines.append(f"acl egress_clients src {' '.join(allowed_clients)}")
     lines.append("http_access allow localhost")

@@ -4,6 +4,12 @@ The handler reads the aggregate, folds it, decides and appends with optimistic c
 conflict means another replica (or the executor) appended first, so it folds again. What it keeps
 between messages is only where to start folding (``states``): every decision still reads what the
 log holds after it, which is what lets any number of replicas share the consumer.
+
+Make-before-break rotations (docs/decisions.md, D85) add the proxy's lease subject to two
+decisions (``leases``): whether a spec change may break first (only when nobody holds a lease),
+and, after a promotion, the switch of the lease to the new instance, made good on every
+reconcile until the old instance is gone; the old instance's delete waits for the drain as a
+delayed redelivery.
 """
 
 from __future__ import annotations
@@ -17,8 +23,17 @@ from opentelemetry import trace
 
 from events import subjects
 from events.errors import ConcurrencyError
+from events.schemas import ReplacementPromoted
 from events.store import EventStore, History, NewEvent, derive_msg_id
-from services.reconciler.decide import Decision, decide, unhealthy_for, wakes
+from services.reconciler.decide import (
+    Decision,
+    decide,
+    needs_lease,
+    retire_in,
+    unhealthy_for,
+    wakes,
+)
+from services.reconciler.leases import is_leased, switch_lease
 from services.reconciler.state import VERSION as STATE_VERSION
 from services.reconciler.state import ProxyState, fold
 from services.reconciler.states import STATES_BUCKET, States
@@ -32,12 +47,17 @@ from services.runtime.service import ServiceContext
 log = structlog.get_logger("egress.reconciler")
 _tracer = trace.get_tracer("egress_proxies.reconciler")
 
-FILTERS = ("proxy.*.declared", "proxy.*.instance", "proxy.*.health")
+FILTERS = ("proxy.*.declared", "proxy.*.instance", "proxy.*.health", "proxy.*.rotate")
 MAX_ATTEMPTS = 50
+DEFAULT_DRAIN = 5.0
+"""Seconds a rotated-out instance keeps serving after the switch (docs/decisions.md, D85)."""
 _SPAN_BY_OUTCOME = {
     "replace": "reconcile.replaceInstance",
     "delete": "reconcile.delete",
     "removed": "reconcile.delete",
+    "rotate": "reconcile.rotate",
+    "promote": "reconcile.rotate",
+    "retire": "reconcile.rotate",
 }
 
 
@@ -62,11 +82,13 @@ class Reconciler:
         *,
         replace_unhealthy_after: float = 0.0,
         states: States | None = None,
+        rotation_drain: float = DEFAULT_DRAIN,
     ) -> None:
         self.store = store
         self.metrics = metrics
         self.replace_unhealthy_after = replace_unhealthy_after
         self.states = states or States()
+        self.rotation_drain = rotation_drain
 
     async def reconcile(self, uid: str, causation: str = "") -> Decision:
         """Decide and append; returns the decision that was appended (or found unneeded)."""
@@ -88,7 +110,16 @@ class Reconciler:
                 history = await self.store.read(aggregate, after_seq=as_of)
                 state = fold(uid, history.events, start)
                 await self.states.keep(uid, state, history.last_seq, len(history.events))
-                decision = decide(state, datetime.now(UTC), after)
+                if state.retiring_id and state.promoted_rotation:
+                    # Level-triggered: a crash after the promotion and before the lease's
+                    # switch is made good here, always before the old instance is deleted.
+                    await switch_lease(
+                        self.store, uid, state.promoted_rotation, state.instance_id, state.ip
+                    )
+                leased = needs_lease(state) and await is_leased(self.store, uid)
+                decision = decide(
+                    state, datetime.now(UTC), after, leased=leased, drain=self.rotation_drain
+                )
                 # Named once the decision is known: the appends below are its children.
                 span.update_name(_SPAN_BY_OUTCOME.get(decision.outcome, "reconcile.managed"))
                 span.set_attribute("reconcile.outcome", decision.outcome)
@@ -97,6 +128,11 @@ class Reconciler:
                     break
                 try:
                     await self.store.append(aggregate, new, expected_seq=history.last_seq)
+                    promoted = decision.events[0]
+                    if isinstance(promoted, ReplacementPromoted):
+                        await switch_lease(
+                            self.store, uid, promoted.rotation_id, promoted.provider_id, promoted.ip
+                        )
                     break
                 except ConcurrencyError:
                     # Another writer got there first: decide again on the newer state. The
@@ -121,6 +157,13 @@ class Reconciler:
             return None
         uid = subjects.proxy_uid_of(delivery.recorded.subject)
         decision, state = await self._reconcile(uid, delivery.recorded.msg_id)
+        if decision.outcome == "promote":
+            # Come back when the drain is over to delete the old instance: a delayed
+            # redelivery, so a crash meanwhile loses nothing.
+            return Retry(self.rotation_drain + 0.05, "draining")
+        if state.retiring_id and state.pending is None and decision.outcome == "noop":
+            remaining = retire_in(state, datetime.now(UTC), self.rotation_drain)
+            return Retry(remaining + 0.05, "draining")
         if self.replace_unhealthy_after > 0 and decision.outcome != "replace":
             unhealthy = unhealthy_for(state, datetime.now(UTC))
             if unhealthy > 0:
@@ -135,6 +178,7 @@ class ReconcilerService:
     name: str = "reconciler"
     concurrency: int = 64
     replace_unhealthy_after: float = 0.0
+    rotation_drain: float = DEFAULT_DRAIN
 
     async def run(self, ctx: ServiceContext) -> None:
         store = SnapshotStore(ctx.conn.js, STATES_BUCKET, "state", STATE_VERSION, ProxyState)
@@ -144,6 +188,7 @@ class ReconcilerService:
             ctx.metrics,
             replace_unhealthy_after=self.replace_unhealthy_after,
             states=states,
+            rotation_drain=self.rotation_drain,
         )
         spec = ConsumerSpec(
             stream=subjects.PROXY_STREAM,
@@ -159,12 +204,18 @@ class ReconcilerService:
 
 
 def build(
-    settings: Settings, *, reconcile_concurrency: int = 64, replace_unhealthy_after: float = 0.0
+    settings: Settings,
+    *,
+    reconcile_concurrency: int = 64,
+    replace_unhealthy_after: float = 0.0,
+    rotation_drain: float = DEFAULT_DRAIN,
 ) -> ReconcilerService:
     """The factory ``run reconciler`` and ``up`` call."""
     del settings  # the reconciler needs nothing beyond the ServiceContext
     return ReconcilerService(
-        concurrency=reconcile_concurrency, replace_unhealthy_after=replace_unhealthy_after
+        concurrency=reconcile_concurrency,
+        replace_unhealthy_after=replace_unhealthy_after,
+        rotation_drain=rotation_drain,
     )
 
 
@@ -183,5 +234,14 @@ OPTIONS: tuple[click.Option, ...] = (
         show_default=True,
         help="Seconds an instance may fail its health probes before it is replaced; 0 never "
         "replaces for health.",
+    ),
+    env_option(
+        "--rotation-drain",
+        type=click.FloatRange(min=0, max=3600),
+        default=DEFAULT_DRAIN,
+        show_default=True,
+        help="Seconds an instance replaced make-before-break (a lease rotation, a leased "
+        "proxy's spec change) keeps serving after its lease switched, so that requests already "
+        "sent through it finish; then it is deleted.",
     ),
 )

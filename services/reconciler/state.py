@@ -29,15 +29,40 @@ from events.schemas import (
     ProxyRemoved,
     ProxySpec,
     ProxySpecChanged,
+    ReplacementPromoted,
+    ReplacementStarted,
+    RotationEnded,
+    RotationRequested,
 )
 from events.store import Recorded
 from projections.commands import Pending, answered, answers, issued
 
 replace = msgspec.structs.replace
 
-VERSION = 1
+VERSION = 2
 """The snapshot version of ``ProxyState`` (``states``): a new number for every change to what
 the fold makes, as for the views in ``projections.versions``."""
+
+
+class Replacement(msgspec.Struct, frozen=True, kw_only=True):
+    """A make-before-break replacement under way (docs/decisions.md, D85): the instance that
+    will take over from the current one once it is Running and probed healthy."""
+
+    rotation_id: str
+    command_id: str
+    reason: str = ""
+    lease_id: str = ""
+    instance_hash: str = ""
+    provider: str = ""
+    provider_id: str = ""
+    state: InstanceState | None = None
+    ip: str = ""
+    url: str = ""
+    gone: bool = False
+    healthy: bool | None = None
+    health_message: str = ""
+    failure: str = ""
+    """Why it cannot take over (its create failed, it stopped or vanished); "" while it can."""
 
 
 class ProxyState(msgspec.Struct, frozen=True, kw_only=True):
@@ -71,6 +96,18 @@ class ProxyState(msgspec.Struct, frozen=True, kw_only=True):
     """JetStream time of the verdict that made an instance unhealthy; cleared by a new instance."""
     status: PhaseChanged | None = None
     last_seq: int = 0
+    rotation_requested: str = ""
+    """The id of a ``RotationRequested`` no replacement has started for yet."""
+    rotation_lease: str = ""
+    replacement: Replacement | None = None
+    retiring_id: str = ""
+    """The instance a promoted replacement took over from, until its ``InstanceGone``."""
+    retiring_provider: str = ""
+    retired_at: datetime | None = None
+    """JetStream time of the promotion: the drain before the delete counts from it."""
+    promoted_rotation: str = ""
+    """The rotation of the last promotion: its lease switch is checked until the old instance
+    is gone."""
 
 
 def fold(uid: str, events: Iterable[Recorded], start: ProxyState | None = None) -> ProxyState:
@@ -83,6 +120,9 @@ def fold(uid: str, events: Iterable[Recorded], start: ProxyState | None = None) 
 
 
 def evolve(state: ProxyState, recorded: Recorded) -> ProxyState:
+    rotated = _rotation(state, recorded)
+    if rotated is not None:
+        return rotated
     match recorded.event:
         case ProxyDeclared() as e:
             base = ProxyState(uid=state.uid, commands=state.commands) if state.removed else state
@@ -145,6 +185,10 @@ def evolve(state: ProxyState, recorded: Recorded) -> ProxyState:
         case InstanceGone() as a:
             if a.provider_id != state.instance_id and not answers(state.pending, a):
                 return state
+            if a.provider_id != state.instance_id and state.instance_id:
+                # The delete of an instance that is no longer the proxy's (a cancelled
+                # replacement): it concludes the command and changes nothing else.
+                return replace(state, pending=answered(state.pending, a))
             return replace(
                 state,
                 instance_id="",
@@ -196,3 +240,95 @@ def _failed(state: ProxyState, a: ProviderFailed) -> ProxyState:
                 create_timed_out=a.operation == "create",
                 failure=f"{a.operation}: {a.message}",
             )
+
+
+def _rotation(state: ProxyState, recorded: Recorded) -> ProxyState | None:
+    """The state after an event of a make-before-break rotation, or about the replacement or
+    the retiring instance; None for every other event (``evolve`` folds it as before)."""
+    event = recorded.event
+    r = state.replacement
+    match event:
+        case RotationRequested() as e:
+            if r is not None or state.rotation_requested:
+                return state  # one rotation at a time; the API answered with the one under way
+            return replace(state, rotation_requested=e.rotation_id, rotation_lease=e.lease_id)
+        case ReplacementStarted() as e:
+            started = Replacement(
+                rotation_id=e.rotation_id,
+                command_id=e.command_id,
+                reason=e.reason,
+                lease_id=e.lease_id,
+            )
+            return replace(state, replacement=started, rotation_requested="", rotation_lease="")
+        case ReplacementPromoted() as e:
+            if r is None or r.rotation_id != e.rotation_id or not r.provider_id:
+                return state
+            return replace(
+                state,
+                instance_id=r.provider_id,
+                instance_provider=r.provider,
+                instance_hash=r.instance_hash,
+                instance_state=r.state,
+                ip=r.ip,
+                url=r.url,
+                had_instance=True,
+                create_timed_out=False,
+                healthy=r.healthy,
+                health_reason="",
+                health_message=r.health_message,
+                unhealthy_since=None,
+                replacement=None,
+                retiring_id=state.instance_id,
+                retiring_provider=state.instance_provider if state.instance_id else "",
+                retired_at=recorded.timestamp if state.instance_id else None,
+                promoted_rotation=e.rotation_id,
+            )
+        case RotationEnded() as e:
+            if r is None or r.rotation_id != e.rotation_id:
+                return state
+            return replace(state, replacement=None)
+        case CreateInstance() as c if r is not None and c.command_id == r.command_id:
+            ours = replace(r, instance_hash=c.spec_hash, provider=c.provider)
+            return replace(state, pending=issued(c), commands=state.commands + 1, replacement=ours)
+        case CreateInstance() if state.rotation_requested:
+            # No replacement (the instance was replaced delete-first, or is recreated): the new
+            # instance is fresh anyway, so the rotation still waiting is satisfied.
+            return evolve(replace(state, rotation_requested="", rotation_lease=""), recorded)
+        case InstanceCreated() as a if r is not None and a.command_id == r.command_id:
+            return replace(state, replacement=replace(r, provider_id=a.provider_id))
+        case InstanceObserved() as a if r is not None and _about(r, a.command_id, a.provider_id):
+            ours = replace(r, provider_id=a.provider_id, state=a.state, ip=a.ip, url=a.url)
+            if a.state in (InstanceState.STOPPED, InstanceState.TERMINATING):
+                ours = replace(ours, failure=f"the replacement is {a.state}")
+            return replace(state, replacement=ours, pending=answered(state.pending, a))
+        case InstanceGone() as a if r is not None and _about(r, a.command_id, a.provider_id):
+            ours = replace(r, gone=True, failure=r.failure or "the replacement vanished")
+            return replace(state, replacement=ours, pending=answered(state.pending, a))
+        case InstanceGone() as a if state.retiring_id and a.provider_id == state.retiring_id:
+            return replace(
+                state,
+                retiring_id="",
+                retiring_provider="",
+                retired_at=None,
+                promoted_rotation="",
+                pending=answered(state.pending, a),
+            )
+        case InstanceObserved() as a if state.retiring_id and a.provider_id == state.retiring_id:
+            return replace(state, pending=answered(state.pending, a))
+        case ProviderFailed() as a if r is not None and a.command_id == r.command_id:
+            pending = answered(state.pending, a)
+            if pending is not None:
+                return replace(state, pending=pending)  # a quota refusal: still waiting
+            failure = f"{a.operation}: {a.message}"
+            return replace(state, pending=None, replacement=replace(r, failure=failure))
+        case HealthChanged() as h if (
+            r is not None and r.provider_id and (h.provider_id == r.provider_id)
+        ):
+            ours = replace(r, healthy=h.healthy, health_message=h.message)
+            return replace(state, replacement=ours)
+        case _:
+            return None
+
+
+def _about(r: Replacement, command_id: str, provider_id: str) -> bool:
+    return command_id == r.command_id or (bool(r.provider_id) and provider_id == r.provider_id)

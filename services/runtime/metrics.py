@@ -10,15 +10,18 @@ import asyncio
 import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
 from events.skips import LEDGER, SkipLedger
 from services.runtime.errors import ConfigError
+
+if TYPE_CHECKING:
+    from services.runtime.connection import Connection
 
 
 class SkippedEvents(Collector):
@@ -38,6 +41,46 @@ class SkippedEvents(Collector):
         for (stream, event_type, reason), count in sorted(self.ledger.counts.items()):
             family.add_metric([stream, event_type, reason], count)
         yield family
+
+
+class NatsConnections(Collector):
+    """``egress_nats_connected`` and ``egress_nats_reconnects_total`` for each service's NATS
+    connection, read at scrape time. Held weakly: a service gone with its connection drops out
+    instead of showing as disconnected for the rest of the process."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.connections: weakref.WeakValueDictionary[str, Connection] = (
+            weakref.WeakValueDictionary()
+        )
+        registry.register(self)
+
+    def watch(self, service: str, conn: Connection) -> None:
+        self.connections[service] = conn
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(self._families())
+
+    def collect(self) -> Iterator[Metric]:
+        connected, reconnects = self._families()
+        for service, conn in sorted(self.connections.items()):
+            connected.add_metric([service], 1.0 if conn.nc.is_connected else 0.0)
+            reconnects.add_metric([service], conn.reconnects)
+        yield from (connected, reconnects)
+
+    @staticmethod
+    def _families() -> tuple[GaugeMetricFamily, CounterMetricFamily]:
+        return (
+            GaugeMetricFamily(
+                "egress_nats_connected",
+                "1 while the service's connection to NATS is up, else 0 (it reconnects for ever)",
+                labels=["service"],
+            ),
+            CounterMetricFamily(
+                "egress_nats_reconnects",
+                "Times the service's NATS connection came back after it was lost",
+                labels=["service"],
+            ),
+        )
 
 
 @dataclass

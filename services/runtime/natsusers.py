@@ -24,12 +24,14 @@ and can neither write nor delete, purge, edit or reset anything (docs/decisions.
 
 WRITES: Mapping[str, tuple[str, ...]] = {
     "watcher": ("proxy.*.declared",),
-    # `declared` for ProxyRemoved, the end of a deletion it decides.
-    "reconciler": ("proxy.*.cmd", "proxy.*.status", "proxy.*.declared"),
+    # `declared` for ProxyRemoved, the end of a deletion it decides; `lease.*` for the switch
+    # of a lease to a rotation's replacement (LeaseSwitched, docs/decisions.md D85).
+    "reconciler": ("proxy.*.cmd", "proxy.*.status", "proxy.*.declared", "lease.*"),
     "executor": ("proxy.*.instance",),
     "health": ("proxy.*.health",),
     "gc": ("gc.*",),
-    "discovery": ("lease.*",),
+    # `rotate` for RotationRequested, a lease holder's ask for a fresh instance (D85).
+    "discovery": ("lease.*", "proxy.*.rotate"),
 }
 """The subjects of the log each service appends to; a service's user is named after it."""
 

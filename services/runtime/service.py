@@ -21,7 +21,13 @@ from services.runtime.config import Credentials, Settings, redact_url
 from services.runtime.connection import Connection, connect
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.eventlog.streams import ensure_streams
-from services.runtime.metrics import Metrics, MetricsServer, default_metrics
+from services.runtime.metrics import (
+    Metrics,
+    MetricsServer,
+    NatsConnections,
+    default_metrics,
+    metric_set,
+)
 from services.runtime.telemetry import configure_tracing, shutdown_tracing
 
 log = structlog.get_logger("egress.service")
@@ -79,6 +85,7 @@ async def run_services(
                     user=service.name,
                 )
             )
+            metric_set(metrics.registry, NatsConnections).watch(service.name, conns[-1])
         if not conns:
             conns.append(
                 await connect(

@@ -1,5 +1,6 @@
-"""The README's demo, end to end: `up`, then `apply` five local proxies, traffic through each,
-`delete`. Everything is real: the CLI as subprocesses, nats-server, Squid (or proxy.py)."""
+"""The README's demo, end to end: `up`, then `apply` five local proxies, traffic through each
+(leased: a proxy serves only its lease's holder), `delete`. Everything is real: the CLI as
+subprocesses, nats-server, Squid (or proxy.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import json
 import os
 import signal
 import sys
+import urllib.error
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -54,7 +56,7 @@ async def test_up_apply_traffic_delete(tmp_path: Path, target: str) -> None:
         "--metrics-port",
         "0",
         "--api-port",
-        str(free_port()),
+        str(api_port := free_port()),
         "--observe-interval",
         "1",
         "--health-check-url",
@@ -65,7 +67,7 @@ async def test_up_apply_traffic_delete(tmp_path: Path, target: str) -> None:
         stderr=asyncio.subprocess.STDOUT,
     )
     url = f"nats://127.0.0.1:{nats_port}"
-    cli_env = {**env, "NATS_URL": url}
+    cli_env = {**env, "NATS_URL": url, "DISCOVERY_URL": f"http://127.0.0.1:{api_port}"}
     manifest = tmp_path / "proxies.yaml"
     manifest.write_text(PROXIES)
     try:
@@ -94,9 +96,21 @@ async def test_up_apply_traffic_delete(tmp_path: Path, target: str) -> None:
         await until(all_healthy, timeout=60)
         assert len({i["url"] for i in items}) == 5
         for item in items:
-            assert await asyncio.to_thread(fetch_via, item["url"], target) == (
+            # Only a lease's holder may use a proxy (D84): its URL carries the credentials.
+            with pytest.raises(urllib.error.HTTPError, match="407"):
+                await asyncio.to_thread(fetch_via, item["url"], target)
+            slot = f"slot={item['attributes']['slot']}"
+            got = await asyncio.to_thread(
+                cli, "lease", "acquire", "--selector", slot, "--ttl", "60", "-o", "json",
+                env=cli_env,
+            )  # fmt: skip
+            assert got.returncode == 0, got.stdout + got.stderr
+            lease = json.loads(got.stdout)
+            assert await asyncio.to_thread(fetch_via, lease["proxy"]["url"], target) == (
                 "hello through the proxy"
             )
+            released = await asyncio.to_thread(cli, "lease", "release", lease["id"], env=cli_env)
+            assert released.returncode == 0, released.stdout + released.stderr
 
         story = await asyncio.to_thread(
             cli, "events", "--proxy", items[0]["uid"], "-o", "json", env=cli_env

@@ -93,6 +93,7 @@ async def test_the_using_it_block_runs_as_written(tmp_path: Path) -> None:
         assert used.returncode == 0, f"{used.stdout}\n{used.stderr}"
         assert "created" in used.stdout
         assert '"status":"ok"' in used.stdout.replace(" ", "")  # curl through the leased proxy
+        assert "407\n" in used.stdout  # and refused without the lease's credentials (D84)
         assert "ProxyDeclared" in used.stdout  # the events of the proxy
     finally:
         if up.returncode is None:

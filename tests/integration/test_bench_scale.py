@@ -108,10 +108,28 @@ async def test_every_section_reports_its_figures(tmp_path: Path) -> None:
     assert set(lifecycle["sizes"]) == {"10", "20"}
     for row in lifecycle["sizes"].values():
         assert row["one_instance_each"]
-        assert row["cpu_ms_per_proxy"] > 0
+        assert row["cpu_ms_per_proxy"] >= row["system_cpu_ms_per_proxy"] > 0  # less the bench
+        assert 0 < row["busiest_service_cpu_ms_per_proxy"] <= row["system_cpu_ms_per_proxy"]
+        assert row["cores_used"] > 0
+    has_target(lifecycle["targets"], "proposed_system_proxies_per_cpu_second")
+    has_target(lifecycle["targets"], "proposed_busiest_service_cpu_ms_per_proxy")
     assert lifecycle["targets"]["all_ready_seconds"]["measured_at_target_size"] is False
     has_target(lifecycle["targets"], "cpu_per_proxy_growth")
     assert all(run["load"] >= 0 for run in sections["lifecycle"]["runs"])
 
     scale.render(results, Console(quiet=True))
     json.dumps(results.as_json(), default=str)
+
+
+def test_the_memory_section_can_measure_some_services_only() -> None:
+    config, _ = scale.parse(["--only", "rss", "--rss-services", "health,gc"])
+    assert config.rss_services == ("health", "gc")
+    assert scale.parse([])[0].rss_services == (
+        "discovery",
+        "reconciler",
+        "executor",
+        "gc",
+        "health",
+    )
+    with pytest.raises(SystemExit):
+        scale.parse(["--rss-services", "watcher"])  # not measured: no Kubernetes API server

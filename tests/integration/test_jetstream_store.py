@@ -81,8 +81,34 @@ async def test_a_proxy_read_uses_only_literal_subjects(conn: Connection) -> None
 
     assert [r.seq for r in history.events] == seqs
     reads = [r["next_by_subj"] for r in sent if "next_by_subj" in r]
-    assert sorted(reads) == sorted(subjects.proxy("lit").literal_subjects)
+    # Every subject that holds an event, each once; ``instance`` holds none, so it is not read.
+    held = ["proxy.lit.cmd", "proxy.lit.declared", "proxy.lit.health", "proxy.lit.status"]
+    assert sorted(reads) == held
+    assert set(reads) <= set(subjects.proxy("lit").literal_subjects)
     assert [r["multi_last"] for r in sent if "multi_last" in r] == [["proxy.lit.>"]]
+
+
+async def test_a_read_after_a_kept_sequence_asks_only_the_subjects_written_since(
+    conn: Connection,
+) -> None:
+    """A reconcile from a kept state reads the events after it: ``multi_last`` tells which
+    subjects have any, and only those are read (two requests here, not one per category)."""
+    store = JetStreamEventStore(conn.nc, conn.js)
+    seqs = await mixed(store, "kept")
+    sent = recording(store)
+
+    history = await store.read(subjects.proxy("kept"), after_seq=seqs[2])
+
+    assert [r.seq for r in history.events] == seqs[3:]
+    assert history.last_seq == seqs[-1]
+    reads = [(r["next_by_subj"], r["seq"]) for r in sent if "next_by_subj" in r]
+    assert sorted(reads) == [("proxy.kept.health", seqs[2] + 1), ("proxy.kept.status", seqs[2] + 1)]
+    assert len(sent) == 3
+
+    sent.clear()
+    nothing = await store.read(subjects.proxy("kept"), after_seq=seqs[-1])
+    assert (nothing.events, nothing.last_seq) == ([], seqs[-1])
+    assert [list(r) for r in sent] == [["multi_last", "batch"]], "only the snapshot is asked"
 
 
 async def test_a_subject_read_from_before_the_snapshot_is_read_again(conn: Connection) -> None:

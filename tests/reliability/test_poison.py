@@ -91,18 +91,37 @@ async def wait_ready_and_healthy(up: Up, name: str, *, not_pid: int = 0) -> dict
     return found
 
 
+async def fetch_leased(up: Up, uid: str, target: str) -> str:
+    """A fetch through the proxy with the credentials of a lease on it (the proxy refuses
+    anyone else), the lease released after."""
+    lease: dict[str, Any] = {}
+
+    async def leased() -> bool:
+        status, body = await up.api_call(
+            "POST", "/v1/leases", {"selector": {}, "proxyUid": uid, "ttlSeconds": 30}
+        )
+        if status == 201:
+            lease.update(body)
+        return status == 201
+
+    await until(leased, timeout=30, every=0.5)
+    try:
+        return await asyncio.to_thread(fetch_via, lease["proxy"]["url"], target)
+    finally:
+        status, _ = await up.api_call("DELETE", f"/v1/leases/{lease['id']}")
+        assert status == 204
+
+
 async def prove_it_works(up: Up, category: str, target: str, manifest_file: Path) -> None:
     name = f"poisoned-{category}"
     proxy = await wait_ready_and_healthy(up, name)
-    assert await asyncio.to_thread(fetch_via, proxy["url"], target) == "hello through the proxy"
+    assert await fetch_leased(up, proxy["uid"], target) == "hello through the proxy"
 
     # Probed and replaced: kill -9 its Squid; a new instance takes over, healthy.
     pid = up.squid_pid(proxy["providerID"])
     os.kill(pid, signal.SIGKILL)
     replaced = await wait_ready_and_healthy(up, name, not_pid=pid)
-    assert await asyncio.to_thread(fetch_via, replaced["url"], target) == (
-        "hello through the proxy"
-    )
+    assert await fetch_leased(up, replaced["uid"], target) == "hello through the proxy"
 
     # Leased and released through the API.
     lease: dict[str, Any] = {}
@@ -128,7 +147,7 @@ async def prove_it_works(up: Up, category: str, target: str, manifest_file: Path
     assert applied.returncode == 0, applied.stdout + applied.stderr
     again = await wait_ready_and_healthy(up, name)
     assert again["uid"] == proxy["uid"]
-    assert await asyncio.to_thread(fetch_via, again["url"], target) == "hello through the proxy"
+    assert await fetch_leased(up, again["uid"], target) == "hello through the proxy"
 
 
 async def test_poison_on_every_subject_leaves_every_proxy_working(

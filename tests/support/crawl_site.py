@@ -1,8 +1,10 @@
 """A local site for crawl tests: pages linked from each other, one proxy blocked.
 
 Page ``i`` (``/page/i``) links to pages ``2i+1`` and ``2i+2``, so a crawl from ``/page/0`` reaches
-every page. A request through the blocked proxy (named by ``crawl_squid.PROXY_HEADER``) is
-answered 403, as a site answers an address it has banned; one through no proxy at all 400. Every
+every page. The site blocks the first proxy a request comes through (named by
+``crawl_squid.PROXY_HEADER``): that request and every later one through it are answered 403, as a
+site answers an address it has banned, whichever proxy a crawl happens to lease first. A request
+through no proxy at all gets 400. Every
 request is recorded with the proxy it came through and the status it got.
 """
 
@@ -31,8 +33,8 @@ class Visit:
 @dataclass
 class Site:
     pages: int
-    blocked: str
-    """The uid of the proxy the site refuses."""
+    blocked: str = ""
+    """The uid of the proxy the site refuses: the first one it saw."""
     port: int = 0
     visits: list[Visit] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -43,6 +45,8 @@ class Site:
 
     def answer(self, path: str, proxy: str) -> tuple[int, str]:
         found = _PAGE.match(path)
+        with self._lock:
+            self.blocked = self.blocked or proxy
         if not proxy:
             status, body = 400, "come through a proxy"
         elif proxy == self.blocked:
@@ -63,9 +67,9 @@ class Site:
 
 
 @contextlib.contextmanager
-def crawl_site(pages: int, blocked: str) -> Iterator[Site]:
+def crawl_site(pages: int) -> Iterator[Site]:
     """The site on a free loopback port, served from a thread while the block runs."""
-    site = Site(pages, blocked)
+    site = Site(pages)
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:

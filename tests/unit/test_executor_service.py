@@ -74,7 +74,8 @@ def test_build_checks_the_providers_file_before_anything_starts(tmp_path: Path) 
         )
 
 
-def test_flags_reach_the_service(tmp_path: Path) -> None:
+def test_flags_reach_the_service(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EGRESS_LEASE_SECRET", "a lease secret of 32 characters")  # D84
     flags: dict[str, Any] = {}
     command = click.Command("executor", params=list(OPTIONS), callback=flags.update)
     args = ["--observe-interval", "2.5", "--create-timeout", "60", "--data-dir", str(tmp_path)]

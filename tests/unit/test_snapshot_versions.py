@@ -19,9 +19,9 @@ from projections.proxy import ProxyView
 from services.reconciler import state
 
 RECORDED = {
-    "ProxyView": (1, "2f334dcc1e5915c4"),
-    "LeaseView": (1, "5dfefc6ca664ceed"),
-    "ProxyState": (1, "467f9930d05cfcbc"),
+    "ProxyView": (2, "b592c8d7d8551396"),
+    "LeaseView": (2, "167a34cd9385a4a3"),
+    "ProxyState": (2, "58ade67196a79be9"),
 }
 CURRENT = {
     "ProxyView": (versions.PROXY, ProxyView),

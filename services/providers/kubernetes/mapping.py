@@ -21,6 +21,7 @@ from services.providers.base import (
     Instance,
 )
 from services.providers.kubernetes.config import KubernetesConfig
+from services.providers.squidconf import SquidAuth
 from services.providers.squidconf import squid_config as shared_squid_config
 
 GROUP = "crawl.example.com"
@@ -73,20 +74,44 @@ def selector(provider_name: str) -> str:
     return f"{K8S_MANAGED}=true,{K8S_PROVIDER}={label_value(provider_name)}"
 
 
-def squid_config(config: KubernetesConfig, name: str) -> str:
-    """The shared egress Squid, listening on the pod's port for ``allowedClients`` only."""
+# With leases enforced (D84) the helper, the proxy key and the helper's fencing state live on
+# an emptyDir: it outlives a restart of the container, so a restarted Squid still refuses the
+# leases it had fenced.
+LEASE_DIR = "/var/lib/egress-lease"
+LEASE_VOLUME = "egress-lease"
+LEASE_AUTH = SquidAuth(
+    program=f"/usr/bin/env python3 {LEASE_DIR}/lease-auth.py --key-file {LEASE_DIR}/lease.key "
+    f"--state-file {LEASE_DIR}/fence"
+)
+
+
+def squid_config(config: KubernetesConfig, name: str, *, lease_auth: bool = False) -> str:
+    """The shared egress Squid, listening on the pod's port for ``allowedClients`` only (and,
+    with ``lease_auth``, for the holder of a current lease only)."""
     return shared_squid_config(
         listen=str(config.port),
         name=name,
         cache_log="/dev/stderr",
         coredump_dir="/tmp",
         allowed_clients=config.allowed_clients,
+        auth=LEASE_AUTH if lease_auth else None,
     )
 
 
 # The image's own entrypoint expects a config file; ours arrives in the environment, so the
 # pod needs no ConfigMap (and the provider no RBAC to write one).
 _COMMAND = 'printf "%s" "$SQUID_CONF" > /tmp/squid.conf && exec squid -N -f /tmp/squid.conf'
+# The same, after writing the lease helper and key (the key readable by Squid's user only).
+_LEASE_COMMAND = (
+    "command -v python3 >/dev/null || { echo 'egress-proxies: this proxy enforces leases and "
+    "its helper needs python3, which the image lacks; use an image with squid and python3, "
+    "or give the provider auth: none' >&2; exit 1; }; "
+    f'd={LEASE_DIR} && printf "%s" "$EGRESS_LEASE_HELPER" > "$d/lease-auth.py" && '
+    '(umask 077 && printf "%s\n" "$EGRESS_LEASE_KEY" > "$d/lease.key") && '
+    '{ [ "$(id -u)" != 0 ] || chown proxy "$d/lease.key" "$d" 2>/dev/null || '
+    'chown squid "$d/lease.key" "$d" 2>/dev/null || true; } && '
+    "unset EGRESS_LEASE_KEY EGRESS_LEASE_HELPER && " + _COMMAND
+)
 
 
 def build_pod(
@@ -109,6 +134,13 @@ def build_pod(
         resources["requests"] = {k: v for k, v in requests.items() if v}
     if config.memory_limit:
         resources["limits"] = {"memory": config.memory_limit}
+    auth = request.lease_auth
+    env = [{"name": "SQUID_CONF", "value": squid_config(config, name, lease_auth=bool(auth))}]
+    if auth is not None:
+        env += [
+            {"name": "EGRESS_LEASE_KEY", "value": auth.key},
+            {"name": "EGRESS_LEASE_HELPER", "value": auth.helper},
+        ]
     spec: dict[str, Any] = {
         "restartPolicy": "Always",
         "automountServiceAccountToken": False,
@@ -118,8 +150,8 @@ def build_pod(
             {
                 "name": CONTAINER,
                 "image": config.image,
-                "command": ["/bin/sh", "-c", _COMMAND],
-                "env": [{"name": "SQUID_CONF", "value": squid_config(config, name)}],
+                "command": ["/bin/sh", "-c", _LEASE_COMMAND if auth else _COMMAND],
+                "env": env,
                 "ports": [{"name": "proxy", "containerPort": config.port, "protocol": "TCP"}],
                 "readinessProbe": {
                     "tcpSocket": {"port": config.port},
@@ -131,6 +163,9 @@ def build_pod(
             }
         ],
     }
+    if auth is not None:
+        spec["volumes"] = [{"name": LEASE_VOLUME, "emptyDir": {}}]
+        spec["containers"][0]["volumeMounts"] = [{"name": LEASE_VOLUME, "mountPath": LEASE_DIR}]
     if config.node_selector:
         spec["nodeSelector"] = dict(config.node_selector)
     return {

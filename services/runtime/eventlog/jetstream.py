@@ -224,30 +224,25 @@ class JetStreamEventStore:
         separate reads are not one snapshot: an event appended between two of them could be
         missing from one subject while a later event of another subject is present, and the
         aggregate's last sequence would then hide it from the concurrency check of the next
-        append. So the first round also asks for the last message of every subject of the
-        aggregate (``multi_last``, answered atomically with the stream's last sequence as
+        append. So the read first asks for the last message of every subject of the aggregate
+        (``multi_last``, answered atomically with the stream's last sequence as
         ``Nats-UpTo-Sequence``): the read returns exactly the aggregate as of that sequence.
-        A subject whose read has not reached its last message there (a page limit, a read served
-        before that message was stored, a category this version does not know) is read again
-        from where it stopped.
+        Only the subjects with a message after ``after_seq`` there are read (a read from a kept
+        state asks one or two, not every category), each until it reaches its last message
+        there; one that has not (a page limit, a read served before that message was stored)
+        is read again from where it stopped.
         """
         stream = aggregate.stream
-        cursors = {subject: _Cursor(after_seq) for subject in aggregate.literal_subjects}
         batch = self._read_batch if limit is None else min(self._read_batch, limit)
-        snapshot, pages = await asyncio.gather(
-            self._snapshot(aggregate), self._pages(stream, cursors, batch)
-        )
+        snapshot = await self._snapshot(aggregate)
         if snapshot is None:
             return await self._read_subject(
                 stream, aggregate.filter_subject, after_seq=after_seq, limit=limit
             )
         upto, lasts = snapshot
-        if not lasts:
-            return []  # nothing stored in the aggregate at that point
-        for cursor, got in zip(cursors.values(), pages, strict=True):
-            cursor.add(got)
-        for subject in lasts:
-            cursors.setdefault(subject, _Cursor(after_seq))
+        cursors = {s: _Cursor(after_seq) for s, last in lasts.items() if last > after_seq}
+        if not cursors:
+            return []  # nothing stored in the aggregate after ``after_seq`` at that point
         stale = 0
         while True:
             behind = {s: c for s, c in cursors.items() if c.last < lasts.get(s, 0)}

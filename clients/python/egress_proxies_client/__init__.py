@@ -1,0 +1,39 @@
+"""Lease egress proxies from the egress-proxies discovery API.
+
+``AsyncClient`` and ``Client`` speak the API (docs/api.md of the egress-proxies project);
+``client.lease(...)`` holds a proxy for a block of work, renewing and releasing it.
+``egress_proxies_client.scrapy.LeaseMiddleware`` does the same for a Scrapy crawl.
+"""
+
+from egress_proxies_client.aio import AsyncClient, AsyncHeldLease
+from egress_proxies_client.errors import (
+    AuthError,
+    EgressError,
+    LeaseEnded,
+    NoMatchingProxy,
+    NoProxyAvailable,
+    Unavailable,
+    UnknownLease,
+    UnknownProxy,
+)
+from egress_proxies_client.models import Lease, Outcome, Proxy, Report
+from egress_proxies_client.sync import Client, HeldLease
+
+__all__ = [
+    "AsyncClient",
+    "AsyncHeldLease",
+    "AuthError",
+    "Client",
+    "EgressError",
+    "HeldLease",
+    "Lease",
+    "LeaseEnded",
+    "NoMatchingProxy",
+    "NoProxyAvailable",
+    "Outcome",
+    "Proxy",
+    "Report",
+    "Unavailable",
+    "UnknownLease",
+    "UnknownProxy",
+]

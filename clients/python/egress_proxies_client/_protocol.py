@@ -1,0 +1,195 @@
+"""What both clients send and how they read the answers, without any I/O.
+
+The sync and the async client differ only in how they wait; the requests, the retry rules and
+the meaning of every answer live here once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote
+
+from egress_proxies_client.errors import (
+    AuthError,
+    EgressError,
+    LeaseEnded,
+    NoMatchingProxy,
+    NoProxyAvailable,
+    Unavailable,
+    UnknownLease,
+    UnknownProxy,
+)
+
+RETRY_AFTER_DEFAULT = 1.0
+"""Seconds to wait when a 503 carries no usable ``Retry-After``."""
+MAX_BACKOFF = 2.0
+"""The longest pause between two attempts of one call: the API's own ``Retry-After`` on an
+outage is 2 s (docs/api.md, "When NATS is unreachable")."""
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    method: str
+    path: str
+    body: Any = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    extra_timeout: float = 0.0
+    """Added to the client's timeout: the time the server may hold the request on purpose."""
+    resend_safe: bool = True
+    """Whether the request may be sent again after it may have reached the server (an answer
+    lost in transit). A report is not: it would be recorded twice. A request that never left
+    (connection refused) may always be sent again."""
+
+
+@dataclass(frozen=True, slots=True)
+class LeaseRequest:
+    """What ``lease()`` was asked for: acquired with it, and renewed with its ``ttl``."""
+
+    selector: Mapping[str, str] | None
+    ttl: float | None
+    target: str | None
+    wait: float | None
+    holder: str | None
+    exclude: tuple[str, ...]
+    proxy_uid: str | None
+
+
+def acquire(
+    *,
+    selector: Mapping[str, str] | None,
+    ttl: float | None,
+    target: str | None,
+    wait: float | None,
+    holder: str,
+    exclude: Iterable[str],
+    proxy_uid: str | None,
+    key: str,
+) -> Call:
+    """``key`` is the ``Idempotency-Key``: the same for every attempt of one logical acquire,
+    so a retry after a lost answer gets the lease the first attempt got, never a second one."""
+    body: dict[str, Any] = {"selector": dict(selector or {}), "holder": holder}
+    if ttl is not None:
+        body["ttlSeconds"] = ttl
+    if target:
+        body["target"] = target
+    if wait:
+        body["waitSeconds"] = wait
+    excluded = list(exclude)
+    if excluded:
+        body["exclude"] = excluded
+    if proxy_uid:
+        body["proxyUid"] = proxy_uid
+    return Call("POST", "/v1/leases", body, {"Idempotency-Key": key}, extra_timeout=wait or 0.0)
+
+
+def get(lease_id: str) -> Call:
+    return Call("GET", f"/v1/leases/{_segment(lease_id)}")
+
+
+def renew(lease_id: str, ttl: float | None) -> Call:
+    return Call("PATCH", f"/v1/leases/{_segment(lease_id)}", {"ttlSeconds": ttl})
+
+
+def release(lease_id: str) -> Call:
+    return Call("DELETE", f"/v1/leases/{_segment(lease_id)}")
+
+
+def report(lease_id: str, outcome: str, target: str | None, detail: str | None) -> Call:
+    body = {"outcome": outcome}
+    if target:
+        body["target"] = target
+    if detail:
+        body["detail"] = detail[:1024]
+    return Call("POST", f"/v1/leases/{_segment(lease_id)}/report", body, resend_safe=False)
+
+
+def list_holder(holder: str) -> Call:
+    return Call("GET", f"/v1/leases?holder={quote(holder, safe='')}")
+
+
+def release_holder(holder: str) -> Call:
+    return Call("DELETE", f"/v1/leases?holder={quote(holder, safe='')}")
+
+
+def _segment(lease_id: str) -> str:
+    if not lease_id:
+        raise ValueError("lease_id: empty; pass the id of a lease this client acquired")
+    return quote(lease_id, safe="")
+
+
+def backoff(attempt: int, retry_after: float = RETRY_AFTER_DEFAULT) -> float:
+    """Seconds before attempt ``attempt + 1``: doubling from 0.25 s, within the server's hint."""
+    return min(0.25 * 2.0**attempt, retry_after, MAX_BACKOFF)
+
+
+def decode(status: int, headers: Mapping[str, str], content: bytes, base: str) -> Any:
+    """The answer's JSON (None for an empty body); an error answer raises what its code means."""
+    if 200 <= status < 300:
+        return json.loads(content) if content else None
+    raise error(status, headers, content, base)
+
+
+def error(status: int, headers: Mapping[str, str], content: bytes, base: str) -> EgressError:
+    try:
+        answer = json.loads(content) if content else {}
+    except ValueError:
+        answer = {}
+    if not isinstance(answer, dict):
+        answer = {}
+    code = str(answer.get("error", ""))
+    message = str(answer.get("message", "")) or f"HTTP {status}"
+    kind: dict[str, type[EgressError]] = {
+        "no_matching_proxy": NoMatchingProxy,
+        "unknown_lease": UnknownLease,
+        "lease_ended": LeaseEnded,
+        "unknown_proxy": UnknownProxy,
+        "unauthorized": AuthError,
+    }
+    if code == "no_proxy_available":
+        return NoProxyAvailable(message, retry_after=retry_after(headers), code=code, status=status)
+    if code == "unavailable" or (status in (502, 503, 504) and not code):
+        return Unavailable(
+            f"the discovery API at {base} cannot serve now: {message}",
+            retry_after=retry_after(headers),
+            code=code,
+            status=status,
+        )
+    if code in kind:
+        return kind[code](message, code=code, status=status)
+    if status == 401:
+        return AuthError(message, code=code, status=status)
+    return EgressError(f"{message} (HTTP {status})", code=code, status=status)
+
+
+def retry_after(headers: Mapping[str, str]) -> float:
+    """``Retry-After`` in seconds; the API sends whole seconds, never a date."""
+    text = headers.get("retry-after", "").strip()
+    try:
+        value = float(text)
+    except ValueError:
+        return RETRY_AFTER_DEFAULT
+    return value if value >= 0 else RETRY_AFTER_DEFAULT
+
+
+def unreachable(base: str, exc: Exception) -> Unavailable:
+    return Unavailable(
+        f"cannot reach the discovery API at {base}: {exc!r}", retry_after=RETRY_AFTER_DEFAULT
+    )
+
+
+def renew_delay(ttl_seconds: float) -> float:
+    """When to renew, in seconds after the last answer: at half the TTL, so a renewal that
+    fails on an outage has the other half to be retried before the lease ends."""
+    return max(ttl_seconds / 2, 0.1)
+
+
+def default_holder() -> str:
+    """A holder name unique to this client: ``release_mine`` then never touches another
+    process's leases, while an operator still sees which machine and process held a proxy."""
+    return f"{socket.gethostname()}/{os.getpid()}/{uuid.uuid4().hex[:8]}"

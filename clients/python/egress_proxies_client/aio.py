@@ -1,0 +1,284 @@
+"""The asyncio client, and the lease it keeps alive while a block of work runs."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import Iterable, Mapping
+from types import TracebackType
+from typing import Any, Self
+
+import httpx
+
+from egress_proxies_client import _protocol as protocol
+from egress_proxies_client.errors import EgressError, Unavailable, UnknownLease
+from egress_proxies_client.models import Lease, Outcome, Proxy
+
+
+class AsyncClient:
+    """The discovery API at ``url``. ``holder`` names this client's leases (unique per client
+    unless given), which ``list_mine``/``release_mine`` act on. Calls that fail for a reason that
+    may pass (the API unreachable, ``503 unavailable``) are tried ``retries`` more times."""
+
+    def __init__(
+        self,
+        url: str,
+        token: str | None = None,
+        *,
+        holder: str | None = None,
+        timeout: float = 10.0,
+        retries: int = 3,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self.holder = holder or protocol.default_holder()
+        self.timeout = timeout
+        self.retries = retries
+        headers = {"Accept": "application/json"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        # The API is reached directly: a crawler's environment often names a proxy for its
+        # traffic (HTTP_PROXY), and the API must not be asked through it.
+        self._http = httpx.AsyncClient(
+            base_url=self.url, headers=headers, trust_env=False, transport=transport
+        )
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def _call(self, call: protocol.Call) -> Any:
+        attempt = 0
+        while True:
+            try:
+                response = await self._http.request(
+                    call.method,
+                    call.path,
+                    json=call.body,
+                    headers=dict(call.headers),
+                    timeout=self.timeout + call.extra_timeout,
+                )
+            except httpx.TransportError as exc:
+                sent = not isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout)
+                if attempt >= self.retries or (sent and not call.resend_safe):
+                    raise protocol.unreachable(self.url, exc) from exc
+                await asyncio.sleep(protocol.backoff(attempt))
+            else:
+                try:
+                    return protocol.decode(
+                        response.status_code, response.headers, response.content, self.url
+                    )
+                except Unavailable as exc:
+                    if attempt >= self.retries:
+                        raise
+                    await asyncio.sleep(protocol.backoff(attempt, exc.retry_after))
+            attempt += 1
+
+    async def acquire(
+        self,
+        selector: Mapping[str, str] | None = None,
+        ttl: float | None = None,
+        *,
+        target: str | None = None,
+        wait: float | None = None,
+        holder: str | None = None,
+        exclude: Iterable[str] = (),
+        proxy_uid: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> Lease:
+        """A lease on a proxy whose attributes include ``selector``. Prefer ``lease()``, which
+        renews and releases it. Every attempt of this call carries one ``Idempotency-Key``."""
+        call = protocol.acquire(
+            selector=selector,
+            ttl=ttl,
+            target=target,
+            wait=wait,
+            holder=holder or self.holder,
+            exclude=exclude,
+            proxy_uid=proxy_uid,
+            key=idempotency_key or str(uuid.uuid4()),
+        )
+        return Lease.from_json(await self._call(call))
+
+    async def get(self, lease_id: str) -> Lease:
+        return Lease.from_json(await self._call(protocol.get(lease_id)))
+
+    async def renew(self, lease_id: str, ttl: float | None = None) -> Lease:
+        return Lease.from_json(await self._call(protocol.renew(lease_id, ttl)))
+
+    async def release(self, lease_id: str) -> None:
+        await self._call(protocol.release(lease_id))
+
+    async def report(
+        self,
+        lease_id: str,
+        outcome: Outcome,
+        *,
+        target: str | None = None,
+        detail: str | None = None,
+    ) -> None:
+        await self._call(protocol.report(lease_id, outcome, target, detail))
+
+    async def list_mine(self, holder: str | None = None) -> list[Lease]:
+        answer = await self._call(protocol.list_holder(holder or self.holder))
+        return [Lease.from_json(item) for item in answer["items"]]
+
+    async def release_mine(self, holder: str | None = None) -> int:
+        """Releases every active lease of the holder (this client's by default), e.g. after a
+        crash left some behind; how many this call released."""
+        answer = await self._call(protocol.release_holder(holder or self.holder))
+        return int(answer["released"])
+
+    def lease(
+        self,
+        selector: Mapping[str, str] | None = None,
+        ttl: float | None = None,
+        *,
+        target: str | None = None,
+        wait: float | None = None,
+        holder: str | None = None,
+        exclude: Iterable[str] = (),
+        proxy_uid: str | None = None,
+    ) -> AsyncHeldLease:
+        """``async with client.lease({"country": "de"}, 60, target="shop.example") as lease``:
+        acquired on entry, renewed in the background, released on exit (also on an exception)."""
+        return AsyncHeldLease(
+            self,
+            protocol.LeaseRequest(
+                selector=selector,
+                ttl=ttl,
+                target=target,
+                wait=wait,
+                holder=holder,
+                exclude=tuple(exclude),
+                proxy_uid=proxy_uid,
+            ),
+        )
+
+
+class AsyncHeldLease:
+    """A lease while it is held. ``proxy`` (and ``url``) are those of the latest answer, acquire
+    or renewal: the proxy URL may carry credentials that change on renewal, so read
+    ``lease.url`` for each request. ``lost`` is set when a renewal finds the lease gone."""
+
+    def __init__(self, client: AsyncClient, request: protocol.LeaseRequest) -> None:
+        self._client = client
+        self._request = request
+        self._lease: Lease | None = None
+        self._renewer: asyncio.Task[None] | None = None
+        self._closed = False
+        self.lost: EgressError | None = None
+        """Why the lease is no longer held, once a renewal found it over (or failed until its
+        end). Work through the proxy should stop; ``close()`` still does no harm."""
+
+    async def __aenter__(self) -> Self:
+        await self.open()
+        return self
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    async def open(self) -> Self:
+        """Acquires the lease and starts renewing it; ``async with`` calls this."""
+        if self._lease is not None or self._closed:
+            raise RuntimeError("a held lease is opened once; call client.lease() again")
+        self._lease = await self._client.acquire(
+            self._request.selector,
+            self._request.ttl,
+            target=self._request.target,
+            wait=self._request.wait,
+            holder=self._request.holder,
+            exclude=self._request.exclude,
+            proxy_uid=self._request.proxy_uid,
+        )
+        self._renewer = asyncio.create_task(self._renew(), name=f"renew {self._lease.id}")
+        return self
+
+    @property
+    def lease(self) -> Lease:
+        if self._lease is None:
+            raise RuntimeError("the lease is not acquired yet: use `async with client.lease()`")
+        return self._lease
+
+    @property
+    def id(self) -> str:
+        return self.lease.id
+
+    @property
+    def proxy(self) -> Proxy:
+        return self.lease.proxy
+
+    @property
+    def url(self) -> str:
+        """The proxy URL to send the next request through (see the class docstring)."""
+        return self.lease.proxy.url
+
+    @property
+    def target(self) -> str | None:
+        return self._request.target
+
+    async def renew(self, ttl: float | None = None) -> Lease:
+        """Renews now (the background renewal needs no help); the new answer is kept."""
+        self._lease = await self._client.renew(self.id, ttl or self._request.ttl)
+        return self._lease
+
+    async def report_success(self, target: str | None = None, detail: str | None = None) -> None:
+        await self._report("success", target, detail)
+
+    async def report_blocked(self, target: str | None = None, detail: str | None = None) -> None:
+        """The target refused the proxy's address: the API then keeps this proxy from that
+        target for a while (docs/api.md, "Outcomes")."""
+        await self._report("blocked", target, detail)
+
+    async def report_failed(self, target: str | None = None, detail: str | None = None) -> None:
+        await self._report("failed", target, detail)
+
+    async def _report(self, outcome: Outcome, target: str | None, detail: str | None) -> None:
+        await self._client.report(self.id, outcome, target=target or self.target, detail=detail)
+
+    async def close(self) -> None:
+        """Stops renewing and releases the lease; a lease already over is no error. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._renewer is not None:
+            self._renewer.cancel()
+            # Whatever ended the renewal, the lease is still released.
+            await asyncio.gather(self._renewer, return_exceptions=True)
+        if self._lease is not None and self.lost is None:
+            with contextlib.suppress(UnknownLease):
+                await self._client.release(self._lease.id)
+
+    async def _renew(self) -> None:
+        loop = asyncio.get_running_loop()
+        ttl = self._request.ttl
+        answered = loop.time()
+        while True:
+            end = answered + self.lease.ttl_seconds
+            await asyncio.sleep(protocol.renew_delay(self.lease.ttl_seconds))
+            while True:
+                try:
+                    self._lease = await self._client.renew(self.id, ttl)
+                except UnknownLease as exc:
+                    self.lost = exc
+                    return
+                except EgressError as exc:
+                    if loop.time() >= end:
+                        self.lost = exc
+                        return
+                    pause = exc.retry_after if isinstance(exc, Unavailable) else 1.0
+                    await asyncio.sleep(min(pause, max(end - loop.time(), 0.0) / 3 + 0.05))
+                    continue
+                answered = loop.time()
+                break

@@ -1,0 +1,210 @@
+"""The fleet page's rows, filters and counts: pure functions of the views and an instant.
+
+The live page passes the replica's views and its ``now``; a time travel passes views folded up
+to ``at`` and ``at`` itself, so a lease that had expired by then shows as free, as the fold
+would have judged it (docs/console.md).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from events.schemas import Phase
+from projections import lease as lease_fold
+from projections.lease import LeaseView
+from projections.outcomes import active_backoffs
+from projections.proxy import ProxyView
+from services.discovery.candidates import leasable
+
+HEALTHY = "healthy"
+UNHEALTHY = "unhealthy"
+UNKNOWN = "unknown"
+HEALTHS = (HEALTHY, UNHEALTHY, UNKNOWN)
+PHASES = tuple(phase.value for phase in Phase)
+ATTR_PREFIX = "attr."
+MAX_FILTER = 200
+"""The longest filter value kept (a longer one matches nothing anyway)."""
+
+
+class FilterError(ValueError):
+    """A query parameter the fleet page cannot use; the message names it and the fix."""
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One proxy as the fleet page shows it at one instant."""
+
+    uid: str
+    namespace: str
+    name: str
+    phase: str
+    health: str
+    latency_ms: float | None
+    health_message: str
+    provider: str
+    ip: str
+    attributes: tuple[tuple[str, str], ...]
+    leased: bool
+    holder: str
+    expires_at: datetime | None
+    cooldown_until: datetime | None
+    backoffs: int
+    available: bool
+    deleting: bool
+    message: str
+
+
+def health_of(proxy: ProxyView) -> str:
+    return UNKNOWN if proxy.healthy is None else (HEALTHY if proxy.healthy else UNHEALTHY)
+
+
+def row(proxy: ProxyView, lease: LeaseView | None, now: datetime) -> Row:
+    leased = not lease_fold.is_free(lease, now)
+    rest = None if leased else lease_fold.available_at(lease)
+    current = lease.current if leased and lease is not None else None
+    return Row(
+        uid=proxy.uid,
+        namespace=proxy.namespace,
+        name=proxy.name,
+        phase=proxy.phase.value,
+        health=health_of(proxy),
+        latency_ms=proxy.latency_ms if proxy.healthy is not None else None,
+        health_message=proxy.health_message,
+        provider=proxy.spec.provider,
+        ip=proxy.ip,
+        attributes=tuple(sorted(proxy.spec.attributes.items())),
+        leased=leased,
+        holder=current.holder if current is not None else "",
+        expires_at=current.expires_at if current is not None else None,
+        cooldown_until=rest if rest is not None and rest > now else None,
+        backoffs=len(active_backoffs(lease.reports, now)) if lease is not None else 0,
+        available=leasable(proxy) and lease_fold.is_available(lease, now),
+        deleting=proxy.deleting,
+        message=proxy.health_message if proxy.healthy is False else proxy.message,
+    )
+
+
+def rows(proxies: Iterable[ProxyView], leases: Mapping[str, LeaseView], now: datetime) -> list[Row]:
+    """Every declared proxy not removed, by namespace and name."""
+    listed = [p for p in proxies if p.name and not p.removed]
+    listed.sort(key=lambda p: (p.namespace, p.name, p.uid))
+    return [row(p, leases.get(p.uid), now) for p in listed]
+
+
+@dataclass(frozen=True, slots=True)
+class Filters:
+    """The fleet page's query: every given part must match."""
+
+    phase: str = ""
+    health: str = ""
+    provider: str = ""
+    attributes: tuple[tuple[str, str], ...] = ()
+
+    def matches(self, r: Row) -> bool:
+        if self.phase and r.phase != self.phase:
+            return False
+        if self.health and r.health != self.health:
+            return False
+        if self.provider and r.provider != self.provider:
+            return False
+        have = dict(r.attributes)
+        return all(have.get(key) == value for key, value in self.attributes)
+
+    @property
+    def attributes_text(self) -> str:
+        """The attributes as the form's text field shows them: ``key=value`` pairs."""
+        return " ".join(f"{key}={value}" for key, value in self.attributes)
+
+    def query(self) -> list[tuple[str, str]]:
+        """The filters as query parameters, to carry into links and the live URL."""
+        out = [(k, v) for k, v in (("phase", self.phase), ("health", self.health)) if v]
+        if self.provider:
+            out.append(("provider", self.provider))
+        if self.attributes:
+            out.append(("attrs", self.attributes_text))
+        return out
+
+
+def _attributes(text: str) -> list[tuple[str, str]]:
+    pairs = []
+    for part in text.replace(",", " ").split():
+        key, sep, value = part.partition("=")
+        if not sep or not key:
+            raise FilterError(
+                f"attrs: {part[:60]!r} is not key=value; write attributes as "
+                "country=de tier=gold (space or comma between pairs)"
+            )
+        pairs.append((key, value))
+    return pairs
+
+
+def parse_filters(query: Iterable[tuple[str, str]], *, allowed: Iterable[str] = ()) -> Filters:
+    """``phase=Ready&health=unhealthy&provider=local&attrs=country=de`` -> filters; also the
+    API's ``attr.<key>=<value>``. An unknown parameter is an error, not ignored: a misspelt
+    filter would otherwise show every proxy. Empty values (a form's "any") are no filter."""
+    phase = health = provider = ""
+    attributes: list[tuple[str, str]] = []
+    other = set(allowed)
+    for key, raw in query:
+        value = raw.strip()[:MAX_FILTER]
+        if key in other:
+            continue
+        if key.startswith(ATTR_PREFIX) and len(key) > len(ATTR_PREFIX):
+            attributes.append((key[len(ATTR_PREFIX) :], value))
+        elif key == "attrs":
+            attributes += _attributes(value)
+        elif key == "phase":
+            if value and value.lower() not in {p.lower() for p in PHASES}:
+                raise FilterError(
+                    f"phase: {value!r} is not a phase; use one of {', '.join(PHASES)}"
+                )
+            phase = next((p for p in PHASES if p.lower() == value.lower()), "")
+        elif key == "health":
+            if value and value.lower() not in HEALTHS:
+                raise FilterError(f"health: {value!r}; use one of {', '.join(HEALTHS)}")
+            health = value.lower()
+        elif key == "provider":
+            provider = value
+        else:
+            raise FilterError(
+                f"unknown query parameter {key[:60]!r}; filter with phase=, health=, provider= "
+                "and attrs=key=value"
+            )
+    return Filters(phase, health, provider, tuple(attributes))
+
+
+@dataclass(frozen=True, slots=True)
+class Counts:
+    """The figures at the top of the page, over the rows shown."""
+
+    shown: int = 0
+    total: int = 0
+    phases: dict[str, int] = field(default_factory=dict)
+    healthy: int = 0
+    unhealthy: int = 0
+    unknown: int = 0
+    leased: int = 0
+    available: int = 0
+    cooling: int = 0
+    providers: tuple[str, ...] = ()
+    """Every provider in the fleet, for the filter's choices."""
+
+
+def counts(shown: list[Row], every: list[Row]) -> Counts:
+    health = Counter(r.health for r in shown)
+    phases = Counter(r.phase for r in shown)
+    return Counts(
+        shown=len(shown),
+        total=len(every),
+        phases={p: phases[p] for p in PHASES if phases[p]},
+        healthy=health[HEALTHY],
+        unhealthy=health[UNHEALTHY],
+        unknown=health[UNKNOWN],
+        leased=sum(r.leased for r in shown),
+        available=sum(r.available for r in shown),
+        cooling=sum(r.cooldown_until is not None for r in shown),
+        providers=tuple(sorted({r.provider for r in every if r.provider})),
+    )

@@ -1,0 +1,120 @@
+"""What the console reads from the log itself: a proxy's events, and the fleet at an instant.
+
+The live fleet page needs no read: it shows the replica's views. A time travel folds the PROXY
+and LEASE streams up to the instant into fresh views with the services' own folds
+(``services.runtime.eventlog.asof``). That costs a replay of the log up to then, so a replica
+runs one at a time (the rest wait their turn) and each says what it read and how long it took.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from nats.js import JetStreamContext
+
+from events import subjects
+from projections import lease as lease_fold
+from projections import proxy as proxy_fold
+from projections.lease import LeaseView
+from projections.proxy import ProxyView
+from services.discovery.console.timeline import Line, line
+from services.runtime.eventlog.asof import MAX_EVENTS, ByProxy, read_until
+
+
+@dataclass(frozen=True, slots=True)
+class Cost:
+    """What a read of the log cost, shown on the page."""
+
+    events: int
+    seconds: float
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class FleetAt:
+    proxies: dict[str, ProxyView]
+    leases: dict[str, LeaseView]
+    cost: Cost
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyHistory:
+    proxy: ProxyView | None
+    lease: LeaseView | None
+    lines: list[Line] = field(default_factory=list)
+    cost: Cost = Cost(0, 0.0)
+
+
+def _aged_out(first_seq: int) -> tuple[str, ...]:
+    """A note when the LEASE stream no longer starts at sequence 1: it keeps 7 days, so an
+    instant before then shows fewer leases than there were (docs/architecture.md, "Streams")."""
+    if first_seq <= 1:
+        return ()
+    return (
+        f"the {subjects.LEASE_STREAM} stream keeps 7 days: leases and reports older than that "
+        "are no longer in the log and not shown",
+    )
+
+
+class History:
+    def __init__(self, js: JetStreamContext, *, limit: int = MAX_EVENTS) -> None:
+        self.js = js
+        self.limit = limit
+        self._turn = asyncio.Semaphore(1)
+
+    async def _first_seq(self, stream: str) -> int:
+        try:
+            info = await self.js.stream_info(stream)
+        except Exception:
+            return 1
+        return int(info.state.first_seq or 1)
+
+    async def fleet_at(self, at: datetime) -> FleetAt:
+        """Every proxy and lease view as folded from the log up to ``at``."""
+        async with self._turn:
+            started = time.monotonic()
+            proxies = ByProxy(proxy_fold.apply, subjects.PROXY_STREAM)
+            leases = ByProxy(lease_fold.apply, subjects.LEASE_STREAM)
+            read_proxies = await read_until(
+                self.js, subjects.PROXY_STREAM, "proxy.*.*", at, limit=self.limit, each=proxies.fold
+            )
+            read_leases = await read_until(
+                self.js, subjects.LEASE_STREAM, "lease.*", at, limit=self.limit, each=leases.fold
+            )
+            first = await self._first_seq(subjects.LEASE_STREAM)
+            cost = Cost(
+                read_proxies.read + read_leases.read, time.monotonic() - started, _aged_out(first)
+            )
+            return FleetAt(proxies.views, leases.views, cost)
+
+    async def proxy(self, uid: str, until: datetime | None) -> ProxyHistory:
+        """One proxy's events up to ``until`` (None: all of them), and its views then.
+
+        Each of its literal subjects is read on its own, all at once: a read filtered by the
+        wildcard ``proxy.<uid>.>`` would cost the server a scan of the whole stream
+        (docs/architecture.md, "Reads"). It does not wait for a fleet's time travel.
+        """
+        started = time.monotonic()
+        reads = [
+            read_until(self.js, aggregate.stream, subject, until, limit=self.limit)
+            for aggregate in (subjects.proxy(uid), subjects.lease(uid))
+            for subject in aggregate.literal_subjects
+        ]
+        got = await asyncio.gather(*reads)
+        first = await self._first_seq(subjects.LEASE_STREAM)
+        proxies = ByProxy(proxy_fold.apply, subjects.PROXY_STREAM)
+        leases = ByProxy(lease_fold.apply, subjects.LEASE_STREAM)
+        lines = []
+        for stream, views in ((subjects.PROXY_STREAM, proxies), (subjects.LEASE_STREAM, leases)):
+            items = sorted(
+                (item for read in got if read.stream == stream for item in read.items),
+                key=lambda stored: stored.recorded.seq,
+            )
+            for stored in items:  # in stream order, as the services fold them
+                views.fold(stored)
+                lines.append(line(stored.recorded, stream, stored.trace_id))
+        cost = Cost(sum(read.read for read in got), time.monotonic() - started, _aged_out(first))
+        return ProxyHistory(proxies.views.get(uid), leases.views.get(uid), lines, cost)

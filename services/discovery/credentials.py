@@ -1,0 +1,45 @@
+"""Proxy credentials in every lease answer: the lease's ``proxy.url`` carries them.
+
+Minted on every answer, never stored: the password is an HMAC over the lease id, its fencing
+token and its expiry, under the proxy's key (``services.providers.squidauth.scheme``), so any
+replica mints the same one from its view, and nothing secret reaches the event log. A renewal
+moves the expiry, so the URL of a renewed lease has a new password; the old one stops working at
+the old expiry (docs/api.md; docs/decisions.md, D84). External proxies are not ours and keep
+their URL as declared.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import quote, urlsplit, urlunsplit
+
+from events.schemas import ProxyMode
+from projections.lease import LeaseRecord
+from projections.proxy import ProxyView
+from services.providers.squidauth.scheme import expiry_ms, lease_password, proxy_key
+
+
+class LeaseCredentials:
+    """Mints a lease's proxy URL with credentials, from the master lease secret."""
+
+    def __init__(self, master: bytes) -> None:
+        self._master = master
+
+    def __repr__(self) -> str:
+        return "LeaseCredentials(<secret>)"
+
+    def password(self, record: LeaseRecord) -> str:
+        key = proxy_key(self._master, record.proxy_uid)
+        return lease_password(
+            key, record.lease_id, record.fencing_token, expiry_ms(record.expires_at)
+        )
+
+    def url(self, proxy: ProxyView, record: LeaseRecord) -> str:
+        """``http://<lease id>:<password>@host:port``; the URL as it is when there is none yet,
+        or the proxy is External."""
+        if not proxy.url or proxy.spec.mode is ProxyMode.EXTERNAL:
+            return proxy.url
+        parts = urlsplit(proxy.url)
+        host = parts.netloc.rpartition("@")[2]
+        user = quote(record.lease_id, safe="")
+        netloc = f"{user}:{quote(self.password(record), safe='')}@{host}"
+        return urlunsplit(parts._replace(netloc=netloc))

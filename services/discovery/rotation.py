@@ -1,0 +1,114 @@
+"""``POST /v1/leases/{id}/rotate``: the holder asks for a fresh instance (a fresh IP) of its
+proxy, without downtime (docs/api.md; docs/decisions.md, D85).
+
+The request becomes a ``RotationRequested`` on ``proxy.<uid>.rotate``, appended with the
+proxy aggregate's expected last sequence, so two requests (on one replica or two) cannot both
+start a rotation: the second conflicts, reads the proxy again, and answers with the rotation
+the first started. The reconciler does the rest: it makes the replacement, the health service
+probes it, the reconciler promotes it and switches the lease (a new fencing token), and only
+then deletes the old instance. The answer is given once this replica's view shows the request,
+so a ``GET`` right after sees the rotation; the lease's ``proxy`` changes when it switches.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import msgspec
+
+from events import subjects
+from events.errors import ConcurrencyError, StoreUnavailable
+from events.schemas import ProxyMode, RotationRequested
+from events.store import NewEvent, derive_msg_id
+from projections.proxy import ProxyView, Rotation, fold
+from services.discovery.errors import ApiError, Unavailable
+from services.discovery.leases import Leases
+from services.discovery.models import LeaseOut
+from services.discovery.policy import Granted
+
+
+class NotRotatable(ApiError):
+    """The lease is active but its proxy cannot get a fresh instance (being deleted, or an
+    External proxy, whose address is not ours to change)."""
+
+    status = 409
+    code = "not_rotatable"
+
+
+class RotationOut(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    rotation_id: str
+    state: str
+    """``requested``, ``creating``, ``probing`` (under way), ``completed``, ``failed`` or
+    ``cancelled``."""
+    reason: str
+    """``Requested`` (a holder asked) or ``SpecChanged`` (the proxy's spec changed while it was
+    leased); "" until the reconciler starts it."""
+    message: str
+    """Why it failed or was cancelled."""
+    requested_at: datetime | None
+    ended_at: datetime | None
+    lease: LeaseOut
+    """The lease as it is now: its ``proxy`` and ``fencingToken`` change at the switch."""
+
+
+def rotation_out(rotation: Rotation, lease: LeaseOut) -> RotationOut:
+    return RotationOut(
+        rotation_id=rotation.rotation_id,
+        state=rotation.state,
+        reason=rotation.reason,
+        message=rotation.message,
+        requested_at=rotation.requested_at,
+        ended_at=rotation.ended_at,
+        lease=lease,
+    )
+
+
+def checked_proxy(proxy: ProxyView | None, lease_id: str) -> ProxyView:
+    """The proxy, if a rotation can give it a fresh instance; else `not_rotatable`."""
+    if proxy is None or proxy.removed or proxy.deleting:
+        raise NotRotatable(f"the proxy of lease {lease_id!r} is being deleted; release the lease")
+    if proxy.spec.mode is ProxyMode.EXTERNAL:
+        raise NotRotatable(
+            f"the proxy of lease {lease_id!r} is External: its address is not ours to change"
+        )
+    return proxy
+
+
+async def rotate(leases: Leases, lease_id: str) -> tuple[Rotation, Granted]:
+    """Start a rotation of the lease's proxy, or find the one under way (the same answer:
+    asking again is safe). 404 ``unknown_lease`` unless the lease is active."""
+    granted = await leases.current(lease_id)
+    uid = granted.view.proxy_uid
+    store, views, policy = leases.store, leases.views, leases.policy
+    aggregate = subjects.proxy(uid)
+    for _ in range(policy.max_attempts):
+        # The log, not the view: the request must not start a second rotation because this
+        # replica's view lags behind one another replica started.
+        history = await store.read(aggregate)
+        proxy = checked_proxy(fold(list(history.events)), lease_id)
+        if proxy.rotation is not None and proxy.rotation.in_progress:
+            return proxy.rotation, leases.get(lease_id)
+        rotation_id = "rot-" + derive_msg_id("rotation", uid, lease_id, str(history.last_seq))[:20]
+        event = RotationRequested(uid=uid, rotation_id=rotation_id, lease_id=lease_id)
+        try:
+            result = await store.append(
+                aggregate,
+                [NewEvent(event, derive_msg_id("rotation-requested", rotation_id))],
+                expected_seq=history.last_seq,
+            )
+        except ConcurrencyError:
+            continue  # the proxy moved (a probe, another request): look again
+        try:
+            await views.proxies.wait_for(result.last_seq, policy.view_timeout)
+        except TimeoutError:
+            raise StoreUnavailable(f"the view did not reach sequence {result.last_seq}") from None
+        shown = views.proxy(uid)
+        rotation = shown.rotation if shown is not None else None
+        if rotation is None:
+            rotation = Rotation(rotation_id=rotation_id, lease_id=lease_id)
+        return rotation, leases.get(lease_id)
+    raise Unavailable(
+        f"the proxy of lease {lease_id!r} kept changing while the rotation was asked for; "
+        "try again",
+        headers={"Retry-After": "1"},
+    )

@@ -1,0 +1,394 @@
+"""Make-before-break rotations as stories over the reconciler's pure decide (D85): no servers,
+no clock but the one each story passes in."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from events.schemas import (
+    CreateInstance,
+    DeleteInstance,
+    ErrorClass,
+    Event,
+    HealthChanged,
+    InstanceCreated,
+    InstanceGone,
+    InstanceObserved,
+    InstanceState,
+    Phase,
+    PhaseChanged,
+    Placement,
+    ProviderFailed,
+    ProxyDeclared,
+    ProxyDeletionRequested,
+    ProxyRemoved,
+    ProxySpec,
+    ProxySpecChanged,
+    ReplacementPromoted,
+    ReplacementStarted,
+    RotationEnded,
+    RotationRequested,
+)
+from events.store import Recorded
+from services.reconciler.decide import Decision, decide, needs_lease, retire_in
+from services.reconciler.state import ProxyState, fold
+
+UID = "0b5e8f8e-1111-4222-8333-944455556666"
+SPEC = ProxySpec(provider="local", attributes={"country": "de"})
+NEW_SPEC = ProxySpec(provider="local", attributes={"country": "de"}, placement=Placement(zone="b"))
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+DRAIN = 10.0
+
+
+class Story:
+    """Events as the reconciler, the executor and the health service would append them, each
+    stamped by the story's clock; ``decide`` sees that clock too."""
+
+    def __init__(self) -> None:
+        self.events: list[Recorded] = []
+        self.now = T0
+        self.leased = False
+
+    def add(self, *events: Event) -> Story:
+        for event in events:
+            seq = len(self.events) + 1
+            subject = f"proxy.{UID}.{event.category}"
+            self.events.append(Recorded(event, seq, subject, self.now))  # type: ignore[arg-type]
+        return self
+
+    def wait(self, seconds: float) -> Story:
+        self.now += timedelta(seconds=seconds)
+        return self
+
+    @property
+    def state(self) -> ProxyState:
+        return fold(UID, self.events)
+
+    def decide(self) -> Decision:
+        return decide(self.state, self.now, leased=self.leased, drain=DRAIN)
+
+    def step(self) -> Decision:
+        decision = self.decide()
+        self.add(*decision.events)
+        return decision
+
+    def command(self) -> Event:
+        for r in reversed(self.events):
+            if isinstance(r.event, Event) and r.event.category == "cmd":
+                return r.event
+        raise AssertionError("no command yet")
+
+    def run(self, cmd: CreateInstance | None = None, ip: str = "10.0.0.1") -> str:
+        """The executor makes ``cmd`` (the last command by default) run; its provider id."""
+        cmd = cmd or self.command()  # type: ignore[assignment]
+        assert isinstance(cmd, CreateInstance)
+        pid = f"id-{cmd.instance_name}"
+        self.add(
+            InstanceCreated(command_id=cmd.command_id, provider="local", provider_id=pid),
+            InstanceObserved(
+                command_id=cmd.command_id,
+                provider="local",
+                provider_id=pid,
+                state=InstanceState.RUNNING,
+                ip=ip,
+                url=f"http://{ip}:3128",
+            ),
+        )
+        return pid
+
+    def gone(self) -> None:
+        cmd = self.command()
+        assert isinstance(cmd, DeleteInstance)
+        self.add(
+            InstanceGone(command_id=cmd.command_id, provider="local", provider_id=cmd.provider_id)
+        )
+
+    def healthy(self, pid: str, healthy: bool = True) -> None:
+        self.add(HealthChanged(healthy=healthy, reason="Probe", message="m", provider_id=pid))
+
+
+def ready() -> tuple[Story, str]:
+    story = Story().add(ProxyDeclared(uid=UID, namespace="ns", name="p1", spec=SPEC))
+    story.step()
+    pid = story.run(ip="10.0.0.1")
+    story.healthy(pid)
+    story.step()
+    assert story.state.status is not None
+    assert story.state.status.phase is Phase.READY
+    assert story.decide().events == ()
+    return story, pid
+
+
+def requested() -> tuple[Story, str, CreateInstance]:
+    story, old = ready()
+    story.add(RotationRequested(uid=UID, rotation_id="rot-1", lease_id="lease-1"))
+    decision = story.step()
+    assert decision.outcome == "rotate"
+    started, create = decision.events
+    assert isinstance(started, ReplacementStarted)
+    assert started.lease_id == "lease-1"
+    assert isinstance(create, CreateInstance)
+    assert create.command_id == started.command_id
+    return story, old, create
+
+
+def promoted() -> tuple[Story, str, str]:
+    story, old, create = requested()
+    new = story.run(create, ip="10.0.0.2")
+    story.healthy(new)
+    assert story.step().outcome == "promote"
+    return story, old, new
+
+
+def of(decision: Decision, kind: type[Event]) -> list[Event]:
+    return [e for e in decision.events if isinstance(e, kind)]
+
+
+# ------------------------------------------------------------------------------------ stories
+
+
+def test_a_requested_rotation_creates_a_replacement_beside_the_serving_instance() -> None:
+    story, old, create = requested()
+    state = story.state
+    first = story.events[1].event
+    assert isinstance(first, CreateInstance)
+    assert create.instance_name != first.instance_name
+    assert create.spec == SPEC
+    assert state.instance_id == old
+    assert state.ip == "10.0.0.1"
+    assert state.replacement is not None
+    assert state.replacement.rotation_id == "rot-1"
+    assert state.status is not None
+    assert state.status.phase is Phase.READY
+
+
+def test_the_replacement_takes_over_only_once_running_and_healthy() -> None:
+    story, old, create = requested()
+    new = story.run(create, ip="10.0.0.2")
+    assert story.decide().events == ()  # running, not judged yet: the health service probes it
+    story.healthy(old)  # a verdict on the serving instance is no verdict on the replacement
+    assert story.decide().events == ()
+    story.healthy(new)
+    decision = story.step()
+    assert decision.outcome == "promote"
+    assert [type(e) for e in decision.events] == [ReplacementPromoted, PhaseChanged]
+    promoted_event, status = decision.events
+    assert isinstance(promoted_event, ReplacementPromoted)
+    assert (promoted_event.provider_id, promoted_event.retired_provider_id) == (new, old)
+    assert isinstance(status, PhaseChanged)
+    assert (status.phase, status.ip, status.provider_id) == (Phase.READY, "10.0.0.2", new)
+    assert not of(decision, DeleteInstance)  # the old one serves until the drain is over
+
+
+def test_the_old_instance_is_deleted_after_the_drain_and_then_all_is_quiet() -> None:
+    story, old, new = promoted()
+    assert story.state.instance_id == new
+    assert story.state.retiring_id == old
+    story.wait(DRAIN / 2)
+    assert story.decide().events == ()
+    assert retire_in(story.state, story.now, DRAIN) == DRAIN / 2
+    story.wait(DRAIN / 2)
+    decision = story.step()
+    assert decision.outcome == "retire"
+    (delete,) = decision.events
+    assert isinstance(delete, DeleteInstance)
+    assert delete.provider_id == old
+    story.gone()
+    state = story.state
+    assert (state.instance_id, state.ip, state.retiring_id, state.healthy) == (
+        new,
+        "10.0.0.2",
+        "",
+        True,
+    )
+    assert story.decide().events == ()
+
+
+def test_deciding_twice_on_one_state_gives_the_same_events() -> None:
+    story, _, _ = requested()
+    assert story.decide() == story.decide()
+
+
+def test_a_second_request_during_a_rotation_changes_nothing() -> None:
+    story, _, _create = requested()
+    story.add(RotationRequested(uid=UID, rotation_id="rot-2", lease_id="lease-1"))
+    assert story.state.replacement is not None
+    assert story.state.replacement.rotation_id == "rot-1"
+    assert story.state.rotation_requested == ""
+    assert story.decide().events == ()  # the create is still out
+
+
+def test_a_replacement_that_fails_its_probes_is_given_up_and_deleted() -> None:
+    story, old, create = requested()
+    new = story.run(create, ip="10.0.0.2")
+    story.healthy(new, healthy=False)
+    decision = story.step()
+    assert decision.outcome == "rotation_failed"
+    delete, ended = decision.events
+    assert isinstance(delete, DeleteInstance)
+    assert delete.provider_id == new
+    assert isinstance(ended, RotationEnded)
+    assert ended.outcome == "failed"
+    story.gone()
+    state = story.state
+    assert (state.instance_id, state.ip, state.replacement) == (old, "10.0.0.1", None)
+    assert story.decide().events == ()  # still Ready on the old instance
+
+
+def test_a_replacement_whose_create_fails_ends_the_rotation_without_failing_the_proxy() -> None:
+    story, old, create = requested()
+    story.add(
+        ProviderFailed(
+            command_id=create.command_id,
+            provider="local",
+            operation="create",
+            error_class=ErrorClass.PERMANENT,
+            message="no such image",
+        )
+    )
+    decision = story.step()
+    (ended,) = decision.events
+    assert isinstance(ended, RotationEnded)
+    assert "no such image" in ended.message
+    assert story.state.failed_hash == ""
+    assert story.state.instance_id == old
+    assert story.decide().events == ()
+
+
+def test_a_quota_wait_for_the_replacement_keeps_the_proxy_ready() -> None:
+    story, _, create = requested()
+    story.add(
+        ProviderFailed(
+            command_id=create.command_id,
+            provider="local",
+            operation="create",
+            error_class=ErrorClass.QUOTA_EXCEEDED,
+            message="quota",
+        )
+    )
+    assert story.decide().events == ()
+
+
+def test_a_replacement_that_vanishes_is_given_up_without_a_delete() -> None:
+    story, old, create = requested()
+    new = story.run(create, ip="10.0.0.2")
+    story.add(InstanceGone(command_id="observe-9", provider="local", provider_id=new))
+    decision = story.step()
+    assert [type(e) for e in decision.events] == [RotationEnded]
+    assert story.state.instance_id == old
+
+
+def test_a_leased_proxys_spec_change_is_made_before_it_is_broken() -> None:
+    story, old = ready()
+    story.add(ProxySpecChanged(uid=UID, spec=NEW_SPEC, generation=2))
+    assert needs_lease(story.state)
+    story.leased = True
+    decision = story.step()
+    assert decision.outcome == "rotate"
+    started = of(decision, ReplacementStarted)[0]
+    assert isinstance(started, ReplacementStarted)
+    assert started.reason == "SpecChanged"
+    assert not of(decision, DeleteInstance)
+    assert not needs_lease(story.state)  # decided: the rotation runs whatever the lease does
+    new = story.run(ip="10.0.0.3")
+    story.healthy(new)
+    assert story.step().outcome == "promote"
+    story.wait(DRAIN)
+    (delete,) = story.step().events
+    assert isinstance(delete, DeleteInstance)
+    assert delete.provider_id == old
+
+
+def test_an_unleased_proxys_spec_change_is_still_replaced_delete_first() -> None:
+    story, old = ready()
+    story.add(ProxySpecChanged(uid=UID, spec=NEW_SPEC, generation=2))
+    decision = story.step()
+    assert decision.outcome == "replace"
+    delete = of(decision, DeleteInstance)[0]
+    assert isinstance(delete, DeleteInstance)
+    assert delete.provider_id == old
+    assert status_of(decision).phase is Phase.REPLACING
+
+
+def status_of(decision: Decision) -> PhaseChanged:
+    (status,) = of(decision, PhaseChanged)
+    assert isinstance(status, PhaseChanged)
+    return status
+
+
+def test_a_spec_change_during_a_rotation_cancels_it_then_starts_over() -> None:
+    story, old, create = requested()
+    new = story.run(create, ip="10.0.0.2")
+    story.add(ProxySpecChanged(uid=UID, spec=NEW_SPEC, generation=2))
+    decision = story.step()
+    assert decision.outcome == "rotation_cancelled"
+    assert of(decision, DeleteInstance)[0].provider_id == new  # type: ignore[attr-defined]
+    story.gone()
+    story.leased = True
+    assert story.step().outcome == "rotate"
+    assert story.state.instance_id == old
+
+
+def test_deleting_during_a_rotation_deletes_the_replacement_then_the_instance() -> None:
+    story, old, create = requested()
+    new = story.run(create, ip="10.0.0.2")
+    story.add(ProxyDeletionRequested(uid=UID))
+    first = story.step()
+    assert of(first, DeleteInstance)[0].provider_id == new  # type: ignore[attr-defined]
+    story.gone()
+    second = story.step()
+    assert of(second, DeleteInstance)[0].provider_id == old  # type: ignore[attr-defined]
+    story.gone()
+    assert story.step().events == (ProxyRemoved(uid=UID),)
+
+
+def test_deleting_during_the_drain_deletes_the_old_instance_then_the_new() -> None:
+    story, old, new = promoted()
+    story.add(ProxyDeletionRequested(uid=UID))
+    first = story.step()
+    assert of(first, DeleteInstance)[0].provider_id == old  # type: ignore[attr-defined]
+    story.gone()
+    second = story.step()
+    assert of(second, DeleteInstance)[0].provider_id == new  # type: ignore[attr-defined]
+    story.gone()
+    assert story.step().events == (ProxyRemoved(uid=UID),)
+
+
+def test_a_request_waits_for_a_serving_instance() -> None:
+    story = Story().add(ProxyDeclared(uid=UID, namespace="ns", name="p1", spec=SPEC))
+    story.step()
+    story.add(RotationRequested(uid=UID, rotation_id="rot-1"))
+    assert story.decide().events == ()  # the create is out
+    story.run(ip="10.0.0.1")
+    # Asked for after that create went out: honoured once the proxy serves.
+    assert story.step().outcome == "rotate"
+
+
+def test_a_request_before_a_delete_first_replacement_is_satisfied_by_it() -> None:
+    story, old = ready()
+    story.add(RotationRequested(uid=UID, rotation_id="rot-1"))
+    story.add(ProxySpecChanged(uid=UID, spec=NEW_SPEC, generation=2))
+    story.add(InstanceGone(command_id="observe-1", provider="local", provider_id=old))
+    assert story.step().outcome == "create"  # the instance is gone: nothing to keep serving
+    assert story.state.rotation_requested == ""  # the new instance is the fresh one
+
+
+def test_a_retired_instance_whose_delete_can_never_work_latches_failed_once() -> None:
+    story, old, _ = promoted()
+    story.wait(DRAIN)
+    (delete,) = story.step().events
+    assert isinstance(delete, DeleteInstance)
+    assert delete.provider_id == old
+    story.add(
+        ProviderFailed(
+            command_id=delete.command_id,
+            provider="local",
+            operation="delete",
+            error_class=ErrorClass.PERMANENT,
+            message="forbidden",
+        )
+    )
+    decision = story.step()
+    assert status_of(decision).phase is Phase.FAILED
+    assert not of(decision, DeleteInstance)  # no retry loop
+    assert story.decide().events == ()
