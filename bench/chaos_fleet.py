@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import os
 import random
+import secrets
 import signal
 import sys
 import time
@@ -24,6 +25,7 @@ from pathlib import Path
 
 from services.providers import local_process as proc
 from services.providers.local import LocalProvider
+from services.providers.squidauth.secret import SECRET_ENV, SECRET_FILE_ENV
 from services.runtime.connection import Connection, connect
 from services.runtime.eventlog.streams import ensure_streams
 from services.runtime.natsserver import EmbeddedNatsServer, NatsServerError, free_port
@@ -47,9 +49,17 @@ class FleetOptions:
     log_level: str = "info"
 
 
+LEASE_SECRET = secrets.token_hex(32)
+"""The soak's master lease secret: its proxies enforce leases (docs/decisions.md, D84), and the
+executor, discovery and health must share it."""
+
+
 def child_env() -> dict[str, str]:
-    """Tracing stays off in the services (no OTEL_* variables): an exporter is not under test."""
+    """Tracing stays off in the services (no OTEL_* variables): an exporter is not under test.
+    Every service gets the soak's lease secret."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env.pop(SECRET_FILE_ENV, None)
+    env[SECRET_ENV] = LEASE_SECRET
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     return env
 

@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 
 import nats.errors
 
+from bench.chaos_fleet import LEASE_SECRET
 from events import reading
 from events.errors import EventStoreError
 from events.schemas import Phase
@@ -24,6 +25,13 @@ from events.store import Recorded
 from events.subjects import proxy_uid_of
 from projections import proxy
 from projections.proxy import ProxyView
+from services.health.credentials import LIFETIME_SECONDS as PROBE_LIFETIME
+from services.providers.squidauth.scheme import (
+    PROBE_USER,
+    basic_authorization,
+    probe_password,
+    proxy_key,
+)
 from services.runtime.connection import Connection
 from services.runtime.eventlog.ordered import OrderedPull
 
@@ -112,7 +120,14 @@ def serving(view: ProxyView | None) -> bool:
     )
 
 
-async def forwards(url: str, origin_port: int) -> bool:
+def probe_authorization(uid: str) -> str:
+    """The prober's credential for proxy ``uid``: the soak's proxies enforce leases."""
+    key = proxy_key(LEASE_SECRET.encode(), uid)
+    expires = int((time.time() + PROBE_LIFETIME) * 1000)
+    return basic_authorization(PROBE_USER, probe_password(key, expires))
+
+
+async def forwards(url: str, origin_port: int, authorization: str = "") -> bool:
     """A GET to the origin through the proxy at ``url`` answers 200."""
     parts = urlsplit(url)
     host, port = parts.hostname or "", parts.port or 80
@@ -122,6 +137,8 @@ async def forwards(url: str, origin_port: int) -> bool:
             try:
                 target = f"127.0.0.1:{origin_port}"
                 request = f"GET http://{target}/ HTTP/1.1\r\nHost: {target}\r\n"
+                if authorization:
+                    request += f"Proxy-Authorization: {authorization}\r\n"
                 writer.write(f"{request}Connection: close\r\n\r\n".encode())
                 await writer.drain()
                 status = await reader.readline()
@@ -162,7 +179,9 @@ async def converge(
         ]
         if not stragglers:
             urls = {uid: views[uid].url for uid in applied}
-            ok = await asyncio.gather(*(forwards(url, origin_port) for url in urls.values()))
+            ok = await asyncio.gather(
+                *(forwards(url, origin_port, probe_authorization(uid)) for uid, url in urls.items())
+            )
             stragglers = [
                 f"{applied[uid]}: Ready and healthy in the log, but {url} does not forward"
                 for (uid, url), fine in zip(urls.items(), ok, strict=True)

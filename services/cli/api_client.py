@@ -48,6 +48,11 @@ class NoMatch(LeaseFailed):
     exit_code = EXIT_NO_MATCH
 
 
+class RotationNotDone(LeaseFailed):
+    """``lease rotate --wait`` saw the rotation fail or be cancelled, or not end in time; the
+    lease stays on its old instance (exit 1, as for any failure)."""
+
+
 class Unavailable(ConnectError):
     """The API answered 503 ``unavailable`` (it cannot reach NATS): safe to retry, once."""
 

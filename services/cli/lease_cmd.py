@@ -29,6 +29,7 @@ from rich.table import Table
 from services.cli.api_client import (
     DEFAULT_API_URL,
     DiscoveryClient,
+    RotationNotDone,
     Unavailable,
     Unexpected,
 )
@@ -300,14 +301,78 @@ def report(
         stdout_console().print(inert(f"lease {lease_id}: reported {outcome}"))
 
 
+ROTATION_OVER = ("completed", "failed", "cancelled")
+ROTATION_POLL_SECONDS = 0.5
+"""How often ``rotate --wait`` reads the rotation: well inside the reconciler's drain (5 s by
+default), after which the old instance is deleted."""
+
+
 @lease.command("rotate")
 @click.argument("lease_id")
+@click.option(
+    "--wait",
+    is_flag=True,
+    help="Wait until the lease has switched to the new instance (then print it), or the "
+    "rotation failed or was cancelled (exit 1).",
+)
+@click.option(
+    "--timeout",
+    callback=_ttl,
+    default="5m",
+    show_default=True,
+    metavar="DURATION",
+    help="How long --wait waits (exit 1 after it; running the command again keeps waiting).",
+)
 @api_options
-def rotate(*, lease_id: str, api_url: str, output: str) -> None:
+def rotate(*, lease_id: str, wait: bool, timeout: float, api_url: str, output: str) -> None:
     """Ask for a fresh IP without downtime: a replacement is made and probed first, then the
     lease switches to it (new proxy URL, higher fencing token), then the old instance goes.
     Asking again while a rotation is under way answers that one (exit 7 if the lease ended)."""
-    answer = _client(api_url).call("POST", f"/v1/leases/{quote(lease_id, safe='')}/rotate")
+    client = _client(api_url)
+    path = f"/v1/leases/{quote(lease_id, safe='')}"
+    answer = client.call("POST", path + "/rotate")
+    if wait:
+        answer = _until_over(client, path + "/rotation", answer, timeout)
+    _print_rotation(answer, output)
+    state = _state(answer)
+    if not wait or state == "completed":
+        return
+    rotation = f"rotation {answer.get('rotationId')}"
+    if state in ROTATION_OVER:
+        why = f": {answer['message']}" if answer.get("message") else ""
+        raise RotationNotDone(f"{rotation} {state}{why}; the lease stays on its instance")
+    raise RotationNotDone(
+        f"{rotation} still {state} after {timeout:g}s; run the command again to keep waiting "
+        "(it answers the rotation under way)"
+    )
+
+
+def _until_over(client: DiscoveryClient, path: str, answer: Any, timeout: float) -> Any:
+    """The rotation once it is over, read every ``ROTATION_POLL_SECONDS``; a spinner on a
+    terminal says how far it got. A rotation still under way at the timeout is the answer."""
+    deadline = time.monotonic() + timeout
+    console = Console(stderr=True)
+    status = console.status("") if console.is_terminal else contextlib.nullcontext()
+    with status as spinner:
+        while _state(answer) not in ROTATION_OVER and time.monotonic() < deadline:
+            if spinner is not None:
+                spinner.update(inert(f"rotation {_state(answer)}; waiting up to {timeout:g}s"))
+            time.sleep(min(ROTATION_POLL_SECONDS, max(deadline - time.monotonic(), 0.0)))
+            try:
+                answer = client.call("GET", path)
+            except Unavailable as exc:
+                time.sleep(min(exc.retry_after, 2.0))
+    return answer
+
+
+def _state(answer: Any) -> str:
+    state = answer.get("state") if isinstance(answer, dict) else None
+    if not isinstance(state, str):
+        raise Unexpected("the discovery API answered a rotation without a state; use -o json")
+    return state
+
+
+def _print_rotation(answer: Any, output: str) -> None:
     if output == "json":
         _emit_json(answer)
         return

@@ -6,13 +6,14 @@ Routes (the reference is ``docs/api.md``; the schema is served at ``/schema``):
 - ``GET /v1/proxies[?phase=Ready&healthy=true&attr.<key>=<value>...]``, ``GET /v1/proxies/{uid}``
 - ``POST /v1/leases`` (201), ``GET /v1/leases/{lease_id}``, ``PATCH /v1/leases/{lease_id}``
   (renew), ``DELETE /v1/leases/{lease_id}`` (204), ``POST /v1/leases/{lease_id}/report`` (204),
-  ``POST /v1/leases/{lease_id}/rotate`` (202: a fresh instance, make-before-break)
+  ``POST /v1/leases/{lease_id}/rotate`` (202: a fresh instance, make-before-break),
+  ``GET /v1/leases/{lease_id}/rotation`` (its progress)
 - ``GET /v1/leases?holder=X``, ``DELETE /v1/leases?holder=X``: a holder's own leases
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -27,8 +28,6 @@ from litestar.types import ExceptionHandlersMap, Guard
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from events.errors import StoreUnavailable
-from events.schemas import Phase
-from projections.outcomes import target_key
 from projections.proxy import ProxyView
 from services.discovery.auth import bearer_guard
 from services.discovery.bodies import strict_body
@@ -37,7 +36,6 @@ from services.discovery.credentials import LeaseCredentials
 from services.discovery.errors import (
     ApiError,
     ErrorBody,
-    InvalidRequest,
     Unavailable,
     UnknownProxy,
     on_api_error,
@@ -63,8 +61,14 @@ from services.discovery.models import (
     proxy_out,
 )
 from services.discovery.policy import Granted
+from services.discovery.queries import (
+    IDEMPOTENCY_KEY,
+    checked_key,
+    checked_target,
+    parse_proxy_filter,
+)
 from services.discovery.renewal import renew
-from services.discovery.rotation import RotationOut, rotate, rotation_out
+from services.discovery.rotation import RotationOut, latest, rotate, rotation_out
 from services.discovery.views import Views
 from services.runtime.metrics import Metrics
 
@@ -91,7 +95,8 @@ ERRORS = {
     400: "`invalid_request`: the body or a parameter is not valid; the message names the field",
     401: "`unauthorized`: the bearer token is missing or wrong",
     404: "`unknown_proxy` (no such proxy; for a lease request, the `proxyUid` asked for) or "
-    "`unknown_lease` (never issued, released or expired)",
+    "`unknown_lease` (never issued, released or expired), or `no_rotation` (the lease never "
+    "asked for a rotation)",
     409: "`lease_ended`: the lease this Idempotency-Key acquired is over; use a new key; "
     "`not_rotatable`: the lease's proxy is being deleted or External",
     413: "`body_too_large`: the body is over 64 KiB",
@@ -112,8 +117,6 @@ def _errors(*statuses: int) -> dict[int, ResponseSpec]:
     }
 
 
-IDEMPOTENCY_KEY = "Idempotency-Key"
-MAX_KEY_LENGTH = 255
 IdempotencyKey = Annotated[
     str | None,
     HeaderParameter(
@@ -124,76 +127,6 @@ IdempotencyKey = Annotated[
         "the lease is active.",
     ),
 ]
-
-
-def checked_key(key: str | None) -> str | None:
-    if key is None:
-        return None
-    if not 1 <= len(key) <= MAX_KEY_LENGTH or not (key.isascii() and key.isprintable()):
-        raise InvalidRequest(
-            f"{IDEMPOTENCY_KEY}: use 1 to {MAX_KEY_LENGTH} printable ASCII characters "
-            "(a UUID, for instance)"
-        )
-    return key
-
-
-def checked_target(target: str) -> str:
-    """The host a request's ``target`` names (``outcomes.target_key``), or a 400 naming it."""
-    key = target_key(target)
-    if target.strip() and not key:
-        raise InvalidRequest(
-            f"target: {target[:100]!r} names no host; send a host name (shop.example.com) or "
-            "a URL of it"
-        )
-    return key
-
-
-ATTR_PREFIX = "attr."
-PROXY_FILTERS = frozenset({"phase", "healthy"})
-PHASES = {phase.value.lower(): phase for phase in Phase}
-
-
-@dataclass(frozen=True, slots=True)
-class ProxyFilter:
-    """``GET /v1/proxies``'s query: every given part must match."""
-
-    phase: Phase | None = None
-    healthy: bool | None = None
-    attributes: tuple[tuple[str, str], ...] = ()
-
-    def matches(self, proxy: ProxyView) -> bool:
-        if self.phase is not None and proxy.phase is not self.phase:
-            return False
-        if self.healthy is not None and proxy.healthy is not self.healthy:
-            return False
-        attributes = proxy.spec.attributes
-        return all(attributes.get(key) == value for key, value in self.attributes)
-
-
-def parse_proxy_filter(query: Iterable[tuple[str, str]]) -> ProxyFilter:
-    """``phase=Ready&healthy=true&attr.country=de`` -> a filter. An unknown parameter is an
-    error, not ignored: a misspelt filter would otherwise answer every proxy."""
-    phase: Phase | None = None
-    healthy: bool | None = None
-    attributes: list[tuple[str, str]] = []
-    for key, value in query:
-        if key.startswith(ATTR_PREFIX) and len(key) > len(ATTR_PREFIX):
-            attributes.append((key[len(ATTR_PREFIX) :], value))
-        elif key == "phase":
-            phase = PHASES.get(value.strip().lower())
-            if phase is None:
-                known = ", ".join(p.value for p in Phase)
-                raise InvalidRequest(f"phase: {value!r} is not a phase; use one of {known}")
-        elif key == "healthy":
-            if value.strip().lower() not in ("true", "false"):
-                raise InvalidRequest(f"healthy: {value!r} is not a boolean; use true or false")
-            healthy = value.strip().lower() == "true"
-        else:
-            raise InvalidRequest(
-                f"unknown query parameter {key!r}; filter with phase=, healthy= and "
-                "attr.<key>=<value>"
-            )
-    return ProxyFilter(phase, healthy, tuple(attributes))
 
 
 def _lease(api: Api, granted: Granted) -> LeaseOut:
@@ -355,6 +288,15 @@ async def rotate_lease(api: Api, lease_id: FromPath[str]) -> RotationOut:
     return rotation_out(rotation, _lease(api, granted))
 
 
+@get("/leases/{lease_id:str}/rotation", tags=["leases"], responses=_errors(401, 404))
+async def get_rotation(api: Api, lease_id: FromPath[str]) -> RotationOut:
+    """The lease's latest rotation, to wait for its end: ``completed`` once the lease has
+    switched (its ``proxy`` and ``fencingToken`` are the new ones), or ``failed``/``cancelled``.
+    404 ``unknown_lease`` unless the lease is active; 404 ``no_rotation`` if it never asked."""
+    rotation, granted = await latest(api.leases, lease_id)
+    return rotation_out(rotation, _lease(api, granted))
+
+
 # ----------------------------------------------------------------------------------- app
 
 
@@ -383,6 +325,7 @@ def create_app(
             release,
             report,
             rotate_lease,
+            get_rotation,
         ],
         guards=guards,
         security=[{"bearer": []}],

@@ -8,6 +8,9 @@ the first started. The reconciler does the rest: it makes the replacement, the h
 probes it, the reconciler promotes it and switches the lease (a new fencing token), and only
 then deletes the old instance. The answer is given once this replica's view shows the request,
 so a ``GET`` right after sees the rotation; the lease's ``proxy`` changes when it switches.
+
+``GET /v1/leases/{id}/rotation`` answers the latest rotation of the lease's proxy for that lease,
+so a holder (the CLI's ``lease rotate --wait``, the client library) can wait for the switch.
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ from events import subjects
 from events.errors import ConcurrencyError, StoreUnavailable
 from events.schemas import ProxyMode, RotationRequested
 from events.store import NewEvent, derive_msg_id
-from projections.proxy import ProxyView, Rotation, fold
+from projections.lease import LeaseRecord
+from projections.proxy import COMPLETED, ProxyView, Rotation, fold
 from services.discovery.errors import ApiError, Unavailable
 from services.discovery.leases import Leases
 from services.discovery.models import LeaseOut
@@ -35,11 +39,25 @@ class NotRotatable(ApiError):
     code = "not_rotatable"
 
 
+class NoRotation(ApiError):
+    """The lease is active but never asked for a rotation (or its proxy's latest rotation was
+    another lease's)."""
+
+    status = 404
+    code = "no_rotation"
+
+
+SWITCHING = "switching"
+"""Promoted but this lease not switched yet (milliseconds): its ``proxy`` may show the new URL
+with the old ``fencingToken``. ``completed`` waits for the switch, so that a holder that takes
+the lease of a ``completed`` rotation has the new token (docs/decisions.md, D88)."""
+
+
 class RotationOut(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     rotation_id: str
     state: str
-    """``requested``, ``creating``, ``probing`` (under way), ``completed``, ``failed`` or
-    ``cancelled``."""
+    """``requested``, ``creating``, ``probing``, ``switching`` (under way), ``completed``,
+    ``failed`` or ``cancelled``."""
     reason: str
     """``Requested`` (a holder asked) or ``SpecChanged`` (the proxy's spec changed while it was
     leased); "" until the reconciler starts it."""
@@ -61,6 +79,21 @@ def rotation_out(rotation: Rotation, lease: LeaseOut) -> RotationOut:
         ended_at=rotation.ended_at,
         lease=lease,
     )
+
+
+def as_seen_by(rotation: Rotation, record: LeaseRecord) -> Rotation:
+    """The rotation as the lease sees it: ``completed`` once the lease has switched to its
+    replacement, ``switching`` between the promotion and the switch. The proxy and the lease are
+    two views that catch up separately; either may show the switch first. A rotation satisfied
+    by a delete-first replacement (no ``reason``: none was started) never switches a lease."""
+    replace = msgspec.structs.replace
+    if record.rotation_id and record.rotation_id == rotation.rotation_id:
+        if rotation.state == COMPLETED:
+            return rotation
+        return replace(rotation, state=COMPLETED, ended_at=rotation.ended_at or record.switched_at)
+    if rotation.state == COMPLETED and rotation.reason:
+        return replace(rotation, state=SWITCHING, ended_at=None)
+    return rotation
 
 
 def checked_proxy(proxy: ProxyView | None, lease_id: str) -> ProxyView:
@@ -87,7 +120,8 @@ async def rotate(leases: Leases, lease_id: str) -> tuple[Rotation, Granted]:
         history = await store.read(aggregate)
         proxy = checked_proxy(fold(list(history.events)), lease_id)
         if proxy.rotation is not None and proxy.rotation.in_progress:
-            return proxy.rotation, leases.get(lease_id)
+            granted = leases.get(lease_id)
+            return as_seen_by(proxy.rotation, granted.record), granted
         rotation_id = "rot-" + derive_msg_id("rotation", uid, lease_id, str(history.last_seq))[:20]
         event = RotationRequested(uid=uid, rotation_id=rotation_id, lease_id=lease_id)
         try:
@@ -106,9 +140,48 @@ async def rotate(leases: Leases, lease_id: str) -> tuple[Rotation, Granted]:
         rotation = shown.rotation if shown is not None else None
         if rotation is None:
             rotation = Rotation(rotation_id=rotation_id, lease_id=lease_id)
-        return rotation, leases.get(lease_id)
+        granted = leases.get(lease_id)
+        return as_seen_by(rotation, granted.record), granted
     raise Unavailable(
         f"the proxy of lease {lease_id!r} kept changing while the rotation was asked for; "
         "try again",
         headers={"Retry-After": "1"},
     )
+
+
+async def latest(leases: Leases, lease_id: str) -> tuple[Rotation, Granted]:
+    """The latest rotation of the lease's proxy for this lease. 404 ``unknown_lease`` unless the
+    lease is active, 404 ``no_rotation`` if it never asked for one (or one was asked for since
+    by a later holder). Before answering ``no_rotation`` the proxy view catches up with the log
+    (bounded): the rotation may have been asked for on another replica a moment ago."""
+    granted = await leases.current(lease_id)
+    uid = granted.view.proxy_uid
+    rotation = _rotation_of(leases, granted)
+    if rotation is None:
+        try:
+            history = await leases.store.read(subjects.proxy(uid))
+            await leases.views.proxies.wait_for(history.last_seq, leases.policy.view_timeout)
+        except (StoreUnavailable, TimeoutError):
+            pass  # answer from the view as it is
+        granted = leases.get(lease_id)
+        rotation = _rotation_of(leases, granted)
+    if rotation is None:
+        raise NoRotation(
+            f"lease {lease_id!r} has not asked for a rotation; POST /v1/leases/{{id}}/rotate "
+            "starts one"
+        )
+    return as_seen_by(rotation, granted.record), granted
+
+
+def _rotation_of(leases: Leases, granted: Granted) -> Rotation | None:
+    """The proxy's latest rotation if it is this lease's: asked for by it, or started by a spec
+    change (no lease named) while it held the proxy, which switches it all the same."""
+    proxy = leases.views.proxy(granted.view.proxy_uid)
+    rotation = proxy.rotation if proxy is not None else None
+    if rotation is None:
+        return None
+    record = granted.record
+    if rotation.lease_id:
+        return rotation if rotation.lease_id == record.lease_id else None
+    at = rotation.requested_at
+    return rotation if at is not None and at >= record.acquired_at else None

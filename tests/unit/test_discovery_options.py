@@ -12,12 +12,12 @@ from events.schemas import MAX_COOLDOWN_SECONDS, MAX_LEASE_SECONDS, Phase, Proxy
 from projections.proxy import ProxyView
 from services.cli.registry import SERVICES
 from services.cli.up import UpCommand, up
-from services.discovery.app import ProxyFilter, parse_proxy_filter
 from services.discovery.auth import token_from_env
 from services.discovery.durations import format_duration, parse_duration, seconds_of
 from services.discovery.errors import InvalidRequest
 from services.discovery.leases import eligible
 from services.discovery.policy import LeasePolicy
+from services.discovery.queries import ProxyFilter, parse_proxy_filter
 from services.discovery.service import OPTIONS, DiscoveryService, build
 from services.runtime.config import Settings
 from services.runtime.errors import ConfigError

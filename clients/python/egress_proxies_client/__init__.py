@@ -12,11 +12,12 @@ from egress_proxies_client.errors import (
     LeaseEnded,
     NoMatchingProxy,
     NoProxyAvailable,
+    RotationFailed,
     Unavailable,
     UnknownLease,
     UnknownProxy,
 )
-from egress_proxies_client.models import Lease, Outcome, Proxy, Report
+from egress_proxies_client.models import Lease, Outcome, Proxy, Report, Rotation
 from egress_proxies_client.sync import Client, HeldLease
 
 __all__ = [
@@ -33,6 +34,8 @@ __all__ = [
     "Outcome",
     "Proxy",
     "Report",
+    "Rotation",
+    "RotationFailed",
     "Unavailable",
     "UnknownLease",
     "UnknownProxy",

@@ -21,13 +21,21 @@ from egress_proxies_client.errors import (
     LeaseEnded,
     NoMatchingProxy,
     NoProxyAvailable,
+    RotationFailed,
     Unavailable,
     UnknownLease,
     UnknownProxy,
 )
+from egress_proxies_client.models import Lease, Rotation
 
 RETRY_AFTER_DEFAULT = 1.0
 """Seconds to wait when a 503 carries no usable ``Retry-After``."""
+ROTATION_POLL = 0.5
+"""Seconds between two reads of a rotation waited for: well inside the server's drain (5 s by
+default) between the switch and the old instance's deletion."""
+ROTATION_TIMEOUT = 300.0
+"""How long ``rotate()`` waits by default: creating and probing an instance takes seconds on a
+local provider and a few minutes on a cloud one."""
 MAX_BACKOFF = 2.0
 """The longest pause between two attempts of one call: the API's own ``Retry-After`` on an
 outage is 2 s (docs/api.md, "When NATS is unreachable")."""
@@ -107,6 +115,41 @@ def report(lease_id: str, outcome: str, target: str | None, detail: str | None) 
     if detail:
         body["detail"] = detail[:1024]
     return Call("POST", f"/v1/leases/{_segment(lease_id)}/report", body, resend_safe=False)
+
+
+def rotate(lease_id: str) -> Call:
+    # Resending is safe: a request while a rotation is under way answers that rotation.
+    return Call("POST", f"/v1/leases/{_segment(lease_id)}/rotate")
+
+
+def rotation(lease_id: str) -> Call:
+    return Call("GET", f"/v1/leases/{_segment(lease_id)}/rotation")
+
+
+def settled(answer: Rotation) -> Rotation:
+    """A rotation that is over: ``completed`` is the answer, ``failed`` and ``cancelled``
+    raise ``RotationFailed``."""
+    if answer.state in ("failed", "cancelled"):
+        why = f": {answer.message}" if answer.message else ""
+        raise RotationFailed(
+            f"rotation {answer.id} of lease {answer.lease.id} {answer.state}{why}", rotation=answer
+        )
+    return answer
+
+
+def not_over(answer: Rotation, timeout: float) -> TimeoutError:
+    return TimeoutError(
+        f"rotation {answer.id} of lease {answer.lease.id} still {answer.state} after "
+        f"{timeout:g}s; call rotate() again to keep waiting (it answers the rotation under way)"
+    )
+
+
+def newer(held: Lease | None, answer: Lease) -> Lease:
+    """The answer to keep for a held lease: a renewal answered before a rotation's switch but
+    read after it must not bring back the old instance's URL (its fencing token is lower)."""
+    if held is not None and answer.fencing_token < held.fencing_token:
+        return held
+    return answer
 
 
 def list_holder(holder: str) -> Call:

@@ -13,7 +13,7 @@ import httpx
 
 from egress_proxies_client import _protocol as protocol
 from egress_proxies_client.errors import EgressError, Unavailable, UnknownLease
-from egress_proxies_client.models import Lease, Outcome, Proxy
+from egress_proxies_client.models import Lease, Outcome, Proxy, Rotation
 
 
 class AsyncClient:
@@ -125,6 +125,33 @@ class AsyncClient:
     ) -> None:
         await self._call(protocol.report(lease_id, outcome, target, detail))
 
+    async def rotate(
+        self, lease_id: str, *, wait: bool = True, timeout: float = protocol.ROTATION_TIMEOUT
+    ) -> Rotation:
+        """Asks for a fresh instance (a fresh IP) of the lease's proxy, made and probed before
+        the lease switches to it. With ``wait``, returns once the lease has switched
+        (``rotation.lease`` has the new URL and fencing token); raises ``RotationFailed`` if it
+        failed or was cancelled, ``TimeoutError`` if still under way after ``timeout`` seconds.
+        The old instance is deleted a few seconds after the switch (the server's drain), so a
+        holder must take the new URL at once: ``AsyncHeldLease.rotate`` does."""
+        answer = Rotation.from_json(await self._call(protocol.rotate(lease_id)))
+        if not wait:
+            return answer
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while not answer.over:
+            left = deadline - loop.time()
+            if left <= 0:
+                raise protocol.not_over(answer, timeout)
+            await asyncio.sleep(min(protocol.ROTATION_POLL, left))
+            answer = await self.rotation(lease_id)
+        return protocol.settled(answer)
+
+    async def rotation(self, lease_id: str) -> Rotation:
+        """The lease's latest rotation; an ``EgressError`` with code ``no_rotation`` if it never
+        asked for one."""
+        return Rotation.from_json(await self._call(protocol.rotation(lease_id)))
+
     async def list_mine(self, holder: str | None = None) -> list[Lease]:
         answer = await self._call(protocol.list_holder(holder or self.holder))
         return [Lease.from_json(item) for item in answer["items"]]
@@ -163,9 +190,10 @@ class AsyncClient:
 
 
 class AsyncHeldLease:
-    """A lease while it is held. ``proxy`` (and ``url``) are those of the latest answer, acquire
-    or renewal: the proxy URL may carry credentials that change on renewal, so read
-    ``lease.url`` for each request. ``lost`` is set when a renewal finds the lease gone."""
+    """A lease while it is held. ``proxy`` (and ``url``) are those of the latest answer, acquire,
+    renewal or rotation: the proxy URL may carry credentials that change on renewal, and a
+    rotation moves it to a new instance, so read ``lease.url`` for each request. ``lost`` is set
+    when a renewal finds the lease gone."""
 
     def __init__(self, client: AsyncClient, request: protocol.LeaseRequest) -> None:
         self._client = client
@@ -230,8 +258,19 @@ class AsyncHeldLease:
 
     async def renew(self, ttl: float | None = None) -> Lease:
         """Renews now (the background renewal needs no help); the new answer is kept."""
-        self._lease = await self._client.renew(self.id, ttl or self._request.ttl)
+        answer = await self._client.renew(self.id, ttl or self._request.ttl)
+        self._lease = protocol.newer(self._lease, answer)
         return self._lease
+
+    async def rotate(self, timeout: float = protocol.ROTATION_TIMEOUT) -> Rotation:
+        """A fresh instance (a fresh IP) without downtime: returns once the lease has switched
+        to it, with ``url``, ``proxy`` and ``lease.fencing_token`` already the new ones, well
+        before the old instance is deleted. Requests sent through the old URL meanwhile still
+        succeed. ``RotationFailed`` (the lease stays on its instance, still held) or
+        ``TimeoutError`` otherwise; see ``AsyncClient.rotate``."""
+        rotation = await self._client.rotate(self.id, wait=True, timeout=timeout)
+        self._lease = protocol.newer(self._lease, rotation.lease)
+        return rotation
 
     async def report_success(self, target: str | None = None, detail: str | None = None) -> None:
         await self._report("success", target, detail)
@@ -269,7 +308,7 @@ class AsyncHeldLease:
             await asyncio.sleep(protocol.renew_delay(self.lease.ttl_seconds))
             while True:
                 try:
-                    self._lease = await self._client.renew(self.id, ttl)
+                    answer = await self._client.renew(self.id, ttl)
                 except UnknownLease as exc:
                     self.lost = exc
                     return
@@ -280,5 +319,6 @@ class AsyncHeldLease:
                     pause = exc.retry_after if isinstance(exc, Unavailable) else 1.0
                     await asyncio.sleep(min(pause, max(end - loop.time(), 0.0) / 3 + 0.05))
                     continue
+                self._lease = protocol.newer(self._lease, answer)
                 answered = loop.time()
                 break

@@ -7,6 +7,11 @@ client does not know still arrives as an ``EgressError`` carrying it.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from egress_proxies_client.models import Rotation
+
 
 class EgressError(Exception):
     """Any refusal or failure of the discovery API. ``code`` is the answer's ``error`` field
@@ -61,3 +66,13 @@ class Unavailable(EgressError):
     ) -> None:
         super().__init__(message, code=code, status=status)
         self.retry_after = retry_after
+
+
+class RotationFailed(EgressError):
+    """A rotation waited for ended ``failed`` (its replacement could not be created or failed
+    its probes) or ``cancelled`` (the proxy's spec changed or it is being deleted). The lease
+    stays on its instance and is still held; ``rotation`` is the server's last word on it."""
+
+    def __init__(self, message: str, *, rotation: Rotation) -> None:
+        super().__init__(message, code=rotation.state)
+        self.rotation = rotation

@@ -85,5 +85,39 @@ class Lease:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class Rotation:
+    """A fresh instance (a fresh IP) of a lease's proxy, made before the old one is deleted
+    (docs/api.md, "POST /v1/leases/{id}/rotate"): what the server said about it."""
+
+    id: str
+    state: str
+    """``requested``, ``creating``, ``probing``, ``switching`` (under way), then ``completed``
+    (the lease has switched: ``lease`` has the new URL and fencing token), ``failed`` or
+    ``cancelled`` (the lease stays on its instance; ``message`` says why)."""
+    reason: str
+    message: str
+    lease: Lease
+    """The lease as it was when the server answered."""
+    requested_at: datetime | None = None
+    ended_at: datetime | None = None
+
+    @property
+    def over(self) -> bool:
+        return self.state in ("completed", "failed", "cancelled")
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Rotation:
+        return cls(
+            id=str(data["rotationId"]),
+            state=str(data["state"]),
+            reason=str(data.get("reason") or ""),
+            message=str(data.get("message") or ""),
+            lease=Lease.from_json(data["lease"]),
+            requested_at=_time(data["requestedAt"]) if data.get("requestedAt") else None,
+            ended_at=_time(data["endedAt"]) if data.get("endedAt") else None,
+        )
+
+
 def _time(text: str) -> datetime:
     return datetime.fromisoformat(text)

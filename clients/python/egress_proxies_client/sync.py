@@ -19,7 +19,7 @@ import httpx
 
 from egress_proxies_client import _protocol as protocol
 from egress_proxies_client.errors import EgressError, Unavailable, UnknownLease
-from egress_proxies_client.models import Lease, Outcome, Proxy
+from egress_proxies_client.models import Lease, Outcome, Proxy, Rotation
 
 
 class Client:
@@ -125,6 +125,25 @@ class Client:
     ) -> None:
         self._call(protocol.report(lease_id, outcome, target, detail))
 
+    def rotate(
+        self, lease_id: str, *, wait: bool = True, timeout: float = protocol.ROTATION_TIMEOUT
+    ) -> Rotation:
+        """See ``AsyncClient.rotate``."""
+        answer = Rotation.from_json(self._call(protocol.rotate(lease_id)))
+        if not wait:
+            return answer
+        deadline = time.monotonic() + timeout
+        while not answer.over:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise protocol.not_over(answer, timeout)
+            time.sleep(min(protocol.ROTATION_POLL, left))
+            answer = self.rotation(lease_id)
+        return protocol.settled(answer)
+
+    def rotation(self, lease_id: str) -> Rotation:
+        return Rotation.from_json(self._call(protocol.rotation(lease_id)))
+
     def list_mine(self, holder: str | None = None) -> list[Lease]:
         answer = self._call(protocol.list_holder(holder or self.holder))
         return [Lease.from_json(item) for item in answer["items"]]
@@ -169,6 +188,8 @@ class HeldLease:
         self._stop = threading.Event()
         self._renewer: threading.Thread | None = None
         self._closed = False
+        self._keeping = threading.Lock()
+        """The renewal thread and the caller's ``rotate`` both keep answers (``_keep``)."""
         self.lost: EgressError | None = None
 
     def __enter__(self) -> Self:
@@ -223,8 +244,18 @@ class HeldLease:
         return self._request.target
 
     def renew(self, ttl: float | None = None) -> Lease:
-        self._lease = self._client.renew(self.id, ttl or self._request.ttl)
-        return self._lease
+        return self._keep(self._client.renew(self.id, ttl or self._request.ttl))
+
+    def rotate(self, timeout: float = protocol.ROTATION_TIMEOUT) -> Rotation:
+        """See ``AsyncHeldLease.rotate``."""
+        rotation = self._client.rotate(self.id, wait=True, timeout=timeout)
+        self._keep(rotation.lease)
+        return rotation
+
+    def _keep(self, answer: Lease) -> Lease:
+        with self._keeping:
+            self._lease = protocol.newer(self._lease, answer)
+            return self._lease
 
     def report_success(self, target: str | None = None, detail: str | None = None) -> None:
         self._report("success", target, detail)
@@ -256,7 +287,7 @@ class HeldLease:
             end = answered + self.lease.ttl_seconds
             while not self._stop.is_set():
                 try:
-                    self._lease = self._client.renew(self.id, ttl)
+                    answer = self._client.renew(self.id, ttl)
                 except UnknownLease as exc:
                     self.lost = exc
                     return
@@ -267,5 +298,6 @@ class HeldLease:
                     pause = exc.retry_after if isinstance(exc, Unavailable) else 1.0
                     self._stop.wait(min(pause, max(end - time.monotonic(), 0.0) / 3 + 0.05))
                     continue
+                self._keep(answer)
                 answered = time.monotonic()
                 break
