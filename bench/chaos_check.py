@@ -20,7 +20,7 @@ from events import reading
 from events.schemas import LeaseAcquired, LeaseReleased, LeaseReported
 from events.store import Recorded
 from events.subjects import LEASE_STREAM, proxy_uid_of
-from projections import lease
+from projections import lease, lease_queries
 from projections.proxy import ProxyView
 
 OK = "ok"
@@ -139,7 +139,7 @@ def fold_log(events: Iterable[Recorded]) -> LeaseLog:
         old = before.current if before else None
         new = after.current
         if old is not None and (new is None or new.lease_id != old.lease_id):
-            ended = lease.find(after, old.lease_id)
+            ended = lease_queries.find(after, old.lease_id)
             grant = out.grants.get(old.lease_id)
             if grant is not None and ended is not None and ended.ended_at is not None:
                 grant.end, grant.ended_at = ended.end, ended.ended_at.timestamp()
@@ -148,7 +148,7 @@ def fold_log(events: Iterable[Recorded]) -> LeaseLog:
         match recorded.event:
             case LeaseAcquired(lease_id=lease_id, holder=holder):
                 out.claims[lease_id] += 1
-                record = lease.find(after, lease_id)
+                record = lease_queries.find(after, lease_id)
                 fresh = old is None or old.lease_id != lease_id
                 if record is not None and new is not None and new.lease_id == lease_id and fresh:
                     out.grants[lease_id] = Grant(

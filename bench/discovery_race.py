@@ -21,7 +21,8 @@ from pathlib import Path
 from bench.discovery_worker import HttpConnection, setup
 from events import subjects
 from events.schemas import LeaseReleased
-from projections.lease import LeaseView, apply, find
+from projections.lease import LeaseView, apply
+from projections.lease_queries import find
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 
 RETRY_SECONDS = 0.01

@@ -11,7 +11,8 @@ early, but never create a second holder. ``LeaseExpired`` before the lease's end
 leases that are no longer current, are ignored the same way.
 
 A lease whose ``expires_at`` has passed is over even when no ``LeaseExpired`` was recorded (yet):
-``is_free(view, now)`` says so, and the next event settles it as expired at ``expires_at``.
+``is_free(view, now)`` says so, and the next event settles it as expired at ``expires_at``. That
+question and the others asked of a view are in ``projections.lease_queries``.
 
 A ``LeaseRenewed`` moves the current lease's ``expires_at`` to its own timestamp plus its TTL
 (never beyond ``MAX_LEASE_SECONDS`` after the grant, the LEASE stream's retention); a renewal
@@ -37,7 +38,6 @@ nothing either (docs/api.md, "When NATS is unreachable"). No event makes ``apply
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, MutableMapping
 from datetime import datetime, timedelta
 
 import msgspec
@@ -145,68 +145,6 @@ class LeaseView(msgspec.Struct, frozen=True, kw_only=True):
         return self.current.expires_at if self.current else None
 
 
-# ------------------------------------------------------------------------------- questions
-
-
-def is_free(view: LeaseView | None, now: datetime) -> bool:
-    """No lease holds the proxy at ``now`` (cooldown aside)."""
-    return view is None or view.current is None or now >= view.current.expires_at
-
-
-def available_at(view: LeaseView | None, target: str = "") -> datetime | None:
-    """The earliest time the proxy can be leased again (for ``target``, a ``target_key``, if
-    given: past its back-off for it too); None when nothing stands in the way."""
-    if view is None:
-        return None
-    if view.current is not None:
-        when: datetime | None = _after(view.current.expires_at, view.current.cooldown_seconds)
-    else:
-        when = view.cooldown_until
-    blocked = blocked_until(view.reports, target)
-    if blocked is not None and (when is None or blocked > when):
-        return blocked
-    return when
-
-
-def is_available(view: LeaseView | None, now: datetime, target: str = "") -> bool:
-    """Free, past its cooldown and (for ``target``) its back-off at ``now``: a claim stamped
-    ``now`` would hold."""
-    when = available_at(view, target)
-    return when is None or now >= when
-
-
-def state_of(record: LeaseRecord, now: datetime) -> str:
-    if record.end:
-        return record.end
-    return EXPIRED if now >= record.expires_at else ACTIVE
-
-
-def active(view: LeaseView | None, lease_id: str, now: datetime) -> LeaseRecord | None:
-    """The lease with this id if it holds its proxy at ``now``; None once it has ended (released
-    or expired, recorded or not) or when the view does not know it."""
-    if view is None or view.current is None or view.current.lease_id != lease_id:
-        return None
-    return view.current if now < view.current.expires_at else None
-
-
-def find(view: LeaseView | None, lease_id: str) -> LeaseRecord | None:
-    """The lease with this id, if the view still holds it (the current one or a recent one)."""
-    if view is None:
-        return None
-    if view.current is not None and view.current.lease_id == lease_id:
-        return view.current
-    return next((r for r in reversed(view.recent) if r.lease_id == lease_id), None)
-
-
-def lease_ids(view: LeaseView | None) -> set[str]:
-    if view is None:
-        return set()
-    ids = {r.lease_id for r in view.recent}
-    if view.current is not None:
-        ids.add(view.current.lease_id)
-    return ids
-
-
 # ----------------------------------------------------------------------------------- fold
 
 
@@ -220,7 +158,7 @@ def _seconds(value: object, low: float, high: float, *, zero: bool) -> float | N
     return seconds if seconds > 0 or zero else None
 
 
-def _after(at: datetime, seconds: float) -> datetime:
+def plus_seconds(at: datetime, seconds: float) -> datetime:
     """``at`` plus ``seconds``, or the end of time instead of an overflow: with the bounds
     checked on the way in, only a timestamp near the year 9999 gets there."""
     try:
@@ -264,7 +202,7 @@ def _settle(view: LeaseView, at: datetime) -> LeaseView:
     current = view.current
     if current is None or at < current.expires_at:
         return view
-    cooldown = _after(current.expires_at, current.cooldown_seconds)
+    cooldown = plus_seconds(current.expires_at, current.cooldown_seconds)
     return _ended(view, EXPIRED, current.expires_at, cooldown)
 
 
@@ -298,7 +236,7 @@ def _acquire(view: LeaseView, event: LeaseAcquired, recorded: Recorded) -> Lease
         proxy_uid=view.proxy_uid,
         holder=event.holder,
         acquired_at=at,
-        expires_at=_after(at, ttl),
+        expires_at=plus_seconds(at, ttl),
         ttl_seconds=ttl,
         requested_ttl_seconds=requested,
         fencing_token=token,
@@ -323,7 +261,7 @@ def _release(view: LeaseView, event: LeaseReleased, at: datetime) -> LeaseView:
         return view  # an old lease, or one the fold refused: nothing to end
     if at >= current.expires_at:
         return _settle(view, at)  # released too late: it had expired already
-    return _ended(view, RELEASED, at, _after(at, cooldown))
+    return _ended(view, RELEASED, at, plus_seconds(at, cooldown))
 
 
 def _expire(view: LeaseView, event: LeaseExpired, at: datetime) -> LeaseView:
@@ -347,7 +285,7 @@ def _renew(view: LeaseView, event: LeaseRenewed, recorded: Recorded) -> LeaseVie
     if at >= current.expires_at:
         return _settle(view, at)  # renewed too late: it had expired already
     # Bounded by the grant, not by the renewal: a lease must not outlive its LeaseAcquired.
-    expires = min(_after(at, ttl), _after(current.acquired_at, MAX_LEASE_SECONDS))
+    expires = min(plus_seconds(at, ttl), plus_seconds(current.acquired_at, MAX_LEASE_SECONDS))
     requested = _seconds(event.requested_ttl_seconds, 0, math.inf, zero=True) or 0.0
     renewed = msgspec.structs.replace(
         current,
@@ -441,25 +379,3 @@ def fold(events: list[Recorded], view: LeaseView | None = None) -> LeaseView | N
     for recorded in events:
         view = apply(view, recorded)
     return view
-
-
-Apply = Callable[[LeaseView | None, Recorded], LeaseView]
-
-
-def indexed(index: MutableMapping[str, str]) -> Apply:
-    """``apply`` that also keeps ``index`` (lease id -> proxy uid) in step with the views: a
-    lease is findable by id for as long as its proxy's view holds it (``find``)."""
-
-    def apply_and_index(view: LeaseView | None, recorded: Recorded) -> LeaseView:
-        after = apply(view, recorded)
-        before_ids, after_ids = lease_ids(view), lease_ids(after)
-        for gone in before_ids - after_ids:
-            # Only this proxy's entry: a lease id reused on another proxy (an Idempotency-Key
-            # sent again long after its lease ended) keeps its own.
-            if index.get(gone) == after.proxy_uid:
-                del index[gone]
-        for new in after_ids - before_ids:
-            index[new] = after.proxy_uid
-        return after
-
-    return apply_and_index

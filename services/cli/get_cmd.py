@@ -15,6 +15,7 @@ from rich.text import Text
 
 from events.subjects import LEASE_STREAM
 from projections import lease as lease_fold
+from projections import lease_queries
 from projections.lease import LeaseView
 from projections.proxy import ProxyView
 from services.cli.common import (
@@ -41,10 +42,10 @@ class LeaseState:
 
     @classmethod
     def of(cls, view: LeaseView | None, now: datetime) -> LeaseState:
-        if not lease_fold.is_free(view, now):
+        if not lease_queries.is_free(view, now):
             assert view is not None
             return cls(view.lease_id, view.holder)
-        rest = lease_fold.available_at(view)
+        rest = lease_queries.available_at(view)
         return cls(cooldown_until=rest if rest is not None and rest > now else None)
 
     def leased_cell(self) -> Text:

@@ -29,7 +29,8 @@ from prometheus_client.registry import Collector
 
 from events import subjects
 from events.schemas import Phase
-from projections.lease import LeaseView, available_at
+from projections.lease import LeaseView
+from projections.lease_queries import available_at
 from projections.proxy import ProxyView
 from services.discovery.candidates import leasable
 from services.discovery.views import Views

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 
-from projections.lease import active
+from projections.lease_queries import active
 from services.discovery.errors import InvalidRequest, UnknownLease
 from services.discovery.leases import Leases
 from services.discovery.policy import Granted

@@ -29,13 +29,8 @@ from events import subjects
 from events.errors import ConcurrencyError, StoreUnavailable
 from events.schemas import LeaseAcquired, LeaseReleased, LeaseReported
 from events.store import EventStore, NewEvent, derive_msg_id
-from projections.lease import (
-    RELEASED,
-    LeaseView,
-    active,
-    find,
-    is_available,
-)
+from projections.lease import RELEASED, LeaseView
+from projections.lease_queries import active, find, is_available
 from projections.outcomes import BLOCKED
 from projections.proxy import ProxyView
 from services.discovery.candidates import leasable, narrowed, random_order

@@ -13,7 +13,8 @@ import msgspec
 from msgspec import Meta
 
 from events.schemas import MAX_LEASE_SECONDS, Condition
-from projections.lease import LeaseRecord, LeaseView, available_at, is_available, is_free
+from projections.lease import LeaseRecord, LeaseView
+from projections.lease_queries import available_at, is_available, is_free
 from projections.outcomes import Reports, active_backoffs
 from projections.proxy import ProxyView
 from services.discovery.credentials import LeaseCredentials

@@ -21,7 +21,7 @@ from collections.abc import Collection, Mapping
 from datetime import datetime
 
 from events.schemas import Phase
-from projections.lease import available_at, is_available, is_free
+from projections.lease_queries import available_at, is_available, is_free
 from projections.proxy import ProxyView
 from services.discovery.candidates import leasable
 from services.discovery.errors import (

@@ -17,7 +17,8 @@ from events import subjects
 from events.errors import ConcurrencyError
 from events.schemas import LeaseRenewed
 from events.store import NewEvent, derive_msg_id
-from projections.lease import LeaseView, active, find
+from projections.lease import LeaseView
+from projections.lease_queries import active, find
 from services.discovery.errors import Unavailable, UnknownLease
 from services.discovery.leases import Leases
 from services.discovery.policy import Granted

@@ -24,8 +24,8 @@ from events import subjects
 from events.errors import EventStoreError, StoreUnavailable
 from events.store import EventStore, Recorded
 from projections import lease as lease_fold
+from projections import lease_queries, versions
 from projections import proxy as proxy_fold
-from projections import versions
 from projections.lease import LeaseRecord, LeaseView
 from projections.proxy import ProxyView
 from services.discovery.candidates import CandidateIndex
@@ -102,7 +102,7 @@ class Views:
         """How far the server's clock is at least ahead of ours (never below 0): the most any
         event was stamped after we received it. Every sample is a lower bound, so the largest
         is the best one; old events replayed at start-up are far behind and change nothing."""
-        self._apply_lease = lease_fold.indexed(self.index)
+        self._apply_lease = lease_queries.indexed(self.index)
         bucket = VIEWS_BUCKET
         self.proxies: Projector[ProxyView] = Projector(
             js,
@@ -163,7 +163,7 @@ class Views:
         self.candidates.update(view)
 
     def _restored_lease(self, uid: str, view: LeaseView) -> None:
-        for lease_id in lease_fold.lease_ids(view):
+        for lease_id in lease_queries.lease_ids(view):
             self.index[lease_id] = uid
         if view.updated_at is not None:
             self.newest = max(self.newest, view.updated_at)
@@ -215,7 +215,7 @@ class Views:
     def find_lease(self, lease_id: str) -> tuple[LeaseView, LeaseRecord] | None:
         uid = self.index.get(lease_id)
         view = self.leases.views.get(uid) if uid else None
-        record = lease_fold.find(view, lease_id)
+        record = lease_queries.find(view, lease_id)
         return None if view is None or record is None else (view, record)
 
     def active_leases(self) -> list[LeaseView]:

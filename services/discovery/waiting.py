@@ -27,7 +27,7 @@ from typing import Generic, TypeVar
 
 import structlog
 
-from projections.lease import available_at
+from projections.lease_queries import available_at
 from services.discovery.views import Views
 
 log = structlog.get_logger("egress.discovery")

@@ -28,7 +28,7 @@ from events import subjects
 from events.errors import EventStoreError
 from events.schemas import LeaseAcquired, LeaseReleased
 from events.store import EventStore, NewEvent, derive_msg_id
-from projections.lease import active
+from projections.lease_queries import active
 from services.discovery.views import Views
 
 log = structlog.get_logger("egress.discovery")

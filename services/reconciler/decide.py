@@ -4,19 +4,17 @@ Level-triggered: the decision never depends on which event woke the reconciler, 
 event, a replica that folded a newer state, or a restart after a crash all decide the same thing.
 Every id is derived from the state (uid + number of commands so far), so two replicas that decide
 on the same state write the same msg ids and JetStream keeps one copy.
+
+``decide`` is the entry point; the make-before-break rotation it may be in the middle of is
+decided in ``decide_rotate``, and what a decision is (and the status it reports) in ``decision``.
 """
 
 from __future__ import annotations
 
-import hashlib
-from dataclasses import dataclass
 from datetime import datetime
-
-from msgspec.structs import replace as msgspec_replace
 
 from events.resource import spec_hash, validate_spec
 from events.schemas import (
-    Condition,
     CreateInstance,
     DeleteInstance,
     Event,
@@ -24,35 +22,20 @@ from events.schemas import (
     InstanceState,
     ObserveInstance,
     Phase,
-    PhaseChanged,
     ProxyMode,
     ProxyRemoved,
-    ReplacementPromoted,
-    ReplacementStarted,
-    RotationEnded,
 )
-from services.reconciler.state import ProxyState, Replacement
-
-
-@dataclass(frozen=True, slots=True)
-class Decision:
-    """What to append, and a name for the metrics and the trace (``outcome``)."""
-
-    events: tuple[Event, ...]
-    outcome: str
-
-
-NOTHING = Decision((), "noop")
-
-
-def instance_name(uid: str, hash_: str) -> str:
-    """Deterministic, so a repeated create finds the existing instance; the spec hash is part of
-    it so a replacement never collides with the instance it replaces. Fits GCE's 63 chars."""
-    return f"px-{uid.lower()}-{hash_[:8]}"
-
-
-def command_id(state: ProxyState) -> str:
-    return f"{state.uid}-c{state.commands + 1}"
+from services.reconciler.decide_rotate import (
+    cancel,
+    delete_retiring,
+    retire,
+    retire_in,
+    rotating,
+    serving,
+    start_rotation,
+)
+from services.reconciler.decision import NOTHING, Decision, command_id, instance_name, status_change
+from services.reconciler.state import ProxyState
 
 
 def wakes(event: object) -> bool:
@@ -92,25 +75,25 @@ def decide(
     if errors:
         message = "; ".join(str(e) for e in errors)
         if state.replacement is not None:
-            return _cancel(state, state.replacement, "cancelled", "the spec is invalid")
-        return _status(state, Phase.FAILED, "InvalidSpec", message, outcome="invalid")
+            return cancel(state, state.replacement, "cancelled", "the spec is invalid")
+        return status_change(state, Phase.FAILED, "InvalidSpec", message, outcome="invalid")
     current = spec_hash(state.spec, state.cloud_init)
     if state.replacement is not None:
-        return _rotating(state, state.replacement, current)
+        return rotating(state, state.replacement, current)
     if state.retiring_id and state.failed_hash != "*":  # "*": its delete can never work
         if retire_in(state, now, drain) > 0:
             return NOTHING  # the lease's holder moves over meanwhile (docs/decisions.md, D85)
-        return _retire(state)
+        return retire(state)
     if state.spec.mode is ProxyMode.EXTERNAL:
         return _external(state)
     if state.failed_hash in (current, "*"):
-        return _status(state, Phase.FAILED, "ProviderError", state.failure, outcome="failed")
-    if state.instance_id and _serving(state):
+        return status_change(state, Phase.FAILED, "ProviderError", state.failure, outcome="failed")
+    if state.instance_id and serving(state):
         if state.rotation_requested:
-            return _start_rotation(state, current, state.rotation_requested, "Requested")
+            return start_rotation(state, current, state.rotation_requested, "Requested")
         if state.instance_hash != current and leased:
             rotation = f"{state.uid}-spec-{state.generation}-{state.commands + 1}"
-            return _start_rotation(state, current, rotation, "SpecChanged")
+            return start_rotation(state, current, rotation, "SpecChanged")
     if state.instance_id:
         if (
             replace_unhealthy_after > 0
@@ -130,7 +113,7 @@ def _waiting(state: ProxyState) -> Decision:
     if r is not None and pending.command_id == r.command_id:
         return NOTHING  # the current instance serves on: the status stays as it is
     if pending.quota_message:
-        return _status(
+        return status_change(
             state,
             Phase.PROVISIONING,
             "QuotaExceeded",
@@ -142,9 +125,9 @@ def _waiting(state: ProxyState) -> Decision:
 
 def _delete(state: ProxyState) -> Decision:
     if state.replacement is not None:
-        return _cancel(state, state.replacement, "cancelled", "the proxy is being deleted")
+        return cancel(state, state.replacement, "cancelled", "the proxy is being deleted")
     if state.retiring_id:
-        return Decision((_delete_retiring(state),), "delete")
+        return Decision((delete_retiring(state),), "delete")
     if state.instance_id:
         command = DeleteInstance(
             command_id=command_id(state),
@@ -162,7 +145,7 @@ def _external(state: ProxyState) -> Decision:
         # Switched from Managed: the old instance goes first.
         return _replace(state, "ModeChanged")
     url = state.spec.external.url if state.spec.external is not None else ""
-    return _status(state, Phase.READY, "External", "", url=url, outcome="ready")
+    return status_change(state, Phase.READY, "External", "", url=url, outcome="ready")
 
 
 def _with_instance(state: ProxyState, current: str) -> Decision:
@@ -176,7 +159,7 @@ def _with_instance(state: ProxyState, current: str) -> Decision:
         if state.healthy is False:
             # Still Ready (the instance runs), but the conditions say it fails its probes, and
             # discovery stops leasing it.
-            return _status(
+            return status_change(
                 state,
                 Phase.READY,
                 state.health_reason or "ProbeFailed",
@@ -185,7 +168,7 @@ def _with_instance(state: ProxyState, current: str) -> Decision:
                 url=state.url,
                 outcome="unhealthy",
             )
-        return _status(
+        return status_change(
             state, Phase.READY, "InstanceRunning", "", ip=state.ip, url=state.url, outcome="ready"
         )
     # An instance in no known state and no command out (e.g. a lost answer): look at it again.
@@ -222,198 +205,5 @@ def _create(state: ProxyState, current: str) -> Decision:
 def _with_status(
     state: ProxyState, command: Event, phase: Phase, reason: str, message: str, *, outcome: str
 ) -> Decision:
-    status = _status(state, phase, reason, message, outcome=outcome)
+    status = status_change(state, phase, reason, message, outcome=outcome)
     return Decision((command, *status.events), outcome)
-
-
-def _status(
-    state: ProxyState,
-    phase: Phase,
-    reason: str,
-    message: str,
-    *,
-    ip: str = "",
-    url: str = "",
-    outcome: str,
-) -> Decision:
-    """A status event only when something a reader sees would change (facts, not polls)."""
-    changed = PhaseChanged(
-        phase=phase,
-        reason=reason,
-        message=message,
-        ip=ip,
-        url=url,
-        provider_id=state.instance_id,
-        observed_generation=state.generation,
-        conditions=conditions(state, phase, reason, message),
-    )
-    previous = state.status
-    if previous is not None and _same(previous, changed):
-        return NOTHING
-    return Decision((changed,), outcome)
-
-
-def _same(a: PhaseChanged, b: PhaseChanged) -> bool:
-    return (a.phase, a.reason, a.message, a.ip, a.url, a.provider_id, a.observed_generation) == (
-        b.phase,
-        b.reason,
-        b.message,
-        b.ip,
-        b.url,
-        b.provider_id,
-        b.observed_generation,
-    )
-
-
-def conditions(state: ProxyState, phase: Phase, reason: str, message: str) -> tuple[Condition, ...]:
-    ready = phase is Phase.READY
-    provisioned = bool(state.instance_id) and state.instance_state is InstanceState.RUNNING
-    result = [
-        Condition(type="Ready", status=str(ready), reason=reason, message=message),
-        Condition(
-            type="Provisioned",
-            status=str(provisioned or state.spec.mode is ProxyMode.EXTERNAL),
-            reason="InstanceRunning" if provisioned else reason,
-        ),
-    ]
-    if state.healthy is not None:
-        result.append(
-            Condition(
-                type="Healthy",
-                status=str(state.healthy),
-                reason=state.health_reason
-                or ("ProbeSucceeded" if state.healthy else "ProbeFailed"),
-                message=state.health_message,
-            )
-        )
-    return tuple(result)
-
-
-# ------------------------------------------------------------------- make-before-break (D85)
-
-
-def needs_lease(state: ProxyState) -> bool:
-    """Whether ``decide`` would ask whether the proxy is leased: its running instance no longer
-    matches the spec, and nothing else comes first. The caller reads the proxy's lease subject
-    only then, so a reconcile costs no extra read otherwise."""
-    if not state.declared or state.removed or state.deleting or state.pending is not None:
-        return False
-    if state.replacement is not None or state.retiring_id or state.rotation_requested:
-        return False
-    if state.spec.mode is ProxyMode.EXTERNAL or validate_spec(state.spec):
-        return False
-    return (
-        bool(state.instance_id)
-        and _serving(state)
-        and (state.instance_hash != spec_hash(state.spec, state.cloud_init))
-    )
-
-
-def retire_in(state: ProxyState, now: datetime | None, drain: float) -> float:
-    """Seconds until the instance a rotation replaced may be deleted (0: now). Without a clock
-    (``now`` None) or a drain, at once."""
-    if not state.retiring_id or state.retired_at is None or now is None or drain <= 0:
-        return 0.0
-    return max(0.0, drain - (now - state.retired_at).total_seconds())
-
-
-def rotated_name(uid: str, current: str, rotation_id: str) -> str:
-    """A replacement's instance name: like ``instance_name`` (same shape, so every provider
-    and the kvm leftover scan know it), but distinct from the instance it replaces, whose spec
-    hash may be the same, and deterministic, so a repeated create finds it."""
-    return instance_name(uid, hashlib.sha256(f"{current}:{rotation_id}".encode()).hexdigest())
-
-
-def _serving(state: ProxyState) -> bool:
-    """The current instance runs with an address: worth keeping while a replacement comes up."""
-    return state.instance_state is InstanceState.RUNNING and bool(state.ip)
-
-
-def _start_rotation(state: ProxyState, current: str, rotation_id: str, reason: str) -> Decision:
-    cid = command_id(state)
-    started = ReplacementStarted(
-        rotation_id=rotation_id,
-        command_id=cid,
-        reason=reason,
-        lease_id=state.rotation_lease if reason == "Requested" else "",
-    )
-    command = CreateInstance(
-        command_id=cid,
-        provider=state.spec.provider,
-        instance_name=rotated_name(state.uid, current, rotation_id),
-        spec=state.spec,
-        spec_hash=current,
-        cloud_init=state.cloud_init,
-    )
-    return Decision((started, command), "rotate")
-
-
-def _rotating(state: ProxyState, r: Replacement, current: str) -> Decision:
-    if state.spec.mode is ProxyMode.EXTERNAL:
-        return _cancel(state, r, "cancelled", "the proxy became External")
-    if r.instance_hash != current:
-        return _cancel(state, r, "cancelled", "the spec changed during the rotation")
-    if r.failure:
-        return _cancel(state, r, "failed", r.failure)
-    if r.healthy is False:
-        message = f"the replacement failed its health probes: {r.health_message}".rstrip(": ")
-        return _cancel(state, r, "failed", message)
-    if r.state is InstanceState.RUNNING and r.ip:
-        if r.healthy is True:
-            return _promote(state, r)
-        return NOTHING  # the health service probes it (projections.proxy.probe_target)
-    if r.provider_id:
-        # Created, in no known state and no command out (an observation was lost): look again.
-        command = ObserveInstance(
-            command_id=command_id(state), provider=r.provider, provider_id=r.provider_id
-        )
-        return Decision((command,), "observe")
-    return _cancel(state, r, "failed", "the replacement was never created")
-
-
-def _promote(state: ProxyState, r: Replacement) -> Decision:
-    """The replacement takes over; the old instance is deleted later (``_retire``), after the
-    lease switched and the drain is over."""
-    promoted = ReplacementPromoted(
-        rotation_id=r.rotation_id,
-        provider_id=r.provider_id,
-        retired_provider_id=state.instance_id,
-        ip=r.ip,
-        url=r.url,
-    )
-    after = msgspec_replace(
-        state,
-        instance_id=r.provider_id,
-        instance_state=r.state,
-        ip=r.ip,
-        url=r.url,
-        healthy=r.healthy,
-        health_reason="",
-        health_message=r.health_message,
-    )
-    status = _status(
-        after, Phase.READY, "InstanceRunning", "", ip=r.ip, url=r.url, outcome="promote"
-    )
-    return Decision((promoted, *status.events), "promote")
-
-
-def _cancel(state: ProxyState, r: Replacement, outcome: str, message: str) -> Decision:
-    ended = RotationEnded(rotation_id=r.rotation_id, outcome=outcome, message=message)
-    if r.provider_id and not r.gone:
-        command = DeleteInstance(
-            command_id=command_id(state), provider=r.provider, provider_id=r.provider_id
-        )
-        return Decision((command, ended), "rotation_" + outcome)
-    return Decision((ended,), "rotation_" + outcome)
-
-
-def _delete_retiring(state: ProxyState) -> DeleteInstance:
-    return DeleteInstance(
-        command_id=command_id(state),
-        provider=state.retiring_provider,
-        provider_id=state.retiring_id,
-    )
-
-
-def _retire(state: ProxyState) -> Decision:
-    return Decision((_delete_retiring(state),), "retire")

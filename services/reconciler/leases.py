@@ -1,6 +1,6 @@
 """The reconciler's two questions to a proxy's lease subject (docs/decisions.md, D85).
 
-- Is the proxy leased? Asked only when a decision depends on it (``decide.needs_lease``): a
+- Is the proxy leased? Asked only when a decision depends on it (``decide_rotate.needs_lease``): a
   leased proxy whose spec changed is replaced make-before-break, so that its lease never points
   at a deleted instance; an unleased one is replaced delete-first, as before.
 - After a promotion: switch the lease to the new instance. ``LeaseSwitched`` is appended with
@@ -24,7 +24,8 @@ from events import subjects
 from events.errors import ConcurrencyError
 from events.schemas import LeaseSwitched
 from events.store import EventStore, NewEvent, derive_msg_id
-from projections.lease import LeaseView, fold, is_free
+from projections.lease import LeaseView, fold
+from projections.lease_queries import is_free
 
 log = structlog.get_logger("egress.reconciler")
 

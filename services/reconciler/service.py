@@ -25,14 +25,9 @@ from events import subjects
 from events.errors import ConcurrencyError
 from events.schemas import ReplacementPromoted
 from events.store import EventStore, History, NewEvent, derive_msg_id
-from services.reconciler.decide import (
-    Decision,
-    decide,
-    needs_lease,
-    retire_in,
-    unhealthy_for,
-    wakes,
-)
+from services.reconciler.decide import decide, unhealthy_for, wakes
+from services.reconciler.decide_rotate import needs_lease, retire_in
+from services.reconciler.decision import Decision
 from services.reconciler.leases import is_leased, switch_lease
 from services.reconciler.state import VERSION as STATE_VERSION
 from services.reconciler.state import ProxyState, fold

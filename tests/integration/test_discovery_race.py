@@ -19,7 +19,8 @@ import pytest
 
 from events import subjects
 from events.schemas import LeaseReleased
-from projections.lease import LeaseView, apply, find
+from projections.lease import LeaseView, apply
+from projections.lease_queries import find
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.natsserver import EmbeddedNatsServer
 from tests.support.discovery import ready_proxy

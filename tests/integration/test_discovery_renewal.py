@@ -16,6 +16,7 @@ import pytest
 from events import subjects
 from events.schemas import LeaseExpired, LeaseRenewed
 from projections import lease as lease_fold
+from projections import lease_queries
 from services.discovery.expiry import ExpirySweep
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.natsserver import EmbeddedNatsServer
@@ -159,7 +160,7 @@ def _reached(when: datetime) -> bool:
 
 async def _final(store: JetStreamEventStore, uid: str, lease_id: str) -> lease_fold.LeaseRecord:
     view = lease_fold.fold((await store.read(subjects.lease(uid))).events)
-    record = lease_fold.find(view, lease_id)
+    record = lease_queries.find(view, lease_id)
     assert record is not None
     return record
 
@@ -211,6 +212,6 @@ async def test_a_renewal_racing_the_expiry_is_decided_by_the_log(
             history = await jetstream_store.read(subjects.lease(lease["proxy"]["uid"]))
             view = lease_fold.fold(history.events)
             # Over at its first end, renewed never: whatever the order the log put them in.
-            assert lease_fold.active(view, lease["id"], end + timedelta(microseconds=2)) is None
+            assert lease_queries.active(view, lease["id"], end + timedelta(microseconds=2)) is None
             assert record.renewed_seq == 0
             assert same_instant(record.expires_at, lease["expiresAt"])

@@ -9,7 +9,8 @@ import pytest
 from events import subjects
 from events.schemas import LeaseAcquired, LeaseReleased
 from events.store import NewEvent
-from projections.lease import RELEASED, active, find
+from projections.lease import RELEASED
+from projections.lease_queries import active, find
 from services.discovery.views import Views
 from services.discovery.withdraw import Withdrawals
 from services.runtime.connection import Connection

@@ -9,7 +9,8 @@ from itertools import pairwise
 
 from events.schemas import Event, LeaseAcquired, LeaseReleased, LeaseReported
 from events.store import Recorded
-from projections.lease import LeaseView, apply, find, fold
+from projections.lease import LeaseView, apply, fold
+from projections.lease_queries import find
 from tests.unit.test_lease_fold import acquired, at
 
 PROXIES = ("p1", "p2")

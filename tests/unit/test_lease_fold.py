@@ -15,17 +15,11 @@ from events.schemas import (
     LeaseReported,
 )
 from events.store import Recorded
-from projections.lease import (
-    ACTIVE,
-    EXPIRED,
-    HISTORY,
-    RELEASED,
-    LeaseView,
+from projections.lease import ACTIVE, EXPIRED, HISTORY, RELEASED, LeaseView, apply, fold
+from projections.lease_queries import (
     active,
-    apply,
     available_at,
     find,
-    fold,
     indexed,
     is_available,
     is_free,

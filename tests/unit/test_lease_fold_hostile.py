@@ -24,17 +24,8 @@ from events.schemas import (
     LeaseReported,
 )
 from events.store import Recorded
-from projections.lease import (
-    HISTORY,
-    RELEASED,
-    apply,
-    available_at,
-    find,
-    fold,
-    indexed,
-    is_available,
-    is_free,
-)
+from projections.lease import HISTORY, RELEASED, apply, fold
+from projections.lease_queries import available_at, find, indexed, is_available, is_free
 from tests.unit.test_lease_fold import T0, Log, acquired, at, released
 
 # ------------------------------------------------------------------------- hostile events

@@ -10,7 +10,8 @@ from datetime import datetime
 import pytest
 
 from events.schemas import MAX_LEASE_SECONDS, LeaseExpired, LeaseRenewed
-from projections.lease import EXPIRED, RELEASED, active, find, is_available, is_free
+from projections.lease import EXPIRED, RELEASED
+from projections.lease_queries import active, find, is_available, is_free
 from tests.unit.test_lease_fold import Log, acquired, at, released
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from events.codec import InvalidEvent, encode
 from events.schemas import MAX_BLOCK_BACKOFF_SECONDS, LeaseAcquired, LeaseReported
-from projections.lease import available_at, is_available
+from projections.lease_queries import available_at, is_available
 from projections.outcomes import (
     MAX_BACKOFFS,
     Reports,

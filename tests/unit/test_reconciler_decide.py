@@ -31,7 +31,8 @@ from events.schemas import (
     ProxySpecChanged,
 )
 from events.store import Recorded
-from services.reconciler.decide import Decision, decide, instance_name, unhealthy_for, wakes
+from services.reconciler.decide import decide, unhealthy_for, wakes
+from services.reconciler.decision import Decision, instance_name
 from services.reconciler.state import ProxyState, fold
 
 UID = "0b5e8f8e-1111-4222-8333-944455556666"

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from events.schemas import Phase
-from projections import lease as lease_fold
+from projections import lease_queries
 from projections.lease import LeaseView
 from projections.outcomes import active_backoffs
 from projections.proxy import ProxyView
@@ -62,8 +62,8 @@ def health_of(proxy: ProxyView) -> str:
 
 
 def row(proxy: ProxyView, lease: LeaseView | None, now: datetime) -> Row:
-    leased = not lease_fold.is_free(lease, now)
-    rest = None if leased else lease_fold.available_at(lease)
+    leased = not lease_queries.is_free(lease, now)
+    rest = None if leased else lease_queries.available_at(lease)
     current = lease.current if leased and lease is not None else None
     return Row(
         uid=proxy.uid,
@@ -81,7 +81,7 @@ def row(proxy: ProxyView, lease: LeaseView | None, now: datetime) -> Row:
         expires_at=current.expires_at if current is not None else None,
         cooldown_until=rest if rest is not None and rest > now else None,
         backoffs=len(active_backoffs(lease.reports, now)) if lease is not None else 0,
-        available=leasable(proxy) and lease_fold.is_available(lease, now),
+        available=leasable(proxy) and lease_queries.is_available(lease, now),
         deleting=proxy.deleting,
         message=proxy.health_message if proxy.healthy is False else proxy.message,
     )
