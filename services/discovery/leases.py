@@ -132,19 +132,17 @@ class Leases:
             return granted
 
     async def _caught_up(self) -> bool:
-        """Whether the view moved on by reaching the LEASE stream's end (bounded).
+        """Whether the views moved on by reaching their streams' ends (bounded).
 
-        A 503 is an answer about the whole fleet, so it is given only from a view that holds
-        every lease event appended before the request: a crawler that releases on one replica
-        and acquires on another at once must get the proxy it just freed, not a 503 from a view
-        a few milliseconds behind. One stream read per would-be 503; a log out of reach leaves
-        the refusal as it was."""
-        before = self.views.lease_seq
-        with contextlib.suppress(TimeoutError, StoreUnavailable):
-            await self.views.wait_for_lease_seq(
-                await self.views.lease_log_seq(), self.policy.view_timeout
-            )
-        return self.views.lease_seq > before
+        A 503 is an answer about the whole fleet, so it is given only from views that hold
+        every event appended before the request: a crawler that releases on one replica and
+        acquires on another at once must get the proxy it just freed, and a proxy found
+        healthy a moment ago must count, not a view a few milliseconds behind. Two stream
+        reads per would-be 503; a log out of reach leaves the refusal as it was."""
+        try:
+            return await self.views.reach_log_end(self.policy.view_timeout)
+        except StoreUnavailable:
+            return False
 
     async def _wait(
         self,

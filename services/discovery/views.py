@@ -9,6 +9,7 @@ applied, which bounds this replica's idea of "now" from below (``now``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import heapq
 import itertools
 from collections.abc import Callable
@@ -238,15 +239,30 @@ class Views:
         finally:
             waiter.cancel()  # a timed-out waiter is dropped when its sequence comes
 
+    async def reach_log_end(self, timeout: float) -> bool:
+        """Bring both views to their streams' ends as they are now (bounded by ``timeout``);
+        whether either moved. What a refusal about the whole fleet is answered after."""
+        before = (self.proxies.last_seq, self.lease_seq)
+        proxy_end, lease_end = await asyncio.gather(
+            self._log_seq(subjects.PROXY_STREAM), self.lease_log_seq()
+        )
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await self.proxies.wait_for(proxy_end, timeout)
+                await self.wait_for_lease_seq(lease_end, timeout)
+        return (self.proxies.last_seq, self.lease_seq) != before
+
+    async def _log_seq(self, stream: str) -> int:
+        try:
+            info = await self.js.stream_info(stream)
+        except (NatsError, TimeoutError) as exc:
+            raise StoreUnavailable(f"cannot read the {stream} stream: {exc}") from exc
+        return info.state.last_seq
+
     async def lease_log_seq(self) -> int:
         """The LEASE stream's last sequence now: what this view must reach to know every lease
         any replica has granted so far."""
-        try:
-            info = await self.js.stream_info(subjects.LEASE_STREAM)
-        except (NatsError, TimeoutError) as exc:
-            stream = subjects.LEASE_STREAM
-            raise StoreUnavailable(f"cannot read the {stream} stream: {exc}") from exc
-        return info.state.last_seq
+        return await self._log_seq(subjects.LEASE_STREAM)
 
     async def fresh_lease_view(self, uid: str) -> LeaseView | None:
         """The lease view with whatever the projector has not applied yet read from the store:
