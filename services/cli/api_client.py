@@ -98,7 +98,9 @@ class DiscoveryClient:
             with opener.open(request, timeout=self.timeout) as response:
                 raw = response.read()
         except urllib.error.HTTPError as exc:
-            raise self._refused(exc) from None
+            with exc:  # it holds the response's socket until closed
+                refused = self._refused(exc)
+            raise refused from None
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
             raise ConnectError(

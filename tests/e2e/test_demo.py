@@ -97,8 +97,9 @@ async def test_up_apply_traffic_delete(tmp_path: Path, target: str) -> None:
         assert len({i["url"] for i in items}) == 5
         for item in items:
             # Only a lease's holder may use a proxy (D84): its URL carries the credentials.
-            with pytest.raises(urllib.error.HTTPError, match="407"):
+            with pytest.raises(urllib.error.HTTPError, match="407") as refused:
                 await asyncio.to_thread(fetch_via, item["url"], target)
+            refused.value.close()  # it holds the response's socket until closed
             slot = f"slot={item['attributes']['slot']}"
             got = await asyncio.to_thread(
                 cli, "lease", "acquire", "--selector", slot, "--ttl", "60", "-o", "json",

@@ -89,7 +89,8 @@ def status_via(proxy_url: str, target: str, headers: dict[str, str] | None = Non
             response.read()
             return int(response.status)
     except urllib.error.HTTPError as exc:
-        return exc.code
+        with exc:  # it holds the response's socket until closed
+            return exc.code
 
 
 def lease(proxy: Proxy, token: int, seconds: float) -> str:

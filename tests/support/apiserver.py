@@ -270,7 +270,8 @@ class ApiServer:
             with urllib.request.urlopen(request, timeout=10, context=context) as response:
                 return response.status, response.read().decode()
         except urllib.error.HTTPError as exc:
-            return exc.code, exc.read().decode()
+            with exc:  # it holds the response's socket until closed
+                return exc.code, exc.read().decode()
 
     # -------------------------------------------------------------------------------- details
 

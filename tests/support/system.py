@@ -126,7 +126,8 @@ class Up:
                     raw = response.read()
                     return response.status, json.loads(raw) if raw else {}
             except urllib.error.HTTPError as exc:
-                raw = exc.read()
+                with exc:  # it holds the response's socket until closed
+                    raw = exc.read()
                 return exc.code, json.loads(raw) if raw else {}
 
         return await asyncio.to_thread(call)
