@@ -7,7 +7,7 @@ Custom objects come back as plain dicts (no generated models), which is what the
 from __future__ import annotations
 
 import hashlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -56,7 +56,7 @@ class ProxyApi:
             raise _wrap(exc, "list proxies") from exc
         return list(listing.get("items") or []), str(listing["metadata"]["resourceVersion"])
 
-    async def watch_proxies(self, resource_version: str) -> AsyncIterator[Raw]:
+    async def watch_proxies(self, resource_version: str) -> AsyncGenerator[Raw, None]:
         """Watch events from ``resource_version`` on, bookmarks included.
 
         kubernetes_asyncio's ``Watch`` resumes a dropped connection from the latest
@@ -78,7 +78,7 @@ class ProxyApi:
             except (ApiException, aiohttp.ClientError, TimeoutError) as exc:
                 raise _wrap(exc, "watch proxies") from exc
 
-    async def watch_secrets(self) -> AsyncIterator[Raw]:
+    async def watch_secrets(self) -> AsyncGenerator[Raw, None]:
         """Labelled Secrets (the only ones usable as cloud-init), from now on."""
         async with Watch() as watch:
             stream = watch.stream(

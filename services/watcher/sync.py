@@ -10,6 +10,7 @@ every ``resync`` seconds. Appends are decided on the folded aggregate
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Iterable
 from typing import Any
 
@@ -242,8 +243,13 @@ class ProxySync:
             raise_if_cancelled()  # nats-py can swallow a cancellation inside an append
             try:
                 version = await self.relist()
-                async with asyncio.timeout(self.resync if self.resync > 0 else None):
-                    async for event in self.api.watch_proxies(version):
+                # aclosing: a watch left by the resync's timeout, a cancellation or an error
+                # closes its connection now, not whenever the abandoned generator is collected.
+                async with (
+                    asyncio.timeout(self.resync if self.resync > 0 else None),
+                    contextlib.aclosing(self.api.watch_proxies(version)) as events,
+                ):
+                    async for event in events:
                         await self.handle(event)
                         # A cancellation swallowed inside the append would otherwise wait for
                         # the next watch event, which may never come.
@@ -263,12 +269,14 @@ class ProxySync:
         while True:
             raise_if_cancelled()
             try:
-                async for event in self.api.watch_secrets():
-                    if str(event.get("type", "")).upper() == "BOOKMARK":
-                        continue
-                    meta = (event.get("raw_object") or {}).get("metadata") or {}
-                    await self._secret_changed(str(meta.get("namespace")), str(meta.get("name")))
-                    raise_if_cancelled()
+                async with contextlib.aclosing(self.api.watch_secrets()) as events:
+                    async for event in events:
+                        if str(event.get("type", "")).upper() == "BOOKMARK":
+                            continue
+                        meta = (event.get("raw_object") or {}).get("metadata") or {}
+                        namespace, name = str(meta.get("namespace")), str(meta.get("name"))
+                        await self._secret_changed(namespace, name)
+                        raise_if_cancelled()
             except KubeApiError as exc:
                 log.warning("secret watch failed, starting again", error=str(exc))
                 await asyncio.sleep(self.retry_delay)

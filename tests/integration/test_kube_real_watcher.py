@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import itertools
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -199,7 +199,7 @@ async def test_a_real_410_makes_the_watcher_list_again_and_carry_on(
     resumed: list[str] = []
 
     class ResumingFromStale(ProxyApi):
-        def watch_proxies(self, resource_version: str) -> AsyncIterator[Raw]:
+        def watch_proxies(self, resource_version: str) -> AsyncGenerator[Raw, None]:
             if not resumed:
                 resumed.append(resource_version)
                 resource_version = stale
