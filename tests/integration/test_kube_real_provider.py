@@ -51,11 +51,12 @@ class Kubelet:
     selector: str
     next_ip: int = 10
     paused: bool = False
+    stopped: bool = False
     grace_ticks: int = 3
     _terminating: dict[tuple[str, str], int] = field(default_factory=dict)
 
     async def run(self) -> None:
-        while True:
+        while not self.stopped:
             if not self.paused:
                 listed = await self.core.list_pod_for_all_namespaces(label_selector=self.selector)
                 for pod in listed.items:
@@ -161,9 +162,16 @@ async def node(apiserver: ApiServer, provider_name: str) -> AsyncIterator[Kubele
         try:
             yield kubelet
         finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            # Stopped between two ticks, not cancelled inside a request: a request cancelled
+            # in flight can leave its connection to the apiserver unclosed until collected.
+            kubelet.stopped = True
+            try:
+                async with asyncio.timeout(30):
+                    await task
+            except TimeoutError:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
 
 
 def provider_label(provider_name: str) -> str:
