@@ -24,7 +24,7 @@ each phase is reported too: it barely moves with the machine's load.
 Race (``bench.discovery_race``): two API processes, 64 clients, one proxy; double leases must
 be 0.
 
-Run: ``python -m bench.discovery [--seconds S] [--rounds R] [--api-loop uvloop] [--json FILE]``.
+Run: ``python -m bench.discovery [--seconds S] [--rounds R] [--api-loop asyncio] [--json FILE]``.
 """
 
 from __future__ import annotations
@@ -252,7 +252,7 @@ async def throughput(
     pace: float = 0.0,
     phases: tuple[str, ...] = PHASES,
     profile: Path | None = None,
-    loop: str = "asyncio",
+    loop: str = "uvloop",
     info: dict[str, object] | None = None,
 ) -> list[dict[str, Load]]:
     """Rounds of the phases on one server, one API process and one set of connections. The
@@ -480,7 +480,7 @@ def main() -> None:
         help="run only these (e.g. `--phases leases` to profile the lease cycle alone)",
     )
     parser.add_argument(
-        "--api-loop", choices=LOOPS, default="asyncio", help="the API process's event loop"
+        "--api-loop", choices=LOOPS, default="uvloop", help="the API process's event loop"
     )
     parser.add_argument("--race-rounds", type=int, default=1)
     parser.add_argument("--race-grants", type=int, default=300)

@@ -1,13 +1,14 @@
 """The processes, the set-up and the client of the discovery benchmarks.
 
 The API runs as its own process, as a deployment runs it, so the clients' CPU is not the
-server's: ``python -m bench.discovery_worker NATS_URL [--cooldown S] [--loop asyncio|uvloop]
+server's: ``python -m bench.discovery_worker NATS_URL [--cooldown S] [--loop uvloop|asyncio]
 [--profile FILE]`` prints ``ready <port> <event loop> <HTTP protocol>`` once it listens and stops
 cleanly on SIGTERM (writing cProfile stats first, with ``--profile``).
 
 The service runs uvicorn inside the process's own event loop (``Server.serve``), so uvicorn's
-``loop="auto"`` never applies: the loop is whatever the process started, the standard one unless
-``--loop uvloop`` (an experiment; uvloop is not a dependency). Its ``http="auto"`` does apply:
+``loop="auto"`` never applies: the loop is whatever the process started, uvloop as ``up`` and
+``run`` start it (``--event-loop``), or the standard one with ``--loop asyncio``. Its
+``http="auto"`` does apply:
 httptools when installed, h11 otherwise. The ready line names both, so a run records what it
 measured.
 
@@ -99,7 +100,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.discovery_worker")
     parser.add_argument("nats_url")
     parser.add_argument("--cooldown", type=float, default=0.0)
-    parser.add_argument("--loop", choices=LOOPS, default="asyncio")
+    parser.add_argument("--loop", choices=LOOPS, default="uvloop")
     parser.add_argument("--profile", help="write cProfile stats here on exit")
     args = parser.parse_args()
     configure_logging("warning", stream=sys.stderr)
@@ -142,7 +143,7 @@ async def spawn(
     *,
     cooldown: float = 0.0,
     profile: Path | None = None,
-    loop: str = "asyncio",
+    loop: str = "uvloop",
 ) -> Api:
     """Tracing stays off in the worker (no OTEL_* variables): an exporter is not measured."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
@@ -202,7 +203,7 @@ async def seed(store: JetStreamEventStore, proxies: int) -> None:
 
 @contextlib.asynccontextmanager
 async def setup(
-    tmp: Path, *, proxies: int, apis: int, profile: Path | None = None, loop: str = "asyncio"
+    tmp: Path, *, proxies: int, apis: int, profile: Path | None = None, loop: str = "uvloop"
 ) -> AsyncIterator[Setup]:
     """A fresh server with ``proxies`` Ready proxies, then ``apis`` API processes on it, each
     on the event loop ``loop``."""

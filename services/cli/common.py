@@ -203,8 +203,31 @@ async def until_signalled(work: Coroutine[Any, Any, T]) -> T | None:
             loop.remove_signal_handler(sig)
 
 
-def run_until_signalled(work: Coroutine[Any, Any, T]) -> T | None:
-    return asyncio.run(until_signalled(work))
+EVENT_LOOPS = ("uvloop", "asyncio")
+EVENT_LOOP_ATTRS: dict[str, Any] = {
+    "type": click.Choice(EVENT_LOOPS),
+    "default": "uvloop",
+    "show_default": True,
+    "help": "The services' event loop: uvloop (a fifth less CPU per lease in the discovery "
+    "benchmark, docs/benchmarks.md) or the standard asyncio one.",
+}
+"""``--event-loop`` of ``up`` and ``run``: the long-running commands, where the loop's cost per
+request counts (docs/decisions.md D89). One-shot commands use the standard loop."""
+
+
+def run_until_signalled(work: Coroutine[Any, Any, T], *, event_loop: str = "asyncio") -> T | None:
+    """Run ``work`` until it ends or SIGINT/SIGTERM; on uvloop when asked (and importable:
+    where uvloop has no wheel the standard loop serves, and says so)."""
+    factory: Callable[[], asyncio.AbstractEventLoop] | None = None
+    if event_loop == "uvloop":
+        try:
+            import uvloop  # noqa: PLC0415 (an optional speed-up, imported only when asked for)
+        except ImportError:
+            log.warning("uvloop is not installed: running on the standard asyncio loop")
+        else:
+            factory = uvloop.new_event_loop
+    with asyncio.Runner(loop_factory=factory) as runner:
+        return runner.run(until_signalled(work))
 
 
 table_or_json_lines = click.option(

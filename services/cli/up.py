@@ -22,6 +22,7 @@ from rich.text import Text
 
 from services.cli import uplocal
 from services.cli.common import (
+    EVENT_LOOP_ATTRS,
     CliState,
     probe,
     run_until_signalled,
@@ -126,6 +127,7 @@ def _with_option(entry: ServiceEntry) -> click.Option:
     help="Named provider instances (YAML); without it, one `local` provider.",
 )
 @with_env_option("--metrics-port", **METRICS_PORT_ATTRS)
+@with_env_option("--event-loop", **EVENT_LOOP_ATTRS)
 @click.pass_obj
 def up(state: CliState, /, **values: Any) -> None:
     """Run the whole system in one process, with an embedded nats-server.
@@ -183,7 +185,7 @@ def up(state: CliState, /, **values: Any) -> None:
         if not entry.up_optional or values[f"with_{entry.name}"]
     ]
     try:
-        run_until_signalled(_up(settings, services, values))
+        run_until_signalled(_up(settings, services, values), event_loop=values["event_loop"])
     finally:
         if target is not None:
             target.close()
@@ -334,11 +336,12 @@ def _service_command(entry: ServiceEntry) -> click.Command:
             service_name=f"egress-proxies-{entry.name}",
         )
         service = build(entry, settings, values)
-        run_until_signalled(_run_one(service, settings))
+        run_until_signalled(_run_one(service, settings), event_loop=values["event_loop"])
         log.info("stopped", service=service.name)
 
     params: list[click.Parameter] = [
         *setting_params(env_option("--metrics-port", **METRICS_PORT_ATTRS)),
+        env_option("--event-loop", **EVENT_LOOP_ATTRS),
         *entry.options,
     ]
     return click.Command(entry.name, params=params, callback=callback, help=entry.help)

@@ -126,7 +126,7 @@ class DiscoveryService:
         store = JetStreamEventStore(
             ctx.conn.nc, ctx.conn.js, timeout=self.append_timeout, attempts=1
         )
-        views = Views(ctx.conn.js, store)
+        views = Views(ctx.conn.js, store, nc=ctx.conn.nc)
         metrics = discovery_metrics(ctx.metrics.registry)
         policy = LeasePolicy(
             max_ttl=self.max_lease_ttl,

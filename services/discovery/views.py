@@ -18,6 +18,7 @@ from typing import TypeVar
 
 import msgspec
 import structlog
+from nats.aio.client import Client as NATS
 from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
 
@@ -89,8 +90,12 @@ class Views:
         *,
         batch: int = 1000,
         snapshots: bool = True,
+        nc: NATS | None = None,
     ) -> None:
         self.js = js
+        self.nc = nc
+        """With a connection, the views follow their streams by push (``Projector.follow``),
+        which answers read-your-writes waits without a window's delay; without, by pull."""
         self.store = store
         self.on_change: Callable[[], None] = lambda: None
         """Called after each event applied (the waiting queue's wake-up)."""
@@ -179,8 +184,12 @@ class Views:
 
     async def run(self, snapshot_interval: float = 30.0) -> None:
         async with asyncio.TaskGroup() as group:
-            group.create_task(follow(self.proxies, self.batch), name="discovery-proxies")
-            group.create_task(follow(self.leases, self.batch), name="discovery-leases")
+            if self.nc is not None:
+                group.create_task(self.proxies.follow(self.nc), name="discovery-proxies")
+                group.create_task(self.leases.follow(self.nc), name="discovery-leases")
+            else:
+                group.create_task(follow(self.proxies, self.batch), name="discovery-proxies")
+                group.create_task(follow(self.leases, self.batch), name="discovery-leases")
             if snapshot_interval > 0:
                 group.create_task(_snapshots(self.proxies, snapshot_interval))
                 group.create_task(_snapshots(self.leases, snapshot_interval))

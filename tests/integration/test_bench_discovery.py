@@ -29,7 +29,7 @@ async def test_every_phase_runs_its_requests_without_errors(tmp_path: Path) -> N
     rounds = await discovery.throughput(
         tmp_path, clients=4, proxies=8, seconds=0.5, rounds=2, info=info
     )
-    assert info == {"api_loop": "asyncio", "api_http": "httptools"}
+    assert info == {"api_loop": "uvloop", "api_http": "httptools"}
     assert len(rounds) == 2
     for r, loads in enumerate(rounds):
         assert set(loads) == set(discovery.PHASES)

@@ -8,10 +8,8 @@ import asyncio
 
 import httpx
 import pytest
+from nats.aio.msg import Msg
 
-from events import subjects
-from events.schemas import LeaseExpired
-from events.store import NewEvent
 from services.discovery.service import DiscoveryService
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.natsserver import EmbeddedNatsServer
@@ -21,17 +19,29 @@ from tests.support.waiting import until
 pytestmark = pytest.mark.integration
 
 
-def hold_lease_view(service: DiscoveryService, gate: asyncio.Event) -> None:
-    """The replica's lease projector applies nothing until ``gate`` is set."""
+def hold_lease_view(service: DiscoveryService, gate: asyncio.Event) -> asyncio.Task[None]:
+    """The replica's lease view applies nothing until ``gate`` is set: what its push follower
+    delivers meanwhile is kept, then applied in order."""
     assert service.api is not None
-    projector = service.api.views.leases
-    step = projector.step
+    push = service.api.views.leases.push
+    assert push is not None  # the replica follows the log by push
+    apply = push.on_msg
+    held: list[Msg] = []
 
-    async def held(*, no_wait: bool = False) -> int:
+    def holding(msg: Msg) -> None:
+        if gate.is_set() and not held:
+            apply(msg)
+        else:
+            held.append(msg)
+
+    async def release() -> None:
         await gate.wait()
-        return await step(no_wait=no_wait)
+        for msg in held:
+            apply(msg)
+        held.clear()
 
-    projector.step = held  # type: ignore[method-assign]
+    push.on_msg = holding
+    return asyncio.create_task(release())
 
 
 async def test_a_lease_from_another_replica_is_found_once_the_view_catches_up(
@@ -45,13 +55,9 @@ async def test_a_lease_from_another_replica_is_found_once_the_view_catches_up(
         httpx.AsyncClient(base_url=first, timeout=10) as a,
         httpx.AsyncClient(base_url=second, timeout=10) as b,
     ):
-        hold_lease_view(lagging, gate)
+        held = hold_lease_view(lagging, gate)
         assert lagging.api is not None
         views = lagging.api.views
-        # The fetch in flight when the hold began returns with the next event: spend it.
-        stale = LeaseExpired(lease_id="none", proxy_uid="zz")
-        spent = await jetstream_store.append(subjects.lease("zz"), [NewEvent(stale, "spent")])
-        await until(lambda: views.lease_seq == spent.last_seq, what="the last unheld step")
         got = await a.post("/v1/leases", json={"ttlSeconds": 60})
         assert got.status_code == 201, got.text
         lease_id = got.json()["id"]
@@ -60,6 +66,7 @@ async def test_a_lease_from_another_replica_is_found_once_the_view_catches_up(
         await asyncio.sleep(0.3)
         assert not asked.done()  # waiting for its view, not answering 404
         gate.set()
+        await held
         shown = await asked
         assert shown.status_code == 200, shown.text
         assert shown.json()["id"] == lease_id
@@ -86,15 +93,13 @@ async def test_a_proxy_released_on_another_replica_is_granted_not_refused(
         got = await a.post("/v1/leases", json={"ttlSeconds": 60})
         assert got.status_code == 201, got.text
         await until(lambda: views.find_lease(got.json()["id"]) is not None)
-        hold_lease_view(lagging, gate)
-        stale = LeaseExpired(lease_id="none", proxy_uid="zz")
-        spent = await jetstream_store.append(subjects.lease("zz"), [NewEvent(stale, "spent")])
-        await until(lambda: views.lease_seq == spent.last_seq, what="the last unheld step")
+        held = hold_lease_view(lagging, gate)
         assert (await a.delete(f"/v1/leases/{got.json()['id']}")).status_code == 204
         asked = asyncio.create_task(b.post("/v1/leases", json={"ttlSeconds": 60}))
         await asyncio.sleep(0.3)
         assert not asked.done()  # reaching the log's end, not answering 503
         gate.set()
+        await held
         taken = await asked
         assert taken.status_code == 201, taken.text
         assert taken.json()["proxy"]["uid"] == "p1"

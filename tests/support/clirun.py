@@ -73,7 +73,7 @@ def run_parsed(
     started: list[Settings] = []
     with monkeypatch.context() as scoped:
         scoped.setattr(up, "_run_one", lambda _service, settings: started.append(settings))
-        scoped.setattr(up, "run_until_signalled", lambda work: work)
+        scoped.setattr(up, "run_until_signalled", lambda work, **_: work)
         # The group points logging at the runner's stream; the process keeps its own.
         scoped.setattr("services.cli.main.configure_logging", lambda *_: None)
         unset: dict[str, str | None] = dict.fromkeys(variables_of(command))

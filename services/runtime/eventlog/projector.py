@@ -11,11 +11,14 @@ there is no usable set; the views are the same either way.
 from __future__ import annotations
 
 import asyncio
+import heapq
+import itertools
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
 import nats.errors
 import structlog
+from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
@@ -26,6 +29,7 @@ from events.store import Recorded
 from events.subjects import proxy_uid_of
 from services.runtime.aio import raise_if_cancelled
 from services.runtime.eventlog.ordered import OrderedPull
+from services.runtime.eventlog.push import OrderedPush
 from services.runtime.eventlog.snapshots import SnapshotStore
 
 V = TypeVar("V")
@@ -57,7 +61,10 @@ class Projector(Generic[V]):
         self.applied = 0
         self.skipped = 0
         self._reader = OrderedPull(js, stream, filter_subject, batch=batch)
-        self._advanced = asyncio.Condition()
+        self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._tickets = itertools.count()
+        self.push: OrderedPush | None = None
+        """Set while ``follow`` keeps the views current by push."""
         self._js = js
         self.snapshots = snapshots
         self.restored = restored
@@ -139,10 +146,45 @@ class Projector(Generic[V]):
                 log.warning("projector cannot read yet", stream=self.stream, error=str(exc))
                 await asyncio.sleep(self.idle_timeout)
 
+    async def follow(self, nc: NATS, *, heartbeat: float = 2.0) -> None:
+        """After ``catch_up``: keep the views current by push, each event applied the moment it
+        is stored (``push.py``), for ever. For a view that answers read-your-writes waits:
+        ``step`` costs a request per answer, or holds events for a window under load."""
+        await self._reader.close()
+        self.push = OrderedPush(
+            nc, self._js, self.stream, self.filter_subject, self._pushed, heartbeat=heartbeat
+        )
+        try:
+            await self.push.run(self._reader.last_seq)
+        finally:
+            self.push = None
+
+    def _pushed(self, msg: Msg) -> None:
+        self._apply(msg)
+        self._reader.last_seq = msg.metadata.sequence.stream
+        self._wake()
+
     async def wait_for(self, seq: int, timeout: float = 10.0) -> None:
-        """Read-your-writes: wait until the view includes stream sequence ``seq``."""
-        async with asyncio.timeout(timeout), self._advanced:
-            await self._advanced.wait_for(lambda: self.last_seq >= seq)
+        """Read-your-writes: wait until the view includes stream sequence ``seq``.
+
+        Each waiter has its own future, woken when its sequence is applied: a shared condition
+        would wake every waiting request on every event."""
+        if self.last_seq >= seq:
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._waiters, (seq, next(self._tickets), waiter))
+        try:
+            async with asyncio.timeout(timeout):
+                await waiter
+        finally:
+            waiter.cancel()  # a timed-out waiter is dropped when its sequence comes
+
+    def _wake(self) -> None:
+        seq = self.last_seq
+        while self._waiters and self._waiters[0][0] <= seq:
+            _, _, waiter = heapq.heappop(self._waiters)
+            if not waiter.done():
+                waiter.set_result(None)
 
     async def close(self) -> None:
         await self._reader.close()
@@ -153,8 +195,7 @@ class Projector(Generic[V]):
         for msg in msgs:
             self._apply(msg)
         if msgs:
-            async with self._advanced:
-                self._advanced.notify_all()
+            self._wake()
         return len(msgs)
 
     def _apply(self, msg: Msg) -> None:
