@@ -59,7 +59,12 @@ async def test_every_phase_runs_its_requests_without_errors(tmp_path: Path) -> N
     assert summary["ratio cycles/(raw/2)"] == pytest.approx([sum(ratios) / 2, *ratios])
     assert summary["paced cycle p99 ms"][0] > 0
     assert summary["healthz req/s (info)"][0] > 0
-    assert set(discovery.verdicts(summary)) == {"ratio", "paced_p99"}
+    assert set(discovery.verdicts(summary)) == {
+        "ratio",
+        "paced_p99",
+        "proposed_paced_p99",
+        "proposed_api_cpu",
+    }
     discovery.render(summary, [], Console(quiet=True))
 
 
