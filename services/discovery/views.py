@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import heapq
-import itertools
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import TypeVar
@@ -134,10 +132,6 @@ class Views:
         )
         self.batch = batch
         self.caught_up = False
-        self.lease_seq = 0
-        """The stream sequence of the last lease event applied."""
-        self._lease_waiters: list[tuple[int, int, asyncio.Future[None]]] = []
-        self._tickets = itertools.count()
 
     def _seen(self, recorded: Recorded) -> None:
         stamp = recorded.timestamp
@@ -154,13 +148,6 @@ class Views:
     def _on_lease(self, view: LeaseView | None, recorded: Recorded) -> LeaseView:
         self._seen(recorded)
         after = self._apply_lease(view, recorded)
-        self.lease_seq = recorded.seq
-        # Woken callbacks run only after the projector has stored ``after``: futures call back
-        # on the next turn of the loop, and the projector stores the view before it yields.
-        while self._lease_waiters and self._lease_waiters[0][0] <= recorded.seq:
-            _, _, waiter = heapq.heappop(self._lease_waiters)
-            if not waiter.done():
-                waiter.set_result(None)
         self.on_change()
         return after
 
@@ -179,7 +166,6 @@ class Views:
     async def catch_up(self) -> None:
         await self.proxies.catch_up()
         await self.leases.catch_up()
-        self.lease_seq = max(self.lease_seq, self.leases.last_seq)
         self.caught_up = True
 
     async def run(self, snapshot_interval: float = 30.0) -> None:
@@ -231,22 +217,14 @@ class Views:
     def active_leases(self) -> list[LeaseView]:
         return [v for v in self.leases.views.values() if v.current is not None]
 
-    async def wait_for_lease_seq(self, seq: int, timeout: float) -> None:
-        """Until the lease views include stream sequence ``seq`` (read-your-writes).
+    @property
+    def lease_seq(self) -> int:
+        """The stream sequence of the last lease event applied."""
+        return self.leases.last_seq
 
-        Each waiter has its own future, woken when its sequence is applied. The projector's
-        shared condition would wake every waiting request on every event, and with dozens of
-        requests in flight those wake-ups cost more than the leasing itself.
-        """
-        if self.lease_seq >= seq:
-            return
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        heapq.heappush(self._lease_waiters, (seq, next(self._tickets), waiter))
-        try:
-            async with asyncio.timeout(timeout):
-                await waiter
-        finally:
-            waiter.cancel()  # a timed-out waiter is dropped when its sequence comes
+    async def wait_for_lease_seq(self, seq: int, timeout: float) -> None:
+        """Until the lease views include stream sequence ``seq`` (read-your-writes)."""
+        await self.leases.wait_for(seq, timeout)
 
     async def reach_log_end(self, timeout: float) -> bool:
         """Bring both views to their streams' ends as they are now (bounded by ``timeout``);

@@ -14,6 +14,7 @@ import pytest
 from rich.console import Console
 
 from bench import discovery
+from bench import discovery_report as report
 from bench.discovery_race import race
 from events import codec, subjects
 from events.schemas import LeaseAcquired
@@ -52,20 +53,20 @@ async def test_every_phase_runs_its_requests_without_errors(tmp_path: Path) -> N
         # The ratio is computed from this round's measured numbers: a cycle is two appends.
         cycles = loads["leases"].cycles / loads["leases"].seconds
         appends = loads["raw"].requests / loads["raw"].seconds
-        assert discovery.ratio(loads) == pytest.approx(cycles / (appends / 2))
-    summary = discovery.summarise(rounds)
+        assert report.ratio(loads) == pytest.approx(cycles / (appends / 2))
+    summary = report.summarise(rounds)
     assert summary["errors"][0] == 0
-    ratios = sorted(discovery.ratio(loads) for loads in rounds)
+    ratios = sorted(report.ratio(loads) for loads in rounds)
     assert summary["ratio cycles/(raw/2)"] == pytest.approx([sum(ratios) / 2, *ratios])
     assert summary["paced cycle p99 ms"][0] > 0
     assert summary["healthz req/s (info)"][0] > 0
-    assert set(discovery.verdicts(summary)) == {
+    assert set(report.verdicts(summary)) == {
         "ratio",
         "paced_p99",
         "proposed_paced_p99",
         "proposed_api_cpu",
     }
-    discovery.render(summary, [], Console(quiet=True))
+    report.render(summary, [], Console(quiet=True))
 
 
 async def test_the_raw_appends_land_in_a_stream_configured_like_lease(tmp_path: Path) -> None:
@@ -75,8 +76,8 @@ async def test_the_raw_appends_land_in_a_stream_configured_like_lease(tmp_path: 
         tmp_path, clients=2, proxies=4, seconds=0.3, rounds=1, phases=("raw",)
     )
     assert set(rounds[0]) == {"raw"}
-    assert set(discovery.summarise(rounds)) >= {"raw appends/s", "errors"}
-    assert discovery.verdicts(discovery.summarise(rounds)) == {}
+    assert set(report.summarise(rounds)) >= {"raw appends/s", "errors"}
+    assert report.verdicts(report.summarise(rounds)) == {}
     server = EmbeddedNatsServer(tmp_path / "again")
     await server.start()
     conn = await connect(server.url, name="test")
@@ -107,13 +108,13 @@ async def test_the_race_counts_grants_from_both_sides(tmp_path: Path) -> None:
     assert result.log_rejected == 0
     assert result.tokens_in_order
     assert result.attempts == result.grants + result.busy
-    discovery.render({}, [result], Console(quiet=True))
+    report.render({}, [result], Console(quiet=True))
 
 
 def test_the_percentiles_and_the_spread() -> None:
     values = [float(v) for v in range(1, 101)]
-    assert discovery.pct(values, 50) == pytest.approx(50.5)
-    assert discovery.pct(values, 99) == pytest.approx(99.01)
-    assert discovery.pct([7.0], 99) == 7.0
-    assert discovery.pct([], 99) == 0.0
-    assert discovery.spread([3.0, 1.0, 2.0]) == [2.0, 1.0, 3.0]
+    assert report.pct(values, 50) == pytest.approx(50.5)
+    assert report.pct(values, 99) == pytest.approx(99.01)
+    assert report.pct([7.0], 99) == 7.0
+    assert report.pct([], 99) == 0.0
+    assert report.spread([3.0, 1.0, 2.0]) == [2.0, 1.0, 3.0]
