@@ -205,13 +205,42 @@ def resource_of(path: str) -> str:
 # --------------------------------------------------------------------------- errors
 
 
-class KubeApiError(Exception):
-    """A Kubernetes API call failed; ``status`` is the HTTP status (0: no answer at all)."""
+MAX_RETRY_AFTER = 60.0
+"""The longest pause an apiserver's ``Retry-After`` can ask of a controller: a larger value is
+clamped, so one bad header cannot stall the watcher for hours."""
 
-    def __init__(self, message: str, *, status: int = 0, reason: str = "") -> None:
+
+class KubeApiError(Exception):
+    """A Kubernetes API call failed; ``status`` is the HTTP status (0: no answer at all).
+    ``retry_after``: the seconds the apiserver asked us to wait (a 429 from API Priority and
+    Fairness, some 5xx), 0 when it asked nothing."""
+
+    def __init__(
+        self, message: str, *, status: int = 0, reason: str = "", retry_after: float = 0.0
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.reason = reason
+        self.retry_after = retry_after
+
+
+def retry_after(headers: Mapping[str, str] | None) -> float:
+    """Seconds from a ``Retry-After`` header: a whole number of seconds, as the apiserver
+    sends it, at most ``MAX_RETRY_AFTER``; 0 when absent, a date, or anything else."""
+    if not headers:
+        return 0.0
+    raw = headers.get("Retry-After") or headers.get("retry-after") or ""
+    text = str(raw).strip()
+    if not text.isascii() or not text.isdigit():
+        return 0.0
+    return min(float(int(text[:6])), MAX_RETRY_AFTER)
+
+
+def pause_after(exc: BaseException, default: float) -> float:
+    """How long to wait before calling the apiserver again after ``exc``: what it asked for,
+    when that is longer than ``default``."""
+    asked = exc.retry_after if isinstance(exc, KubeApiError) else 0.0
+    return max(default, asked)
 
 
 class KubeNotFound(KubeApiError):
@@ -271,4 +300,9 @@ def classify_api_error(exc: ApiException, what: str = "") -> KubeApiError:
     cls = _BY_STATUS.get(status) or (KubeUnavailable if status >= 500 or status == 0 else None)
     cls = cls or KubeApiError
     prefix = f"{what}: " if what else ""
-    return cls(f"{prefix}HTTP {status} {reason}: {message}", status=status, reason=reason)
+    return cls(
+        f"{prefix}HTTP {status} {reason}: {message}",
+        status=status,
+        reason=reason,
+        retry_after=retry_after(exc.headers),
+    )

@@ -22,7 +22,7 @@ from events.errors import EventStoreError
 from events.store import EventStore
 from projections.declaring import Declaration, apply, delete
 from services.runtime.aio import raise_if_cancelled
-from services.runtime.kubeclient import KubeApiError, KubeGone
+from services.runtime.kubeclient import KubeApiError, KubeGone, pause_after
 from services.watcher.board import Board
 from services.watcher.kube import ProxyApi, Raw
 from services.watcher.logview import LogView
@@ -261,7 +261,7 @@ class ProxySync:
             except (KubeApiError, EventStoreError) as exc:
                 # The apiserver or NATS away for a moment: list again once it answers.
                 log.warning("watch failed, listing again", error=str(exc))
-                await asyncio.sleep(self.retry_delay)
+                await asyncio.sleep(pause_after(exc, self.retry_delay))
 
     async def run_secrets(self) -> None:
         """A labelled Secret changed: re-resolve the proxies that use it (a rotation replaces
@@ -279,7 +279,7 @@ class ProxySync:
                         raise_if_cancelled()
             except KubeApiError as exc:
                 log.warning("secret watch failed, starting again", error=str(exc))
-                await asyncio.sleep(self.retry_delay)
+                await asyncio.sleep(pause_after(exc, self.retry_delay))
 
     async def _secret_changed(self, namespace: str, name: str) -> None:
         users = [

@@ -18,7 +18,7 @@ from opentelemetry import propagate, trace
 
 from events.errors import EventStoreError
 from services.runtime.aio import raise_if_cancelled
-from services.runtime.kubeclient import KubeApiError
+from services.runtime.kubeclient import KubeApiError, pause_after
 from services.watcher.board import Board
 from services.watcher.kube import ProxyApi
 from services.watcher.logview import LogView
@@ -59,9 +59,9 @@ class StatusWriter:
             except EventStoreError as exc:
                 log.warning("cannot read the log yet", error=str(exc))
                 await asyncio.sleep(self.retry_delay)
-            failed = await self.flush()
-            if failed:
-                await asyncio.sleep(self.retry_delay)
+            pause = await self.flush()
+            if pause:
+                await asyncio.sleep(pause)
 
     async def _catch_up(self) -> None:
         """Fold the whole log before the first write: a new leader must not patch statuses
@@ -75,19 +75,32 @@ class StatusWriter:
                 log.warning("cannot read the log yet", error=str(exc))
                 await asyncio.sleep(self.retry_delay)
 
-    async def flush(self) -> bool:
-        """Write every changed proxy's status; True when some failed (they stay marked)."""
-        uids = self.logview.take_changed() | self.board.take_dirty()
-        failed = False
-        for uid in sorted(uids):
+    async def flush(self) -> float:
+        """Write every changed proxy's status; how long to wait before the next flush: 0 when
+        all were written, else the retry delay, or longer when the apiserver asked for it.
+
+        A throttled apiserver (429 with ``Retry-After``) stops the flush: the statuses not yet
+        written stay marked, and nothing is sent until the pause it asked for is over."""
+        uids = sorted(self.logview.take_changed() | self.board.take_dirty())
+        pause = 0.0
+        for i, uid in enumerate(uids):
             try:
                 await self.write(uid)
             except KubeApiError as exc:
                 self.metrics.status_patches.labels("failed").inc()
-                log.warning("status not written, will retry", proxy_uid=uid, error=str(exc))
+                log.warning(
+                    "status not written, will retry",
+                    proxy_uid=uid,
+                    error=str(exc),
+                    retry_after=exc.retry_after or None,
+                )
                 self.board.mark(uid)
-                failed = True
-        return failed
+                pause = pause_after(exc, self.retry_delay)
+                if exc.retry_after:
+                    for later in uids[i + 1 :]:
+                        self.board.mark(later)
+                    break
+        return pause
 
     async def write(self, uid: str) -> None:
         view = self.logview.views.get(uid)

@@ -145,9 +145,11 @@ class KubeCluster:
         name: str | None = None,
         times: int | None = None,
         delay: float = 0.0,
+        headers: dict[str, str] | None = None,
     ) -> Fault:
         """Answer matching requests with an error; ``verb`` is get/list/watch/create/update/
-        patch/delete or ``*``, ``resource`` a registered key or ``*``; ``times=None``: forever."""
+        patch/delete or ``*`` (``patch/status``: the status subresource only), ``resource`` a
+        registered key or ``*``; ``times=None``: forever; ``headers`` go with the error."""
         fault = Fault(
             verb,
             resource,
@@ -158,6 +160,7 @@ class KubeCluster:
             message or f"injected by the test ({status})",
             times,
             delay,
+            headers=dict(headers or {}),
         )
         self.server.faults.append(fault)
         return fault

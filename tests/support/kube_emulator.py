@@ -18,7 +18,7 @@ import copy
 import datetime
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import attrs
@@ -70,10 +70,22 @@ class Fault:
     times: int | None
     delay: float = 0.0
     hits: int = 0
+    headers: dict[str, str] = field(default_factory=dict)
+    """Sent with the error (``Retry-After`` on a 429, say)."""
+    hit_at: list[float] = field(default_factory=list)
+    """The loop time of each request it answered."""
 
 
 def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class _WithHeaders(Exception):
+    """A fault whose answer carries headers, which kmock's error rendering cannot send."""
+
+    def __init__(self, fault: Fault) -> None:
+        super().__init__(fault.message)
+        self.fault = fault
 
 
 def _error(status: int, reason: str, message: str) -> kmock.KubernetesError:
@@ -255,24 +267,47 @@ class ApiServerEmulator(kmock.KubernetesScaffold):
     # ------------------------------------------------------------------ serving
 
     def _fault(
-        self, verb: str, resource: str, namespace: str | None, name: str | None
+        self,
+        verb: str,
+        resource: str,
+        namespace: str | None,
+        name: str | None,
+        subresource: str | None = None,
     ) -> Fault | None:
+        """The first fault for this request; a fault's verb ``patch/status`` matches only the
+        status subresource, ``patch`` both."""
+        verbs = {"*", verb, *((f"{verb}/{subresource}",) if subresource else ())}
         for fault in self.faults:
             if fault.times is not None and fault.hits >= fault.times:
                 continue
-            if fault.verb not in ("*", verb) or fault.resource not in ("*", resource):
+            if fault.verb not in verbs or fault.resource not in ("*", resource):
                 continue
             if fault.namespace is not None and fault.namespace != namespace:
                 continue
             if fault.name is not None and fault.name != name:
                 continue
             fault.hits += 1
+            fault.hit_at.append(asyncio.get_running_loop().time())
             return fault
         return None
 
     async def _serve(self, request: kmock.Request) -> Response:
         """Every answer carries its status: kmock keeps a reaction's last status otherwise."""
-        status, payload = await self._answer(request)
+        try:
+            status, payload = await self._answer(request)
+        except _WithHeaders as answer:
+            fault = answer.fault
+            body = {
+                "kind": "Status",
+                "apiVersion": "v1",
+                "metadata": {},
+                "status": "Failure",
+                "message": fault.message,
+                "reason": fault.reason,
+                "details": {"causes": []},
+                "code": fault.status,
+            }
+            return Response(status=fault.status, payload=body, headers=fault.headers)
         return Response(status=status, payload=payload)
 
     async def _answer(self, request: kmock.Request) -> tuple[int, Any]:
@@ -300,10 +335,14 @@ class ApiServerEmulator(kmock.KubernetesScaffold):
             if isinstance(request.data, dict)
             else None
         )
-        fault = self._fault(verb, key, request.namespace, request.name or body_name)
+        fault = self._fault(
+            verb, key, request.namespace, request.name or body_name, request.subresource
+        )
         if fault is not None:
             if fault.delay:
                 await asyncio.sleep(fault.delay)
+            if fault.headers:
+                raise _WithHeaders(fault)
             raise _error(fault.status, fault.reason, fault.message)
         ns = request.namespace or ""
         if verb == "list":

@@ -6,8 +6,10 @@ from pathlib import Path
 
 import pytest
 from kubernetes_asyncio.client.exceptions import ApiException
+from multidict import CIMultiDict, CIMultiDictProxy
 
 from services.runtime.kubeclient import (
+    MAX_RETRY_AFTER,
     KubeConfigError,
     KubeConflict,
     KubeForbidden,
@@ -18,7 +20,9 @@ from services.runtime.kubeclient import (
     KubeUnavailable,
     classify_api_error,
     kubeconfig_path,
+    pause_after,
     resource_of,
+    retry_after,
     settings_from_flags,
 )
 
@@ -97,3 +101,37 @@ def test_outside_a_pod_without_a_kubeconfig_says_what_to_pass(
 def test_flags_take_the_first_kubeconfig_of_a_list() -> None:
     assert settings_from_flags("/a/config:/b/config", " ctx ") == KubeSettings("/a/config", "ctx")
     assert settings_from_flags(None, None) == KubeSettings()
+
+
+@pytest.mark.parametrize(
+    ("header", "seconds"),
+    [
+        ("3", 3.0),
+        (" 7 ", 7.0),
+        ("0", 0.0),
+        ("61", MAX_RETRY_AFTER),
+        ("999999999999999999999999", MAX_RETRY_AFTER),
+        ("-5", 0.0),
+        ("1.5", 0.0),
+        ("1e9", 0.0),
+        ("nan", 0.0),
+        ("inf", 0.0),
+        ("", 0.0),
+        ("Wed, 21 Oct 2026 07:28:00 GMT", 0.0),
+        ("\u0663", 0.0),  # a digit, but not an ASCII one
+    ],
+)
+def test_retry_after_is_whole_seconds_within_bounds(header: str, seconds: float) -> None:
+    assert retry_after({"Retry-After": header}) == seconds
+
+
+def test_a_throttled_call_carries_the_pause_it_was_asked_for() -> None:
+    exc = _exc(429, '{"reason": "TooManyRequests", "message": "too many requests"}')
+    exc.headers = CIMultiDictProxy(CIMultiDict({"retry-after": "4"}))  # as aiohttp gives them
+    error = classify_api_error(exc, "patch status of Proxy ns/a")
+    assert isinstance(error, KubeUnavailable)
+    assert error.retry_after == 4.0
+    assert pause_after(error, 1.0) == 4.0
+    assert pause_after(error, 10.0) == 10.0  # never shorter than our own delay
+    assert classify_api_error(_exc(503)).retry_after == 0.0
+    assert pause_after(ValueError("not from the apiserver"), 1.0) == 1.0
