@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import click
+from opentelemetry import propagate
 from rich.console import Console
 
 from services.cli.render import clean, inert
@@ -88,6 +89,7 @@ class DiscoveryClient:
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
         data = json.dumps(body).encode() if body is not None else None
+        propagate.inject(headers)  # the command's trace continues in the API (cli/tracing.py)
         request = urllib.request.Request(
             self.base + path, data=data, headers=headers, method=method
         )

@@ -27,6 +27,7 @@ from services.cli.lease_holders import renew  # noqa: F401  # registers renew an
 from services.cli.proxies_cmd import apply_cmd, delete_cmd
 from services.cli.render import clean
 from services.cli.streams_cmd import streams
+from services.cli.tracing import command_span
 from services.cli.up import run, up
 from services.runtime.config import LOG_FORMATS, LOG_LEVELS
 from services.runtime.connection import ConnectError
@@ -35,6 +36,7 @@ from services.runtime.logs import configure_logging, scrub
 from services.runtime.natsserver import NatsServerError
 from services.runtime.options import with_env_option
 
+ARGS = "egress.args"
 EXIT_USAGE = 2
 EXIT_UNREACHABLE = 3
 EXIT_EVENT_LOG = 4
@@ -93,16 +95,23 @@ def fail(code: int, message: str) -> NoReturn:
 class Cli(click.Group):
     """Turns our errors into exit codes wherever in the command tree they are raised."""
 
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta[ARGS] = list(args)  # the command line, for the command's span
+        return super().parse_args(ctx, args)
+
     def invoke(self, ctx: click.Context) -> Any:
-        try:
-            return super().invoke(ctx)
-        except (click.exceptions.Exit, click.ClickException, click.Abort):
-            raise
-        except Exception as exc:
-            found = classify(exc)
-            if found is None:
+        # The failure is turned into its exit code inside the command's span, so the span
+        # records the code a script sees (cli/tracing.py).
+        with command_span(self, ctx.meta.get(ARGS, [])):
+            try:
+                return super().invoke(ctx)
+            except (click.exceptions.Exit, click.ClickException, click.Abort):
                 raise
-            fail(*found)
+            except Exception as exc:
+                found = classify(exc)
+                if found is None:
+                    raise
+                fail(*found)
 
 
 @click.group(cls=Cli, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})

@@ -26,7 +26,7 @@ import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 from urllib.parse import urlparse
 
 import structlog
@@ -206,21 +206,23 @@ def _sampler(env: Mapping[str, str]) -> sampling.Sampler:
     return _SAMPLERS[name](1.0 if ratio is None else ratio)
 
 
-def _exporter(state: TracingState) -> SpanExporter:
+def _exporter(
+    state: TracingState, console: TextIO | None = None, timeout: float | None = None
+) -> SpanExporter:
     # The OTLP exporters are imported only when chosen: the gRPC one pulls in grpcio.
     if state.exporter == "console":
-        return ConsoleSpanExporter(service_name=state.service_name, out=sys.stdout)
+        return ConsoleSpanExporter(service_name=state.service_name, out=console or sys.stdout)
     if state.exporter == "otlp/grpc":
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (  # noqa: PLC0415 - lazy, see above
             OTLPSpanExporter as GrpcExporter,
         )
 
-        return GrpcExporter(endpoint=state.endpoint)
+        return GrpcExporter(endpoint=state.endpoint, timeout=timeout)
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import (  # noqa: PLC0415 - lazy, see above
         OTLPSpanExporter as HttpExporter,
     )
 
-    return HttpExporter(endpoint=state.endpoint)
+    return HttpExporter(endpoint=state.endpoint, timeout=timeout)
 
 
 # ------------------------------------------------------------------------------ the switch
@@ -355,23 +357,32 @@ def configure_tracing(
     env: Mapping[str, str] | None = None,
     *,
     trace_health_probes: bool = False,
+    announce: bool = True,
+    console: TextIO | None = None,
+    export_timeout: float | None = None,
 ) -> TracingState:
-    """Install tracing as the environment asks and log the outcome once.
+    """Install tracing as the environment asks and log the outcome once (not without
+    ``announce``: a one-shot command's output is its answer).
 
-    Calling it again replaces the previous set-up (its spans are flushed first).
+    Calling it again replaces the previous set-up (its spans are flushed first). ``console``:
+    where the console exporter prints (standard output unless given). ``export_timeout``: the
+    longest an export may take, retries included, unless ``OTEL_EXPORTER_OTLP_TIMEOUT`` says
+    otherwise (the exporter's own default, 10 s, otherwise).
     """
     env = os.environ if env is None else env
     state = resolve_tracing(service_name, env, trace_health_probes=trace_health_probes)
     provider: SDKTracerProvider | None = None
     if state.enabled:
-        exporter = _exporter(state)
+        timeout = None if _get(env, "OTEL_EXPORTER_OTLP_TIMEOUT") else export_timeout
+        exporter = _exporter(state, console, timeout)
         # Printing is for a person watching: show each span as it ends, not in batches.
-        console = state.exporter == "console"
-        processor = SimpleSpanProcessor(exporter) if console else BatchSpanProcessor(exporter)
+        printing = state.exporter == "console"
+        processor = SimpleSpanProcessor(exporter) if printing else BatchSpanProcessor(exporter)
         provider = _provider(state.service_name, _sampler(env), processor)
     _runtime.install(provider)
     _runtime.state = state
-    log.info("tracing", **asdict(state))
+    if announce:
+        log.info("tracing", **asdict(state))
     return state
 
 
