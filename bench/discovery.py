@@ -57,8 +57,9 @@ from bench.discovery_report import (
     summarise,
     verdicts,
 )
-from bench.discovery_worker import LOOPS, HttpConnection, Setup, setup
+from bench.discovery_worker import HttpConnection, Setup, setup
 from bench.lifecycle_worker import cpu_seconds
+from bench.loops import LOOPS
 from events import codec, subjects
 from events.schemas import LeaseAcquired
 from services.discovery.service import APPEND_TIMEOUT

@@ -24,15 +24,15 @@ import argparse
 import asyncio
 import contextlib
 import cProfile
-import importlib
 import json
 import os
 import signal
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench.loops import LOOPS, loop_factory
 from events import subjects
 from events.schemas import HealthChanged, Phase, PhaseChanged, ProxyDeclared, ProxySpec
 from events.store import NewEvent
@@ -46,9 +46,6 @@ from services.runtime.natsserver import EmbeddedNatsServer
 from services.runtime.service import Started, run_services
 
 ROOT = Path(__file__).resolve().parents[1]
-LOOPS = ("asyncio", "uvloop")
-
-
 # ------------------------------------------------------------------------- the worker process
 
 
@@ -86,14 +83,6 @@ def http_protocol() -> str:
     from uvicorn.protocols.http.auto import AutoHTTPProtocol  # noqa: PLC0415
 
     return "httptools" if "HttpTools" in AutoHTTPProtocol.__name__ else "h11"
-
-
-def loop_factory(name: str) -> Callable[[], asyncio.AbstractEventLoop] | None:
-    """None for the standard loop; uvloop's, if asked for (and installed)."""
-    if name == "asyncio":
-        return None
-    factory: Callable[[], asyncio.AbstractEventLoop] = importlib.import_module(name).new_event_loop
-    return factory
 
 
 def main() -> None:

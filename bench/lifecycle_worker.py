@@ -29,6 +29,7 @@ from pathlib import Path
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
+from bench.loops import LOOPS, loop_factory
 from events import subjects
 from services.executor.service import ExecutorService
 from services.providers.testing import FakeProvider
@@ -91,12 +92,16 @@ def main() -> None:
     parser.add_argument("--observe-interval", type=float, default=10.0)
     parser.add_argument("--log-level", default="info")
     parser.add_argument("--profile", help="write cProfile stats here on exit")
+    parser.add_argument(
+        "--loop", choices=LOOPS, default="uvloop", help="as `run` starts a service (--event-loop)"
+    )
     args = parser.parse_args()
     configure_logging(args.log_level, stream=sys.stderr)
     profiler = cProfile.Profile() if args.profile else None
     if profiler is not None:
         profiler.enable()
-    report = asyncio.run(serve(args.role, args.nats_url, args.observe_interval))
+    with asyncio.Runner(loop_factory=loop_factory(args.loop)) as runner:
+        report = runner.run(serve(args.role, args.nats_url, args.observe_interval))
     if profiler is not None:
         profiler.disable()
         profiler.dump_stats(args.profile)

@@ -13,10 +13,13 @@ from typing import Any
 
 import pytest
 import structlog
+from hypothesis import given
+from hypothesis import strategies as st
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
+from services.runtime import logs
 from services.runtime.errors import ConfigError
 from services.runtime.logs import (
     REDACTED,
@@ -351,3 +354,20 @@ def test_console_lines_cannot_drive_the_terminal_or_forge_a_line() -> None:
     assert text.count("\n") == 1
     assert "\\x1b]0;owned\\x07" in text
     assert "x\\n2026-01-01" in text
+
+
+def _scrub_every_pattern(text: str) -> str:
+    """``scrub`` without its first look: all three substitutions, always."""
+    text = logs._URL_PASSWORD.sub(rf"\1{logs.REDACTED}@", text)
+    text = logs._NATS_TOKEN.sub(rf"\1{logs.REDACTED}@", text)
+    return logs._BEARER.sub(rf"\1{logs.REDACTED}", text)
+
+
+_PIECES = st.sampled_from(
+    ["://", "nats://", "http://u:", "@", "Bearer ", "bEaReR ", "authorization: ", "=", "x", " "]
+)
+
+
+@given(st.lists(st.one_of(_PIECES, st.text(max_size=8)), max_size=12).map("".join))
+def test_scrub_looks_first_yet_misses_nothing(text: str) -> None:
+    assert logs.scrub(text) == _scrub_every_pattern(text)
