@@ -28,28 +28,38 @@ spec:
 """
 
 
-class Holder:
+class Requests:
+    """Request after request through a proxy, each answer noted as it went."""
+
+    def __init__(self, target: str) -> None:
+        self.target = target
+        self.ok: list[str] = []
+        self.failed: list[str] = []
+        self.stopped = False
+
+    async def through(self, url: str) -> None:
+        try:
+            body = await asyncio.to_thread(fetch_via, url, self.target)
+        except (OSError, urllib.error.URLError) as exc:
+            self.failed.append(f"{url}: {exc}")
+        else:
+            assert body == "hello through the proxy"
+            self.ok.append(url)
+
+
+class Holder(Requests):
     """A crawler that reads its lease before every request, as the client library does when
     the fencing token moves, and sends the request through the lease's proxy."""
 
     def __init__(self, up: Up, lease_id: str, target: str) -> None:
-        self.up, self.lease_id, self.target = up, lease_id, target
-        self.ok: list[str] = []
-        self.failed: list[str] = []
-        self.stopped = False
+        super().__init__(target)
+        self.up, self.lease_id = up, lease_id
 
     async def run(self) -> None:
         while not self.stopped:
             status, lease = await self.up.api_call("GET", f"/v1/leases/{self.lease_id}")
             assert status == 200, lease
-            url = lease["proxy"]["url"]
-            try:
-                body = await asyncio.to_thread(fetch_via, url, self.target)
-            except (OSError, urllib.error.URLError) as exc:
-                self.failed.append(f"{url}: {exc}")
-            else:
-                assert body == "hello through the proxy"
-                self.ok.append(url)
+            await self.through(lease["proxy"]["url"])
             await asyncio.sleep(0.05)
 
 

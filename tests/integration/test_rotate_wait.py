@@ -8,39 +8,29 @@ from __future__ import annotations
 
 import asyncio
 import json
-import urllib.error
 from pathlib import Path
 
 import pytest
 
 from egress_proxies_client import AsyncClient, AsyncHeldLease
-from tests.integration.test_rotate import PROXY, instances
+from tests.integration.test_rotate import PROXY, Requests, instances
 from tests.support.system import fetch_via, hello_target, running_up
 from tests.support.waiting import until
 
 pytestmark = pytest.mark.integration
 
 
-class Crawler:
+class Crawler(Requests):
     """Sends request after request through ``held.url``, read afresh for each, as the client
     library's documentation asks."""
 
     def __init__(self, held: AsyncHeldLease, target: str) -> None:
-        self.held, self.target = held, target
-        self.ok: list[str] = []
-        self.failed: list[str] = []
-        self.stopped = False
+        super().__init__(target)
+        self.held = held
 
     async def run(self) -> None:
         while not self.stopped:
-            url = self.held.url
-            try:
-                body = await asyncio.to_thread(fetch_via, url, self.target)
-            except (OSError, urllib.error.URLError) as exc:
-                self.failed.append(f"{url}: {exc}")
-            else:
-                assert body == "hello through the proxy"
-                self.ok.append(url)
+            await self.through(self.held.url)
             await asyncio.sleep(0.02)
 
 
