@@ -49,6 +49,9 @@ class LeaseAcquired(Event, frozen=True, kw_only=True):
     """When the writer stopped waiting for the log: its idea of the server's time plus its append
     timeout and a margin. A claim stamped later was answered as failed, so the fold ignores it
     (docs/api.md, "When NATS is unreachable"). Unset (left out of the payload): no deadline."""
+    client: str = ""
+    """The API client that wrote it (its name in the clients file, docs/api.md "Clients"); ""
+    when the API had no clients configured, and in events written before clients existed."""
     target: str = ""
     """The host the holder means to reach (``projections.outcomes.target_key`` of what it
     sent); the claim does not hold while that host has the proxy in back-off. Empty: any."""
@@ -61,6 +64,8 @@ class LeaseReleased(Event, frozen=True, kw_only=True):
     cooldown_seconds: float = 0.0
     deadline: datetime | msgspec.UnsetType = msgspec.UNSET
     """As on ``LeaseAcquired``: a release stamped after it changes nothing."""
+    client: str = ""
+    """As on ``LeaseAcquired``: who released it ("" for the system's own releases)."""
     withdrawn: bool = False
     """Written by the system, not the holder: the claim's requester had been told it failed
     (its acknowledgement was lost in an outage), so nobody holds the lease."""
@@ -77,6 +82,8 @@ class LeaseReported(Event, frozen=True, kw_only=True):
     """What the holder was reaching through the proxy (a host or URL), when it said."""
     deadline: datetime | msgspec.UnsetType = msgspec.UNSET
     """As on ``LeaseAcquired``: a report stamped after it is not recorded in the view."""
+    client: str = ""
+    """As on ``LeaseAcquired``: who reported."""
     backoff_seconds: float = 0.0
     """The writer's ``--block-backoff``: how long a first ``blocked`` report for (proxy, target)
     keeps the proxy from that target; each further one doubles it, up to
@@ -102,6 +109,8 @@ class LeaseRenewed(Event, frozen=True, kw_only=True):
     ttl_seconds: float
     requested_ttl_seconds: float = 0.0
     """What the client asked for; more than ``ttl_seconds`` when the server clamped it."""
+    client: str = ""
+    """As on ``LeaseAcquired``: who renewed it."""
     deadline: datetime | msgspec.UnsetType = msgspec.UNSET
     """As on ``LeaseAcquired``: a renewal stamped after it changes nothing."""
 

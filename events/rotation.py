@@ -26,6 +26,8 @@ class RotationRequested(Event, frozen=True, kw_only=True):
     rotation_id: str
     lease_id: str = ""
     """The lease whose holder asked (``POST /v1/leases/{id}/rotate``); "" for anyone else."""
+    client: str = ""
+    """The API client that asked (as on ``LeaseAcquired``); "" for anyone else."""
 
 
 class ReplacementStarted(Event, frozen=True, kw_only=True):

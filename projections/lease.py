@@ -78,6 +78,8 @@ class LeaseRecord(msgspec.Struct, frozen=True, kw_only=True):
     lease_id: str
     proxy_uid: str
     holder: str = ""
+    client: str = ""
+    """The API client that acquired it: only that client (or an admin) may use the lease."""
     acquired_at: datetime
     expires_at: datetime
     ttl_seconds: float
@@ -235,6 +237,7 @@ def _acquire(view: LeaseView, event: LeaseAcquired, recorded: Recorded) -> Lease
         lease_id=event.lease_id,
         proxy_uid=view.proxy_uid,
         holder=event.holder,
+        client=event.client,
         acquired_at=at,
         expires_at=plus_seconds(at, ttl),
         ttl_seconds=ttl,

@@ -11,5 +11,5 @@ from __future__ import annotations
 
 PROXY = 2
 """``projections.proxy.ProxyView``."""
-LEASE = 2
+LEASE = 3
 """``projections.lease.LeaseView``."""

@@ -9,11 +9,16 @@ Routes (the reference is ``docs/api.md``; the schema is served at ``/schema``):
   ``POST /v1/leases/{lease_id}/rotate`` (202: a fresh instance, make-before-break),
   ``GET /v1/leases/{lease_id}/rotation`` (its progress)
 - ``GET /v1/leases?holder=X``, ``DELETE /v1/leases?holder=X``: a holder's own leases
+
+Each ``/v1`` route names the scope it needs (``opt={"scope": ...}``); the guard of ``access``
+identifies the client, and a lease route serves only the client that acquired the lease.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -28,10 +33,19 @@ from litestar.types import ExceptionHandlersMap, Guard
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from events.errors import StoreUnavailable
+from projections.lease_queries import find
 from projections.proxy import ProxyView
-from services.discovery.auth import bearer_guard
+from services.discovery.access import (
+    Clients,
+    access_metrics,
+    caller,
+    check_acquire,
+    check_owner,
+)
 from services.discovery.bodies import strict_body
+from services.discovery.clients import LEASE, READ, Client
 from services.discovery.console import console_router
+from services.discovery.console.session import Sessions
 from services.discovery.credentials import LeaseCredentials
 from services.discovery.errors import (
     ApiError,
@@ -94,6 +108,8 @@ Api = NamedDependency[DiscoveryApi]
 ERRORS = {
     400: "`invalid_request`: the body or a parameter is not valid; the message names the field",
     401: "`unauthorized`: the bearer token is missing or wrong",
+    403: "`forbidden`: the client lacks the route's scope, or its clients-file entry does not "
+    "allow the selector; `not_your_lease`: another client acquired the lease",
     404: "`unknown_proxy` (no such proxy; for a lease request, the `proxyUid` asked for) or "
     "`unknown_lease` (never issued, released or expired), or `no_rotation` (the lease never "
     "asked for a rotation)",
@@ -102,6 +118,7 @@ ERRORS = {
     413: "`body_too_large`: the body is over 64 KiB",
     422: "`no_matching_proxy`: no proxy has the selector's attributes (the message names those "
     "that exist), or `idempotency_key_mismatch`: the key was sent before with another body",
+    429: "`lease_limit`: the client holds as many leases as its `maxLeases`; release one",
     503: "`no_proxy_available`: proxies match but none can be leased now (the message counts "
     "why), or `unavailable`: the event log is unreachable and nothing was done; both with "
     "`Retry-After` in seconds",
@@ -133,6 +150,34 @@ def _lease(api: Api, granted: Granted) -> LeaseOut:
     return lease_out(granted.record, api.views.proxy(granted.view.proxy_uid), api.credentials)
 
 
+AnyRequest = Request[Any, Any, Any]
+
+
+async def _own(api: Api, request: AnyRequest, lease_id: str) -> Client:
+    """The caller, once the lease is known to be theirs (403 ``not_your_lease`` otherwise). A
+    lease this replica has never seen is looked for up to the log's end first; one it cannot
+    find is left to the action, which answers 404 as before."""
+    client = caller(request)
+    found = api.views.find_lease(lease_id)
+    record = find(found[0], lease_id) if found else (await api.leases.current(lease_id)).record
+    if record is not None:
+        check_owner(client, record, access_metrics(api.metrics.registry))
+    return client
+
+
+def _held(api: Api, client: Client) -> int:
+    if client.max_leases is None:
+        return 0
+    now = api.views.now()
+    return sum(
+        1
+        for view in api.views.active_leases()
+        if view.current is not None
+        and view.current.client == client.name
+        and view.current.expires_at > now
+    )
+
+
 def _proxy(api: Api, proxy: ProxyView) -> ProxyOut:
     view = api.views.lease_view(proxy.uid)
     return proxy_out(proxy, view, api.views.now(), eligible=eligible(proxy, {}))
@@ -158,7 +203,7 @@ async def metrics(api: Api) -> Response[bytes]:
 # ------------------------------------------------------------------------------- proxies
 
 
-@get("/proxies", tags=["proxies"], responses=_errors(400, 401))
+@get("/proxies", tags=["proxies"], responses=_errors(400, 401, 403), opt={"scope": READ})
 async def list_proxies(
     api: Api,
     request: Request[Any, Any, Any],
@@ -174,7 +219,7 @@ async def list_proxies(
     return ProxyList(items=[_proxy(api, p) for p in proxies if not p.removed and wanted.matches(p)])
 
 
-@get("/proxies/{uid:str}", tags=["proxies"], responses=_errors(401, 404))
+@get("/proxies/{uid:str}", tags=["proxies"], responses=_errors(401, 403, 404), opt={"scope": READ})
 async def get_proxy(api: Api, uid: FromPath[str]) -> ProxyDetail:
     """One proxy, with the targets it is in back-off for."""
     proxy = api.views.proxy(uid)
@@ -190,11 +235,15 @@ async def get_proxy(api: Api, uid: FromPath[str]) -> ProxyDetail:
     "/leases",
     tags=["leases"],
     status_code=201,
-    responses=_errors(400, 401, 409, 413, 422, 503),
+    responses=_errors(400, 401, 403, 409, 413, 422, 429, 503),
     before_request=strict_body(AcquireRequest),
+    opt={"scope": LEASE},
 )
 async def acquire(
-    api: Api, data: JSONBody[AcquireRequest], idempotency_key: IdempotencyKey = None
+    api: Api,
+    request: AnyRequest,
+    data: JSONBody[AcquireRequest],
+    idempotency_key: IdempotencyKey = None,
 ) -> LeaseOut:
     """Lease a Ready, healthy proxy whose attributes match every selector pair, exclusively,
     until ``ttlSeconds`` (1 s to 7 days) pass or it is released. A TTL above the server's
@@ -202,7 +251,10 @@ async def acquire(
     has those attributes; 503 ``no_proxy_available`` (with ``Retry-After``) when some have them
     but none can be leased now. With an ``Idempotency-Key``, a retry gets the same lease.
     With ``target``, proxies in back-off for that host are skipped; with ``waitSeconds``, a
-    request waits up to that long for a proxy to become free."""
+    request waits up to that long for a proxy to become free. 403 when the client may not use
+    that selector, 429 ``lease_limit`` when it holds its ``maxLeases``."""
+    client = caller(request)
+    check_acquire(client, data.selector, _held(api, client), access_metrics(api.metrics.registry))
     granted = await api.leases.acquire(
         data.selector,
         data.ttl_seconds,
@@ -212,87 +264,129 @@ async def acquire(
         proxy_uid=data.proxy_uid,
         target=checked_target(data.target),
         wait=data.wait_seconds,
+        client=client.name,
     )
     return _lease(api, granted)
 
 
-@get("/leases", tags=["leases"], responses=_errors(400, 401))
-async def list_leases(api: Api, holder: FromQuery[str | None] = None) -> LeaseList:
-    """The active leases of ``holder`` (required; matched exactly), oldest first, all of them:
-    a proxy has one lease at a time, so there are never more than proxies."""
-    return LeaseList(items=[_lease(api, g) for g in held_by(api.leases, checked_holder(holder))])
+@get("/leases", tags=["leases"], responses=_errors(400, 401, 403), opt={"scope": LEASE})
+async def list_leases(
+    api: Api, request: AnyRequest, holder: FromQuery[str | None] = None
+) -> LeaseList:
+    """The caller's active leases of ``holder`` (required; matched exactly), oldest first, all
+    of them: a proxy has one lease at a time, so there are never more than proxies. An admin
+    client sees every client's."""
+    held = held_by(api.leases, checked_holder(holder), caller(request))
+    return LeaseList(items=[_lease(api, g) for g in held])
 
 
-@delete("/leases", tags=["leases"], status_code=200, responses=_errors(400, 401, 503))
-async def release_held(api: Api, holder: FromQuery[str | None] = None) -> Released:
-    """Release every active lease of ``holder`` (required; matched exactly) and answer how many
-    this request released (0 when it held none). 503 when the log failed a release: the
-    others stay released, and sending it again releases the rest."""
-    return Released(released=await release_all(api.leases, checked_holder(holder)))
+@delete(
+    "/leases",
+    tags=["leases"],
+    status_code=200,
+    responses=_errors(400, 401, 403, 503),
+    opt={"scope": LEASE},
+)
+async def release_held(
+    api: Api, request: AnyRequest, holder: FromQuery[str | None] = None
+) -> Released:
+    """Release every active lease of ``holder`` (required; matched exactly) that the caller
+    acquired (an admin: any client's) and answer how many this request released (0 when it
+    held none). 503 when the log failed a release: the others stay released, and sending it
+    again releases the rest."""
+    released = await release_all(api.leases, checked_holder(holder), caller(request))
+    return Released(released=released)
 
 
-@get("/leases/{lease_id:str}", tags=["leases"], responses=_errors(401, 404))
-async def get_lease(api: Api, lease_id: FromPath[str]) -> LeaseOut:
+@get(
+    "/leases/{lease_id:str}",
+    tags=["leases"],
+    responses=_errors(401, 403, 404),
+    opt={"scope": LEASE},
+)
+async def get_lease(api: Api, request: AnyRequest, lease_id: FromPath[str]) -> LeaseOut:
     """An active lease; 404 ``unknown_lease`` once it is released or expired."""
+    await _own(api, request, lease_id)
     return _lease(api, await api.leases.current(lease_id))
 
 
 @patch(
     "/leases/{lease_id:str}",
     tags=["leases"],
-    responses=_errors(400, 401, 404, 413, 503),
+    responses=_errors(400, 401, 403, 404, 413, 503),
     before_request=strict_body(RenewRequest),
+    opt={"scope": LEASE},
 )
-async def renew_lease(api: Api, lease_id: FromPath[str], data: JSONBody[RenewRequest]) -> LeaseOut:
+async def renew_lease(
+    api: Api, request: AnyRequest, lease_id: FromPath[str], data: JSONBody[RenewRequest]
+) -> LeaseOut:
     """Renew an active lease: it now ends ``ttlSeconds`` from now (the log's time; clamped to
     the server's maximum, ``ttlClamped``; it may also end sooner than before). The fencing
     token stays. 404 ``unknown_lease`` once it is released or expired, here or on any replica."""
-    return _lease(api, await renew(api.leases, lease_id, data.ttl_seconds))
+    client = await _own(api, request, lease_id)
+    return _lease(api, await renew(api.leases, lease_id, data.ttl_seconds, client=client.name))
 
 
 @delete(
-    "/leases/{lease_id:str}", tags=["leases"], status_code=204, responses=_errors(401, 404, 503)
+    "/leases/{lease_id:str}",
+    tags=["leases"],
+    status_code=204,
+    responses=_errors(401, 403, 404, 503),
+    opt={"scope": LEASE},
 )
-async def release(api: Api, lease_id: FromPath[str]) -> None:
+async def release(api: Api, request: AnyRequest, lease_id: FromPath[str]) -> None:
     """End an active lease; the proxy cools down before its next lease. 404 ``unknown_lease``
     when the lease is unknown, already released or expired."""
-    await api.leases.release(lease_id)
+    client = await _own(api, request, lease_id)
+    await api.leases.release(lease_id, client=client.name)
 
 
 @post(
     "/leases/{lease_id:str}/report",
     tags=["leases"],
     status_code=204,
-    responses=_errors(400, 401, 404, 413, 503),
+    responses=_errors(400, 401, 403, 404, 413, 503),
     before_request=strict_body(ReportRequest),
+    opt={"scope": LEASE},
 )
-async def report(api: Api, lease_id: FromPath[str], data: JSONBody[ReportRequest]) -> None:
+async def report(
+    api: Api, request: AnyRequest, lease_id: FromPath[str], data: JSONBody[ReportRequest]
+) -> None:
     """Record how the work through the proxy went (``success``, ``blocked``, ``failed``), while
     the lease is active; 404 ``unknown_lease`` otherwise."""
-    await api.leases.report(lease_id, data.outcome, data.target, data.detail)
+    client = await _own(api, request, lease_id)
+    await api.leases.report(lease_id, data.outcome, data.target, data.detail, client=client.name)
 
 
 @post(
     "/leases/{lease_id:str}/rotate",
     tags=["leases"],
     status_code=202,
-    responses=_errors(401, 404, 409, 503),
+    responses=_errors(401, 403, 404, 409, 503),
+    opt={"scope": LEASE},
 )
-async def rotate_lease(api: Api, lease_id: FromPath[str]) -> RotationOut:
+async def rotate_lease(api: Api, request: AnyRequest, lease_id: FromPath[str]) -> RotationOut:
     """Ask for a fresh instance (a fresh IP) of the lease's proxy without downtime: a
     replacement is made and probed first, then the lease switches to it (new ``proxy`` and a
     higher ``fencingToken``), then the old instance is deleted. 202 with the rotation; asking
     while one is under way answers that one. 404 ``unknown_lease`` unless the lease is active;
     409 ``not_rotatable`` for a proxy being deleted or External."""
-    rotation, granted = await rotate(api.leases, lease_id)
+    client = await _own(api, request, lease_id)
+    rotation, granted = await rotate(api.leases, lease_id, client=client.name)
     return rotation_out(rotation, _lease(api, granted))
 
 
-@get("/leases/{lease_id:str}/rotation", tags=["leases"], responses=_errors(401, 404))
-async def get_rotation(api: Api, lease_id: FromPath[str]) -> RotationOut:
+@get(
+    "/leases/{lease_id:str}/rotation",
+    tags=["leases"],
+    responses=_errors(401, 403, 404),
+    opt={"scope": LEASE},
+)
+async def get_rotation(api: Api, request: AnyRequest, lease_id: FromPath[str]) -> RotationOut:
     """The lease's latest rotation, to wait for its end: ``completed`` once the lease has
     switched (its ``proxy`` and ``fencingToken`` are the new ones), or ``failed``/``cancelled``.
     404 ``unknown_lease`` unless the lease is active; 404 ``no_rotation`` if it never asked."""
+    await _own(api, request, lease_id)
     rotation, granted = await latest(api.leases, lease_id)
     return rotation_out(rotation, _lease(api, granted))
 
@@ -309,9 +403,29 @@ EXCEPTION_HANDLERS: ExceptionHandlersMap = {
 
 
 def create_app(
-    api: DiscoveryApi, *, token: str | None, max_body_size: int = MAX_BODY_BYTES
+    api: DiscoveryApi,
+    *,
+    token: str | None = None,
+    clients: Clients | None = None,
+    max_body_size: int = MAX_BODY_BYTES,
 ) -> Litestar:
-    guards: list[Guard] = [bearer_guard(token)] if token else []
+    """``clients``: who may call (``access``); without it, ``token`` alone is one admin client
+    and no token at all leaves the API open."""
+    clients = clients if clients is not None else Clients(token=token)
+    guards: list[Guard] = [clients.guard(access_metrics(api.metrics.registry))]
+    sessions = Sessions(clients, api.views.js)
+
+    @contextlib.asynccontextmanager
+    async def following(_: Litestar) -> AsyncIterator[None]:
+        """The clients file and the console's logouts are followed while the app serves."""
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(clients.run()), group.create_task(sessions.run())]
+            try:
+                yield
+            finally:
+                for task in tasks:
+                    task.cancel()
+
     v1 = Router(
         "/v1",
         route_handlers=[
@@ -336,7 +450,8 @@ def create_app(
         description=(
             "List egress proxies and lease them exclusively. Every error answers "
             '`{"error": code, "message": text}`. The `/v1` routes need '
-            "`Authorization: Bearer <token>` when the server has DISCOVERY_TOKEN set. Bodies "
+            "`Authorization: Bearer <token>` of a client (the clients file, or DISCOVERY_TOKEN); "
+            "a lease is its client's own (403 `not_your_lease` for any other). Bodies "
             'are decoded strictly (`"60"` is not a number). A lease request no proxy can match '
             "is 422 `no_matching_proxy`; one whose matching proxies are all busy, unhealthy or "
             "not Ready is 503 `no_proxy_available`. While NATS is unreachable, writes answer "
@@ -349,11 +464,12 @@ def create_app(
         ),
     )
     return Litestar(
-        route_handlers=[healthz, metrics, v1, console_router(api.views, token)],
+        route_handlers=[healthz, metrics, v1, console_router(api.views, sessions)],
         dependencies={"api": Provide(lambda: api, sync_to_thread=False)},
         exception_handlers=EXCEPTION_HANDLERS,
         request_max_body_size=max_body_size,
         openapi_config=openapi,
+        lifespan=[following],
         logging_config=None,
         debug=False,
     )

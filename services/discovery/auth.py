@@ -1,9 +1,9 @@
-"""Bearer-token authentication for the ``/v1`` routes.
+"""``DISCOVERY_TOKEN``: the token of one admin client (``access``; the clients file names more).
 
-With ``DISCOVERY_TOKEN`` set, every ``/v1`` request must carry ``Authorization: Bearer <token>``;
-the comparison is constant-time. Without it the API serves everyone, and the service says so
-loudly at start-up. ``/healthz``, ``/metrics`` and the OpenAPI schema are always open: probes,
-scrapers and documentation readers hold no token.
+With a token or a clients file, every ``/v1`` request must carry ``Authorization: Bearer
+<token>`` of a client. Without either, the API serves everyone, and the service says so loudly at
+start-up. ``/healthz``, ``/metrics`` and the OpenAPI schema are always open: probes, scrapers and
+documentation readers hold no token.
 
 The token must be an RFC 6750 ``b64token`` (letters, digits, ``-._~+/``, then ``=`` padding). Any
 other character cannot travel in an ``Authorization`` header as it is: a server started with one
@@ -12,21 +12,13 @@ would refuse every client, and a client would fail to send it. So both ends refu
 
 from __future__ import annotations
 
-import hmac
 import os
 import re
 from collections.abc import Mapping
-from typing import Any
-
-from litestar.connection import ASGIConnection
-from litestar.exceptions import NotAuthorizedException
-from litestar.handlers.base import BaseRouteHandler
-from litestar.types import Guard
 
 from services.runtime.errors import ConfigError
 
 TOKEN_ENV = "DISCOVERY_TOKEN"
-CHALLENGE = {"WWW-Authenticate": 'Bearer realm="egress-proxies"'}
 TOKEN_CHARS = re.compile(r"[A-Za-z0-9._~+/-]+=*")
 
 
@@ -66,19 +58,3 @@ def check_token(token: str) -> None:
 
 def _token_char(char: str) -> bool:
     return char.isascii() and (char.isalnum() or char in "-._~+/=")
-
-
-def bearer_guard(token: str) -> Guard:
-    expected = token.encode()
-
-    def require_token(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
-        header = connection.headers.get("authorization", "")
-        scheme, _sep, given = header.partition(" ")
-        if scheme.lower() != "bearer" or not given.strip():
-            raise NotAuthorizedException(
-                "this API needs `Authorization: Bearer <token>`", headers=CHALLENGE
-            )
-        if not hmac.compare_digest(given.strip().encode(), expected):
-            raise NotAuthorizedException("the bearer token is not valid", headers=CHALLENGE)
-
-    return require_token

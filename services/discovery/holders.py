@@ -1,10 +1,10 @@
 """A holder's own leases: list them, or release them all at once.
 
 A crawler that restarts has lost its lease ids but not its name; these let it find or end what
-it held. The holder is the free text the leases were acquired with, matched exactly: it is a
-label, not an identity (the bearer token is what authorises a caller), so anyone allowed to
-lease may list or release any holder's leases (docs/decisions.md D78). An empty holder is
-refused: it would name every lease acquired without one.
+it held. The holder is the free text the leases were acquired with, matched exactly: a label
+within the client, not an identity. The client (``access``) is the identity: a client lists and
+releases only the leases it acquired, an admin client any client's (docs/decisions.md D96). An
+empty holder is refused: it would name every lease acquired without one.
 
 Each release is an ordinary ``DELETE /v1/leases/{id}`` (``Leases.release``): the fold decides
 each, so a lease that expires or is released elsewhere meanwhile is simply not counted.
@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 
 from projections.lease_queries import active
+from services.discovery.clients import Client
 from services.discovery.errors import InvalidRequest, UnknownLease
 from services.discovery.leases import Leases
 from services.discovery.policy import Granted
@@ -34,7 +35,7 @@ def checked_holder(holder: str | None) -> str:
     return holder
 
 
-def held_by(leases: Leases, holder: str) -> list[Granted]:
+def held_by(leases: Leases, holder: str, client: Client) -> list[Granted]:
     """The holder's active leases, oldest first. One per proxy at most, so the list is bounded
     by the fleet and needs no paging."""
     views = leases.views
@@ -42,7 +43,7 @@ def held_by(leases: Leases, holder: str) -> list[Granted]:
     found: list[Granted] = []
     for view in views.active_leases():
         current = view.current
-        if current is not None and current.holder == holder:
+        if current is not None and current.holder == holder and client.owns(current.client):
             record = active(view, current.lease_id, now)
             if record is not None:
                 found.append(Granted(view, record))
@@ -50,12 +51,13 @@ def held_by(leases: Leases, holder: str) -> list[Granted]:
     return found
 
 
-async def release_all(leases: Leases, holder: str) -> int:
+async def release_all(leases: Leases, holder: str, client: Client) -> int:
     """Release every active lease of ``holder``; how many this request released. A lease that
     ended meanwhile is not counted; if the log failed any release, the answer is 503 (the
     others stay released, and a retry releases the rest)."""
-    ids = [g.record.lease_id for g in held_by(leases, holder)]
-    results = await asyncio.gather(*(leases.release(i) for i in ids), return_exceptions=True)
+    ids = [g.record.lease_id for g in held_by(leases, holder, client)]
+    releases = (leases.release(i, client=client.name) for i in ids)
+    results = await asyncio.gather(*releases, return_exceptions=True)
     failures = [r for r in results if r is not None and not isinstance(r, UnknownLease)]
     if failures:
         raise failures[0]

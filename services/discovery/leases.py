@@ -90,12 +90,13 @@ class Leases:
         proxy_uid: str | None = None,
         target: str = "",
         wait: float = 0.0,
+        client: str = "",
     ) -> Granted:
         """A lease on a proxy matching ``selector``, none of ``exclude``, ``proxy_uid`` if given
         (a sticky session: that proxy or none), and not in back-off for ``target``; waiting up
         to ``wait`` seconds for one to become free (``waiting``)."""
         ttl = self.policy.grant_ttl(requested_ttl)
-        claim = Claim(dict(selector), ttl, requested_ttl or 0.0, holder, key or "", target)
+        claim = Claim(dict(selector), ttl, requested_ttl or 0.0, holder, key or "", target, client)
         with self.metrics.acquire_seconds.time():
             if claim.key:
                 found = self._known(claim)
@@ -249,6 +250,7 @@ class Leases:
             cooldown_seconds=self.policy.cooldown,
             deadline=self.policy.deadline(self.views.server_now()),
             target=claim.target,
+            client=claim.client,
         )
         expected = view.last_seq if view else 0
         try:
@@ -318,7 +320,7 @@ class Leases:
                 )
         return self.get(lease_id)
 
-    async def release(self, lease_id: str) -> None:
+    async def release(self, lease_id: str, *, client: str = "") -> None:
         """End the lease now; the proxy cools down before its next lease.
 
         No sequence check: the fold ends the lease only if it is still the current one and not
@@ -342,6 +344,7 @@ class Leases:
             proxy_uid=uid,
             cooldown_seconds=self.policy.cooldown,
             deadline=self.policy.deadline(self.views.server_now()),
+            client=client,
         )
         msg_id = derive_msg_id("lease-released", lease_id, str(uuid.uuid4()))
         result = await self.store.append(subjects.lease(uid), [NewEvent(event, msg_id)])
@@ -360,7 +363,9 @@ class Leases:
             raise UnknownLease(f"no active lease {lease_id!r} (it expired before the release)")
         self.metrics.releases.labels("released").inc()
 
-    async def report(self, lease_id: str, outcome: str, target: str, detail: str) -> None:
+    async def report(
+        self, lease_id: str, outcome: str, target: str, detail: str, *, client: str = ""
+    ) -> None:
         """Record how the work through the proxy went, while the lease is active."""
         uid = (await self.current(lease_id)).view.proxy_uid
         event = LeaseReported(
@@ -371,6 +376,7 @@ class Leases:
             detail=detail,
             deadline=self.policy.deadline(self.views.server_now()),
             backoff_seconds=self.policy.block_backoff if outcome == BLOCKED else 0.0,
+            client=client,
         )
         # A fact that depends on no state: no sequence check; every report is its own event.
         result = await self.store.append(

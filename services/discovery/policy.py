@@ -59,25 +59,33 @@ class Claim:
     target: str = ""
     """The host the holder means to reach (a ``target_key``): proxies in back-off for it are
     skipped, and the fold refuses a claim on one."""
+    client: str = ""
+    """The API client asking ("" when the API has no clients). Keys are the client's own: the
+    same key sent by two clients names two leases, so one cannot fetch the other's by it."""
+
+    @property
+    def _keyed(self) -> tuple[str, ...]:
+        return (self.client, self.key) if self.client else (self.key,)
 
     @property
     def lease_id(self) -> str:
         """With a key, one lease id for every attempt and every retry: derived from the key."""
-        return str(uuid.UUID(derive_msg_id("lease-key", self.key))) if self.key else ""
+        return str(uuid.UUID(derive_msg_id("lease-key", *self._keyed))) if self.key else ""
 
     def msg_id(self, lease_id: str, used: int) -> str:
         """With a key, the ``used``-th msg id of the key: a retry sends the same ids in the same
         order, so JetStream's stream-wide de-duplication points it at what the first request
         stored, on whichever proxy that was."""
         if self.key:
-            return derive_msg_id("lease-acquired", "key", self.key, str(used))
+            return derive_msg_id("lease-acquired", "key", *self._keyed, str(used))
         return derive_msg_id("lease-acquired", lease_id)
 
     def same_request(self, record: LeaseRecord) -> bool:
-        return (record.selector, record.holder, record.requested_ttl_seconds) == (
+        return (record.selector, record.holder, record.requested_ttl_seconds, record.client) == (
             self.selector,
             self.holder,
             self.requested_ttl,
+            self.client,
         )
 
 

@@ -28,7 +28,9 @@ def _unknown(lease_id: str) -> UnknownLease:
     return UnknownLease(f"no active lease {lease_id!r} (unknown, released or expired)")
 
 
-async def renew(leases: Leases, lease_id: str, requested_ttl: float | None) -> Granted:
+async def renew(
+    leases: Leases, lease_id: str, requested_ttl: float | None, *, client: str = ""
+) -> Granted:
     """Make the active lease end ``ttl`` after the renewal's timestamp (the granted TTL: the
     default without one, never above the server's maximum). The fencing token stays."""
     ttl = leases.policy.grant_ttl(requested_ttl)
@@ -44,6 +46,7 @@ async def renew(leases: Leases, lease_id: str, requested_ttl: float | None) -> G
             proxy_uid=uid,
             ttl_seconds=ttl,
             requested_ttl_seconds=requested_ttl or 0.0,
+            client=client,
             deadline=policy.deadline(views.server_now()),
         )
         msg_id = derive_msg_id("lease-renewed", lease_id, str(uuid.uuid4()))

@@ -107,7 +107,7 @@ def checked_proxy(proxy: ProxyView | None, lease_id: str) -> ProxyView:
     return proxy
 
 
-async def rotate(leases: Leases, lease_id: str) -> tuple[Rotation, Granted]:
+async def rotate(leases: Leases, lease_id: str, *, client: str = "") -> tuple[Rotation, Granted]:
     """Start a rotation of the lease's proxy, or find the one under way (the same answer:
     asking again is safe). 404 ``unknown_lease`` unless the lease is active."""
     granted = await leases.current(lease_id)
@@ -123,7 +123,9 @@ async def rotate(leases: Leases, lease_id: str) -> tuple[Rotation, Granted]:
             granted = leases.get(lease_id)
             return as_seen_by(proxy.rotation, granted.record), granted
         rotation_id = "rot-" + derive_msg_id("rotation", uid, lease_id, str(history.last_seq))[:20]
-        event = RotationRequested(uid=uid, rotation_id=rotation_id, lease_id=lease_id)
+        event = RotationRequested(
+            uid=uid, rotation_id=rotation_id, lease_id=lease_id, client=client
+        )
         try:
             result = await store.append(
                 aggregate,

@@ -88,6 +88,7 @@ class MeasuredLeases(Leases):
         proxy_uid: str | None = None,
         target: str = "",
         wait: float = 0.0,
+        client: str = "",
     ) -> Granted:
         started = time.monotonic()
         result = "refused"
@@ -101,6 +102,7 @@ class MeasuredLeases(Leases):
                 proxy_uid=proxy_uid,
                 target=target,
                 wait=wait,
+                client=client,
             )
             result = "acquired"
             return granted

@@ -29,7 +29,8 @@ TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 async def _served(url: str, token: str | None) -> AsyncIterator[httpx.AsyncClient]:
     async with (
         discovery(url, token=token) as (_service, base),
-        httpx.AsyncClient(base_url=base, timeout=20) as client,
+        # A browser states where a form post comes from; the console refuses one from elsewhere.
+        httpx.AsyncClient(base_url=base, timeout=20, headers={"Origin": base}) as client,
     ):
         yield client
 

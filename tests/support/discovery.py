@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 from events import subjects
 from events.schemas import (
@@ -21,6 +22,7 @@ from events.schemas import (
     ProxySpec,
 )
 from events.store import EventStore, NewEvent
+from services.discovery.access import Clients
 from services.discovery.service import DiscoveryService
 from services.runtime.config import Settings
 from services.runtime.connection import connect
@@ -75,9 +77,10 @@ async def discovery(
     expiry_interval: float = 0.1,
     metrics: Metrics | None = None,
     snapshot_interval: float = 30.0,
+    clients_file: Path | None = None,
 ) -> AsyncIterator[tuple[DiscoveryService, str]]:
     """A discovery replica with its own NATS connection, listening on a free loopback port;
-    yields the service and its base URL."""
+    yields the service and its base URL. ``clients_file``: the API's clients (``access``)."""
     conn = await connect(url)
     service = DiscoveryService(
         host="127.0.0.1",
@@ -89,6 +92,7 @@ async def discovery(
         expiry_interval=expiry_interval,
         shutdown_timeout=1.0,
         snapshot_interval=snapshot_interval,
+        clients=Clients(clients_file, token),
     )
     ctx = ServiceContext(
         settings=Settings(nats_url=url),

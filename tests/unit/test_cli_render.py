@@ -161,6 +161,7 @@ def test_json_line_carries_the_whole_event() -> None:
             "fencing_token": 0,
             "cooldown_seconds": 0.0,
             "requested_ttl_seconds": 0.0,
+            "client": "",
             "target": "",
         },
     }

@@ -84,6 +84,7 @@ def test_flags_parse_durations_into_seconds() -> None:
     assert seen == {
         "port": 8080,
         "host": "127.0.0.1",
+        "clients_file": None,
         "max_lease_ttl": 900.0,
         "lease_cooldown": 2.0,
         "block_backoff": 5400.0,

@@ -20,7 +20,7 @@ from services.reconciler import state
 
 RECORDED = {
     "ProxyView": (2, "b592c8d7d8551396"),
-    "LeaseView": (2, "167a34cd9385a4a3"),
+    "LeaseView": (3, "d17f4986879e62cb"),
     "ProxyState": (2, "58ade67196a79be9"),
 }
 CURRENT = {

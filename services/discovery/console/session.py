@@ -1,56 +1,165 @@
-"""The console's login: the API's token, posted once from a form, kept as a cookie.
+"""The console's sessions: one per client, signed, with an expiry and a revocation time.
 
 A browser cannot send ``Authorization: Bearer`` on a page load, and a token in a URL ends up in
-histories, logs and ``Referer`` headers. So the login form posts the token, and the answer sets
-an ``HttpOnly``, ``SameSite=Strict`` cookie (``Secure`` over https). The cookie does not hold
-the token: it holds an HMAC of a fixed label keyed with it, which opens ``/ui`` on every replica
-and after restarts, cannot be used against ``/v1``, and stops working when the token changes.
-A request with the API's bearer header is let in too (``curl`` and scripts).
+histories, logs and ``Referer`` headers. So the login form posts the client's token once, and
+the answer sets an ``HttpOnly``, ``SameSite=Strict`` cookie (``Secure`` over https) holding
+``v2.<client>.<issued ms>.<expires ms>.<mac>``, never the token (docs/decisions.md, D96):
+
+- the mac is keyed with a random key every replica shares through the discovery KV bucket
+  (``console.key``, created by the first replica), and covers the client's token hash: a
+  session works on every replica and after restarts, and ends when the client's token changes
+  or the client leaves the clients file;
+- logging out stores the time in ``console.logout.<client>``: every session of that client
+  issued before it ends, on this replica at once and on the others within a second (each polls
+  the clients it has seen sessions of);
+- failed logins are limited per client address (``LoginThrottle``), and logged.
+
+A request with a bearer token of a client with the ``read`` scope is let in too (``curl``).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import hmac
+import secrets
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
 from typing import Any
 
+import nats.errors
+import structlog
 from litestar.connection import ASGIConnection
 from litestar.datastructures import Cookie
+from nats.js import JetStreamContext
+from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
+from nats.js.kv import KeyValue
+
+from events.errors import StoreUnavailable
+from services.discovery.access import Clients
+from services.discovery.clients import READ, Client
+from services.runtime.eventlog.snapshots import SnapshotStore
+from services.runtime.natsusers import KV_BUCKETS
+
+log = structlog.get_logger("egress.discovery.console")
 
 COOKIE = "egress_console"
 PATH = "/ui"
-LABEL = b"egress-proxies console session 1"
 MAX_AGE = 12 * 3600
 """A session lasts a working day; the login form is one field."""
+KEY = "console.key"
+LOGOUT = "console.logout."
+REFRESH_SECONDS = 1.0
+KEY_REFRESH_SECONDS = 3600.0
+"""The bucket drops keys a week after their last write: the key is written again hourly."""
 
 
-class Session:
-    def __init__(self, token: str | None) -> None:
-        self.token = token
-        self._value = hmac.new(token.encode(), LABEL, hashlib.sha256).hexdigest() if token else ""
+@dataclass
+class LoginThrottle:
+    """At most ``per_minute`` failed logins per client address (a token bucket each); the
+    addresses are bounded, the oldest forgotten first."""
+
+    per_minute: float = 5.0
+    max_addresses: int = 10_000
+    _buckets: OrderedDict[str, tuple[float, float]] = field(default_factory=OrderedDict)
+
+    def retry_after(self, address: str, now: float) -> float:
+        """Seconds until ``address`` may try again (0: now)."""
+        tokens = self._tokens(address, now)
+        return 0.0 if tokens >= 1 else (1 - tokens) * 60 / self.per_minute
+
+    def failed(self, address: str, now: float) -> None:
+        self._buckets[address] = (max(self._tokens(address, now) - 1, 0.0), now)
+        self._buckets.move_to_end(address)
+        while len(self._buckets) > self.max_addresses:
+            self._buckets.popitem(last=False)
+
+    def _tokens(self, address: str, now: float) -> float:
+        tokens, at = self._buckets.get(address, (self.per_minute, now))
+        return min(self.per_minute, tokens + (now - at) * self.per_minute / 60)
+
+
+class Sessions:
+    def __init__(
+        self, clients: Clients, js: JetStreamContext | None, throttle: LoginThrottle | None = None
+    ) -> None:
+        self.clients = clients
+        self.js = js
+        self.throttle = throttle or LoginThrottle()
+        self._key: bytes | None = None if js is not None else secrets.token_bytes(32)
+        self._kv: KeyValue | None = None
+        self._revoked: dict[str, int] = {}
+        self._seen: dict[str, float] = {}
 
     @property
     def required(self) -> bool:
-        return self.token is not None
+        return not self.clients.open
 
-    def token_matches(self, given: str) -> bool:
-        if self.token is None:
-            return True
-        return hmac.compare_digest(given.strip().encode(), self.token.encode())
+    # ------------------------------------------------------------------------- checking
 
     def allows(self, connection: ASGIConnection[Any, Any, Any, Any]) -> bool:
-        if self.token is None:
-            return True
-        cookie = connection.cookies.get(COOKIE, "")
-        if cookie and hmac.compare_digest(cookie.encode(), self._value.encode()):
-            return True
-        scheme, _, given = connection.headers.get("authorization", "").partition(" ")
-        return scheme.lower() == "bearer" and bool(given.strip()) and self.token_matches(given)
+        return not self.required or self.who(connection) is not None
 
-    def cookie(self, *, secure: bool) -> Cookie:
+    def who(self, connection: ASGIConnection[Any, Any, Any, Any]) -> Client | None:
+        """The client behind the request's cookie or bearer token, if it may read."""
+        cookie = connection.cookies.get(COOKIE, "")
+        if cookie:
+            client = self._from_cookie(cookie)
+            if client is not None:
+                return client
+        scheme, _, given = connection.headers.get("authorization", "").partition(" ")
+        if scheme.lower() == "bearer" and given.strip():
+            client = self.clients.identify(given.strip())
+            if client is not None and client.may(READ):
+                return client
+        return None
+
+    def _from_cookie(self, value: str) -> Client | None:
+        parts = value.split(".")
+        if len(parts) != 5 or parts[0] != "v2" or self._key is None:
+            return None
+        _, name, issued, expires, mac = parts
+        if not (issued.isascii() and issued.isdigit() and expires.isascii() and expires.isdigit()):
+            return None
+        client = self.clients.by_name(name)
+        if client is None or not client.may(READ):
+            return None
+        if not hmac.compare_digest(mac.encode(), self._mac(client, issued, expires).encode()):
+            return None
+        now = _now_ms()
+        if int(expires) <= now or int(issued) <= self._revoked.get(name, 0):
+            return None
+        self._seen[name] = time.monotonic()
+        return client
+
+    def _mac(self, client: Client, issued: str, expires: str) -> str:
+        assert self._key is not None
+        message = f"{client.name}|{issued}|{expires}|{client.token_hash}".encode()
+        return hmac.new(self._key, message, hashlib.sha256).hexdigest()
+
+    # -------------------------------------------------------------------- login, logout
+
+    def login(self, token: str) -> Client | None:
+        client = self.clients.identify(token.strip()) if token.strip() else None
+        return client if client is not None and client.may(READ) else None
+
+    @property
+    def ready(self) -> bool:
+        """Whether sessions can be signed: the shared key has been read."""
+        return self._key is not None
+
+    def cookie(self, client: Client, *, secure: bool) -> Cookie:
+        issued = _now_ms()
+        # After this client's last logout as this replica knows it, whatever the clocks say.
+        issued = max(issued, self._revoked.get(client.name, 0) + 1)
+        expires = issued + MAX_AGE * 1000
+        mac = self._mac(client, str(issued), str(expires))
+        self._seen[client.name] = time.monotonic()
         return Cookie(
             key=COOKIE,
-            value=self._value,
+            value=f"v2.{client.name}.{issued}.{expires}.{mac}",
             path=PATH,
             max_age=MAX_AGE,
             httponly=True,
@@ -58,6 +167,67 @@ class Session:
             secure=secure,
         )
 
+    async def logout(self, client: Client) -> None:
+        """End every session of ``client``, here at once and on every replica within a second."""
+        at = _now_ms()
+        self._revoked[client.name] = max(at, self._revoked.get(client.name, 0))
+        if self._kv is not None:
+            with contextlib.suppress(nats.errors.Error, TimeoutError):
+                await self._kv.put(LOGOUT + client.name, str(at).encode())
+
     @staticmethod
     def cleared() -> Cookie:
         return Cookie(key=COOKIE, value="", path=PATH, max_age=0, httponly=True, samesite="strict")
+
+    # ----------------------------------------------------------------------- the bucket
+
+    async def run(self) -> None:
+        """Read the shared key, then keep the logouts of the clients seen here current."""
+        if self.js is None:
+            return
+        last_key_write = 0.0
+        while True:
+            try:
+                if self._key is None or time.monotonic() - last_key_write > KEY_REFRESH_SECONDS:
+                    await self._load_key()
+                    last_key_write = time.monotonic()
+                await self.refresh()
+            except (StoreUnavailable, nats.errors.Error, TimeoutError) as exc:
+                log.warning("console sessions: the KV bucket cannot be read", error=str(exc))
+            await asyncio.sleep(REFRESH_SECONDS)
+
+    async def _open(self) -> KeyValue:
+        if self._kv is None:
+            assert self.js is not None
+            bucket = KV_BUCKETS["discovery"]
+            self._kv = await SnapshotStore(self.js, bucket, "console", 1, bytes).open()
+        return self._kv
+
+    async def _load_key(self) -> None:
+        kv = await self._open()
+        with contextlib.suppress(KeyWrongLastSequenceError):  # another replica made it first
+            await kv.create(KEY, secrets.token_bytes(32))
+        entry = await kv.get(KEY)
+        if entry.value is None or len(entry.value) != 32:
+            raise StoreUnavailable(f"{KEY} in the KV bucket is not a 32-byte key")
+        self._key = entry.value
+        await kv.put(KEY, entry.value)  # keeps it from expiring
+
+    async def refresh(self) -> None:
+        """The logout times of the clients with sessions seen here in the last ``MAX_AGE``."""
+        kv = await self._open()
+        horizon = time.monotonic() - MAX_AGE
+        for name in [n for n, at in self._seen.items() if at < horizon]:
+            del self._seen[name]
+        for name in list(self._seen):
+            try:
+                entry = await kv.get(LOGOUT + name)
+            except KeyNotFoundError:
+                continue
+            text = (entry.value or b"").decode("ascii", "replace")
+            if text.isascii() and text.isdigit() and len(text) < 20:
+                self._revoked[name] = max(int(text), self._revoked.get(name, 0))
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
