@@ -7,7 +7,10 @@ only the clients allowed may use it.
 
 With ``auth``, only the holder of a current lease may use it too (docs/decisions.md, D84): the
 lease helper checks every credential, Squid trusts a checked one for one second at most, and
-a request without a valid one is answered 407 before any other rule can allow it.
+a request without a valid one is answered 407 before any other rule can allow it. The helpers
+are started on demand (``startup=0``), so a helper that dies can never make Squid exit
+("crashing too rapidly" is fatal only below the startup count), and an overloaded helper queue
+answers ERR instead of ending Squid (D92).
 """
 
 from __future__ import annotations
@@ -21,21 +24,30 @@ AUTH_ACL = "egress_lease"
 @dataclass(frozen=True, slots=True)
 class SquidAuth:
     """How Squid runs the lease helper: ``program`` is the command line (interpreter, script,
-    ``--key-file``, ``--state-file``), without ``--concurrent``, which is added here."""
+    ``--key-file``, ``--state-file``), without ``--concurrent`` and ``--fence-floor``, which are
+    added here. ``fence_floor`` is the proxy's highest granted fencing token when this instance
+    was created: the helper refuses lower ones from the start (D92)."""
 
     program: str
     children: int = 4
     concurrency: int = 32
+    fence_floor: int = 0
 
 
 def auth_lines(auth: SquidAuth) -> list[str]:
     """The directives that make every request need a current lease's credentials; they go
     before any ``http_access`` line. A credential is re-checked after ``credentialsttl``, so an
-    expired or fenced one is refused within about a second."""
+    expired or fenced one is refused within about a second.
+
+    Squid 5 exits ("helpers are crashing too rapidly") when a helper that never answered dies
+    while fewer helpers run than ``startup=``; with ``startup=0`` that is never the case, and a
+    dead helper is simply replaced by the next request. ``on-persistent-overload=ERR`` answers
+    ERR when every helper stays busy for minutes, where the default would end Squid."""
+    floor = f" --fence-floor {auth.fence_floor}" if auth.fence_floor > 0 else ""
     return [
-        f"auth_param basic program {auth.program} --concurrent",
-        f"auth_param basic children {auth.children} startup=1 idle=1 "
-        f"concurrency={auth.concurrency}",
+        f"auth_param basic program {auth.program}{floor} --concurrent",
+        f"auth_param basic children {auth.children} startup=0 idle=1 "
+        f"concurrency={auth.concurrency} on-persistent-overload=ERR",
         "auth_param basic realm egress-proxies",
         "auth_param basic credentialsttl 1 second",
         "auth_param basic casesensitive on",

@@ -12,8 +12,16 @@ credential itself (docs/decisions.md, D84). A credential is accepted when its ma
 this proxy's key (``--key-file``), its expiry has not passed on this host's clock, and its
 fencing token is not lower than the highest token accepted so far. That highest token is kept in
 ``--state-file`` under an exclusive lock, so the several helper processes Squid runs agree, and a
-restarted helper (or Squid) keeps refusing an older lease. The probe user is checked like a
-lease but never fences and is never fenced.
+restarted helper (or Squid) keeps refusing an older lease; ``--fence-floor`` is where a new
+instance of the proxy starts (the proxy's highest granted token when it was created, D92). The
+probe user is checked like a lease but never fences and is never fenced.
+
+Whoever reaches the proxy port chooses what Squid hands the helper, and Squid gives up when its
+helpers keep dying (D92): so no input ends this process. Lines are read as bytes and bounded
+(``MAX_LINE``), numbers are ASCII digits only, a credential that is not printable ASCII is
+refused before any comparison, and whatever still goes wrong on one line is answered ``BH``
+on that line's channel while the loop goes on. Refusals are logged to stderr (Squid's
+cache.log) without the mac, and at most ``LOG_BURST`` lines a minute.
 
 The same scheme is minted by ``services/providers/squidauth/scheme.py``; this copy stands alone
 because it is shipped to VMs and pods as a single file.
@@ -22,16 +30,30 @@ because it is shipped to VMs and pods as a single file.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fcntl
 import hashlib
 import hmac
 import os
 import sys
 import time
-from urllib.parse import unquote
+from collections.abc import Callable, Iterator
+from typing import BinaryIO
+from urllib.parse import unquote_to_bytes
 
 PROBE_USER = "egress-probe"
 MAC_HEX = 32
+MAX_LINE = 65536
+"""Bytes of one request line; Squid's own buffer for ``user password`` is 8 KiB. A longer line is
+answered ERR and the rest of it read and dropped."""
+MAX_FIELD = 512
+"""Characters of a user or password, decoded; a real one has fewer than 100."""
+MAX_DIGITS = 19
+"""Digits of a token or an expiry: every such number fits in 63 bits."""
+LOG_BURST = 20
+"""Refusals logged per minute; the rest are counted and the count logged with the next one."""
+DIGITS = frozenset("0123456789")
+MALFORMED = 'ERR message="malformed credential"'
 
 
 def _mac(key: bytes, message: str) -> str:
@@ -39,24 +61,31 @@ def _mac(key: bytes, message: str) -> str:
 
 
 def _number(text: str) -> int | None:
-    return int(text) if text.isdigit() and len(text) <= 19 else None
+    """A non-negative number written in ASCII digits, else None (``str.isdigit`` also takes
+    digits such as ``²``, which ``int`` refuses)."""
+    if not 0 < len(text) <= MAX_DIGITS or not DIGITS.issuperset(text):
+        return None
+    return int(text)
 
 
 class Fence:
-    """The highest fencing token accepted on this proxy, shared through a locked file."""
+    """The highest fencing token accepted on this proxy, shared through a locked file; never
+    lower than ``floor``."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, floor: int = 0) -> None:
         self.path = path
+        self.floor = floor
 
     def admit(self, token: int) -> bool:
         """Whether ``token`` may pass; records it when it is the new highest."""
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
-            highest = _number(os.pread(fd, 32, 0).decode("ascii", "replace").strip()) or 0
+            stored = _number(os.pread(fd, 32, 0).decode("ascii", "replace").strip()) or 0
+            highest = max(stored, self.floor)
             if token < highest:
                 return False
-            if token > highest:
+            if token > stored:
                 data = f"{token}\n".encode()
                 os.ftruncate(fd, 0)
                 os.pwrite(fd, data, 0)
@@ -66,8 +95,14 @@ class Fence:
             os.close(fd)
 
 
+def _plain(text: str) -> bool:
+    return len(text) <= MAX_FIELD and text.isascii() and text.isprintable()
+
+
 def check(key: bytes, fence: Fence, user: str, password: str, now_ms: int) -> str:
-    """``OK``, or ``ERR`` with the reason Squid logs."""
+    """``OK``, or ``ERR`` with the reason Squid logs. Total: any strings get an answer."""
+    if not _plain(user) or not _plain(password):
+        return MALFORMED
     parts = password.split(".")
     token = 0
     if user == PROBE_USER:
@@ -83,7 +118,7 @@ def check(key: bytes, fence: Fence, user: str, password: str, now_ms: int) -> st
             return 'ERR message="malformed lease credential"'
         token = number
         message = f"lease|{user}|{parts[0]}|{parts[1]}"
-    if expires is None or not hmac.compare_digest(_mac(key, message), mac):
+    if expires is None or len(mac) != MAC_HEX or not hmac.compare_digest(_mac(key, message), mac):
         return 'ERR message="credential not valid for this proxy"'
     if now_ms >= expires:
         return 'ERR message="lease expired"'
@@ -92,20 +127,140 @@ def check(key: bytes, fence: Fence, user: str, password: str, now_ms: int) -> st
     return "OK"
 
 
-def answer(key: bytes | None, fence: Fence, line: str, *, concurrent: bool) -> str:
-    words = line.split()
+class Log:
+    """Refusals to stderr (cache.log), ``LOG_BURST`` a minute at most: a flood of bad requests
+    must not fill the proxy's disk."""
+
+    def __init__(self, write: Callable[[str], object] | None = None) -> None:
+        self._write = write or _stderr
+        self._window = 0.0
+        self._logged = 0
+        self._dropped = 0
+
+    def __call__(self, text: str) -> None:
+        now = time.monotonic()
+        if now - self._window >= 60.0:
+            self._window, self._logged = now, 0
+        if self._logged >= LOG_BURST:
+            self._dropped += 1
+            return
+        self._logged += 1
+        dropped, self._dropped = self._dropped, 0
+        more = f" ({dropped} more refusals not logged)" if dropped else ""
+        self._write(f"egress lease helper: {text}{more}")
+
+
+def _stderr(text: str) -> None:
+    with contextlib.suppress(OSError, ValueError):  # nowhere to log: answering matters more
+        print(text, file=sys.stderr, flush=True)
+
+
+def _shown(raw: bytes) -> str:
+    """A user name as a log may show it: printable ASCII, short, one line."""
+    text = raw[:64].decode("ascii", "backslashreplace")
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def _described(user: bytes, password: bytes) -> str:
+    """What a log line says of a refused credential: the user and the token, which travel in
+    clear anyway, never the expiry with the mac (the password is a bearer secret)."""
+    token = password.split(b".", 1)[0]
+    shown = token.decode("ascii") if token.isdigit() and len(token) <= MAX_DIGITS else "?"
+    return f"user={_shown(user)!r} token={shown}"
+
+
+def answer(
+    key: bytes | None,
+    fence: Fence,
+    line: bytes | str,
+    *,
+    concurrent: bool,
+    too_long: bool = False,
+    log: Callable[[str], None] = _stderr,
+) -> str:
+    """The answer line to one request line (without its newline), whatever it holds: the
+    channel it came with (``--concurrent``), then OK, ERR or BH. Never raises."""
+    raw = line.encode("utf-8", "surrogatepass") if isinstance(line, str) else line
+    words = raw.split()
     channel = ""
     if concurrent and words:
-        channel, words = words[0] + " ", words[1:]
-    if len(words) < 2:
-        return channel + 'BH message="expected: user password"'
-    if key is None:
-        return channel + 'BH message="no proxy key: see the helper\'s messages in cache.log"'
+        # Bytes without ASCII white space, decoded one to one: echoed exactly as Squid sent it.
+        channel, words = words[0].decode("latin-1") + " ", words[1:]
     try:
-        verdict = check(key, fence, unquote(words[0]), unquote(words[1]), time.time_ns() // 10**6)
-    except OSError as exc:
-        return channel + f'BH message="fencing state: {exc.strerror or exc}"'
+        verdict = _verdict(key, fence, words, too_long, log)
+    except Exception as exc:  # one bad line must not end the helper (D92)
+        log(f"internal error on a request ({type(exc).__name__}), answered BH")
+        verdict = 'BH message="internal error in the lease helper, see cache.log"'
     return channel + verdict
+
+
+def _verdict(
+    key: bytes | None, fence: Fence, words: list[bytes], too_long: bool, log: Callable[[str], None]
+) -> str:
+    if too_long:
+        log(f"refused a request line longer than {MAX_LINE} bytes")
+        return 'ERR message="request line too long"'
+    if len(words) < 2:
+        log("refused a request without user and password")
+        return 'ERR message="expected: user password"'
+    if key is None:
+        return 'BH message="no proxy key: see the helper\'s messages in cache.log"'
+    user, password = unquote_to_bytes(words[0]), unquote_to_bytes(words[1])
+    try:
+        text_user, text_password = user.decode("ascii"), password.decode("ascii")
+    except UnicodeDecodeError:
+        verdict = MALFORMED
+    else:
+        try:
+            now_ms = time.time_ns() // 10**6
+            verdict = check(key, fence, text_user, text_password, now_ms)
+        except OSError as exc:
+            log(f"cannot read or write the fencing state {fence.path}: {exc.strerror or exc}")
+            return 'BH message="fencing state unusable, see cache.log"'
+    if verdict != "OK":
+        log(f"refused {_described(user, password)}: {verdict.partition(' ')[2]}")
+    return verdict
+
+
+def read_lines(stream: BinaryIO, limit: int = MAX_LINE) -> Iterator[tuple[bytes, bool]]:
+    """Each line without its end, and whether it was longer than ``limit`` (then its first
+    ``limit`` bytes; the rest is read and dropped, never held)."""
+    while True:
+        line = stream.readline(limit + 1)
+        if not line:
+            return
+        if line.endswith(b"\n"):
+            yield line[:-1], False
+            continue
+        if len(line) <= limit:
+            yield line, False  # the last line, without an end
+            return
+        while True:
+            rest = stream.readline(limit)
+            if not rest or rest.endswith(b"\n"):
+                break
+        yield line[:limit], True
+
+
+def serve(
+    stdin: BinaryIO,
+    stdout: BinaryIO,
+    key: bytes | None,
+    fence: Fence,
+    *,
+    concurrent: bool,
+    limit: int = MAX_LINE,
+    log: Callable[[str], None] | None = None,
+) -> None:
+    """Answer every line of ``stdin`` until it ends. A blank line has no channel to answer on
+    (Squid never sends one), so it gets no answer."""
+    log = log or Log()
+    for line, too_long in read_lines(stdin, limit):
+        if not too_long and not line.strip():
+            continue
+        reply = answer(key, fence, line, concurrent=concurrent, too_long=too_long, log=log)
+        stdout.write(reply.encode("latin-1", "replace") + b"\n")
+        stdout.flush()
 
 
 def read_key(path: str) -> bytes | None:
@@ -119,20 +274,26 @@ def read_key(path: str) -> bytes | None:
         return None
 
 
+def _floor(text: str) -> int:
+    value = _number(text)
+    if value is None:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a fencing token in digits, e.g. 0")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Squid basic-auth helper for egress leases")
     parser.add_argument("--key-file", required=True)
     parser.add_argument("--state-file", required=True)
+    parser.add_argument("--fence-floor", type=_floor, default=0)
     parser.add_argument("--concurrent", action="store_true")
     parser.add_argument("--instance", default="", help="ignored: names the instance in ps")
     args = parser.parse_args(argv)
     key = read_key(args.key_file)
-    fence = Fence(args.state_file)
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        sys.stdout.write(answer(key, fence, line, concurrent=args.concurrent) + "\n")
-        sys.stdout.flush()
+    fence = Fence(args.state_file, args.fence_floor)
+    # Squid closing our output means it is stopping or replacing us: not an error.
+    with contextlib.suppress(BrokenPipeError):
+        serve(sys.stdin.buffer, sys.stdout.buffer, key, fence, concurrent=args.concurrent)
     return 0
 
 
