@@ -17,6 +17,7 @@ from rich.text import Text
 
 from events.errors import EventStoreError
 from services.cli.check_cmd import check
+from services.cli.clients_cmd import clients
 from services.cli.common import CliState
 from services.cli.crd_cmd import crd
 from services.cli.events_cmd import events
@@ -149,6 +150,7 @@ main.add_command(get_cmd)
 main.add_command(gc)
 main.add_command(lease)
 main.add_command(crd)
+main.add_command(clients)
 
 
 if __name__ == "__main__":

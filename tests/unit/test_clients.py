@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 from hypothesis import given
 from hypothesis import strategies as st
 
+from services.cli.main import main
 from services.discovery.clients import (
     ADMIN,
     DEFAULT_CLIENT,
@@ -145,3 +148,25 @@ def test_a_client_without_selectors_may_use_any() -> None:
     assert client.allows_selector({})
     assert client.allows_selector({"country": "de"})
     assert not client.may(READ)
+
+
+def test_the_cli_hashes_a_token_and_checks_a_file(tmp_path: Path) -> None:
+    token = "t" * 40
+    hashed = CliRunner().invoke(main, ["clients", "hash"], input=token + "\n")
+    assert hashed.exit_code == 0, hashed.output
+    assert hashed.output.strip() == hash_token(token)
+    short = CliRunner().invoke(main, ["clients", "hash"], input="short\n")
+    assert short.exit_code == 2
+    assert "at least 32 characters" in short.output
+    good = tmp_path / "good.yaml"
+    good.write_text(_file(_entry("crawler-a", hashed.output.strip(), "    maxLeases: 3\n")))
+    listed = CliRunner().invoke(main, ["clients", "check", str(good)])
+    assert listed.exit_code == 0, listed.output
+    assert "crawler-a" in listed.output
+    assert "lease,read" in listed.output
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(_file(_entry("crawler-a", token)))
+    refused = CliRunner().invoke(main, ["clients", "check", str(bad)])
+    assert refused.exit_code == 2
+    assert "clients[0].token" in refused.output
+    assert token not in refused.output

@@ -18,7 +18,9 @@ from urllib.parse import quote
 from egress_proxies_client.errors import (
     AuthError,
     EgressError,
+    Forbidden,
     LeaseEnded,
+    LeaseLimit,
     NoMatchingProxy,
     NoProxyAvailable,
     RotationFailed,
@@ -193,9 +195,13 @@ def error(status: int, headers: Mapping[str, str], content: bytes, base: str) ->
         "lease_ended": LeaseEnded,
         "unknown_proxy": UnknownProxy,
         "unauthorized": AuthError,
+        "forbidden": Forbidden,
+        "not_your_lease": Forbidden,
     }
     if code == "no_proxy_available":
         return NoProxyAvailable(message, retry_after=retry_after(headers), code=code, status=status)
+    if code == "lease_limit":
+        return LeaseLimit(message, retry_after=retry_after(headers), code=code, status=status)
     if code == "unavailable" or (status in (502, 503, 504) and not code):
         return Unavailable(
             f"the discovery API at {base} cannot serve now: {message}",

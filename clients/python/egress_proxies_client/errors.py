@@ -40,6 +40,12 @@ class NoProxyAvailable(EgressError):
         self.retry_after = retry_after
 
 
+class LeaseLimit(NoProxyAvailable):
+    """429 ``lease_limit``: this client holds as many leases as its ``maxLeases`` allows. A kind
+    of ``NoProxyAvailable``: a pool waits for one of its own leases to end, as it does for a
+    busy fleet, instead of failing the request."""
+
+
 class UnknownLease(EgressError):
     """404 ``unknown_lease``: the lease was never issued, or is over (released or expired)."""
 
@@ -55,6 +61,11 @@ class UnknownProxy(EgressError):
 
 class AuthError(EgressError):
     """401 ``unauthorized``: the token is missing or wrong."""
+
+
+class Forbidden(AuthError):
+    """403 ``forbidden`` (the client lacks the scope, or may not lease with that selector) or
+    ``not_your_lease`` (another client acquired the lease): asking again will not help."""
 
 
 class Unavailable(EgressError):
