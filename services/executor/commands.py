@@ -39,6 +39,7 @@ from events.schemas import (
 from events.store import EventStore, History, NewEvent, Recorded, derive_msg_id
 from projections.commands import Answer, Command, answers_to, concludes
 from projections.proxy import fold
+from services.executor.fences import FenceFloors
 from services.providers.base import (
     CreateRequest,
     Instance,
@@ -146,8 +147,10 @@ class CommandHandler:
         policy: CommandPolicy | None = None,
         metrics: Metrics | None = None,
         clock: Callable[[], datetime] = _utcnow,
+        fences: FenceFloors | None = None,
     ) -> None:
         self.store = store
+        self.fences = fences or FenceFloors(store)
         self.providers = providers
         self.policy = policy or CommandPolicy()
         self.outcomes = _outcomes(metrics or default_metrics())
@@ -199,8 +202,11 @@ class CommandHandler:
     async def _create(self, job: _Job, cmd: CreateInstance, provider: Provider) -> Outcome:
         created = _created_record(job.history, cmd.command_id)
         if created is None:
+            # Read before the create, so the new instance starts fenced at the proxy's highest
+            # granted token (docs/decisions.md, D92).
+            floor = await self.fences.floor(job.uid)
             try:
-                provider_id = await provider.create(self._request(job, cmd))
+                provider_id = await provider.create(self._request(job, cmd, floor))
             except ProviderError as exc:
                 return await self._failed(job, "create", exc)
             await self._append(
@@ -243,7 +249,7 @@ class CommandHandler:
         self._count(job, "pending")
         return Retry(self.policy.poll_delay(job.attempt), f"instance {instance.state}")
 
-    def _request(self, job: _Job, cmd: CreateInstance) -> CreateRequest:
+    def _request(self, job: _Job, cmd: CreateInstance, fence_floor: int) -> CreateRequest:
         view = fold(job.history.events)
         return CreateRequest(
             name=cmd.instance_name,
@@ -253,6 +259,7 @@ class CommandHandler:
             spec=cmd.spec,
             spec_hash=cmd.spec_hash,
             cloud_init=cmd.cloud_init,
+            fence_floor=fence_floor,
         )
 
     # ---------------------------------------------------------------------------- delete

@@ -18,6 +18,7 @@ import tempfile
 from pathlib import Path
 
 from services.providers.base import LeaseAuth, Permanent
+from services.providers.squidauth.helper import Fence
 from services.providers.squidconf import SquidAuth
 
 KEY_FILE = "lease.key"
@@ -38,8 +39,17 @@ def remove_own_dir(service: str) -> None:
 
 
 def write_key(instance_dir: Path, auth: LeaseAuth) -> None:
-    """The key where the proxy.py plugin reads it (proxy.py runs as us)."""
+    """The key where the proxy.py plugin reads it (proxy.py runs as us), and its fencing
+    state raised to the floor (the plugin has no command line to take ``--fence-floor``)."""
     _write_private(instance_dir / KEY_FILE, f"{auth.key}\n".encode(), None)
+    raise_fence(instance_dir / FENCE_FILE, auth.fence_floor)
+
+
+def raise_fence(path: Path, floor: int) -> None:
+    """The fencing state at ``floor`` at least; a higher token already recorded stays (D92)."""
+    if floor <= 0:
+        return
+    Fence(str(path), floor).admit(floor)
 
 
 def _runnable_by_all(path: str) -> bool:
@@ -109,7 +119,8 @@ def _own_dir(path: Path, user: str) -> None:
 
 def prepare_auth(instance_dir: Path, auth: LeaseAuth, user: str | None, service: str) -> SquidAuth:
     """The helper, this proxy's key, and how Squid runs the one with the other. The fencing
-    state is the helper's own file, kept across restarts of the instance's Squid."""
+    state is the helper's own file, kept across restarts of the instance's Squid; the helper
+    starts it at the request's fence floor (``--fence-floor``, D92)."""
     where = auth_dir(instance_dir, user, service)
     if any(c.isspace() for c in str(where)):
         raise Permanent(
@@ -127,4 +138,4 @@ def prepare_auth(instance_dir: Path, auth: LeaseAuth, user: str | None, service:
         f"{python} {where / HELPER_FILE} --key-file {where / KEY_FILE} "
         f"--state-file {where / FENCE_FILE} --instance {instance_dir}{os.sep}"
     )
-    return SquidAuth(program=program)
+    return SquidAuth(program=program, fence_floor=auth.fence_floor)

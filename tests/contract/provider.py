@@ -16,6 +16,7 @@ it took: a slow machine makes the suite slower, not red.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from typing import ClassVar, Protocol
@@ -136,6 +137,16 @@ class ProviderContract:
         await provider.delete(a)
         await self.gone(provider, a)
         assert (await self.running(provider, b)).url == running_b.url
+
+    async def test_a_create_with_a_fence_floor_makes_the_same_instance(
+        self, provider: Provider, make_request: MakeRequest
+    ) -> None:
+        """The executor hands every create the proxy's highest granted fencing token
+        (docs/decisions.md, D92): a provider takes it like any other request."""
+        request = dataclasses.replace(make_request("c4"), fence_floor=41)
+        first = await provider.create(request)
+        assert await provider.create(request) == first
+        assert (await self.running(provider, first)).url
 
     # ---------------------------------------------------------------- get
 

@@ -7,6 +7,7 @@ the contract suite see the same keys for every provider.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import re
 from datetime import UTC, datetime
@@ -85,16 +86,19 @@ LEASE_AUTH = SquidAuth(
 )
 
 
-def squid_config(config: KubernetesConfig, name: str, *, lease_auth: bool = False) -> str:
+def squid_config(
+    config: KubernetesConfig, name: str, *, lease_auth: bool = False, fence_floor: int = 0
+) -> str:
     """The shared egress Squid, listening on the pod's port for ``allowedClients`` only (and,
-    with ``lease_auth``, for the holder of a current lease only)."""
+    with ``lease_auth``, for the holder of a current lease only, none below ``fence_floor``:
+    docs/decisions.md, D92)."""
     return shared_squid_config(
         listen=str(config.port),
         name=name,
         cache_log="/dev/stderr",
         coredump_dir="/tmp",
         allowed_clients=config.allowed_clients,
-        auth=LEASE_AUTH if lease_auth else None,
+        auth=dataclasses.replace(LEASE_AUTH, fence_floor=fence_floor) if lease_auth else None,
     )
 
 
@@ -135,7 +139,9 @@ def build_pod(
     if config.memory_limit:
         resources["limits"] = {"memory": config.memory_limit}
     auth = request.lease_auth
-    env = [{"name": "SQUID_CONF", "value": squid_config(config, name, lease_auth=bool(auth))}]
+    floor = auth.fence_floor if auth else 0
+    conf = squid_config(config, name, lease_auth=bool(auth), fence_floor=floor)
+    env = [{"name": "SQUID_CONF", "value": conf}]
     if auth is not None:
         env += [
             {"name": "EGRESS_LEASE_KEY", "value": auth.key},

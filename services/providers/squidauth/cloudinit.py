@@ -29,19 +29,22 @@ PART_NAME = "zz-egress-lease.sh"
 _END = "EGRESS_LEASE_EOF"
 
 
-def vm_squid_auth() -> SquidAuth:
+def vm_squid_auth(fence_floor: int = 0) -> SquidAuth:
+    """``fence_floor``: the proxy's highest granted token at create (D92); the helper refuses
+    lower ones from the VM's first request."""
     return SquidAuth(
         program=f"/usr/bin/python3 {HELPER_PATH} --key-file {KEY_PATH} "
-        f"--state-file {STATE_DIR}/fence"
+        f"--state-file {STATE_DIR}/fence",
+        fence_floor=fence_floor,
     )
 
 
-def lease_script(key_hex: str, helper: str) -> str:
+def lease_script(key_hex: str, helper: str, fence_floor: int = 0) -> str:
     """The script part: idempotent (a re-run writes the same files), and it never prints the
     key (cloud-init logs a script's output)."""
     if _END in helper:
         raise ValueError(f"the helper source contains the heredoc end marker {_END}")
-    snippet = "\n".join(auth_lines(vm_squid_auth()))
+    snippet = "\n".join(auth_lines(vm_squid_auth(fence_floor)))
     return f"""#!/bin/sh
 # egress-proxies: only the holder of a current lease may use this proxy (docs/decisions.md, D84)
 set -eu
@@ -68,10 +71,10 @@ fi
 """
 
 
-def with_lease_auth(user_data: str, key_hex: str, helper: str) -> str:
+def with_lease_auth(user_data: str, key_hex: str, helper: str, fence_floor: int = 0) -> str:
     """``user_data`` plus the lease part, as MIME multipart user data."""
     ours = EmailMessage()
-    ours.set_content(lease_script(key_hex, helper), subtype="x-shellscript")
+    ours.set_content(lease_script(key_hex, helper, fence_floor), subtype="x-shellscript")
     ours.add_header("Content-Disposition", "attachment", filename=PART_NAME)
     head = user_data.lstrip()[:200].lower()
     if head.startswith(("content-type: multipart", "mime-version:")):

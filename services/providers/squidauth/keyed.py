@@ -37,8 +37,10 @@ def helper_source() -> str:
     return (resources.files(__package__ or "") / "helper.py").read_text(encoding="utf-8")
 
 
-def lease_auth_for(master: bytes, proxy_uid: str) -> LeaseAuth:
-    return LeaseAuth(key=proxy_key(master, proxy_uid).hex(), helper=helper_source())
+def lease_auth_for(master: bytes, proxy_uid: str, fence_floor: int = 0) -> LeaseAuth:
+    return LeaseAuth(
+        key=proxy_key(master, proxy_uid).hex(), helper=helper_source(), fence_floor=fence_floor
+    )
 
 
 def lease_keyed(provider: Provider, master: bytes) -> LeaseKeyed:
@@ -60,9 +62,11 @@ class LeaseKeyed:
         return f"LeaseKeyed({self.inner!r})"
 
     async def create(self, request: CreateRequest) -> str:
-        auth = lease_auth_for(self._master, request.owner_uid)
+        auth = lease_auth_for(self._master, request.owner_uid, request.fence_floor)
         if self.type in VM_TYPES:
-            cloud_init = with_lease_auth(request.cloud_init, auth.key, auth.helper)
+            cloud_init = with_lease_auth(
+                request.cloud_init, auth.key, auth.helper, auth.fence_floor
+            )
             request = dataclasses.replace(request, cloud_init=cloud_init, lease_auth=auth)
         else:
             request = dataclasses.replace(request, lease_auth=auth)
