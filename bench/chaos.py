@@ -40,8 +40,9 @@ from rich.table import Table
 
 from bench import chaos_check as check
 from bench.chaos_fleet import ROOT, Faults, Fleet, FleetOptions, child_env, fleet, listening
+from bench.chaos_hostile import CRAWLER_TOKEN, Hostile, check_hostile, run_hostile
 from bench.chaos_load import LoadOptions, Record, run_load
-from bench.chaos_view import StreamReader, converge, fold_proxies
+from bench.chaos_view import StreamReader, converge, fold_proxies, serving
 from bench.lifecycle_worker import show_logs
 from events.resource import cli_uid
 from events.subjects import LEASE_STREAM, PROXY_STREAM
@@ -61,7 +62,9 @@ class Options:
     """Mean seconds between faults (each pause is drawn from 0.5x to 1.5x)."""
     converge_limit: float = 60.0
     ready_timeout: float = 180.0
-    load: LoadOptions = field(default_factory=lambda: LoadOptions(selector=dict(ATTRIBUTES)))
+    load: LoadOptions = field(
+        default_factory=lambda: LoadOptions(selector=dict(ATTRIBUTES), token=CRAWLER_TOKEN)
+    )
     fleet: FleetOptions = field(default_factory=FleetOptions)
 
 
@@ -92,6 +95,8 @@ class Result:
     services: dict[str, dict[str, object]] = field(default_factory=dict)
     log: dict[str, int] = field(default_factory=dict)
     fault_log: list[tuple[float, str, str]] = field(default_factory=list)
+    hostile: dict[str, dict[str, int]] = field(default_factory=dict)
+    """What the hostile client was answered, by kind of attempt (``bench.chaos_hostile``)."""
 
     @property
     def ok(self) -> bool:
@@ -179,7 +184,15 @@ class Run:
     views: dict[str, ProxyView] = field(default_factory=dict)
 
 
-def judge(result: Result, record: Record, log: check.LeaseLog, run: Run, *, limit: float) -> None:
+def judge(
+    result: Result,
+    record: Record,
+    log: check.LeaseLog,
+    run: Run,
+    *,
+    limit: float,
+    hostile: Hostile | None = None,
+) -> None:
     acquisitions, releases, reports = record.acquisitions, record.releases, record.reports
     ghosts, ambiguous, withdrawn = check.ghost_leases(acquisitions, log)
     result.checks = [
@@ -191,6 +204,13 @@ def judge(result: Result, record: Record, log: check.LeaseLog, run: Run, *, limi
         check.ghost_writes(releases, reports, log),
         check.check_converged(result.converge_seconds, limit, result.stragglers),
     ]
+    if hostile is not None:
+        result.checks.append(check_hostile(hostile))
+        result.hostile = {
+            "at the proxy ports": dict(hostile.proxy_answers),
+            "on another client's leases": dict(hostile.lease_answers),
+            "abandoned time travels": dict(hostile.travels),
+        }
     result.ambiguous_grants = ambiguous
     result.withdrawn_grants = withdrawn
     result.acquisitions = check.tally(a.answer for a in acquisitions)
@@ -231,12 +251,23 @@ async def prepare(running: Fleet, options: Options, result: Result) -> Run:
     return run
 
 
-async def chaos(run: Run, options: Options, result: Result, clock: Clock) -> Record:
-    """The load under faults, then the wait for convergence while the load winds down."""
+async def chaos(run: Run, options: Options, result: Result, clock: Clock) -> tuple[Record, Hostile]:
+    """The load and the hostile client under faults, then the wait for convergence while the
+    load winds down."""
     running = run.running
     stop = asyncio.Event()
+    record = Record()
     load = asyncio.create_task(
-        run_load(running.api_port, options.load, stop, seed=options.seed, run_id="crawler")
+        run_load(
+            running.api_port, options.load, stop, seed=options.seed, run_id="crawler", record=record
+        )
+    )
+
+    def proxies() -> dict[str, str]:
+        return {uid: view.url for uid, view in run.views.items() if serving(view)}
+
+    hostile = asyncio.create_task(
+        run_hostile(running.api_port, running.origin_port, proxies, record, stop, seed=options.seed)
     )
     faults = Faults(running, random.Random(options.seed))
     await faults.run(60.0 * options.minutes, options.fault_interval)
@@ -244,11 +275,12 @@ async def chaos(run: Run, options: Options, result: Result, clock: Clock) -> Rec
     clock.lap("faults")
     last = faults.last_at or time.time()
     deadline = last + options.converge_limit
-    (converged, stragglers), record = await asyncio.gather(
+    (converged, stragglers), record, seen = await asyncio.gather(
         converge(
             run.proxies, run.views, run.applied, origin_port=running.origin_port, deadline=deadline
         ),
         load,
+        hostile,
     )
     result.converge_seconds = None if converged is None else round(converged - last, 2)
     if converged is not None:
@@ -259,10 +291,12 @@ async def chaos(run: Run, options: Options, result: Result, clock: Clock) -> Rec
     result.faults_skipped = dict(faults.skipped)
     result.fault_log = [(round(at, 3), kind, what) for at, kind, what in faults.log]
     clock.lap("converge")
-    return record
+    return record, seen
 
 
-async def verify(run: Run, record: Record, options: Options, result: Result) -> None:
+async def verify(
+    run: Run, record: Record, options: Options, result: Result, hostile: Hostile | None = None
+) -> None:
     """Read both streams from sequence 1 and run every check."""
     fold_proxies(run.views, await run.proxies.read_all(timeout=60.0))
     leases = StreamReader(run.running.conn, LEASE_STREAM, "lease.*")
@@ -271,7 +305,7 @@ async def verify(run: Run, record: Record, options: Options, result: Result) -> 
     finally:
         await leases.close()
         await run.proxies.close()
-    judge(result, record, log, run, limit=options.converge_limit)
+    judge(result, record, log, run, limit=options.converge_limit, hostile=hostile)
     result.services = {
         name: {"starts": s.starts, "killed": s.killed, "other exits": dict(s.exits)}
         for name, s in run.running.services.items()
@@ -287,8 +321,8 @@ async def soak(options: Options, tmp: Path, say: Console | None = None) -> Resul
         clock.lap("start")
         run = await prepare(running, options, result)
         clock.lap("ready")
-        record = await chaos(run, options, result, clock)
-        await verify(run, record, options, result)
+        record, hostile = await chaos(run, options, result, clock)
+        await verify(run, record, options, result, hostile)
         clock.lap("checks")
     clock.lap("stop")
     me, kids = own_cpu()
@@ -337,6 +371,7 @@ def render(result: Result, console: Console) -> None:
         "converged after last fault, s": result.converge_seconds,
         "converged after the last of each kind, s": result.converge_after,
         "event log": result.log,
+        **{f"hostile, {kind}": answers for kind, answers in result.hostile.items()},
         "wall seconds": result.phases,
         "CPU seconds": result.cpu,
     }
@@ -363,7 +398,7 @@ def main() -> None:
         proxies=args.proxies,
         seed=seed,
         fault_interval=args.fault_interval,
-        load=LoadOptions(clients=args.clients, selector=dict(ATTRIBUTES)),
+        load=LoadOptions(clients=args.clients, selector=dict(ATTRIBUTES), token=CRAWLER_TOKEN),
     )
     configure_logging("error")  # the bench's own connection logs every server restart
     console = Console()

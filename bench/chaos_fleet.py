@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench.chaos_hostile import clients_file
 from services.providers import local_process as proc
 from services.providers.local import LocalProvider
 from services.providers.squidauth.secret import SECRET_ENV, SECRET_FILE_ENV
@@ -178,6 +179,7 @@ def service_argv(name: str, fleet: Fleet, options: FleetOptions) -> list[str]:
         ],
         "discovery": [
             *("--port", str(fleet.api_port), "--lease-cooldown", options.lease_cooldown),
+            *("--clients-file", str(fleet.tmp / "clients.yaml")),
         ],
     }[name]
     cli = [sys.executable, "-m", "services.cli.main", "--log-level", options.log_level, "run"]
@@ -225,6 +227,8 @@ async def fleet(tmp: Path, options: FleetOptions) -> AsyncIterator[Fleet]:
             stderr=asyncio.subprocess.DEVNULL,
         )
         await listening(running.origin_port, 15.0)
+        # Two clients of the API: the crawlers' and a hostile one's (bench.chaos_hostile).
+        (tmp / "clients.yaml").write_text(clients_file())
         for name in SERVICES:
             argv = service_argv(name, running, options)
             supervised = Supervised(name, argv, tmp / f"{name}.log", options.restart_delay)

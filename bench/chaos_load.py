@@ -41,6 +41,8 @@ class LoadOptions:
     max_retry_after: float = 2.0
     release_attempts: int = 5
     selector: dict[str, str] = field(default_factory=dict)
+    token: str = ""
+    """The crawlers' bearer token ("" for an API without clients)."""
 
 
 @dataclass
@@ -53,7 +55,7 @@ class Record:
 
 
 async def call(
-    port: int, method: str, path: str, body: object = None, *, timeout: float
+    port: int, method: str, path: str, body: object = None, *, timeout: float, token: str = ""
 ) -> tuple[Answer, dict[str, Any], dict[str, str]]:
     """One request on a fresh connection: the answer, its JSON body, its headers."""
     sent_at = time.time()
@@ -68,6 +70,8 @@ async def call(
     head += f"Content-Length: {len(data)}\r\n"
     if body is not None:
         head += "Content-Type: application/json\r\n"
+    if token:
+        head += f"Authorization: Bearer {token}\r\n"
     headers: dict[str, str] = {}
     try:
         async with asyncio.timeout(timeout):
@@ -133,7 +137,8 @@ async def release(port: int, lease_id: str, options: LoadOptions, record: Record
     see 404 when an earlier attempt got through). Gives up after ``release_attempts``; the
     lease then ends at its ``expiresAt``."""
     for _ in range(options.release_attempts):
-        answer = (await call(port, "DELETE", f"/v1/leases/{lease_id}", timeout=options.timeout))[0]
+        path = f"/v1/leases/{lease_id}"
+        answer = (await call(port, "DELETE", path, timeout=options.timeout, token=options.token))[0]
         record.releases.append(Call(lease_id, answer))
         if answer.outcome == OK or answer.status == 404:
             return
@@ -161,7 +166,7 @@ async def crawler(
         holder = f"{name}-{n}"
         body = {"ttlSeconds": options.ttl, "holder": holder, "selector": options.selector}
         answer, parsed, headers = await call(
-            port, "POST", "/v1/leases", body, timeout=options.timeout
+            port, "POST", "/v1/leases", body, timeout=options.timeout, token=options.token
         )
         got = acquisition(holder, answer, parsed)
         record.acquisitions.append(got)
@@ -173,7 +178,9 @@ async def crawler(
             tag = f"{holder}-report"
             report = {"outcome": "success", "target": "chaos.example", "detail": tag}
             path = f"/v1/leases/{got.lease_id}/report"
-            answer = (await call(port, "POST", path, report, timeout=options.timeout))[0]
+            answer = (
+                await call(port, "POST", path, report, timeout=options.timeout, token=options.token)
+            )[0]
             record.reports.append(Call(got.lease_id, answer, tag))
         task = asyncio.create_task(release(port, got.lease_id, options, record))
         releasing.add(task)
@@ -182,10 +189,17 @@ async def crawler(
 
 
 async def run_load(
-    port: int, options: LoadOptions, stop: asyncio.Event, *, seed: int, run_id: str
+    port: int,
+    options: LoadOptions,
+    stop: asyncio.Event,
+    *,
+    seed: int,
+    run_id: str,
+    record: Record | None = None,
 ) -> Record:
-    """Until ``stop`` is set, then until every crawler has finished its cycle."""
-    record = Record()
+    """Until ``stop`` is set, then until every crawler has finished its cycle; into ``record``
+    if given (others may read it meanwhile)."""
+    record = record if record is not None else Record()
     await asyncio.gather(
         *(
             crawler(

@@ -37,6 +37,7 @@ from bench.chaos_check import (
     ghost_writes,
 )
 from bench.chaos_fleet import KINDS
+from bench.chaos_hostile import CRAWLER_TOKEN, Hostile, check_hostile
 from bench.chaos_load import LoadOptions
 from events.schemas import LeaseAcquired, LeaseReleased, LeaseReported
 from events.store import Recorded
@@ -246,6 +247,21 @@ def test_convergence_must_come_within_the_limit() -> None:
     assert not check_converged(None, 60, []).ok
 
 
+def test_the_hostile_check_flags_an_attempt_that_took_effect_and_a_run_without_any() -> None:
+    seen = Hostile()
+    seen.lease_answers["DELETE 403 not_your_lease"] += 3
+    seen.proxy_answers["407"] += 2
+    assert check_hostile(seen).ok
+    seen.lease_answers["PATCH taken"] += 1
+    seen.taken.append("another client's lease: PATCH taken")
+    taken = check_hostile(seen)
+    assert not taken.ok
+    assert taken.evidence == ("another client's lease: PATCH taken",)
+    idle = check_hostile(Hostile())
+    assert not idle.ok
+    assert idle.evidence == ("the hostile client made no attempt",)
+
+
 # ------------------------------------------------------------------------------ a real run
 
 
@@ -257,7 +273,7 @@ async def test_a_short_soak_completes_with_every_fault_and_no_lease_is_doubled_o
         proxies=3,
         seed=7,
         fault_interval=3.0,
-        load=LoadOptions(clients=4, selector=dict(chaos.ATTRIBUTES)),
+        load=LoadOptions(clients=4, selector=dict(chaos.ATTRIBUTES), token=CRAWLER_TOKEN),
     )
 
     result = await chaos.soak(options, tmp_path)
@@ -274,8 +290,17 @@ async def test_a_short_soak_completes_with_every_fault_and_no_lease_is_doubled_o
         "ghost leases",
         "ghost releases and reports",
         "fleet converged after the last fault",
+        "hostile attempts that took effect",
     ]
     checks = {c.name: c for c in result.checks}
+    hostile = checks["hostile attempts that took effect"]
+    assert hostile.ok, hostile.evidence
+    assert set(result.hostile) == {
+        "at the proxy ports",
+        "on another client's leases",
+        "abandoned time travels",
+    }
+    assert all(result.hostile.values()), result.hostile  # each kind was tried
     assert all(c.evidence for c in result.checks if not c.ok), "a failure names its evidence"
     assert checks["double leases"].ok, checks["double leases"].evidence
     assert checks["acknowledged events lost"].ok, checks["acknowledged events lost"].evidence
