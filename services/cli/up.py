@@ -7,6 +7,7 @@ service added to ``SERVICES`` gets its sub-command and its flags without any cha
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import os
 import socket
@@ -36,7 +37,9 @@ from services.cli.render import inert
 from services.providers.config import load_providers_config
 from services.providers.squidauth.secret import SECRET_ENV, SECRET_FILE_ENV, ensure_secret_file
 from services.runtime.config import Settings
+from services.runtime.datadir import DataDirBusy, exclusive
 from services.runtime.natsserver import EmbeddedNatsServer, free_port
+from services.runtime.natsstale import stop_leftovers
 from services.runtime.options import env_option, with_env_option
 from services.runtime.service import Service, Started, run_services
 
@@ -138,13 +141,37 @@ def up(state: CliState, /, **values: Any) -> None:
     for reads, nats-context.json for repairs) and is restarted if it dies. Streams are created
     if missing. The proxies accept only current leases' credentials, minted with the lease
     secret in EGRESS_LEASE_SECRET or EGRESS_LEASE_SECRET_FILE, else DATA_DIR/lease-secret (made
-    once). Ctrl-C (or SIGTERM) stops everything cleanly.
+    once). Ctrl-C (or SIGTERM) stops everything cleanly. One embedded server per data dir: a
+    second `up` on it is refused (exit 2), and the server stops with `up` however `up` ends.
     """
     if values["nats_url"] and values["nats_port"] is not None:
         raise click.UsageError(
             "--nats-port only applies to the embedded nats-server, which is not started when "
             "--nats-url / NATS_URL is set; drop one of them"
         )
+    with contextlib.ExitStack() as held:
+        if not values["nats_url"]:
+            _own_data_dir(held, values["data_dir"].resolve())
+        _up_owning(state, values)
+
+
+def _own_data_dir(held: contextlib.ExitStack, data_dir: Path) -> None:
+    """The data dir's lock, held until `up` returns, taken before anything is started or
+    written: a second `up` on it is refused with nothing changed (docs/decisions.md, D94)."""
+    try:
+        held.enter_context(exclusive(data_dir))
+    except DataDirBusy as exc:
+        raise click.BadParameter(
+            f"{exc}; stop that one first, or choose another data dir", param_hint="'--data-dir'"
+        ) from None
+    except OSError as exc:
+        raise click.BadParameter(
+            f"cannot lock {data_dir}: {exc.strerror or exc}; choose a data dir you can write",
+            param_hint="'--data-dir'",
+        ) from None
+
+
+def _up_owning(state: CliState, values: dict[str, Any]) -> None:
     if values["nats_port"] is not None and not _port_free("127.0.0.1", values["nats_port"]):
         raise click.BadParameter(
             f"{values['nats_port']} is in use on 127.0.0.1; choose a free port, or leave the "
@@ -212,6 +239,8 @@ async def _up(settings: Settings, services: list[Service], values: dict[str, Any
         return
     port = values["nats_port"] or _default_nats_port("127.0.0.1")
     server = EmbeddedNatsServer(data_dir=data_dir / "nats", port=port)
+    # One left on this store by an `up` that died must not serve it alongside ours (D94).
+    await stop_leftovers(server)
     await server.start()
     try:
         # Each service logs in as its own user, so it may write only its own subjects; the

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +29,8 @@ from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 
 from services.runtime.config import Credentials, redact_url, split_urls, url_has_credentials
-from services.runtime.natsserver import CREDENTIALS_FILE, DEFAULT_PORT, read_users, registry_entry
+from services.runtime.natsserver import CREDENTIALS_FILE, DEFAULT_PORT, read_users
+from services.runtime.natsstale import announced_credentials
 from services.runtime.natsusers import ADMIN
 
 log = structlog.get_logger("egress.nats")
@@ -94,12 +94,11 @@ def local_users(url: str) -> dict[str, str]:
             port = urlsplit(item).port or DEFAULT_PORT
         except ValueError:
             continue
-        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-            entry = registry_entry(port)
-            if entry.stat().st_uid == os.getuid():
-                users = read_users(Path(json.loads(entry.read_text())["credentials"]))
-                if users:
-                    return users
+        # A dead server's entry is skipped (docs/decisions.md, D94).
+        credentials = announced_credentials(port)
+        users = read_users(credentials) if credentials is not None else {}
+        if users:
+            return users
     return read_users(Path(os.environ.get("DATA_DIR") or ".data") / "nats" / CREDENTIALS_FILE)
 
 

@@ -27,6 +27,7 @@ from pathlib import Path
 import structlog
 
 from services.runtime.config import Credentials
+from services.runtime.datadir import die_with_parent
 from services.runtime.natsusers import ADMIN, READER, USERS, authorization_conf
 
 log = structlog.get_logger("egress.nats-server")
@@ -36,6 +37,7 @@ CREDENTIALS_FILE = "credentials.json"
 CONTEXT_FILE = "nats-context.json"
 READER_CONTEXT_FILE = "nats-reader-context.json"
 PID_FILE = "nats-server.pid"
+CONFIG_FILE = "nats-server.conf"
 
 
 CONFIG_TEMPLATE = """\
@@ -163,13 +165,15 @@ def registry_entry(port: int) -> Path:
     return registry_dir() / f"nats-{port}.json"
 
 
-def announce(port: int, credentials: Path) -> None:
+def announce(port: int, credentials: Path, pid: int | None = None) -> None:
+    """The server's pid tells a reader when the entry is stale (``natsstale``)."""
     try:
         folder = registry_dir()
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         if folder.stat().st_uid != os.getuid():
             return
-        write_private(registry_entry(port), json.dumps({"credentials": str(credentials)}) + "\n")
+        entry = {"credentials": str(credentials), "pid": pid}
+        write_private(registry_entry(port), json.dumps(entry) + "\n")
     except OSError as exc:
         log.debug("cannot announce the embedded nats-server", error=str(exc))
 
@@ -240,6 +244,10 @@ class EmbeddedNatsServer:
         return self.data_dir / READER_CONTEXT_FILE
 
     @property
+    def config_file(self) -> Path:
+        return self.data_dir / CONFIG_FILE
+
+    @property
     def log_file(self) -> Path:
         return self.data_dir / "nats-server.log"
 
@@ -258,7 +266,7 @@ class EmbeddedNatsServer:
                 port=self.cluster_port,
                 routes="\n".join(f"    {json.dumps(route)}" for route in self.routes),
             )
-        conf = self.data_dir / "nats-server.conf"
+        conf = self.config_file
         write_private(
             conf,
             CONFIG_TEMPLATE.format(
@@ -272,11 +280,6 @@ class EmbeddedNatsServer:
                 authorization=authorization_conf(lambda user: json.dumps(self._users[user])),
             ),
         )
-        for user, path in ((ADMIN, self.context_file), (READER, self.reader_context_file)):
-            creds = self.credentials_for(user)
-            context = {"description": f"egress-proxies up ({user})", "url": self.url}
-            context |= {"user": creds.user, "password": creds.password}
-            write_private(path, json.dumps(context))
         return conf
 
     async def start(self, timeout: float = 15.0) -> None:
@@ -305,7 +308,7 @@ class EmbeddedNatsServer:
     async def _start_once(self, timeout: float) -> None:
         conf = self.write_config()
         with self.log_file.open("ab") as out:
-            self._process = await asyncio.create_subprocess_exec(
+            self._process = process = await asyncio.create_subprocess_exec(
                 str(find_binary()),
                 "-c",
                 str(conf),
@@ -314,13 +317,21 @@ class EmbeddedNatsServer:
                 # Its own session: Ctrl-C in a terminal must reach `up` only, which then stops the
                 # services before the server they are still talking to.
                 start_new_session=True,
+                # It dies with `up`, even by SIGKILL (docs/decisions.md, D94).
+                preexec_fn=die_with_parent(),
             )
         try:
             await self._wait_ready(timeout)
         except BaseException:
             await self.kill()
             raise
-        announce(self.port, self.credentials_file)
+        # Once it answers: a failed start leaves the contexts as they were (docs/decisions.md, D94).
+        for user, path in ((ADMIN, self.context_file), (READER, self.reader_context_file)):
+            creds = self.credentials_for(user)
+            context = {"description": f"egress-proxies up ({user})", "url": self.url}
+            context |= {"user": creds.user, "password": creds.password}
+            write_private(path, json.dumps(context))
+        announce(self.port, self.credentials_file, process.pid)
 
     @property
     def running(self) -> bool:
