@@ -42,6 +42,16 @@ GONE = "Gone"
 """``InstanceFact.state`` once the provider answered NotFound for the instance."""
 
 
+class Undeclared(ValueError):
+    """An event about a proxy no ``ProxyDeclared`` has introduced.
+
+    A proxy exists from its declaration: anything on ``proxy.<uid>.*`` before it (a stray or
+    hostile publish, a test) would otherwise make a view with no name that every reader lists.
+    A ``ValueError``, so the tolerant readers (``events.reading.apply_tolerantly``) skip it as
+    unusable, count it and log it once, and keep no view (docs/decisions.md, D95).
+    """
+
+
 class InstanceFact(msgspec.Struct, frozen=True, kw_only=True):
     """The last thing recorded about an instance: what the executor's observe sweep compares a
     provider's answer with, so that it records changes and not repeats."""
@@ -157,7 +167,14 @@ def target_verdict(view: ProxyView) -> HealthChanged | None:
 
 
 def apply(view: ProxyView | None, recorded: Recorded) -> ProxyView:
-    """Fold one event into the view (a new view; views are immutable)."""
+    """Fold one event into the view (a new view; views are immutable). Raises ``Undeclared``
+    for any event but a ``ProxyDeclared`` when there is no view yet."""
+    if view is None and not isinstance(recorded.event, ProxyDeclared):
+        uid = proxy_uid_of(recorded.subject)
+        raise Undeclared(
+            f"proxy {uid!r} has no ProxyDeclared before sequence {recorded.seq}: "
+            "the event is skipped; declare the proxy first (`egress-proxies apply`)"
+        )
     current = view or ProxyView(uid=proxy_uid_of(recorded.subject))
     stamp = {"last_seq": recorded.seq, "updated_at": recorded.timestamp}
     rotated = _rotation(current, recorded)
@@ -232,8 +249,12 @@ def apply(view: ProxyView | None, recorded: Recorded) -> ProxyView:
 
 
 def fold(events: list[Recorded]) -> ProxyView | None:
+    """The view after ``events`` (an aggregate's history); events before the proxy's first
+    declaration are skipped, as the tolerant readers skip them (``Undeclared``)."""
     view: ProxyView | None = None
     for recorded in events:
+        if view is None and not isinstance(recorded.event, ProxyDeclared):
+            continue
         view = apply(view, recorded)
     return view
 

@@ -9,7 +9,7 @@ fails when a view's schema changes while its number does not.
 
 from __future__ import annotations
 
-PROXY = 2
+PROXY = 3
 """``projections.proxy.ProxyView``."""
 LEASE = 3
 """``projections.lease.LeaseView``."""

@@ -60,7 +60,8 @@ def test_a_fold_that_raises_moves_past_the_event() -> None:
             raise OverflowError("date value out of range")
         return apply(view, item)
 
-    view, skip = apply_tolerantly(overflowing, None, good, "PROXY")
+    declared = ProxyView(uid="u1", name="p1", last_seq=3)  # a proxy exists from its declaration
+    view, skip = apply_tolerantly(overflowing, declared, good, "PROXY")
     assert skip is not None
     assert skip.reason == UNUSABLE
     assert skip.event_type == "HealthChanged"

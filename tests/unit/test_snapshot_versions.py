@@ -19,7 +19,7 @@ from projections.proxy import ProxyView
 from services.reconciler import state
 
 RECORDED = {
-    "ProxyView": (2, "b592c8d7d8551396"),
+    "ProxyView": (3, "b592c8d7d8551396"),
     "LeaseView": (3, "d17f4986879e62cb"),
     "ProxyState": (2, "58ade67196a79be9"),
 }
