@@ -3,7 +3,8 @@
 The views catch up with the log before the socket opens, so the first answer is never from an
 empty view. uvicorn runs programmatically on a socket bound here (a busy port is a clear error,
 not uvicorn's ``sys.exit``), without its own signal handlers: stopping is the process's job, and
-cancelling ``run`` shuts the server down gracefully.
+cancelling ``run`` shuts the server down gracefully. What one client can hold of it (time to send
+a request, its size, idle connections, connections at once) is bounded (``limits``, D95).
 """
 
 from __future__ import annotations
@@ -13,18 +14,30 @@ import contextlib
 import socket
 from collections.abc import Generator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import click
 import structlog
 import uvicorn
+from litestar import Litestar
 
 from events.schemas import MAX_BLOCK_BACKOFF_SECONDS, MAX_COOLDOWN_SECONDS, MAX_LEASE_SECONDS
-from services.discovery.app import DiscoveryApi, create_app
+from services.discovery.access import CLIENTS_ENV, Clients
+from services.discovery.app import MAX_BODY_BYTES, DiscoveryApi, create_app
 from services.discovery.auth import TOKEN_ENV, token_from_env
 from services.discovery.credentials import LeaseCredentials
 from services.discovery.durations import duration_option, format_duration, seconds_of
 from services.discovery.expiry import ExpirySweep
 from services.discovery.fleet_metrics import FleetSource
+from services.discovery.limits import (
+    BODY_TIMEOUT,
+    HEAD_TIMEOUT,
+    KEEP_ALIVE,
+    MAX_CONNECTIONS,
+    MAX_HEAD_BYTES,
+    BodyDeadline,
+    head_deadline,
+)
 from services.discovery.metrics import discovery_metrics
 from services.discovery.policy import LeasePolicy
 from services.discovery.selector_metrics import MeasuredLeases
@@ -94,11 +107,17 @@ class DiscoveryService:
     listening: asyncio.Event = field(default_factory=asyncio.Event)
     bound_port: int = 0
     api: DiscoveryApi | None = None
+    app: Litestar | None = None
+    """The app being served, once it is: its route table is what the tests call."""
+    head_timeout: float = HEAD_TIMEOUT
+    body_timeout: float = BODY_TIMEOUT
     append_timeout: float = APPEND_TIMEOUT
     snapshot_interval: float = 30.0
     """How often the views are written as snapshots for the next replica to start from."""
     lease_secret: bytes | None = field(default=None, repr=False)
     """The master lease secret: lease URLs carry credentials minted with it (D84)."""
+    clients: Clients | None = None
+    """Who may call the API (the clients file and the token); None: built from ``token``."""
 
     def check(self) -> None:
         """The bounds ``build`` applies to the flags, for a service made without it: values
@@ -116,10 +135,11 @@ class DiscoveryService:
                 "that enforce leases will refuse their holders (407); give discovery the same "
                 "lease secret as the executor"
             )
-        if not self.token:
+        clients = self.clients = self.clients or Clients(token=self.token)
+        if clients.open:
             log.warning(
-                f"{TOKEN_ENV} is not set: the discovery API serves every caller without "
-                "authentication; set it to require `Authorization: Bearer <token>`"
+                f"neither --clients-file nor {TOKEN_ENV} is set: the discovery API serves every "
+                "caller without authentication, and any caller may use any lease"
             )
         # Its own store on the shared connection: one attempt with a short timeout, so a client
         # hears 503 within about a second of an outage instead of after three long retries.
@@ -151,9 +171,17 @@ class DiscoveryService:
             raise_if_cancelled()
             credentials = LeaseCredentials(self.lease_secret) if self.lease_secret else None
             self.api = DiscoveryApi(leases, views, ctx.metrics, problem, credentials)
-            app = TracingMiddleware(create_app(self.api, token=self.token), metrics)
+            self.app = create_app(self.api, clients=clients)
             config = uvicorn.Config(
-                app,
+                BodyDeadline(
+                    TracingMiddleware(self.app, metrics),
+                    max_body=MAX_BODY_BYTES,
+                    timeout=self.body_timeout,
+                ),
+                http=head_deadline(self.head_timeout),
+                timeout_keep_alive=int(KEEP_ALIVE),
+                limit_concurrency=MAX_CONNECTIONS,
+                h11_max_incomplete_event_size=MAX_HEAD_BYTES,
                 log_config=None,
                 access_log=False,
                 lifespan="on",
@@ -187,7 +215,8 @@ class DiscoveryService:
                 max_lease_ttl=format_duration(self.max_lease_ttl),
                 lease_cooldown=format_duration(self.lease_cooldown),
                 block_backoff=format_duration(self.block_backoff),
-                auth="bearer" if self.token else "off",
+                auth="off" if self.clients is None or self.clients.open else "bearer",
+                clients=len(self.clients.table.names) if self.clients else 0,
             )
             # Shielded: cancelling this task must stop the server gracefully, not kill it.
             await asyncio.shield(task)
@@ -207,6 +236,7 @@ def build(
     max_lease_ttl: float | str = DEFAULT_MAX_LEASE_TTL,
     lease_cooldown: float | str = DEFAULT_LEASE_COOLDOWN,
     block_backoff: float | str = DEFAULT_BLOCK_BACKOFF,
+    clients_file: str | None = None,
 ) -> DiscoveryService:
     """The factory ``run discovery`` and ``up`` call; durations may be seconds or ``30s``, ``5m``,
     ``1h``. The token and the lease secret come from the environment only (a flag would show
@@ -214,6 +244,7 @@ def build(
     del settings  # the rest arrives through the ServiceContext
     if not 0 <= port <= 65535:
         raise ConfigError(f"--port: {port} is not a port; use 1-65535")
+    token = token_from_env()
     return DiscoveryService(
         host=host,
         port=port,
@@ -224,8 +255,9 @@ def build(
         block_backoff=seconds_of(
             "--block-backoff", block_backoff, maximum=MAX_BLOCK_BACKOFF_SECONDS
         ),
-        token=token_from_env(),
+        token=token,
         lease_secret=master_secret_from_env(),
+        clients=Clients(Path(clients_file) if clients_file else None, token),
     )
 
 
@@ -245,6 +277,15 @@ OPTIONS: tuple[click.Option, ...] = (
         default=DEFAULT_HOST,
         show_default=True,
         help="Address the discovery API listens on; 0.0.0.0 in a container.",
+    ),
+    env_option(
+        "--clients-file",
+        env=CLIENTS_ENV,
+        default=None,
+        metavar="FILE",
+        help="The API's clients: names, token hashes, scopes and limits (docs/api.md, "
+        '"Clients"); re-read while running, so a removed client is refused within a second. '
+        "DISCOVERY_TOKEN, if set too, is one more client (default, admin).",
     ),
     env_option(
         "--max-lease-ttl",

@@ -3,13 +3,20 @@
 The live fleet page needs no read: it shows the replica's views. A time travel folds the PROXY
 and LEASE streams up to the instant into fresh views with the services' own folds
 (``services.runtime.eventlog.asof``). That costs a replay of the log up to then, so a replica
-runs one at a time (the rest wait their turn) and each says what it read and how long it took.
+runs one at a time, at most ``QUEUE`` wait their turn, and one client has at most
+``PER_CLIENT`` reads of the log under way (``Busy`` beyond: the page answers 429 with
+``Retry-After``). A read is folded between awaits, a batch at a time, so cancelling it (its
+client went away) stops it within one batch (docs/decisions.md, D95).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import math
 import time
+from collections import Counter
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -22,6 +29,73 @@ from projections.lease import LeaseView
 from projections.proxy import ProxyView
 from services.discovery.console.timeline import Line, line
 from services.runtime.eventlog.asof import MAX_EVENTS, ByProxy, read_until
+
+QUEUE = 8
+"""Fleet time travels one replica holds at once, the one running included."""
+PER_CLIENT = 2
+"""Reads of the log (time travels and proxy timelines) one client has under way at once."""
+MAX_RETRY_AFTER = 60
+
+
+class Busy(Exception):
+    """The replica's queue of time travels, or the client's share of it, is full."""
+
+    def __init__(self, message: str, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class Admission:
+    """Who may start a read of the log now: bounded per replica and per client.
+
+    Counted, not queued, so a refusal costs nothing: the only waiting is for the one turn a
+    fleet time travel takes, and a waiter cancelled there (its client left) leaves the queue.
+    Keys are what ``routes._client_key`` makes of a request; they are forgotten at zero, so the
+    table is as large as the clients with a read under way.
+    """
+
+    def __init__(self, *, queue: int = QUEUE, per_client: int = PER_CLIENT) -> None:
+        self.queue = queue
+        self.per_client = per_client
+        self.travels = 0
+        self.by_client: Counter[str] = Counter()
+        self._turn = asyncio.Semaphore(1)
+        self._last_seconds = 1.0
+
+    def _retry_after(self, ahead: int) -> int:
+        """About when the reads ahead will be done, from how long the last travel took."""
+        return max(1, min(MAX_RETRY_AFTER, math.ceil(self._last_seconds * max(ahead, 1))))
+
+    @contextlib.asynccontextmanager
+    async def admit(self, client: str, *, travel: bool) -> AsyncIterator[None]:
+        """Hold a place for one read by ``client``; a fleet ``travel`` also waits its turn."""
+        if self.by_client[client] >= self.per_client:
+            raise Busy(
+                f"this client already has {self.per_client} reads of the event log under way; "
+                "wait for them (a page left open polls on its own) or close other console tabs",
+                self._retry_after(self.by_client[client]),
+            )
+        if travel and self.travels >= self.queue:
+            raise Busy(
+                f"{self.queue} time travels are queued on this replica; try again later",
+                self._retry_after(self.travels),
+            )
+        self.by_client[client] += 1
+        self.travels += travel
+        started = time.monotonic()
+        try:
+            if travel:
+                async with self._turn:
+                    started = time.monotonic()
+                    yield
+                    self._last_seconds = time.monotonic() - started
+            else:
+                yield
+        finally:
+            self.travels -= travel
+            self.by_client[client] -= 1
+            if self.by_client[client] <= 0:
+                del self.by_client[client]
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,10 +134,12 @@ def _aged_out(first_seq: int) -> tuple[str, ...]:
 
 
 class History:
-    def __init__(self, js: JetStreamContext, *, limit: int = MAX_EVENTS) -> None:
+    def __init__(
+        self, js: JetStreamContext, *, limit: int = MAX_EVENTS, admission: Admission | None = None
+    ) -> None:
         self.js = js
         self.limit = limit
-        self._turn = asyncio.Semaphore(1)
+        self.admission = admission or Admission()
 
     async def _first_seq(self, stream: str) -> int:
         try:
@@ -72,9 +148,10 @@ class History:
             return 1
         return int(info.state.first_seq or 1)
 
-    async def fleet_at(self, at: datetime) -> FleetAt:
-        """Every proxy and lease view as folded from the log up to ``at``."""
-        async with self._turn:
+    async def fleet_at(self, at: datetime, client: str = "") -> FleetAt:
+        """Every proxy and lease view as folded from the log up to ``at``. Raises ``Busy`` when
+        the replica's queue or ``client``'s share is full."""
+        async with self.admission.admit(client, travel=True):
             started = time.monotonic()
             proxies = ByProxy(proxy_fold.apply, subjects.PROXY_STREAM)
             leases = ByProxy(lease_fold.apply, subjects.LEASE_STREAM)
@@ -90,13 +167,18 @@ class History:
             )
             return FleetAt(proxies.views, leases.views, cost)
 
-    async def proxy(self, uid: str, until: datetime | None) -> ProxyHistory:
+    async def proxy(self, uid: str, until: datetime | None, client: str = "") -> ProxyHistory:
         """One proxy's events up to ``until`` (None: all of them), and its views then.
 
         Each of its literal subjects is read on its own, all at once: a read filtered by the
         wildcard ``proxy.<uid>.>`` would cost the server a scan of the whole stream
-        (docs/architecture.md, "Reads"). It does not wait for a fleet's time travel.
+        (docs/architecture.md, "Reads"). It does not wait for a fleet's time travel, but counts
+        in ``client``'s share.
         """
+        async with self.admission.admit(client, travel=False):
+            return await self._proxy(uid, until)
+
+    async def _proxy(self, uid: str, until: datetime | None) -> ProxyHistory:
         started = time.monotonic()
         reads = [
             read_until(self.js, aggregate.stream, subject, until, limit=self.limit)

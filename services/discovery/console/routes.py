@@ -3,27 +3,32 @@
 - ``GET /ui[?phase=&health=&provider=&attrs=&at=]``: the fleet; ``GET /ui/live``: its table
   alone, which ``console.js`` fetches every 2 s to update the page without a reload
 - ``GET /ui/proxies/{uid}[?at=]``: one proxy and its timeline; ``.../live``: the same, in part
-- ``GET|POST /ui/login``, ``POST /ui/logout``: the session when ``DISCOVERY_TOKEN`` is set
+- ``GET|POST /ui/login``, ``POST /ui/logout``: a client's session (``login``, ``session``)
 - ``GET /ui/static/{name}``: the stylesheet and the script, served from the package
 
 Nothing here writes to the log. Every page answers with headers that let it run no script but
-its own, be framed by nobody and be cached by nobody.
+its own, be framed by nobody and be cached by nobody, and every error it answers escapes what it
+quotes, the parts the script swaps in too. A read of the log is bounded per replica and per
+client (429 with ``Retry-After``) and stops when its client goes away (docs/decisions.md, D95).
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+import asyncio
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from datetime import datetime
 from importlib import resources
 from typing import Any, TypeVar
-from urllib.parse import parse_qsl, urlencode
+from urllib.parse import urlencode
 
-from litestar import MediaType, Request, Response, Router, get, post
+import structlog
+from litestar import MediaType, Request, Response, Router, get
 from litestar.datastructures import Cookie
 from litestar.di import NamedDependency, Provide
 from litestar.params import FromPath
 from litestar.response import Redirect
+from markupsafe import escape
 
 from events.errors import EventStoreError
 from events.subjects import InvalidToken, check_token
@@ -36,22 +41,17 @@ from services.discovery.console.fleet import (
     row,
     rows,
 )
-from services.discovery.console.history import Cost, History
+from services.discovery.console.headers import SECURITY_HEADERS
+from services.discovery.console.history import Busy, Cost, History
+from services.discovery.console.login import login, login_form, logout
 from services.discovery.console.render import local_input, page, query
-from services.discovery.console.session import Session
+from services.discovery.console.session import Sessions
 from services.discovery.console.timeline import merged
 from services.discovery.views import Views
 from services.runtime.eventlog.asof import TooMuchHistory, parse_instant
 
-SECURITY_HEADERS = {
-    "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; "
-    "connect-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; "
-    "base-uri 'none'",
-    "X-Content-Type-Options": "nosniff",
-    "X-Frame-Options": "DENY",
-    "Referrer-Policy": "no-referrer",
-    "Cache-Control": "no-store",
-}
+log = structlog.get_logger("egress.discovery")
+
 STATIC = {"console.css": "text/css; charset=utf-8", "console.js": "text/javascript; charset=utf-8"}
 FILES = {name: (resources.files(__package__) / "static" / name).read_bytes() for name in STATIC}
 LIVE = Cost(0, 0.0)
@@ -63,7 +63,7 @@ T = TypeVar("T")
 class Console:
     views: Views
     history: History
-    session: Session
+    session: Sessions
 
 
 ConsoleDep = NamedDependency[Console]
@@ -72,31 +72,65 @@ ConsoleDep = NamedDependency[Console]
 class _Refused(Exception):
     """A request the page cannot answer; rendered as an error page with ``status``."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.status = status
+        self.headers = headers or {}
 
 
-def _html(body: str, status: int = 200, cookies: list[Cookie] | None = None) -> Response[str]:
+class _Gone(Exception):
+    """The client went away while its read of the log ran: nobody is left to answer."""
+
+
+def _client_key(request: AnyRequest) -> str:
+    """Whose share of the log reads a request counts in: the client's address for now. The one
+    place to change when requests carry a client identity."""
+    return request.client.host if request.client is not None else "unknown"
+
+
+def _html(
+    body: str,
+    status: int = 200,
+    cookies: list[Cookie] | None = None,
+    headers: dict[str, str] | None = None,
+) -> Response[str]:
     return Response(
         body,
         status_code=status,
         media_type=MediaType.HTML,
-        headers=SECURITY_HEADERS,
+        headers={**SECURITY_HEADERS, **(headers or {})},
         cookies=cookies or [],
     )
 
 
-def _error(console: Console, status: int, message: str) -> Response[str]:
-    headings = {400: "Bad request", 404: "Not found", 422: "Too much history", 503: "Unavailable"}
+HEADINGS = {
+    400: "Bad request",
+    404: "Not found",
+    422: "Too much history",
+    429: "Busy",
+    503: "Unavailable",
+}
+
+
+def _error(
+    console: Console, status: int, message: str, headers: dict[str, str] | None = None
+) -> Response[str]:
     body = page(
         "error.html",
         status=status,
-        heading=headings.get(status, "Error"),
+        heading=HEADINGS.get(status, "Error"),
         message=message,
         signed_in=console.session.required,
     )
-    return _html(body, status)
+    return _html(body, status, headers=headers)
+
+
+def _refused(console: Console, exc: _Refused, *, part: bool = False) -> Response[str]:
+    """The error as a whole page, or as the text the script swaps into one (``part``): escaped
+    either way, since both are HTML and the message may quote the request."""
+    if part:
+        return _html(str(escape(str(exc))), exc.status, headers=exc.headers)
+    return _error(console, exc.status, str(exc), exc.headers)
 
 
 def _next(request: AnyRequest) -> str:
@@ -132,7 +166,7 @@ async def _fleet(console: Console, request: AnyRequest) -> dict[str, Any]:
         every = rows(console.views.all_proxies(), console.views.leases.views, now)
     else:
         now = at
-        got = await _travel(console.history.fleet_at(at))
+        got = await _travel(request, console.history.fleet_at(at, _client_key(request)))
         every, cost = rows(got.proxies.values(), got.leases, at), got.cost
     shown = [r for r in every if filters.matches(r)]
     summary = counts(shown, every)
@@ -152,15 +186,40 @@ async def _fleet(console: Console, request: AnyRequest) -> dict[str, Any]:
     }
 
 
-async def _travel(read: Awaitable[T]) -> T:
-    """A read of the log, its failures as pages: too long a history, or NATS away."""
+async def _disconnected(request: AnyRequest) -> None:
+    """Returns once the client has gone. A GET's body is empty, so after it the server's
+    ``receive`` has nothing more to say until the connection closes."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _travel(request: AnyRequest, read: Coroutine[Any, Any, T]) -> T:
+    """A read of the log, cancelled when its client goes away (uvicorn would let it run to the
+    end for nobody); its failures as pages: busy, too long a history, or NATS away."""
+    work = asyncio.ensure_future(read)
+    gone = asyncio.ensure_future(_disconnected(request))
     try:
-        got = await read
+        await asyncio.wait((work, gone), return_when=asyncio.FIRST_COMPLETED)
+        if not work.done():
+            work.cancel()
+            await asyncio.gather(work, return_exceptions=True)
+            log.info("log read abandoned by its client", path=request.url.path)
+            raise _Gone
+        return work.result()
+    except Busy as exc:
+        raise _Refused(429, str(exc), {"Retry-After": str(exc.retry_after)}) from None
     except TooMuchHistory as exc:
         raise _Refused(422, str(exc)) from None
     except EventStoreError as exc:
         raise _Refused(503, f"cannot read the event log: {exc}") from None
-    return got
+    finally:
+        gone.cancel()
+        work.cancel()
+
+
+GONE = 499
+"""The status logged for a request whose client left before its answer (nginx's number): the
+server drops the answer, but a handler returns one."""
 
 
 async def _proxy(console: Console, request: AnyRequest, uid: str) -> dict[str, Any]:
@@ -169,7 +228,7 @@ async def _proxy(console: Console, request: AnyRequest, uid: str) -> dict[str, A
     except InvalidToken as exc:
         raise _Refused(404, str(exc)) from None
     at = _at(console, request)
-    got = await _travel(console.history.proxy(uid, at))
+    got = await _travel(request, console.history.proxy(uid, at, _client_key(request)))
     if got.proxy is None and got.lease is None:
         when = " at that time" if at else ""
         raise _Refused(404, f"no proxy {uid!r} in the log{when}")
@@ -203,7 +262,9 @@ async def fleet_page(console: ConsoleDep, request: AnyRequest) -> Response[Any]:
     try:
         return _html(page("fleet.html", **await _fleet(console, request)))
     except _Refused as exc:
-        return _error(console, exc.status, str(exc))
+        return _refused(console, exc)
+    except _Gone:
+        return _html("", GONE)
 
 
 @get("/live")
@@ -213,7 +274,9 @@ async def fleet_live(console: ConsoleDep, request: AnyRequest) -> Response[Any]:
     try:
         return _html(page("_fleet.html", **await _fleet(console, request)))
     except _Refused as exc:
-        return _html(str(exc), exc.status)
+        return _refused(console, exc, part=True)
+    except _Gone:
+        return _html("", GONE)
 
 
 @get("/proxies/{uid:str}")
@@ -223,7 +286,9 @@ async def proxy_page(console: ConsoleDep, request: AnyRequest, uid: FromPath[str
     try:
         return _html(page("proxy.html", **await _proxy(console, request, uid)))
     except _Refused as exc:
-        return _error(console, exc.status, str(exc))
+        return _refused(console, exc)
+    except _Gone:
+        return _html("", GONE)
 
 
 @get("/proxies/{uid:str}/live")
@@ -233,44 +298,9 @@ async def proxy_live(console: ConsoleDep, request: AnyRequest, uid: FromPath[str
     try:
         return _html(page("_proxy.html", **await _proxy(console, request, uid)))
     except _Refused as exc:
-        return _html(str(exc), exc.status)
-
-
-# -------------------------------------------------------------------------------- session
-
-
-def _safe_next(value: str) -> str:
-    """Only a console path: a login must not send the browser anywhere else."""
-    return value if value.startswith("/ui") and not value.startswith("/ui/login") else "/ui"
-
-
-@get("/login")
-async def login_form(console: ConsoleDep, request: AnyRequest) -> Response[Any]:
-    target = _safe_next(request.query_params.get("next", "/ui"))
-    if not console.session.required:
-        return Redirect(target, status_code=303)
-    return _html(page("login.html", next=target, error="", signed_in=False))
-
-
-@post("/login", status_code=303)
-async def login(console: ConsoleDep, request: AnyRequest) -> Response[Any]:
-    form = dict(parse_qsl((await request.body()).decode("utf-8", "replace")))
-    target = _safe_next(form.get("next", "/ui"))
-    if not console.session.token_matches(form.get("token", "")):
-        body = page("login.html", next=target, error="That token is not valid.", signed_in=False)
-        return _html(body, 401)
-    secure = request.url.scheme == "https" or request.headers.get("x-forwarded-proto") == "https"
-    return Redirect(
-        target,
-        status_code=303,
-        cookies=[console.session.cookie(secure=secure)],
-        headers=SECURITY_HEADERS,
-    )
-
-
-@post("/logout", status_code=303)
-async def logout() -> Response[Any]:
-    return Redirect("/ui/login", status_code=303, cookies=[Session.cleared()])
+        return _refused(console, exc, part=True)
+    except _Gone:
+        return _html("", GONE)
 
 
 @get("/static/{name:str}")
@@ -281,9 +311,9 @@ async def static(name: FromPath[str]) -> Response[bytes]:
     return Response(FILES[name], media_type=STATIC[name], headers=headers)
 
 
-def console_router(views: Views, token: str | None) -> Router:
+def console_router(views: Views, sessions: Sessions) -> Router:
     """The ``/ui`` routes, reading ``views`` (live) and the log (time travel, timelines)."""
-    console = Console(views, History(views.js), Session(token))
+    console = Console(views, History(views.js), sessions)
     return Router(
         "/ui",
         route_handlers=[
@@ -296,6 +326,9 @@ def console_router(views: Views, token: str | None) -> Router:
             logout,
             static,
         ],
-        dependencies={"console": Provide(lambda: console, sync_to_thread=False)},
+        dependencies={
+            "console": Provide(lambda: console, sync_to_thread=False),
+            "sessions": Provide(lambda: sessions, sync_to_thread=False),
+        },
         include_in_schema=False,
     )

@@ -9,7 +9,9 @@ message stamped after the instant.
 It costs what replaying the log up to then costs: every event of the stream (or of the subject
 filter) from its first sequence to the instant is read and folded, and nothing is kept. So a
 read refuses to go beyond ``MAX_EVENTS`` events, and says so, rather than take a replica's
-memory and CPU for minutes.
+memory and CPU for minutes. It folds on the event loop one fetched batch at a time and checks
+for a cancellation between batches (nats-py can swallow one inside a fetch), so a read whose
+caller went away stops after at most one batch (docs/decisions.md, D95).
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from events.errors import EventStoreError, StoreUnavailable
 from events.skips import Skip
 from events.store import Recorded
 from events.subjects import proxy_uid_of
+from services.runtime.aio import raise_if_cancelled
 from services.runtime.eventlog.ordered import OrderedPull
 
 V = TypeVar("V")
@@ -106,6 +109,7 @@ async def read_until(
         stalls = 0
         while remaining > 0:
             msgs = await pull.fetch(timeout)
+            raise_if_cancelled()
             if not msgs:
                 server, _queued = await pull.pending_parts()
                 stalls += 1
