@@ -23,14 +23,15 @@ import nats.errors
 import structlog
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
-from nats.js.errors import NotFoundError
 from opentelemetry import propagate, trace
 
 from events import codec, subjects
+from events.errors import EventStoreError
 from events.schemas import DeadLettered
 from events.store import EventStore, NewEvent, Recorded, derive_msg_id
 from services.runtime.aio import raise_if_cancelled
 from services.runtime.connection import Connection
+from services.runtime.durable import RESTORED, DurableGuard
 from services.runtime.metrics import Metrics, default_metrics
 
 log = structlog.get_logger("egress.consumer")
@@ -54,15 +55,21 @@ class ConsumerSpec:
     retry_base: float = 0.5
     retry_max: float = 30.0
     key: Callable[[str], str] = subjects.proxy_uid_of
+    check_interval: float = 15.0
+    """Seconds between two checks that the durable is still as declared (``durable``)."""
 
-    def config(self) -> ConsumerConfig:
+    def config(self, start: int | None = None) -> ConsumerConfig:
+        """Delivering every message, or those from stream sequence ``start`` when the durable
+        is restored (``services.runtime.durable``), which its metadata says."""
         # The server never drops a message on its own (max_deliver -1): after our own limit the
         # loop writes it to DEADLETTER with the reason, which the server could not record.
         return ConsumerConfig(
             durable_name=self.durable,
             name=self.durable,
             ack_policy=AckPolicy.EXPLICIT,
-            deliver_policy=DeliverPolicy.ALL,
+            deliver_policy=DeliverPolicy.ALL if start is None else DeliverPolicy.BY_START_SEQUENCE,
+            opt_start_seq=start,
+            metadata=None if start is None else {RESTORED: str(start)},
             ack_wait=self.ack_wait,
             max_deliver=-1,
             max_ack_pending=max(self.concurrency * 4, self.batch * 2),
@@ -115,6 +122,9 @@ class ConsumerLoop:
         self.handler = handler
         self.store = store
         self.metrics = metrics or default_metrics()
+        self.guard = DurableGuard(
+            conn.js, spec.stream, spec.config, self.metrics, spec.check_interval
+        )
         self._sub: object | None = None
         self._bound_generation = -1
         self._short_fetches = 0
@@ -126,8 +136,9 @@ class ConsumerLoop:
     # ------------------------------------------------------------------------------ lifecycle
 
     async def ensure(self) -> None:
-        """Create or update the durable consumer (idempotent; replicas race harmlessly)."""
-        await self.conn.js.add_consumer(self.spec.stream, self.spec.config())
+        """Create the durable consumer, or check it is as declared and restore it when not
+        (idempotent; replicas race harmlessly)."""
+        await self.guard.check()
 
     async def run(self) -> None:
         await self.ensure()
@@ -186,6 +197,12 @@ class ConsumerLoop:
             )
 
     async def _fetch(self, n: int) -> list[Msg]:
+        if self._sub is not None and self.guard.due():
+            try:
+                if await self.guard.check():
+                    await self.close()
+            except EventStoreError as exc:
+                log.warning("cannot check consumer", consumer=self.spec.durable, error=str(exc))
         if self._sub is None or self._bound_generation != self.conn.reconnects:
             try:
                 await self._bind()
@@ -223,12 +240,8 @@ class ConsumerLoop:
             msgs: list[Msg] = fetch.result()
         except (nats.errors.TimeoutError, TimeoutError):
             return []
-        except NotFoundError:
-            log.warning("consumer vanished, recreating", consumer=self.spec.durable)
-            self._sub = None
-            await asyncio.sleep(self.spec.fetch_timeout)
-            return []
         except nats.errors.Error as exc:
+            # "No responders" when the durable is gone: the rebind checks it (``durable``).
             log.warning("fetch failed, rebinding", consumer=self.spec.durable, error=str(exc))
             self._sub = None
             await asyncio.sleep(min(self.spec.fetch_timeout, 1.0))
@@ -247,7 +260,7 @@ class ConsumerLoop:
             self._sub = await self.conn.js.pull_subscribe_bind(
                 durable=self.spec.durable, stream=self.spec.stream
             )
-        except (nats.errors.Error, TimeoutError) as exc:
+        except (EventStoreError, nats.errors.Error, TimeoutError) as exc:
             log.warning("cannot bind consumer yet", consumer=self.spec.durable, error=str(exc))
             await asyncio.sleep(0.5)
             raise _NotBound from exc

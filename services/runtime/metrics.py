@@ -113,6 +113,14 @@ class Metrics:
             ["consumer"],
             registry=r,
         )
+        self.consumer_drift = Counter(
+            "egress_consumer_drift_total",
+            "Times a replica found its durable consumer changed behind its back or gone, by what "
+            "differed (vanished, filter, deliver_policy, start, ack_policy); each was restored "
+            "from its last known ack floor",
+            ["consumer", "kind"],
+            registry=r,
+        )
         self.appends = Counter(
             "egress_event_appends_total",
             "Event appends, by outcome (ok, conflict, duplicate)",

@@ -54,15 +54,19 @@ READS: tuple[str, ...] = (
     "$JS.API.STREAM.INFO.*",
     "$JS.API.STREAM.MSG.GET.*",
     "$JS.API.DIRECT.GET.>",
-    "$JS.API.CONSUMER.CREATE.*",
-    "$JS.API.CONSUMER.CREATE.*.>",
-    "$JS.API.CONSUMER.DURABLE.CREATE.*.*",
+    "$JS.API.CONSUMER.CREATE.*.*",
+    "$JS.API.CONSUMER.CREATE.*.*.>",
     "$JS.API.CONSUMER.INFO.*.*",
     "$JS.API.CONSUMER.MSG.NEXT.*.*",
     "$JS.API.CONSUMER.DELETE.*.*",
 )
 """The JetStream API every service uses to read: stream info at start-up, direct gets, and pull
-consumers (nats-py names ephemeral ones at random, so consumer names cannot be narrowed)."""
+and push consumers created under a name in the subject (nats-py names its ephemeral ones at
+random; the push follower names its own), so ``durable_denies`` can keep each service off the
+other services' durables. Neither the legacy ``CONSUMER.CREATE.<stream>``, whose body may name
+any consumer and update it (docs/decisions.md, D93), nor ``CONSUMER.DURABLE.CREATE``. Consumer
+info stays open to all: discovery reports every durable's position, and a configuration is no
+secret."""
 
 READER_READS: tuple[str, ...] = (
     "$JS.API.INFO",
@@ -87,21 +91,30 @@ idle; ``view``: ``stream_pager_<n>``, which it acks and deletes when done). Neit
 ``CONSUMER.CREATE.<stream>`` nor ``DURABLE.CREATE``: only a name in the subject can be denied."""
 
 
-def reader_denies() -> list[str]:
-    """What ``READER_READS`` would let the reader do to the services' durables, by name: create a
-    consumer under it (an update: its filter, ack wait, inactive threshold), pull from it (taking
-    messages the service then waits an ack wait for), ack for it (the service would never see
-    those messages) or delete it (the service would start again from the first event)."""
+def durable_denies(own: str = "") -> list[str]:
+    """What ``READS`` or ``READER_READS`` would let a user do to the durables of the services
+    other than ``own``, by name: create a consumer under it (an update: its filter, ack wait,
+    inactive threshold), pull from it (taking messages the service then waits an ack wait for),
+    ack for it (the service would never see those messages) or delete it (the service would
+    start again from the first event). NATS applies a deny over any allow."""
     denied = []
     for durable in CONSUMERS:
+        if durable == own:
+            continue
         denied += [
             f"$JS.API.CONSUMER.CREATE.*.{durable}",
             f"$JS.API.CONSUMER.CREATE.*.{durable}.>",
+            f"$JS.API.CONSUMER.DURABLE.CREATE.*.{durable}",
             f"$JS.API.CONSUMER.MSG.NEXT.*.{durable}",
             f"$JS.API.CONSUMER.DELETE.*.{durable}",
             f"$JS.ACK.*.{durable}.>",
         ]
     return denied
+
+
+def reader_denies() -> list[str]:
+    """The reader may touch no service's durable."""
+    return durable_denies()
 
 
 INBOXES = "_INBOX.>"
@@ -122,7 +135,10 @@ def permissions(user: str) -> dict[str, Any] | None:
     if user in KV_BUCKETS:
         bucket = KV_BUCKETS[user]
         publish += [f"$KV.{bucket}.>", f"$JS.API.STREAM.CREATE.KV_{bucket}"]
-    return {"publish": {"allow": [*publish, *READS]}, "subscribe": {"allow": [INBOXES]}}
+    return {
+        "publish": {"allow": [*publish, *READS], "deny": durable_denies(user)},
+        "subscribe": {"allow": [INBOXES]},
+    }
 
 
 def password_variable(user: str) -> str:

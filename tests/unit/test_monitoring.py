@@ -135,7 +135,8 @@ def test_the_alert_rules_pass_promtool() -> None:
     assert checked.returncode == 0, checked.stdout + checked.stderr
     alerts = {name for name, _ in rule_exprs()}
     # What the operator asked to be woken for (docs/operations.md lists them).
-    for wanted in ("NoHealthyProxy", "ReplacedInALoop", "DeadLetters", "ConsumerLag", "Nats"):
+    wanted_alerts = ("NoHealthyProxy", "ReplacedInALoop", "DeadLetters", "ConsumerLag", "Nats")
+    for wanted in (*wanted_alerts, "DurableConsumerChanged"):
         assert any(wanted in name for name in alerts), wanted
 
 

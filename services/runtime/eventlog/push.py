@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+import uuid
 from collections.abc import Callable
 
 import nats.errors
@@ -117,6 +118,9 @@ class OrderedPush:
         except nats.errors.Error as exc:
             raise StoreUnavailable(f"cannot follow {self.stream}: {exc}") from exc
         config = ConsumerConfig(
+            # Named, so the request's subject names it: the services may not use the unnamed
+            # form, whose body could name another service's durable (docs/decisions.md, D93).
+            name=uuid.uuid4().hex,
             ack_policy=AckPolicy.NONE,
             deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
             opt_start_seq=self.last_seq + 1,
