@@ -1,6 +1,6 @@
 """What counts as a durable changed behind the service's back (``services.runtime.durable``):
 each kind named on its own, and the durable as declared, or restored by a replica, counts as
-none. The restoring itself runs against a real server in tests/integration/test_consumer_drift.py."""
+none. The restoring runs against a real server in tests/integration/test_consumer_drift.py."""
 
 from __future__ import annotations
 
