@@ -83,8 +83,8 @@ async def test_another_crawler_cannot_take_or_end_a_lease_it_did_not_acquire(
                 assert mine.json()["fencingToken"] == lease["fencingToken"]
                 assert mine.json()["expiresAt"] == lease["expiresAt"]
                 for _ in range(20):
-                    body = await asyncio.to_thread(fetch_via, url, target)
-                    assert body == "hello through the proxy"
+                    fetched = await asyncio.to_thread(fetch_via, url, target)
+                    assert fetched == "hello through the proxy"
 
                 # Removed from the file: refused within a second.
                 file.write_text(clients("victim"))
