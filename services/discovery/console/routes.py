@@ -82,10 +82,13 @@ class _Gone(Exception):
     """The client went away while its read of the log ran: nobody is left to answer."""
 
 
-def _client_key(request: AnyRequest) -> str:
-    """Whose share of the log reads a request counts in: the client's address for now. The one
-    place to change when requests carry a client identity."""
-    return request.client.host if request.client is not None else "unknown"
+def _client_key(console: Console, request: AnyRequest) -> str:
+    """Whose share of the log reads a request counts in: its client of the clients file (D96),
+    however many addresses it comes from; the address where the console is open to all."""
+    client = console.session.who(request) if console.session.required else None
+    if client is not None and client.name:
+        return f"client:{client.name}"
+    return "address:" + (request.client.host if request.client is not None else "unknown")
 
 
 def _html(
@@ -166,7 +169,7 @@ async def _fleet(console: Console, request: AnyRequest) -> dict[str, Any]:
         every = rows(console.views.all_proxies(), console.views.leases.views, now)
     else:
         now = at
-        got = await _travel(request, console.history.fleet_at(at, _client_key(request)))
+        got = await _travel(request, console.history.fleet_at(at, _client_key(console, request)))
         every, cost = rows(got.proxies.values(), got.leases, at), got.cost
     shown = [r for r in every if filters.matches(r)]
     summary = counts(shown, every)
@@ -228,7 +231,7 @@ async def _proxy(console: Console, request: AnyRequest, uid: str) -> dict[str, A
     except InvalidToken as exc:
         raise _Refused(404, str(exc)) from None
     at = _at(console, request)
-    got = await _travel(request, console.history.proxy(uid, at, _client_key(request)))
+    got = await _travel(request, console.history.proxy(uid, at, _client_key(console, request)))
     if got.proxy is None and got.lease is None:
         when = " at that time" if at else ""
         raise _Refused(404, f"no proxy {uid!r} in the log{when}")
