@@ -247,6 +247,18 @@ class Prober:
         are all unhealthy is most often probing a URL their network cannot reach."""
         if result.ok:
             return result.detail
+        if result.outcome == "connect_error":
+            # The proxy itself is not there: no check URL would help.
+            return (
+                f"{result.detail} (the proxy did not accept the connection: its process is down "
+                "or its port is unreachable from the health service; a failed instance is "
+                "replaced once the executor observes it)"
+            )
+        if result.status == 407:
+            return (
+                f"{result.detail} (the proxy refused the probe's credential: the health service "
+                "and the executor must have the same lease secret)"
+            )
         where = "spec.healthCheck.url" if spec.url else "spec.healthCheck.url or --health-check-url"
         return f"{result.detail} (fetched {check_url} through the proxy; set {where} to change it)"
 

@@ -138,3 +138,31 @@ async def test_a_provider_check_url_is_probed_and_a_failure_names_what_was_fetch
         assert "spec.healthCheck.url or --health-check-url" in down.message
     finally:
         await replica.stop()
+
+
+async def test_a_proxy_that_refuses_the_connection_is_not_blamed_on_the_check_url(
+    nats_server: EmbeddedNatsServer,
+    jetstream_store: JetStreamEventStore,
+    squid: Squid,
+    target: RecordingTarget,
+) -> None:
+    """A dead Squid refuses the probe's connection: no check URL would change that, so the
+    verdict says the proxy is not there instead of suggesting spec.healthCheck.url."""
+    await declare_ready(jetstream_store, "p1", squid.url, fast_check(target.url("/"), failures=1))
+    probes = HealthService(heartbeat=0.2, replica_id="solo", latency_band_ms=0)
+    replica = await start_replica(nats_server.url, probes)
+    try:
+
+        async def events(n: int) -> bool:
+            return len(await health_events(jetstream_store, "p1")) >= n
+
+        await until(lambda: events(1))
+        assert (await health_events(jetstream_store, "p1"))[0].healthy is True
+        squid.kill()
+        await until(lambda: events(2))
+        gone = (await health_events(jetstream_store, "p1"))[1]
+        assert gone.healthy is False
+        assert "did not accept the connection" in gone.message
+        assert "healthCheck.url" not in gone.message
+    finally:
+        await replica.stop()

@@ -234,3 +234,77 @@ def test_instants_and_trace_ids() -> None:
         ).trace_id
         == ""
     )
+
+
+def test_the_proxy_page_names_each_back_off_and_its_end() -> None:
+    """An operator reads which sites blocked the proxy and until when, not a count."""
+    proxy = _proxy("p", {}, healthy=True)
+    view = lease_fold.fold(
+        [
+            Recorded(
+                LeaseAcquired(lease_id="l1", proxy_uid="p", ttl_seconds=60), 10, "lease.p", _at(10)
+            ),
+            Recorded(
+                LeaseReported(
+                    lease_id="l1",
+                    proxy_uid="p",
+                    outcome="blocked",
+                    target="shop.example",
+                    backoff_seconds=600,
+                ),
+                11,
+                "lease.p",
+                _at(11),
+            ),
+        ]
+    )
+    assert view is not None
+    (row,) = rows([proxy], {"p": view}, _at(100))
+    assert row.backoffs == (("shop.example", _at(611)),)
+    html = page(
+        "proxy.html",
+        title="p",
+        proxy=proxy,
+        row=row,
+        lines=[],
+        left_out=0,
+        at=None,
+        now=_at(100),
+        cost=Cost(0, 0.0),
+        action="/ui/proxies/p",
+        live_url="",
+        at_query="",
+        signed_in=False,
+    )
+    assert "in back-off for <span" in html
+    assert "shop.example</span> until 2026-03-01 12:10:11 (in 8m)" in html
+    assert "target(s)" not in html
+    fleet = page(
+        "_fleet.html",
+        rows=[row],
+        counts=counts([row], [row]),
+        now=_at(100),
+        at=None,
+        at_query="",
+    )
+    assert "<td>1</td>" in fleet
+
+
+def test_the_time_control_is_iso_8601_in_utc() -> None:
+    html = page(
+        "fleet.html",
+        rows=[],
+        counts=counts([], []),
+        filters=Filters(),
+        phases=(),
+        healths=(),
+        providers=(),
+        at=_at(5),
+        now=_at(10),
+        cost=Cost(0, 0.0),
+        live_url="",
+        at_query="",
+        signed_in=False,
+    )
+    assert 'name="at" value="2026-03-01T12:00:05"' in html
+    assert "datetime-local" not in html

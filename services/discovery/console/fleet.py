@@ -51,7 +51,8 @@ class Row:
     holder: str
     expires_at: datetime | None
     cooldown_until: datetime | None
-    backoffs: int
+    backoffs: tuple[tuple[str, datetime], ...]
+    """(target, until) of each back-off still running, the soonest to end first."""
     available: bool
     deleting: bool
     message: str
@@ -80,7 +81,9 @@ def row(proxy: ProxyView, lease: LeaseView | None, now: datetime) -> Row:
         holder=current.holder if current is not None else "",
         expires_at=current.expires_at if current is not None else None,
         cooldown_until=rest if rest is not None and rest > now else None,
-        backoffs=len(active_backoffs(lease.reports, now)) if lease is not None else 0,
+        backoffs=tuple((b.target, b.until) for b in active_backoffs(lease.reports, now))
+        if lease is not None
+        else (),
         available=leasable(proxy) and lease_queries.is_available(lease, now),
         deleting=proxy.deleting,
         message=proxy.health_message if proxy.healthy is False else proxy.message,

@@ -28,7 +28,8 @@ def when(value: datetime | None, precise: bool = False) -> str:
 
 
 def local_input(value: datetime | None) -> str:
-    """The value a ``datetime-local`` input takes (the console's times are UTC)."""
+    """The time control's value: ISO 8601 in UTC, as every time on the page is. A
+    ``datetime-local`` input would show the browser's locale (a US date, AM/PM) on a UTC page."""
     return value.strftime(INPUT_TIME) if value is not None else ""
 
 
