@@ -50,6 +50,8 @@ class Connection:
     js: JetStreamContext
     reconnects: int = 0
     reconnected: asyncio.Event = field(default_factory=asyncio.Event)
+    closing: bool = False
+    """Set by ``close``: the disconnection that follows is ours, not news for the log."""
 
     def mark_reconnected(self) -> None:
         """Wake everything waiting on the old connection; later waiters get a fresh event."""
@@ -64,6 +66,7 @@ class Connection:
         it: a stop must do neither."""
         if self.nc.is_closed:
             return
+        self.closing = True
         if self.nc.is_connected:
             with contextlib.suppress(nats.errors.Error, TimeoutError, OSError):
                 await self.nc.flush(timeout=2)
@@ -170,6 +173,9 @@ async def connect(
     last: dict[str, float] = {}
 
     async def disconnected() -> None:
+        if holder and holder[0].closing:
+            log.debug("nats connection closed", url=where)
+            return
         log.warning("nats disconnected", url=where)
 
     async def reconnected() -> None:
