@@ -26,6 +26,7 @@ DEFAULT_API_URL = "http://127.0.0.1:8080"
 EXIT_NO_PROXY = 6
 EXIT_UNKNOWN_LEASE = 7
 EXIT_NO_MATCH = 8
+EXIT_ROTATION_NOT_DONE = 11
 
 
 class LeaseFailed(click.ClickException):
@@ -51,7 +52,9 @@ class NoMatch(LeaseFailed):
 
 class RotationNotDone(LeaseFailed):
     """``lease rotate --wait`` saw the rotation fail or be cancelled, or not end in time; the
-    lease stays on its old instance (exit 1, as for any failure)."""
+    lease stays on its old instance (exit 11: not a bug, which 1 means)."""
+
+    exit_code = EXIT_ROTATION_NOT_DONE
 
 
 class Unavailable(ConnectError):

@@ -16,7 +16,9 @@ import nats.errors
 import structlog
 from nats.aio.client import Client as NATS
 from rich.console import Console
+from rich.text import Text
 
+from services.cli.render import clean
 from services.runtime.config import (
     DEFAULT_NATS_URL,
     Settings,
@@ -41,6 +43,33 @@ T = TypeVar("T")
 
 PROBE_TIMEOUT = 5.0
 PIPE_WIDTH = 200
+
+EXIT_NOT_DONE = 10
+"""``apply --wait`` / ``delete --wait``: a proxy ended Failed, or was not Ready and healthy (not
+removed) within ``--timeout``."""
+# 11, lease rotate --wait unfinished, is with the other lease codes in ``api_client``.
+EXIT_SWEEP_INCOMPLETE = 12
+"""``gc run-once``: a provider (or its leftovers) was skipped, a delete failed, or another sweep
+held the lock."""
+
+
+class Unfinished(click.ClickException):
+    """A command that ran correctly but could not do all it was asked: each kind has its own
+    exit code, so a script tells it from a bug (1) and from bad usage (2); shown like every other
+    CLI error."""
+
+    def show(self, file: Any = None) -> None:
+        Console(stderr=True, soft_wrap=True, highlight=False).print(
+            Text(f"error: {clean(self.message, multiline=True)}", style="red")
+        )
+
+
+class NotDone(Unfinished):
+    exit_code = EXIT_NOT_DONE
+
+
+class SweepIncomplete(Unfinished):
+    exit_code = EXIT_SWEEP_INCOMPLETE
 
 
 @dataclass(frozen=True, slots=True)

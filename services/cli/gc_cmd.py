@@ -16,6 +16,7 @@ from rich.table import Table
 
 from services.cli.common import (
     CliState,
+    SweepIncomplete,
     open_connection,
     run_until_signalled,
     settings_for,
@@ -26,9 +27,15 @@ from services.cli.render import clean, inert
 from services.gc.collector import GarbageCollector
 from services.gc.leftovers import LeftoverReport
 from services.gc.lock import SweepLock
-from services.gc.service import DEFAULT_GRACE, Duration, providers_from_config
+from services.gc.service import DEFAULT_GRACE, Duration
 from services.gc.sweep import ProviderReport, SweepReport
-from services.providers.config import PROVIDER_OPTIONS
+from services.providers.base import Provider
+from services.providers.config import PROVIDER_OPTIONS, build_providers, load_providers_config
+from services.providers.squidauth.secret import (
+    SECRET_FILE_ENV,
+    SECRET_FILE_NAME,
+    master_secret_from_env,
+)
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.metrics import Metrics
 
@@ -178,6 +185,24 @@ def as_json(report: SweepReport) -> dict[str, object]:
     }
 
 
+def lease_secret(data_dir: Path) -> bytes | None:
+    """The lease secret as ``up`` finds it (docs/decisions.md, D84): the environment's, else the
+    one ``up`` keeps in its data directory. Only read, never made: a sweep hands no proxy a key,
+    but its providers are built as the executor's are, and without it they warn there is none."""
+    secret = master_secret_from_env()
+    kept = data_dir / SECRET_FILE_NAME
+    if secret is None and kept.is_file():
+        secret = master_secret_from_env({SECRET_FILE_ENV: str(kept)})
+    return secret
+
+
+def sweep_providers(providers_config: Path | None, data_dir: Path) -> dict[str, Provider]:
+    """The named providers, read the way the executor reads them, with ``up``'s secret."""
+    entries = load_providers_config(providers_config, default_data_dir=data_dir)
+    secret = lease_secret(data_dir) if any(e.enforces_leases for e in entries) else None
+    return build_providers(entries, lease_secret=secret)
+
+
 @click.group("gc")
 def gc() -> None:
     """Orphan garbage collection: instances tagged as ours whose proxy is gone, and what
@@ -213,10 +238,10 @@ def run_once(
     output: str,
     nats_url: str | None,
 ) -> None:
-    """Sweep every provider once, instances and the leftovers providers report. Exits 1 if a
-    provider (or its leftovers) was skipped or a delete failed."""
+    """Sweep every provider once, instances and the leftovers providers report. Exits 12 if a
+    provider (or its leftovers) was skipped, a delete failed, or another sweep held the lock."""
     settings = settings_for(state, nats_url=nats_url)
-    providers = providers_from_config(providers_config, data_dir.resolve())
+    providers = sweep_providers(providers_config, data_dir.resolve())
 
     async def work() -> SweepReport | str:
         conn = await open_connection(settings.nats_url)
@@ -240,7 +265,7 @@ def run_once(
     if report is None:
         return  # stopped by a signal
     if report == BUSY:
-        raise click.ClickException("another GC sweep holds the lock now; try again shortly")
+        raise SweepIncomplete("another GC sweep holds the lock now; try again shortly")
     assert isinstance(report, SweepReport)
     if output == "json":
         click.echo(json.dumps(as_json(report), indent=2))
@@ -255,7 +280,7 @@ def run_once(
         if report.leftovers_skipped:
             problems.append(f"leftovers skipped: {', '.join(report.leftovers_skipped)}")
         problems += [f"{failed} deletes failed"] if failed else []
-        raise click.ClickException(clean("; ".join(problems)))
+        raise SweepIncomplete(clean("; ".join(problems)))
 
 
 # The same flags as `run executor` / `run gc`, defined once with the provider library.

@@ -313,7 +313,7 @@ default), after which the old instance is deleted."""
     "--wait",
     is_flag=True,
     help="Wait until the lease has switched to the new instance (then print it), or the "
-    "rotation failed or was cancelled (exit 1).",
+    "rotation failed or was cancelled (exit 11).",
 )
 @click.option(
     "--timeout",
@@ -321,7 +321,7 @@ default), after which the old instance is deleted."""
     default="5m",
     show_default=True,
     metavar="DURATION",
-    help="How long --wait waits (exit 1 after it; running the command again keeps waiting).",
+    help="How long --wait waits (exit 11 after it; running the command again keeps waiting).",
 )
 @api_options
 def rotate(*, lease_id: str, wait: bool, timeout: float, api_url: str, output: str) -> None:

@@ -62,6 +62,11 @@ Exit codes:
   7  lease release / report / renew: unknown lease (never issued, released or expired)
   8  lease acquire: no proxy matches the selector at all (it lists the attribute keys)
   9  streams check: the log holds events no fold can use
+ 10  apply --wait: a proxy ended Failed, or was not Ready and healthy within --timeout
+     (delete --wait: not removed within it); the error names each proxy and why
+ 11  lease rotate --wait: the rotation failed, was cancelled, or had not ended in time
+ 12  gc run-once: a provider (or its leftovers) was skipped, a delete failed, or another
+     sweep held the lock
 """
 
 

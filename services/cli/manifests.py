@@ -64,3 +64,24 @@ def parse_resources(
 
 def targets(resources: Iterable[ProxyResource]) -> list[tuple[str, str, str]]:
     return [(r.metadata.namespace, r.metadata.name, uid_of(r)) for r in resources]
+
+
+def unknown_providers(
+    resources: Iterable[ProxyResource], names: frozenset[str], sweep_id: str
+) -> str | None:
+    """Why the Proxies whose ``spec.provider`` is not among ``names`` (the running system's,
+    ``known_providers``) are refused, or None: their create could only fail (``unknown
+    provider``), so none of the files is applied (docs/decisions.md, D98)."""
+    unknown = [r for r in resources if r.spec.provider not in names]
+    if not unknown:
+        return None
+    which = "; ".join(
+        f"{r.metadata.namespace}/{r.metadata.name}: spec.provider {r.spec.provider!r}"
+        for r in unknown[:5]
+    )
+    more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
+    return (
+        f"{which}{more}: not a provider of the running system (its GC swept, last in {sweep_id}, "
+        f"only: {', '.join(sorted(names))}); use one of those, or add it to the "
+        "--providers-config of the executor and GC (apply --no-provider-check skips this check)"
+    )

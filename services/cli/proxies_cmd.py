@@ -19,12 +19,14 @@ from projections.proxy import ProxyView
 from services.cli import manifests
 from services.cli.common import (
     CliState,
+    NotDone,
     open_connection,
     run_until_signalled,
     settings_for,
     settings_options,
     stdout_console,
 )
+from services.cli.known_providers import known_providers
 from services.cli.proxyviews import listed, projection
 from services.cli.render import clean, inert
 from services.providers.config import decode_config_text, read_config_file
@@ -55,14 +57,26 @@ def _resources(path: str, validate: str = "strict") -> list[ProxyResource]:
     return resources
 
 
+def _all_resources(paths: tuple[str, ...], validate: str) -> list[ProxyResource]:
+    """Every file's Proxies, in the order given; one bad file refuses them all (as one bad
+    document refuses its file, ``manifests.parse_resources``)."""
+    if paths.count("-") > 1:
+        raise ConfigError("-f -: standard input can be read once; give it one -f")
+    return [r for path in paths for r in _resources(path, validate)]
+
+
 async def _wait(
     conn: Connection, uids: list[str], done: Done, what: str, timeout: float
 ) -> list[ProxyView | None]:
-    """Follow the projection until every proxy is done, with a progress bar; returns the views
-    of the proxies still pending when the time ran out (none: all done)."""
+    """Follow the projection until every proxy is done or the time ran out, with a progress
+    bar; returns every proxy's view as it was then (in ``uids`` order), for the caller to say
+    which are not done and why."""
     projector = await projection(conn)
     console = stdout_console()
-    pending: list[ProxyView | None] = []
+
+    def views() -> list[ProxyView | None]:
+        return [projector.views.get(uid) for uid in uids]
+
     try:
         with Progress(
             TextColumn(what),
@@ -75,27 +89,29 @@ async def _wait(
             task = progress.add_task(what, total=len(uids))
             async with asyncio.timeout(timeout):
                 while True:
-                    pending = [
-                        projector.views.get(uid)
-                        for uid in uids
-                        if not done(projector.views.get(uid))
-                    ]
-                    progress.update(task, completed=len(uids) - len(pending))
-                    if not pending:
-                        return []
+                    finished = sum(1 for view in views() if done(view))
+                    progress.update(task, completed=finished)
+                    if finished == len(uids):
+                        break
                     await projector.step()
     except TimeoutError:
-        return pending
+        pass
     finally:
         await projector.close()
+    return views()
 
 
 def _in_service(view: ProxyView | None) -> bool:
-    """Ready with a first health verdict, or Failed: a proxy ``apply --wait`` returns for can
-    be leased at once (or never will be without a change)."""
+    """Ready and probed healthy (it can be leased at once), or Failed (it never will be without
+    a change, so waiting longer is pointless). An unhealthy proxy is waited for: the prober
+    probes it again and the reconciler replaces one that stays unhealthy."""
     if view is None:
         return False
-    return view.phase is Phase.FAILED or (view.phase is Phase.READY and view.healthy is not None)
+    return view.phase is Phase.FAILED or (view.phase is Phase.READY and view.healthy is True)
+
+
+def _failed(view: ProxyView | None) -> bool:
+    return view is not None and view.phase is Phase.FAILED
 
 
 def _removed(view: ProxyView | None) -> bool:
@@ -115,17 +131,36 @@ def _still(view: ProxyView | None) -> str:
     return f"{name} ({view.phase.value}{detail})"
 
 
-def _not_within(what: str, timeout: float, pending: list[ProxyView | None]) -> click.ClickException:
-    names = "; ".join(clean(_still(view)) for view in pending[:5])
-    more = f" and {len(pending) - 5} more" if len(pending) > 5 else ""
-    return click.ClickException(
-        f"{what} within {timeout:g}s: {names}{more}; see `egress-proxies get -o wide`"
+def _named(views: list[ProxyView | None]) -> str:
+    names = "; ".join(clean(_still(view)) for view in views[:5])
+    return names + (f" and {len(views) - 5} more" if len(views) > 5 else "")
+
+
+def _not_within(what: str, timeout: float, pending: list[ProxyView | None]) -> NotDone:
+    return NotDone(
+        f"{what} within {timeout:g}s: {_named(pending)}; see `egress-proxies get -o wide`"
     )
+
+
+def _not_in_service(timeout: float, views: list[ProxyView | None]) -> NotDone | None:
+    """Why ``apply --wait`` did not end with every proxy Ready and healthy, or None if it did;
+    a Failed proxy is named with its reason (e.g. ``create: unknown provider 'gcp-eu'``)."""
+    failed = [view for view in views if _failed(view)]
+    if failed:
+        return NotDone(f"failed: {_named(failed)}; fix the Proxy (or the provider) and apply again")
+    pending = [view for view in views if not _in_service(view)]
+    return _not_within("not Ready and healthy", timeout, pending) if pending else None
 
 
 @click.command("apply")
 @click.option(
-    "-f", "--filename", required=True, help="YAML file with Proxy documents ('-': stdin)."
+    "-f",
+    "--filename",
+    "filenames",
+    required=True,
+    multiple=True,
+    help="YAML file with Proxy documents ('-': stdin); repeat for more (all are applied, or "
+    "none when one is invalid).",
 )
 @click.option(
     "--validate",
@@ -138,27 +173,40 @@ def _not_within(what: str, timeout: float, pending: list[ProxyView | None]) -> c
 @click.option(
     "--wait/--no-wait",
     default=False,
-    help="Wait until every proxy is Ready and has a first health verdict (or Failed).",
+    help="Wait until every proxy is Ready and probed healthy; exit 10 as soon as one is "
+    "Failed, or when one is not Ready and healthy within --timeout.",
 )
 @click.option("--timeout", type=float, default=300.0, show_default=True, help="Seconds for --wait.")
+@click.option(
+    "--provider-check/--no-provider-check",
+    default=True,
+    help="Refuse a spec.provider that the running system does not have (the providers of its "
+    "last GC sweep; without one in the log nothing is checked).",
+)
 @settings_options()
 @click.pass_obj
 def apply_cmd(
     state: CliState,
     *,
-    filename: str,
+    filenames: tuple[str, ...],
     validate: str,
     wait: bool,
     timeout: float,
+    provider_check: bool,
     nats_url: str | None,
 ) -> None:
-    """Declare the proxies in a file; an unchanged proxy appends nothing."""
-    resources = _resources(filename, validate)
+    """Declare the proxies in files; an unchanged proxy appends nothing."""
+    resources = _all_resources(filenames, validate)
     settings = settings_for(state, nats_url=nats_url)
 
-    async def work() -> list[ProxyView | None]:
+    async def work() -> list[ProxyView | None] | None:
         conn = await open_connection(settings.nats_url)
         try:
+            known = await known_providers(conn.js) if provider_check else None
+            if known is not None:
+                refused = manifests.unknown_providers(resources, known.names, known.sweep_id)
+                if refused is not None:
+                    raise ConfigError(refused)
             store = JetStreamEventStore(conn.nc, conn.js)
             console = stdout_console()
             uids = []
@@ -167,19 +215,26 @@ def apply_cmd(
                 uids.append(applied.uid)
                 console.print(inert(f"proxy {applied.namespace}/{applied.name} {applied.result}"))
             if not wait:
-                return []
+                return None
             return await _wait(conn, uids, _in_service, "waiting for Ready and healthy", timeout)
         finally:
             await conn.close()
 
-    pending = run_until_signalled(work())
-    if pending:
-        raise _not_within("not in service", timeout, pending)
+    views = run_until_signalled(work())
+    problem = _not_in_service(timeout, views) if views is not None else None
+    if problem is not None:
+        raise problem
 
 
 @click.command("delete")
 @click.argument("target", required=False)
-@click.option("-f", "--filename", help="Delete the proxies declared in this YAML file.")
+@click.option(
+    "-f",
+    "--filename",
+    "filenames",
+    multiple=True,
+    help="Delete the proxies declared in this YAML file; repeat for more.",
+)
 @click.option(
     "--all",
     "everything",
@@ -195,7 +250,7 @@ def delete_cmd(
     state: CliState,
     *,
     target: str | None,
-    filename: str | None,
+    filenames: tuple[str, ...],
     everything: bool,
     namespace: str | None,
     wait: bool,
@@ -204,13 +259,13 @@ def delete_cmd(
 ) -> None:
     """Delete proxies: NAMESPACE/NAME, -f FILE, or --all. The instance goes first, then the
     proxy (a local proxy's Squid stops)."""
-    if sum((target is not None, filename is not None, everything)) != 1:
+    if sum((target is not None, bool(filenames), everything)) != 1:
         raise click.UsageError("give one of NAMESPACE/NAME, -f FILE or --all")
     if namespace is not None and not everything:
         raise click.UsageError("--namespace goes with --all; NAMESPACE/NAME names one proxy")
     targets: list[tuple[str, str, str]] = []
-    if filename is not None:
-        targets = manifests.targets(_resources(filename, "ignore"))
+    if filenames:
+        targets = manifests.targets(_all_resources(filenames, "ignore"))
     elif target is not None:
         ns, sep, name = target.partition("/")
         if not sep or not ns or not name:
@@ -234,7 +289,8 @@ def delete_cmd(
             if not wait or not chosen:
                 return []
             uids = [uid for _, _, uid in chosen]
-            return await _wait(conn, uids, _removed, "waiting for removal", timeout)
+            views = await _wait(conn, uids, _removed, "waiting for removal", timeout)
+            return [view for view in views if not _removed(view)]
         finally:
             await conn.close()
 

@@ -1,0 +1,66 @@
+"""Which provider names the running system has, as far as the log can tell: for ``apply`` to
+refuse a proxy no executor could ever create (docs/decisions.md, D98).
+
+No service records its providers config. The nearest record is the GC's: every sweep appends one
+``SweepCompleted`` per configured provider on ``gc.<provider>``, all with the sweep's id (even a
+provider whose listing failed), and a GC runs beside every executor with the same providers config
+(``up`` runs both from its flags, a cluster mounts one ConfigMap in both). The providers of the
+newest sweep are the names the system had then; those of the sweep before it count too, because a
+sweep appends provider after provider and a read between two of its appends sees only some of
+them (so a provider removed from the config is refused from the second sweep after). Without a
+sweep in the log (no GC ran, the stream is missing or unreadable) it cannot know, and says so by
+answering None.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import nats.errors
+import structlog
+from nats.js.client import JetStreamContext
+
+from events import codec
+from events.schemas import SweepCompleted
+from events.subjects import GC_STREAM
+
+log = structlog.get_logger("egress.cli")
+
+MAX_PROVIDERS = 256
+"""More ``gc.*`` subjects than this, and the check is not made: each costs one read, and no
+install has this many providers (nor a stream that held them would be the GC's)."""
+
+
+@dataclass(frozen=True, slots=True)
+class KnownProviders:
+    names: frozenset[str]
+    sweep_id: str
+    """The newest sweep of those: its id starts with when it ran."""
+
+
+async def known_providers(js: JetStreamContext) -> KnownProviders | None:
+    """The provider names of the newest two GC sweeps in the log; None when it cannot tell."""
+    try:
+        info = await js.stream_info(GC_STREAM, subjects_filter="gc.*")
+        listed = sorted((info.state.subjects or {}).keys())
+        if not listed or len(listed) > MAX_PROVIDERS:
+            return None
+        lasts = [await js.get_last_msg(GC_STREAM, subject) for subject in listed]
+    except (nats.errors.Error, TimeoutError) as exc:
+        # Not knowing is an answer here: apply goes on as it did before this check.
+        log.debug("cannot read the GC sweeps", error=f"{type(exc).__name__}: {exc}")
+        return None
+    sweeps: list[tuple[int, str, str]] = []  # (sequence, sweep id, provider)
+    for raw in lasts:
+        try:
+            event = codec.decode(raw.data or b"", raw.headers)
+        except codec.CodecError:
+            continue
+        if isinstance(event, SweepCompleted) and event.sweep_id and raw.seq is not None:
+            sweeps.append((raw.seq, event.sweep_id, event.provider))
+    if not sweeps:
+        return None
+    # Newest first, by when each sweep's last provider was appended.
+    order = list(dict.fromkeys(sweep for _, sweep, _ in sorted(sweeps, reverse=True)))
+    recent = set(order[:2])
+    return KnownProviders(frozenset(p for _, s, p in sweeps if s in recent), order[0])
