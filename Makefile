@@ -9,16 +9,20 @@ DEV_STAMP := $(VENV)/.installed-dev-stamp
 
 .PHONY: demo test lint bench chaos clean peers
 
+## setuptools warns, in a box, on every editable install that a folder named like a package may
+## shadow it: here they are the package. Only that warning is silenced.
+PIP_INSTALL := PYTHONWARNINGS="ignore:Editable installation" $(BIN)/python -m pip install --quiet
+
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e .
+	$(PIP_INSTALL) -e .
 	touch $(STAMP)
 
 ## The client library (clients/python) is a distribution of its own; the tests and lint cover it.
 $(DEV_STAMP): $(STAMP) clients/python/pyproject.toml
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
-	$(BIN)/python -m pip install --quiet -e 'clients/python[scrapy]'
+	$(PIP_INSTALL) -e '.[dev]'
+	$(PIP_INSTALL) -e 'clients/python[scrapy]'
 	touch $(DEV_STAMP)
 
 ## Run the whole system on this machine: embedded nats-server, every service, local provider.
