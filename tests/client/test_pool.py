@@ -97,6 +97,40 @@ async def test_a_request_waits_for_a_lease_to_come_back(api: str) -> None:
         assert await client.list_mine() == []
 
 
+async def crawl(
+    leases: LeasePool, requests: int, host: str, session: str | None = None
+) -> list[str]:
+    """``requests`` requests at once, each holding its lease a moment; the uids they went
+    through."""
+
+    async def one() -> str:
+        pooled = await leases.borrow(host, session)
+        await asyncio.sleep(0.02)
+        await leases.give_back(pooled)
+        return pooled.uid
+
+    return list(await asyncio.gather(*(one() for _ in range(requests))))
+
+
+@pytest.mark.parametrize("session", [None, "cart"])
+async def test_more_requests_than_proxies_are_served_by_the_pools_own_leases(
+    api: str, session: str | None
+) -> None:
+    """A pool larger than the fleet (8 leases, 2 proxies): the requests beyond the fleet wait
+    for the pool's own leases, not for the API to free a proxy the pool itself holds (which it
+    never would before the acquire timeout, so they failed)."""
+    async with AsyncClient(api, holder="pool-starve") as client:
+        leases = pool(client, size=8, acquire_timeout=20.0)
+        used = await crawl(leases, 12, "shop.example", session)
+        assert len(used) == 12
+        assert set(used) == ({used[0]} if session else set(UIDS))
+        # Blocked: the shop's requests go through the other proxy alone, and still all pass.
+        leases.block("shop.example", UIDS[0], session)
+        assert set(await crawl(leases, 12, "shop.example", session)) == {UIDS[1]}
+        await leases.close()
+        assert await client.list_mine() == []
+
+
 async def test_a_request_that_gets_no_lease_in_time_fails(api: str) -> None:
     async with AsyncClient(api, holder="pool-timeout") as client:
         leases = pool(client, size=2, acquire_timeout=0.5)

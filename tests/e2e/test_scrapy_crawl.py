@@ -66,7 +66,7 @@ async def all_available(api: str) -> bool:
     return sorted(p["uid"] for p in items if p["available"]) == sorted(UIDS)
 
 
-async def crawl(start: str, api: str) -> dict[str, Any]:
+async def crawl(start: str, api: str, *extra: str) -> dict[str, Any]:
     """Run the crawl to its end; its stats."""
     process = await asyncio.create_subprocess_exec(
         sys.executable,
@@ -78,6 +78,7 @@ async def crawl(start: str, api: str) -> dict[str, Any]:
         api,
         "--holder",
         HOLDER,
+        *extra,
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         stdout=asyncio.subprocess.PIPE,
@@ -188,3 +189,60 @@ async def test_a_crawl_fetches_every_page_and_never_gets_the_blocked_proxy_again
             async with httpx.AsyncClient(base_url=api) as client:
                 answer = await client.get("/v1/leases", params={"holder": HOLDER})
             assert answer.json() == {"items": []}
+
+
+@pytest.mark.parametrize(
+    "case",
+    [(12, 1, False), (50, 3, False), (50, 3, True)],
+    ids=["12-pages-1-proxy", "50-pages-3-proxies", "50-pages-3-proxies-blocking"],
+)
+async def test_a_crawl_with_more_concurrency_than_matching_proxies_fetches_every_page(
+    nats_server: EmbeddedNatsServer,
+    jetstream_store: JetStreamEventStore,
+    tmp_path: Path,
+    case: tuple[int, int, bool],
+) -> None:
+    """The middleware's defaults (a pool of 8, Scrapy's 16 requests at a time) over fewer
+    matching proxies: the requests beyond the fleet wait for the pool's own leases, so every page
+    is fetched, every matching proxy carries some, and none waits out the acquire timeout (which
+    failed 4 of 5 pages after 60 s before). Every fifth page is in a session, through one proxy."""
+    pages, matching, blocking = case  # pages, proxies matching the selector, the site blocks
+    uids = [f"crawl-{i}" for i in range(matching)]
+    other = "crawl-elsewhere"
+    async with (
+        tagged_squids(tmp_path / "squids", [*uids, other]) as squids,
+        discovery(nats_server.url) as (_, api),
+    ):
+        for squid in squids:
+            country = "fr" if squid.uid == other else "de"
+            await ready_proxy(jetstream_store, squid.uid, {"country": country}, port=squid.port)
+        await until(partial(available_count, api, matching + 1), what="every proxy available")
+
+        with crawl_site(pages, block=blocking) as site:
+            stats = await crawl(site.url, api, "--flat", str(pages), "--selector", SELECTOR)
+            visits = list(site.visits)
+
+    fetched = sorted(v.path for v in visits if v.status == 200)
+    assert fetched == sorted(f"/page/{i}" for i in range(pages))
+    assert stats["item_scraped_count"] == pages
+    assert "egress/outcome/failed" not in stats
+    carried = {v.proxy for v in visits if v.status == 200}
+    assert carried == set(uids) - {site.blocked}
+    refused = [(v.proxy, v.status) for v in visits if v.status != 200]
+    assert refused == ([(site.blocked, 403)] if blocking else [])
+    session = {
+        v.proxy
+        for v in visits
+        if v.status == 200 and page_number(v.path) % SESSION_EVERY == 0 and v.path != "/page/0"
+    }
+    assert len(session) == 1, session
+    assert stats["egress/leases/released"] == stats["egress/leases/acquired"]
+
+
+SELECTOR = json.dumps({"country": "de"})
+
+
+async def available_count(api: str, count: int) -> bool:
+    async with httpx.AsyncClient(base_url=api) as client:
+        items = (await client.get("/v1/proxies")).json()["items"]
+    return sum(1 for p in items if p["available"]) == count

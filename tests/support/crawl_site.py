@@ -1,7 +1,7 @@
 """A local site for crawl tests: pages linked from each other, one proxy blocked.
 
 Page ``i`` (``/page/i``) links to pages ``2i+1`` and ``2i+2``, so a crawl from ``/page/0`` reaches
-every page. The site blocks the first proxy a request comes through (named by
+every page. Unless told not to, the site blocks the first proxy a request comes through (named by
 ``crawl_squid.PROXY_HEADER``): that request and every later one through it are answered 403, as a
 site answers an address it has banned, whichever proxy a crawl happens to lease first. A request
 through no proxy at all gets 400. Every
@@ -33,6 +33,8 @@ class Visit:
 @dataclass
 class Site:
     pages: int
+    block: bool = True
+    """Whether the site blocks the first proxy it sees."""
     blocked: str = ""
     """The uid of the proxy the site refuses: the first one it saw."""
     port: int = 0
@@ -46,10 +48,10 @@ class Site:
     def answer(self, path: str, proxy: str) -> tuple[int, str]:
         found = _PAGE.match(path)
         with self._lock:
-            self.blocked = self.blocked or proxy
+            self.blocked = self.blocked or (proxy if self.block else "")
         if not proxy:
             status, body = 400, "come through a proxy"
-        elif proxy == self.blocked:
+        elif proxy and proxy == self.blocked:
             status, body = 403, "your address is blocked"
         elif found is None or int(found[1]) >= self.pages:
             status, body = 404, "no such page"
@@ -67,9 +69,9 @@ class Site:
 
 
 @contextlib.contextmanager
-def crawl_site(pages: int) -> Iterator[Site]:
+def crawl_site(pages: int, *, block: bool = True) -> Iterator[Site]:
     """The site on a free loopback port, served from a thread while the block runs."""
-    site = Site(pages)
+    site = Site(pages, block)
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:

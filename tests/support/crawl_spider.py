@@ -8,6 +8,10 @@ Run in its own process (Twisted's reactor stays out of the test's event loop)::
 
     python -m tests.support.crawl_spider --start URL --api URL --holder NAME
 
+With ``--flat N`` the spider instead asks for pages 0 to N-1 at once (each a start URL, no link
+followed) with the middleware's default settings and ``--selector``: more requests at a time than
+proxies matching the selector.
+
 Scrapy logs to stderr; once the crawl is over, its stats are written to stdout as JSON.
 """
 
@@ -16,7 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import scrapy
@@ -43,13 +47,26 @@ class SiteSpider(scrapy.Spider):
 
     name = "site"
 
-    def __init__(self, start: str, **kwargs: Any) -> None:
+    def __init__(self, start: str, flat: int = 0, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.start_urls = [start]
+        self.flat = flat
+
+    async def start(self) -> AsyncIterator[Any]:
+        if not self.flat:
+            async for request in super().start():
+                yield request
+            return
+        base = self.start_urls[0].rsplit("/", 1)[0]
+        for page in range(self.flat):
+            meta = {"session": SESSION} if page and page % SESSION_EVERY == 0 else {}
+            yield scrapy.Request(f"{base}/{page}", callback=self.parse, meta=meta)
 
     def parse(self, response: Response, **kwargs: Any) -> Iterator[Any]:
         assert isinstance(response, TextResponse)
         yield {"url": response.url, "status": response.status}
+        if self.flat:
+            return
         for href in response.css("a::attr(href)").getall():
             meta = {"session": SESSION} if page_number(href) % SESSION_EVERY == 0 else {}
             yield response.follow(href, callback=self.parse, meta=meta)
@@ -60,12 +77,23 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--start", required=True, help="the first page")
     parser.add_argument("--api", required=True, help="the discovery API")
     parser.add_argument("--holder", required=True)
+    parser.add_argument("--flat", type=int, default=0, help="ask for pages 0 to N-1 at once")
+    parser.add_argument("--selector", default="", help="EGRESS_SELECTOR, as JSON")
     args = parser.parse_args(argv)
+    # The flat crawl keeps the middleware's defaults (pool size, TTL) and Scrapy's concurrency.
+    tuned: dict[str, Any] = (
+        {}
+        if args.flat
+        else {
+            "CONCURRENT_REQUESTS": CONCURRENCY,
+            "DOWNLOAD_DELAY": DELAY,
+            "EGRESS_POOL_SIZE": POOL_SIZE,
+            "EGRESS_LEASE_TTL": LEASE_TTL,
+        }
+    )
     process = CrawlerProcess(
         settings={
             "TWISTED_REACTOR": "twisted.internet.asyncioreactor.AsyncioSelectorReactor",
-            "CONCURRENT_REQUESTS": CONCURRENCY,
-            "DOWNLOAD_DELAY": DELAY,
             "DOWNLOAD_TIMEOUT": 10,
             "CLOSESPIDER_TIMEOUT": 50,
             # No consoles listening, nor job files in the user's home (Scrapy 2.19+).
@@ -77,12 +105,12 @@ def main(argv: list[str] | None = None) -> None:
             "DOWNLOADER_MIDDLEWARES": {"egress_proxies_client.scrapy.LeaseMiddleware": 740},
             "EGRESS_API_URL": args.api,
             "EGRESS_HOLDER": args.holder,
-            "EGRESS_POOL_SIZE": POOL_SIZE,
-            "EGRESS_LEASE_TTL": LEASE_TTL,
+            "EGRESS_SELECTOR": args.selector,
+            **tuned,
         }
     )
     crawler = process.create_crawler(SiteSpider)
-    process.crawl(crawler, start=args.start)
+    process.crawl(crawler, start=args.start, flat=args.flat)
     process.start()
     assert crawler.stats is not None
     json.dump(crawler.stats.get_stats(), sys.stdout, default=str)
