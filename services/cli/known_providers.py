@@ -5,11 +5,10 @@ No service records its providers config. The nearest record is the GC's: every s
 ``SweepCompleted`` per configured provider on ``gc.<provider>``, all with the sweep's id (even a
 provider whose listing failed), and a GC runs beside every executor with the same providers config
 (``up`` runs both from its flags, a cluster mounts one ConfigMap in both). The providers of the
-newest sweep are the names the system had then; those of the sweep before it count too, because a
-sweep appends provider after provider and a read between two of its appends sees only some of
-them (so a provider removed from the config is refused from the second sweep after). Without a
-sweep in the log (no GC ran, the stream is missing or unreadable) it cannot know, and says so by
-answering None.
+newest sweep are the names the system had then. A sweep appends provider after provider once it
+has listed them all, so a read between two of those appends sees only some: ``apply`` reads again
+after ``SETTLE_SECONDS`` before it refuses. Without a sweep in the log (no GC ran, the stream is
+missing or unreadable) it cannot know, and says so by answering None.
 """
 
 from __future__ import annotations
@@ -26,6 +25,10 @@ from events.subjects import GC_STREAM
 
 log = structlog.get_logger("egress.cli")
 
+SETTLE_SECONDS = 1.0
+"""Far longer than a sweep takes to append its summaries (one append per provider, back to back),
+and short enough for a refusal to come at once to a person at a terminal."""
+
 MAX_PROVIDERS = 256
 """More ``gc.*`` subjects than this, and the check is not made: each costs one read, and no
 install has this many providers (nor a stream that held them would be the GC's)."""
@@ -35,11 +38,11 @@ install has this many providers (nor a stream that held them would be the GC's).
 class KnownProviders:
     names: frozenset[str]
     sweep_id: str
-    """The newest sweep of those: its id starts with when it ran."""
+    """The sweep whose providers these are: its id starts with when it ran."""
 
 
 async def known_providers(js: JetStreamContext) -> KnownProviders | None:
-    """The provider names of the newest two GC sweeps in the log; None when it cannot tell."""
+    """The provider names of the newest GC sweep in the log; None when it cannot tell."""
     try:
         info = await js.stream_info(GC_STREAM, subjects_filter="gc.*")
         listed = sorted((info.state.subjects or {}).keys())
@@ -60,7 +63,5 @@ async def known_providers(js: JetStreamContext) -> KnownProviders | None:
             sweeps.append((raw.seq, event.sweep_id, event.provider))
     if not sweeps:
         return None
-    # Newest first, by when each sweep's last provider was appended.
-    order = list(dict.fromkeys(sweep for _, sweep, _ in sorted(sweeps, reverse=True)))
-    recent = set(order[:2])
-    return KnownProviders(frozenset(p for _, s, p in sweeps if s in recent), order[0])
+    newest = max(sweeps)[1]
+    return KnownProviders(frozenset(p for _, s, p in sweeps if s == newest), newest)

@@ -81,7 +81,7 @@ def unknown_providers(
     )
     more = f" and {len(unknown) - 5} more" if len(unknown) > 5 else ""
     return (
-        f"{which}{more}: not a provider of the running system (its GC swept, last in {sweep_id}, "
-        f"only: {', '.join(sorted(names))}); use one of those, or add it to the "
+        f"{which}{more}: not a provider of the running system (its last GC sweep, {sweep_id}, "
+        f"had: {', '.join(sorted(names))}); use one of those, or add it to the "
         "--providers-config of the executor and GC (apply --no-provider-check skips this check)"
     )

@@ -26,7 +26,7 @@ from services.cli.common import (
     settings_options,
     stdout_console,
 )
-from services.cli.known_providers import known_providers
+from services.cli.known_providers import SETTLE_SECONDS, known_providers
 from services.cli.proxyviews import listed, projection
 from services.cli.render import clean, inert
 from services.providers.config import decode_config_text, read_config_file
@@ -63,6 +63,23 @@ def _all_resources(paths: tuple[str, ...], validate: str) -> list[ProxyResource]
     if paths.count("-") > 1:
         raise ConfigError("-f -: standard input can be read once; give it one -f")
     return [r for path in paths for r in _resources(path, validate)]
+
+
+async def _provider_refusal(conn: Connection, resources: list[ProxyResource]) -> str | None:
+    """Why a ``spec.provider`` is not one the running system has, or None (also when it cannot
+    tell). A refusal is read twice, ``SETTLE_SECONDS`` apart: the first read may have fallen
+    between two providers' summaries of one sweep (docs/decisions.md, D98)."""
+    refused = None
+    for attempt in range(2):
+        if attempt:
+            await asyncio.sleep(SETTLE_SECONDS)
+        known = await known_providers(conn.js)
+        if known is None:
+            return None
+        refused = manifests.unknown_providers(resources, known.names, known.sweep_id)
+        if refused is None:
+            return None
+    return refused
 
 
 async def _wait(
@@ -202,11 +219,9 @@ def apply_cmd(
     async def work() -> list[ProxyView | None] | None:
         conn = await open_connection(settings.nats_url)
         try:
-            known = await known_providers(conn.js) if provider_check else None
-            if known is not None:
-                refused = manifests.unknown_providers(resources, known.names, known.sweep_id)
-                if refused is not None:
-                    raise ConfigError(refused)
+            refused = await _provider_refusal(conn, resources) if provider_check else None
+            if refused is not None:
+                raise ConfigError(refused)
             store = JetStreamEventStore(conn.nc, conn.js)
             console = stdout_console()
             uids = []

@@ -129,7 +129,7 @@ async def test_apply_refuses_a_provider_the_last_gc_sweep_did_not_have(
     assert "crawl/eu-1: spec.provider 'gcp-eu': not a provider of the running system" in (
         refused.stderr
     )
-    assert "only: local)" in refused.stderr
+    assert "had: local)" in refused.stderr
     assert await declared(nats_server.url) == ["crawl/eu-0"]  # neither file applied
     assert (await cli("apply", "-f", local, *url)).exit_code == 0
     forced = await cli("apply", "-f", unknown, "--no-provider-check", *url)
@@ -180,3 +180,31 @@ async def test_lease_rotate_wait_that_does_not_finish_exits_11(
         rotated = await cli("lease", "rotate", lease_id, "--wait", "--timeout", "1s", **env)
     assert rotated.exit_code == EXIT_ROTATION_NOT_DONE, rotated.output
     assert "after 1s" in rotated.stderr
+
+
+async def test_a_provider_removed_from_the_config_is_refused_after_the_next_sweep(
+    nats_server: EmbeddedNatsServer, conn: Connection, tmp_path: Path
+) -> None:
+    """Only the newest sweep counts: an older one's providers are no longer the system's."""
+    url = ("--nats-url", nats_server.url)
+
+    def config(*names: str) -> str:
+        entries = "".join(
+            f"  - name: {n}\n    type: local\n    local: {{dataDir: {tmp_path / n}}}\n"
+            for n in names
+        )
+        return manifest(tmp_path, f"providers-{len(names)}.yaml", f"providers:\n{entries}")
+
+    async def sweep(providers: str) -> None:
+        swept = await cli("gc", "run-once", "--providers-config", providers, *url, **NO_SECRET)
+        assert swept.exit_code == 0, swept.output
+
+    spare = manifest(tmp_path, "spare.yaml", proxy("sp-1", "spare"))
+    await sweep(config("local", "spare"))
+    accepted = await cli("apply", "-f", spare, *url)
+    assert accepted.exit_code == 0, accepted.output
+    await sweep(config("local"))  # `spare` removed from the config
+    refused = await cli("apply", "-f", spare, *url)
+    assert refused.exit_code == 2, refused.output
+    assert "spec.provider 'spare': not a provider of the running system" in refused.stderr
+    assert "had: local)" in refused.stderr

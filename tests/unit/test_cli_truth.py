@@ -79,5 +79,5 @@ def test_an_unknown_provider_is_refused_naming_the_proxy_the_names_and_the_way_o
     assert refused.startswith("crawl/x0: spec.provider 'gcp-eu'; crawl/x1:")
     assert "crawl/x5" not in refused
     assert " and 2 more: not a provider of the running system" in refused
-    assert "(its GC swept, last in s1, only: gcp, local)" in refused
+    assert "(its last GC sweep, s1, had: gcp, local)" in refused
     assert "--no-provider-check" in refused
