@@ -4,6 +4,8 @@ server that goes away still is one (a clean Ctrl-C of `up` used to log one per s
 from __future__ import annotations
 
 import asyncio
+from collections.abc import MutableMapping
+from typing import Any
 
 import pytest
 from structlog.testing import capture_logs
@@ -14,7 +16,7 @@ from services.runtime.natsserver import EmbeddedNatsServer
 pytestmark = pytest.mark.integration
 
 
-def _warned(logs: list[dict[str, object]]) -> list[str]:
+def _warned(logs: list[MutableMapping[str, Any]]) -> list[str]:
     return [str(e["event"]) for e in logs if e["log_level"] == "warning"]
 
 
