@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import re
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -35,6 +36,10 @@ class Site:
     pages: int
     block: bool = True
     """Whether the site blocks the first proxy it sees."""
+    latency: float = 0.0
+    """Seconds each answer takes, as a real site's would."""
+    proxied: bool = True
+    """Whether a request through no proxy is refused."""
     blocked: str = ""
     """The uid of the proxy the site refuses: the first one it saw."""
     port: int = 0
@@ -49,7 +54,7 @@ class Site:
         found = _PAGE.match(path)
         with self._lock:
             self.blocked = self.blocked or (proxy if self.block else "")
-        if not proxy:
+        if not proxy and self.proxied:
             status, body = 400, "come through a proxy"
         elif proxy and proxy == self.blocked:
             status, body = 403, "your address is blocked"
@@ -69,12 +74,15 @@ class Site:
 
 
 @contextlib.contextmanager
-def crawl_site(pages: int, *, block: bool = True) -> Iterator[Site]:
+def crawl_site(
+    pages: int, *, block: bool = True, latency: float = 0.0, proxied: bool = True
+) -> Iterator[Site]:
     """The site on a free loopback port, served from a thread while the block runs."""
-    site = Site(pages, block)
+    site = Site(pages, block, latency, proxied)
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
+            time.sleep(site.latency)  # this request's thread only
             status, body = site.answer(self.path, self.headers.get(PROXY_HEADER, ""))
             data = body.encode()
             self.send_response(status)

@@ -237,8 +237,11 @@ class LeasePool:
             # A lease of the pool will suit once it comes back: ask the API for another only
             # while it may have one (and then without being held), else wait for that lease.
             room = len(self.leases) + self._pending < self.size
-            if room and not (suiting and now < self._busy_until):
-                return None, None, want, 0.0 if suiting else min(deadline - now, MAX_WAIT)
+            # A lease being acquired may suit too: the API holds (``waitSeconds``) only a request
+            # that nothing of the pool's can serve, so no cancelled wait outlives the crawl.
+            coming = suiting or self._pending > 0
+            if room and not (coming and now < self._busy_until):
+                return None, None, want, 0.0 if coming else min(deadline - now, MAX_WAIT)
             spare = next((p for p in self.leases if p.carrying == 0), None)
             if not room and not suiting and spare is not None:
                 self.leases.remove(spare)

@@ -11,9 +11,12 @@ JSON), ``EGRESS_POOL_SIZE`` (leases held at once, 8), ``EGRESS_BLOCK_CODES`` (st
 "this address is blocked", 403 and 429), ``EGRESS_LEASE_TTL`` (seconds, 300; leases are renewed
 in the background), ``EGRESS_HOLDER`` (the leases' holder, unique per crawl by default),
 ``EGRESS_ACQUIRE_TIMEOUT`` (how long a request waits for a proxy, 60 s),
-``EGRESS_BLOCK_RETRIES`` (how many other proxies a blocked request is tried through, 5).
+``EGRESS_BLOCK_RETRIES`` (how many other proxies a blocked request is tried through, 5),
+``EGRESS_LEASE_CONCURRENCY`` (requests one lease carries at once: the concurrency of the proxy's
+download slot, ``CONCURRENT_REQUESTS_PER_DOMAIN``, or 1 with a ``DOWNLOAD_DELAY``).
 
-Each request is lent one lease of the pool (one request per proxy at a time, see ``_pool``) and
+Each request is lent a lease of the pool (at most ``EGRESS_LEASE_CONCURRENCY`` at once, see
+``_pool``) and
 gets ``meta["proxy"]`` from the lease's latest answer, and ``meta["download_slot"]`` of its
 proxy, so ``DOWNLOAD_DELAY`` and the slot's concurrency apply per egress address. A response with
 a block code is reported ``blocked`` with the request's host as target, that proxy is not used for
@@ -87,7 +90,20 @@ class LeaseMiddleware:
         size = settings.getint("EGRESS_POOL_SIZE", 8)
         ttl = settings.getfloat("EGRESS_LEASE_TTL", 300.0)
         timeout = settings.getfloat("EGRESS_ACQUIRE_TIMEOUT", 60.0)
+        # A lease never carries more than its proxy's download slot sends at once: a request
+        # lent beyond that would wait in the slot's queue and could be sent after a block
+        # arrived. A slot with a delay sends one at a time anyway (docs/decisions.md, D97).
+        per_slot = settings.getint("CONCURRENT_REQUESTS_PER_DOMAIN", 8)
+        delayed = settings.getfloat("DOWNLOAD_DELAY", 0.0) > 0
+        concurrency = settings.getint("EGRESS_LEASE_CONCURRENCY", 1 if delayed else per_slot)
+        if concurrency > per_slot or (delayed and concurrency > 1):
+            raise ValueError(
+                f"EGRESS_LEASE_CONCURRENCY: {concurrency} is more than the proxy's download slot "
+                f"sends at once ({1 if delayed else per_slot}: CONCURRENT_REQUESTS_PER_DOMAIN, "
+                "or 1 with a DOWNLOAD_DELAY); lower it"
+            )
         for name, number, least in (
+            ("EGRESS_LEASE_CONCURRENCY", concurrency, 1),
             ("EGRESS_POOL_SIZE", size, 1),
             ("EGRESS_LEASE_TTL", ttl, 1),
             ("EGRESS_ACQUIRE_TIMEOUT", timeout, 0),
@@ -109,6 +125,7 @@ class LeaseMiddleware:
             ttl=ttl,
             size=size,
             acquire_timeout=timeout,
+            concurrency=concurrency,
             count=lambda key: self._count(f"leases/{key}"),
         )
         crawler.signals.connect(self.spider_closed, signal=signals.spider_closed)
@@ -146,8 +163,11 @@ class LeaseMiddleware:
                 return self._again(request, response, "refused")
             if status in self.block_codes:
                 self._count("outcome/blocked")
-                await self._report(pooled, "blocked", host, detail)
-                self.pool.block(host, pooled.uid, request.meta.get(SESSION_KEY))
+                # The requests in flight on it when the block came are retried like this one;
+                # the block is reported once (none is lent it for the host after it).
+                if pooled.uid not in self.pool.blocked.get(host, ()):
+                    self.pool.block(host, pooled.uid, request.meta.get(SESSION_KEY))
+                    await self._report(pooled, "blocked", host, detail)
                 return self._again(request, response, "blocked")
             if status >= 500:
                 self._count("outcome/failed")
