@@ -133,7 +133,7 @@ def rotate_and_fail(api: str, store: JetStreamEventStore, loop: asyncio.Abstract
             api,
             env=base_env(),
         )
-        assert waited.returncode == 1, waited.stdout + waited.stderr
+        assert waited.returncode == 11, waited.stdout + waited.stderr
         assert "still requested after 1s" in waited.stderr
         return held.id
 
