@@ -32,13 +32,15 @@ def parse_resources(
         problem = f"not valid YAML: {yaml_problem(exc)}"
         raise ResourceError(source, [FieldError("$", problem)]) from exc
     resources: list[ProxyResource] = []
-    errors: list[str] = []
+    # Each error names its document and field once: "f.yaml: document 2: spec.ttl: ...".
+    errors: list[FieldError] = []
     for index, document in enumerate(documents):
         where = f"{source} (document {index + 1})"
+        here = f"document {index + 1}"
         unknown = [] if validate == "ignore" else unknown_fields(document)
         if unknown and validate == "strict":
             problems = "; ".join(str(e) for e in unknown)
-            errors.append(f"{where}: {problems} (or apply with --validate=warn)")
+            errors.append(FieldError(here, f"{problems} (or apply with --validate=warn)"))
             continue
         for field in unknown:
             if warn is not None:
@@ -46,19 +48,22 @@ def parse_resources(
         try:
             resource = from_object(document, where)
         except ResourceError as exc:
-            errors.append(str(exc))
+            errors += [FieldError(f"{here}: {e.path}", e.message) for e in exc.errors]
             continue
         ci = resource.spec.cloud_init
         if ci is not None and ci.secret_ref is not None:
             errors.append(
-                f"{where}: spec.cloudInit.secretRef: Secrets exist only in a cluster; "
-                "without one, put the cloud-init in spec.cloudInit.inline"
+                FieldError(
+                    f"{here}: spec.cloudInit.secretRef",
+                    "Secrets exist only in a cluster; without one, put the cloud-init in "
+                    "spec.cloudInit.inline",
+                )
             )
             continue
         resources.append(resource)
     if errors:
         # All or nothing: a file half-applied is harder to reason about than one refused.
-        raise ResourceError(source, [FieldError("$", "\n  ".join(errors))])
+        raise ResourceError(source, errors)
     return resources
 
 
