@@ -101,7 +101,8 @@ async def _wait(
             MofNCompleteColumn(),
             TimeElapsedColumn(),
             console=console,
-            transient=not console.is_terminal,
+            # A bar is for a person: into a pipe or a file it would print a blank line.
+            disable=not console.is_terminal,
         ) as progress:
             task = progress.add_task(what, total=len(uids))
             async with asyncio.timeout(timeout):

@@ -82,6 +82,8 @@ async def test_up_apply_traffic_delete(tmp_path: Path, target: str) -> None:
         applied = await asyncio.to_thread(cli, "apply", "-f", str(manifest), "--wait", env=cli_env)
         assert applied.returncode == 0, applied.stdout + applied.stderr
         assert applied.stdout.count(" created") == 5
+        # Into a pipe, one line per proxy and nothing else (no progress bar, no blank line).
+        assert applied.stdout.splitlines() == [f"proxy e2e/demo-{i} created" for i in range(5)]
 
         listed = await asyncio.to_thread(cli, "get", "-o", "json", env=cli_env)
         assert listed.returncode == 0, listed.stderr
@@ -129,6 +131,7 @@ async def test_up_apply_traffic_delete(tmp_path: Path, target: str) -> None:
         )
         deleted = await asyncio.to_thread(cli, "delete", "-f", str(manifest), "--wait", env=cli_env)
         assert deleted.returncode == 0, deleted.stdout + deleted.stderr
+        assert "" not in deleted.stdout.splitlines(), deleted.stdout
         assert processes_mentioning(str(instances)) == []
         assert not any(instances.iterdir())
         listed = await asyncio.to_thread(cli, "get", "-o", "json", env=cli_env)
