@@ -13,8 +13,6 @@ import asyncio
 import os
 import signal
 import uuid
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 
 import pytest
 
@@ -28,26 +26,12 @@ from services.providers.local import LocalProvider
 from services.providers.squidauth.keyed import lease_keyed
 from services.runtime.connection import Connection
 from services.runtime.eventlog.jetstream import JetStreamEventStore
-from tests.contract.provider import delete_all
 from tests.integration.test_proxy_auth import MASTER, Proxy, lease, refused_after, status_via
 from tests.support.executor_harness import answers, count, create, declare, executor, send
-from tests.support.system import hello_target
+from tests.support.squid_fixtures import local_squids, origin_url  # noqa: F401  # fixtures `local` and `target`
 from tests.support.waiting import until
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def target() -> Iterator[str]:
-    with hello_target() as url:
-        yield url
-
-
-@pytest.fixture
-async def local(tmp_path: Path) -> AsyncIterator[LocalProvider]:
-    provider = LocalProvider("local", tmp_path / "local", backend="squid", stop_grace=0.5)
-    yield provider
-    await delete_all(provider)
 
 
 async def lease_event(store: EventStore, uid: str, event: LeaseAcquired | LeaseReleased) -> int:

@@ -13,7 +13,6 @@ import signal
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -33,7 +32,8 @@ from services.providers.local import LocalProvider
 from services.providers.squidauth.keyed import lease_keyed
 from tests.contract.provider import delete_all
 from tests.support.health import RecordingTarget
-from tests.support.system import hello_target, processes_mentioning
+from tests.support.squid_fixtures import local_squids, origin_url  # noqa: F401  # fixtures `local` and `target`
+from tests.support.system import processes_mentioning
 from tests.support.waiting import until
 
 pytestmark = pytest.mark.integration
@@ -49,19 +49,6 @@ class Proxy:
     uid: str
     url: str
     instance_dir: Path
-
-
-@pytest.fixture
-def target() -> Iterator[str]:
-    with hello_target() as url:
-        yield url
-
-
-@pytest.fixture
-async def local(tmp_path: Path) -> AsyncIterator[LocalProvider]:
-    provider = LocalProvider("local", tmp_path / "local", backend="squid", stop_grace=0.5)
-    yield provider
-    await delete_all(provider)
 
 
 async def start(provider: Provider, local: LocalProvider, name: str) -> Proxy:

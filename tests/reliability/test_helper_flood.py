@@ -14,8 +14,7 @@ import os
 import signal
 import socket
 import time
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import Iterator
 from urllib.parse import urlsplit
 
 import pytest
@@ -24,25 +23,12 @@ from services.providers import local_auth, local_process
 from services.providers.local import LocalProvider
 from services.providers.squidauth import scheme
 from services.providers.squidauth.keyed import lease_keyed
-from tests.contract.provider import delete_all
 from tests.integration.test_proxy_auth import MASTER, Proxy, lease, start, status_via
-from tests.support.system import hello_target, processes_mentioning
+from tests.support.squid_fixtures import local_squids, origin_url  # noqa: F401  # fixtures `local` and `target`
+from tests.support.system import processes_mentioning
 from tests.support.waiting import until
 
 pytestmark = pytest.mark.reliability
-
-
-@pytest.fixture
-def target() -> Iterator[str]:
-    with hello_target() as url:
-        yield url
-
-
-@pytest.fixture
-async def local(tmp_path: Path) -> AsyncIterator[LocalProvider]:
-    provider = LocalProvider("local", tmp_path / "local", backend="squid", stop_grace=0.5)
-    yield provider
-    await delete_all(provider)
 
 
 def _basic(raw: bytes) -> bytes:
