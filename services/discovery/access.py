@@ -103,7 +103,7 @@ class Clients:
                 self.table = self.table.with_default(token)
             except ClientsError as exc:
                 raise ConfigError(f"--clients-file / DISCOVERY_TOKEN: {exc}") from None
-        self._base = ClientTable(dict(self.table.by_hash))
+        self._named = _named(self.table)
 
     @property
     def open(self) -> bool:
@@ -120,7 +120,7 @@ class Clients:
         return None
 
     def by_name(self, name: str) -> Client | None:
-        return next((c for c in self.table.by_hash.values() if c.name == name), None)
+        return self._named.get(name)
 
     def _read(self) -> bytes:
         assert self.path is not None
@@ -150,7 +150,7 @@ class Clients:
             self._raw = None  # report again next time, and take the file once it is mended
             return False
         before = set(self.table.names)
-        self._raw, self.table = raw, table
+        self._raw, self.table, self._named = raw, table, _named(table)
         log.info(
             "clients file re-read",
             path=str(self.path),
@@ -238,6 +238,10 @@ def check_acquire(
             f"{client.max_leases}); release one first",
             headers={"Retry-After": "1"},
         )
+
+
+def _named(table: ClientTable) -> dict[str, Client]:
+    return {client.name: client for client in table.by_hash.values()}
 
 
 def _reason(exc: Exception) -> str:
