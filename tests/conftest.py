@@ -14,6 +14,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from services.runtime.connection import Connection, connect
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.eventlog.streams import ensure_streams
+from services.runtime.logs import reset_logging
 from services.runtime.natsserver import EmbeddedNatsServer
 from services.runtime.telemetry import reset_for_tests
 from tests.support import markers
@@ -131,3 +132,14 @@ def spans() -> Iterator[InMemorySpanExporter]:
         yield exporter
     finally:
         reset_for_tests()
+
+
+@pytest.fixture
+def captured_logs(capfd: pytest.CaptureFixture[str]) -> Iterator[pytest.CaptureFixture[str]]:
+    """``capfd``, with the services' log lines in its ``out``: an earlier test may have sent
+    them to a stream of its own (``configure_logging`` keeps the stream it was given)."""
+    reset_logging()
+    try:
+        yield capfd
+    finally:
+        reset_logging()

@@ -273,3 +273,14 @@ def configure_logging(
         # bypass it. A log call costs one extra bind, which this system's log volume never notices.
         cache_logger_on_first_use=False,
     )
+
+
+def reset_logging() -> None:
+    """Back to structlog's defaults, which print each line to ``sys.stdout`` as it is at that
+    moment, with our root handler removed: for tests, whose captures come and go while a stream
+    given to ``configure_logging`` stays where it was."""
+    structlog.reset_defaults()
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if isinstance(h, _RootHandler)]:
+        root.removeHandler(old)
+        old.close()

@@ -88,7 +88,7 @@ async def test_one_client_has_a_bounded_share(travel: tuple[str, dict[str, str]]
 
 
 async def test_the_queue_is_bounded_and_left_by_clients_that_go_away(
-    travel: tuple[str, dict[str, str]], capfd: pytest.CaptureFixture[str]
+    travel: tuple[str, dict[str, str]], captured_logs: pytest.CaptureFixture[str]
 ) -> None:
     base, at = travel
     async with contextlib.AsyncExitStack() as stack:
@@ -110,7 +110,7 @@ async def test_the_queue_is_bounded_and_left_by_clients_that_go_away(
         logged: list[str] = []
 
         def abandoned() -> bool:
-            logged.append(capfd.readouterr().out)
+            logged.append(captured_logs.readouterr().out)
             return "".join(logged).count("log read abandoned by its client") == QUEUE
 
         await until(abandoned, timeout=15, what="each abandoned travel cancelled")

@@ -83,14 +83,14 @@ async def _leave_mid_body(base: str) -> None:
 async def test_slow_and_vanishing_clients_are_bounded_and_logged_once(
     nats_server: EmbeddedNatsServer,
     jetstream_store: JetStreamEventStore,
-    capfd: pytest.CaptureFixture[str],
+    captured_logs: pytest.CaptureFixture[str],
 ) -> None:
     await ready_proxy(jetstream_store, "p1", {"country": "de"})
     async with (
         discovery(nats_server.url) as (_service, base),
         httpx.AsyncClient(base_url=base, timeout=10) as client,
     ):
-        capfd.readouterr()  # the start-up lines
+        captured_logs.readouterr()  # the start-up lines
         heads = [
             _slow(base, b"GET /v1/proxies HTTP/1.1\r\nHost: test\r\nX-Slow: ", b"a", HEAD_TIMEOUT)
             for _ in range(SLOW)
@@ -118,7 +118,7 @@ async def test_slow_and_vanishing_clients_are_bounded_and_logged_once(
         assert b"connection: close" in head.lower()
         assert json.loads(body)["error"] == "request_timeout"
 
-    out = capfd.readouterr()
+    out = captured_logs.readouterr()
     logged = out.out + out.err
     assert "Traceback" not in logged, logged
     lines = logged.splitlines()
