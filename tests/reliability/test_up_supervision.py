@@ -42,7 +42,9 @@ def base_env() -> dict[str, str]:
     env = {
         k: v
         for k, v in os.environ.items()
-        if not k.startswith(("NATS_", "OTEL_", "DATA_DIR", "METRICS_"))
+        # No HEALTH_CHECK_URL: `up` then probes its local proxies against a target of its own on
+        # loopback, so they become healthy offline, as `apply --wait` requires.
+        if not k.startswith(("NATS_", "OTEL_", "DATA_DIR", "METRICS_", "HEALTH_CHECK_URL"))
     }
     return env | {"PYTHONPATH": str(ROOT)}
 
