@@ -36,6 +36,7 @@ from services.runtime.errors import ConfigError
 from services.runtime.logs import configure_logging, scrub
 from services.runtime.natsserver import NatsServerError
 from services.runtime.options import with_env_option
+from services.runtime.version import VERSION
 
 ARGS = "egress.args"
 EXIT_USAGE = 2
@@ -121,7 +122,7 @@ class Cli(click.Group):
 
 
 @click.group(cls=Cli, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="egress-proxies", prog_name="egress-proxies")
+@click.version_option(VERSION, prog_name="egress-proxies")
 @with_env_option(
     "--log-level",
     type=click.Choice(LOG_LEVELS, case_sensitive=False),

@@ -42,6 +42,7 @@ from services.runtime.natsserver import EmbeddedNatsServer, free_port
 from services.runtime.natsstale import stop_leftovers
 from services.runtime.options import env_option, with_env_option
 from services.runtime.service import Service, Started, run_services
+from services.runtime.version import VERSION
 
 log = structlog.get_logger("egress.cli")
 
@@ -324,7 +325,9 @@ def _print_banner(
     grid.add_row("services", Text(running))
     grid.add_row("", Text("Ctrl-C to stop", style="dim"))
     console = stdout_console()
-    console.print(Panel(grid, title="egress-proxies up", title_align="left", expand=False))
+    console.print(
+        Panel(grid, title=f"egress-proxies {VERSION} up", title_align="left", expand=False)
+    )
     console.file.flush()
 
 

@@ -85,9 +85,9 @@ from services.discovery.renewal import renew
 from services.discovery.rotation import RotationOut, latest, rotate, rotation_out
 from services.discovery.views import Views
 from services.runtime.metrics import Metrics
+from services.runtime.version import VERSION
 
 MAX_BODY_BYTES = 64 * 1024
-API_VERSION = "1.0.0"
 
 
 @dataclass(frozen=True, slots=True)
@@ -446,7 +446,8 @@ def create_app(
     )
     openapi = OpenAPIConfig(
         title="egress-proxies discovery API",
-        version=API_VERSION,
+        # The document is the release's (D100); the API's own version is the path, `/v1`.
+        version=VERSION,
         description=(
             "List egress proxies and lease them exclusively. Every error answers "
             '`{"error": code, "message": text}`. The `/v1` routes need '
