@@ -4,6 +4,7 @@
 #   kube-apiserver, kubectl   k8s.io/kubernetes            (deploy/peers/kube/go.mod)
 #   etcd                      go.etcd.io/etcd/server/v3    (deploy/peers/etcd, an embed launcher)
 #   nats                      github.com/nats-io/natscli   (deploy/peers/nats/go.mod)
+#   helm                      helm.sh/helm/v3              (deploy/peers/helm/go.mod)
 # The versions are the go.mod files' requirements, checked against their go.sum. The binaries go
 # to a cache outside the work tree, one directory per set of pinned inputs:
 #   ${XDG_CACHE_HOME:-$HOME/.cache}/egress-proxies/peers/<key>/bin
@@ -36,6 +37,7 @@ required() { awk -v m="$2" '$1 == m { print $2; exit }' "$peers/$1/go.mod"; }
 kube_version=$(required kube k8s.io/kubernetes)
 etcd_version=$(required etcd go.etcd.io/etcd/server/v3)
 nats_version=$(required nats github.com/nats-io/natscli)
+helm_version=$(required helm helm.sh/helm/v3)
 # k8s.io/kubernetes v1.N.P builds with the staging modules of the same release, v0.N.P.
 staging=v0.${kube_version#v*.}
 if grep -E '=> k8s\.io/' "$peers/kube/go.mod" | grep -vq " $staging\$"; then
@@ -61,6 +63,15 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
 done
 nats_ldflags="-s -w -X main.version=$nats_version"
 etcd_ldflags="-s -w"
+# What helm's Makefile stamps: its release, and the Kubernetes minor of the client-go it is built
+# with (v0.N.P -> 1.N), which `helm template` and `helm lint` assume when no cluster is asked.
+helm_kube_minor=$(required helm k8s.io/client-go)
+helm_kube_minor=${helm_kube_minor#v*.}
+helm_kube_minor=${helm_kube_minor%%.*}
+helm_ldflags="-s -w -X helm.sh/helm/v3/internal/version.version=$helm_version"
+for pkg in helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil; do
+  helm_ldflags="$helm_ldflags -X $pkg.k8sVersionMajor=1 -X $pkg.k8sVersionMinor=$helm_kube_minor"
+done
 
 # The key names the versions and hashes every input of the builds, so that changing a pin, a
 # flag or the launcher's code builds into a fresh directory.
@@ -70,12 +81,13 @@ inputs_hash=$(
     echo "$kube_ldflags"
     echo "$nats_ldflags"
     echo "$etcd_ldflags"
+    echo "$helm_ldflags"
     for f in "$peers"/*/go.mod "$peers"/*/go.sum "$peers"/*/*.go; do
       if [ -f "$f" ]; then echo "${f#"$peers"/}" && cat "$f"; fi
     done
   } | sha256sum | cut -c1-12
 )
-key="k8s-$kube_version.etcd-$etcd_version.natscli-$nats_version.$go_version.$platform.$inputs_hash"
+key="k8s-$kube_version.etcd-$etcd_version.natscli-$nats_version.helm-$helm_version.$go_version.$platform.$inputs_hash"
 bin=${EGRESS_PEERS_DIR:-$cache_root/peers/$key/bin}
 mkdir -p "$bin"
 bin=$(cd "$bin" && pwd)
@@ -114,6 +126,7 @@ build etcd etcd . "$etcd_version" "$etcd_ldflags"
 build nats nats github.com/nats-io/natscli/nats "$nats_version" "$nats_ldflags"
 build kube-apiserver kube k8s.io/kubernetes/cmd/kube-apiserver "$kube_version" "$kube_ldflags"
 build kubectl kube k8s.io/kubernetes/cmd/kubectl "$kube_version" "$kube_ldflags"
+build helm helm helm.sh/helm/v3/cmd/helm "$helm_version" "$helm_ldflags"
 
 {
   echo "# Built by deploy/peers.sh. build_seconds: that binary's go build on the machine that built"
@@ -121,7 +134,7 @@ build kubectl kube k8s.io/kubernetes/cmd/kubectl "$kube_version" "$kube_ldflags"
   echo "key $key"
   echo "go $go_version $platform"
   printf 'binary\tversion\tbuild_seconds\tbytes\tbuilt_at\n'
-  for name in etcd nats kube-apiserver kubectl; do
+  for name in etcd nats kube-apiserver kubectl helm; do
     if [ -f "$bin/.$name.built" ] && [ "$(sed -n 1p "$bin/.$name.built")" = "$key" ]; then
       sed -n 2p "$bin/.$name.built"
     fi
