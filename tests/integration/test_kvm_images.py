@@ -224,7 +224,9 @@ async def test_two_replicas_creating_from_one_image_download_it_once(
             # One replica is half-way through the upload, the other saw its lock and waits.
             await asyncio.wait_for(gated.halfway.wait(), WAIT)
             await logged(logs, "kvm image busy")
-            assert not any(task.done() for task in creates)
+            finished = [task for task in creates if task.done()]
+            # What ended early, and what the replicas logged: the answer to a rare failure.
+            assert not finished, ([task.exception() or task.result() for task in finished], logs)
             gated.gate.set()
             ids = await asyncio.wait_for(asyncio.gather(*creates), WAIT)
         assert ids == ["hosts/hv1/domains/vm-r1", "hosts/hv1/domains/vm-r2"]
