@@ -2,6 +2,19 @@
 
 One Encoder and one Decoder for the whole union are built once and reused: msgspec compiles the
 schema on construction, and rebuilding it per message would cost more than the decode itself.
+
+Reading honours ``Egress-Schema``: a message of the current schema and a current type name is
+decoded straight into its Struct; one of an older schema, or stored under a type's old name, is
+decoded to a JSON object, brought to the current shape by the registry of ``events.upcasting``,
+and then converted (docs/architecture.md, "Events and the envelope"). The header is untrusted
+input like the payload:
+
+- absent: the first schema (``FIRST_SCHEMA``: every writer has stamped the header since);
+- ASCII digits within the schemas this build reads: that schema;
+- ASCII digits above them, however many: ``NewerSchema``, skipped like an unknown type (a newer
+  writer's event; this build cannot know its shape);
+- anything else (empty, a sign, a decimal point, non-ASCII digits, below the first schema):
+  ``UndecodableEvent``, a poison message.
 """
 
 from __future__ import annotations
@@ -9,13 +22,12 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 import msgspec
 from msgspec import Meta
 
 from events.schemas import (
-    EVENT_TYPES,
     MAX_BLOCK_BACKOFF_SECONDS,
     MAX_COOLDOWN_SECONDS,
     MAX_LEASE_SECONDS,
@@ -31,6 +43,7 @@ from events.schemas import (
     LeaseSwitched,
     RotationRequested,
 )
+from events.upcasting import MAX_SCHEMA_DIGITS, UPCASTERS, Upcasters
 
 HDR_EVENT_TYPE = "Egress-Event-Type"
 HDR_SCHEMA = "Egress-Schema"
@@ -43,6 +56,7 @@ HDR_EXPECTED_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject"
 
 _encoder = msgspec.json.Encoder()
 _decoder: msgspec.json.Decoder[AnyEvent] = msgspec.json.Decoder(AnyEvent)
+_any_decoder = msgspec.json.Decoder()
 
 
 class CodecError(Exception):
@@ -55,6 +69,19 @@ class UnknownEventType(CodecError):
     def __init__(self, event_type: str) -> None:
         super().__init__(f"unknown event type {event_type!r}")
         self.event_type = event_type
+
+
+class NewerSchema(UnknownEventType):
+    """An event stamped with a schema newer than this build reads: a newer writer's, whose shape
+    this build cannot know. Skipped and counted like an unknown type (docs/operations.md,
+    "Upgrades": readers are upgraded before writers, so a reader rarely meets one)."""
+
+    def __init__(self, event_type: str, schema: str, newest: int) -> None:
+        CodecError.__init__(
+            self, f"{event_type} of schema {schema}: newer than this build reads ({newest})"
+        )
+        self.event_type = event_type
+        self.schema = schema
 
 
 class UndecodableEvent(CodecError):
@@ -159,24 +186,107 @@ def envelope_headers(event: Event, msg_id: str, causation_id: str = "") -> dict[
     return headers
 
 
-def decode(data: bytes, headers: Mapping[str, str] | None = None) -> AnyEvent:
-    """Decode a payload, telling an unknown type apart from a broken payload.
+def decode(
+    data: bytes, headers: Mapping[str, str] | None = None, *, upcasters: Upcasters = UPCASTERS
+) -> AnyEvent:
+    """Decode a payload, telling an unknown type apart from a broken payload, in the current
+    shape whatever schema it was written in (``upcasters``: the registry; tests pass their own).
 
     The header is consulted first so a type from a newer writer is reported as unknown even when
     its payload would also fail to decode here.
     """
-    declared = (headers or {}).get(HDR_EVENT_TYPE)
-    if declared is not None and declared not in EVENT_TYPES:
+    headers = headers or {}
+    declared = headers.get(HDR_EVENT_TYPE)
+    if headers.get(HDR_SCHEMA) == upcasters.current_text and (
+        declared is None or declared in upcasters.types
+    ):
+        try:
+            return _decoder.decode(data)  # the fast path: today's writers, no JSON object step
+        except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+            pass  # the general path below says what is wrong with it
+    if declared is not None and not upcasters.knows(declared):
         raise UnknownEventType(declared)
+    schema = _schema(headers.get(HDR_SCHEMA), declared, data, upcasters)
+    if schema == upcasters.current and declared not in upcasters.renames:
+        return _decode_current(data, declared, upcasters)
+    return _upcast(data, declared, schema, upcasters)
+
+
+def _decode_current(data: bytes, declared: str | None, upcasters: Upcasters) -> AnyEvent:
+    """Straight into the Struct with the one Decoder; a payload stored under a type's old name
+    (a hand-made publish that left the header out) still goes the slow way."""
     try:
         return _decoder.decode(data)
     except msgspec.ValidationError as exc:
         tag = _peek_type(data)
-        if tag is not None and tag not in EVENT_TYPES:
+        if tag is not None and tag in upcasters.renames:
+            return _upcast(data, declared, upcasters.current, upcasters)
+        if tag is not None and not upcasters.knows(tag):
             raise UnknownEventType(tag) from exc
         raise UndecodableEvent(f"{declared or tag or 'event'}: {exc}") from exc
     except msgspec.DecodeError as exc:
         raise UndecodableEvent(f"payload is not valid JSON: {exc}") from exc
+    except RecursionError:
+        raise UndecodableEvent(f"{declared or 'event'}: {_TOO_DEEP}") from None
+
+
+_TOO_DEEP = "the payload is nested too deeply to be an event"
+"""msgspec raises ``RecursionError`` on about a thousand nested arrays or objects, even in a
+field the Struct does not have: a hostile payload, not a reason to stop a reader."""
+
+
+def _schema(text: str | None, declared: str | None, data: bytes, upcasters: Upcasters) -> int:
+    """The schema a message was written in, from its untrusted header (the module's docstring lists
+    what each kind of value means)."""
+    if text is None:
+        return upcasters.oldest
+    if text == upcasters.current_text:
+        return upcasters.current
+    digits = text.strip()
+    what = declared or "event"
+    if not (digits.isascii() and digits.isdigit()):
+        raise UndecodableEvent(
+            f"{what}: header {HDR_SCHEMA} {text[:20]!r} is not a schema version "
+            f"(a whole number, {upcasters.oldest} or more)"
+        )
+    if len(digits) > MAX_SCHEMA_DIGITS or int(digits) > upcasters.newest:
+        shown = digits if len(digits) <= 20 else digits[:20] + "..."
+        raise NewerSchema(declared or _peek_type(data) or "?", shown, upcasters.newest)
+    schema = int(digits)
+    if schema < upcasters.oldest:
+        raise UndecodableEvent(
+            f"{what}: header {HDR_SCHEMA} {digits} is older than the first schema "
+            f"({upcasters.oldest})"
+        )
+    return schema
+
+
+def _upcast(data: bytes, declared: str | None, schema: int, upcasters: Upcasters) -> AnyEvent:
+    """The slow path: the payload as a JSON object, brought to the current shape, converted to
+    its Struct with the types msgspec compiled for the fast path."""
+    what = declared or "event"
+    try:
+        obj = _any_decoder.decode(data)
+    except msgspec.DecodeError as exc:
+        raise UndecodableEvent(f"payload is not valid JSON: {exc}") from exc
+    except RecursionError:
+        raise UndecodableEvent(f"{what}: {_TOO_DEEP}") from None
+    tag = obj.get("type") if isinstance(obj, dict) else None
+    if not isinstance(tag, str):
+        raise UndecodableEvent(f"{what}: the payload is not an event (an object with a type)")
+    name = upcasters.current_name(tag)
+    if name is None:
+        raise UnknownEventType(tag)
+    try:
+        shaped = upcasters.shape(name, schema, obj)
+    except Exception as exc:  # a step on untrusted input: whatever it raises, the message is poison
+        raise UndecodableEvent(
+            f"{name} of schema {schema}: its upcaster failed: {type(exc).__name__}: {exc}"[:500]
+        ) from exc
+    try:
+        return cast(AnyEvent, msgspec.convert(shaped, type=upcasters.types[name]))
+    except msgspec.ValidationError as exc:
+        raise UndecodableEvent(f"{name} of schema {schema}: {exc}") from exc
 
 
 class _TagOnly(msgspec.Struct):
@@ -189,7 +299,7 @@ _tag_decoder = msgspec.json.Decoder(_TagOnly)
 def _peek_type(data: bytes) -> str | None:
     try:
         return _tag_decoder.decode(data).type
-    except (msgspec.ValidationError, msgspec.DecodeError):
+    except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
         return None
 
 
