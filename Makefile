@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 # need them, so it installs only the runtime.
 DEV_STAMP := $(VENV)/.installed-dev-stamp
 
-.PHONY: demo test lint bench chaos clean peers
+.PHONY: demo test lint dists bench chaos clean peers
 
 ## setuptools warns, in a box, on every editable install that a folder named like a package may
 ## shadow it: here they are the package. Only that warning is silenced.
@@ -46,6 +46,11 @@ lint: $(DEV_STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 	$(BIN)/lint-imports
+
+## Build both distributions (product and client library), twine-check them, install the wheels
+## into a clean venv and run them from there (deploy/check-dists.sh; about a minute).
+dists: $(DEV_STAMP)
+	TOOLS_PYTHON=$(BIN)/python PYTHON=$(PYTHON) bash deploy/check-dists.sh
 
 bench: $(DEV_STAMP)
 	$(BIN)/python -m bench.eventlog
