@@ -44,6 +44,9 @@ def test_the_number_is_pyprojects_and_the_installed_one() -> None:
 def test_the_client_library_carries_the_same_number() -> None:
     assert declared(ROOT / "clients" / "python" / "pyproject.toml") == VERSION
     assert version("egress-proxies-client") == VERSION
+    # Its README names the wheel a build makes; a stale name would send users to a missing file.
+    readme = (ROOT / "clients" / "python" / "README.md").read_text()
+    assert f"egress_proxies_client-{VERSION}-py3-none-any.whl" in readme
 
 
 def test_version_option_shows_it() -> None:
