@@ -1,0 +1,527 @@
+"""Writes the golden log of this build's schema, and what this build makes of every golden log.
+
+    python -m tests.golden.generate log        # schema-<SCHEMA_VERSION>.jsonl, if it is missing
+    python -m tests.golden.generate expected   # expected-events.json and expected-views.json
+
+The log is a life of two proxies, their leases and a GC sweep, as the services write it: the
+declarations come from the CLI's writer (``projections.declaring``) and every decision from the
+reconciler's own ``decide`` on its fold, into an in-memory log with fixed JetStream timestamps;
+the executor's, the health prober's, discovery's, the GC's and the consumers' facts are built
+the way those services build them (same constructors, same ids). Every event type the build
+writes appears at least once (``tests/unit/test_golden_log.py`` checks it).
+
+See tests/golden/README.md for when to run which.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import uuid
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from events import codec, subjects
+from events.errors import ConcurrencyError
+from events.memory import subject_matches
+from events.resource import cli_uid, from_object
+from events.schemas import (
+    SCHEMA_VERSION,
+    CreateInstance,
+    DeadLettered,
+    DeleteInstance,
+    ErrorClass,
+    Event,
+    HealthChanged,
+    InstanceCreated,
+    InstanceGone,
+    InstanceState,
+    LeaseAcquired,
+    LeaseExpired,
+    LeaseReleased,
+    LeaseRenewed,
+    LeaseReported,
+    LeaseSwitched,
+    ObserveInstance,
+    PhaseChanged,
+    ProviderFailed,
+    ProxyRemoved,
+    ReplacementPromoted,
+    ReplacementStarted,
+    RotationEnded,
+    RotationRequested,
+)
+from events.store import AppendResult, History, NewEvent, Recorded, derive_msg_id
+from events.subjects import Aggregate
+from projections import declaring
+from projections import lease as lease_fold
+from projections import proxy as proxy_fold
+from services.discovery.policy import LeasePolicy
+from services.executor.commands import observed
+from services.gc.collector import sweep_events
+from services.gc.sweep import ProviderReport
+from services.health.verdict import PROBE_SUCCEEDED
+from services.providers.base import Instance
+from services.providers.gcp.mapping import provider_id as gcp_provider_id
+from services.reconciler.decide import decide
+from services.reconciler.service import new_events
+from services.reconciler.state import fold as reconciler_fold
+from tests.golden import logs
+from tests.golden.logs import Message
+
+T0 = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
+"""The golden log's first JetStream timestamp; every later one is a fixed step after it."""
+
+POLICY = LeasePolicy()
+DRAIN = 30.0
+"""The reconciler's drain before a rotated-out instance is deleted (its default)."""
+
+
+class GoldenLog:
+    """An event store (``events.store.EventStore``) that stamps fixed times and keeps the stored
+    messages as bytes: the writers that take a store write into it as they would into JetStream."""
+
+    def __init__(self) -> None:
+        self.messages: list[Message] = []
+        self.now = T0
+
+    def later(self, seconds: float) -> datetime:
+        self.now += timedelta(seconds=seconds)
+        return self.now
+
+    def _last_seq(self, aggregate: Aggregate) -> int:
+        found = [m.seq for m in self._of(aggregate)]
+        return found[-1] if found else 0
+
+    def _of(self, aggregate: Aggregate) -> list[Message]:
+        return [
+            m
+            for m in self.messages
+            if m.stream == aggregate.stream and subject_matches(aggregate.filter_subject, m.subject)
+        ]
+
+    async def append(
+        self, aggregate: Aggregate, events: Sequence[NewEvent], expected_seq: int | None = None
+    ) -> AppendResult:
+        if expected_seq is not None and self._last_seq(aggregate) != expected_seq:
+            raise ConcurrencyError(str(aggregate), expected_seq)
+        return AppendResult(seqs=[self.store(aggregate, new).seq for new in events])
+
+    async def read(self, aggregate: Aggregate, after_seq: int = 0) -> History:
+        items = [m.read()[0] for m in self._of(aggregate) if m.seq > after_seq]
+        return History(events=items, last_seq=self._last_seq(aggregate))
+
+    def store(self, aggregate: Aggregate, new: NewEvent, after: float = 0.05) -> Recorded:
+        """One message, ``after`` seconds after the one before."""
+        stream = aggregate.stream
+        seq = 1 + sum(1 for m in self.messages if m.stream == stream)
+        message = Message(
+            stream=stream,
+            seq=seq,
+            subject=aggregate.subject_for(new.event),
+            time=self.later(after),
+            headers=codec.envelope_headers(new.event, new.msg_id, new.causation_id),
+            payload=codec.encode(new.event),
+        )
+        self.messages.append(message)
+        item, skip = message.read()
+        assert skip is None, skip
+        return item
+
+    def history(self, aggregate: Aggregate) -> History:
+        return asyncio.run(self.read(aggregate))
+
+
+# ------------------------------------------------------------------------------------ writers
+
+
+def declare(log: GoldenLog, manifest: dict[str, Any]) -> str:
+    """What ``egress-proxies apply`` writes."""
+    resource = from_object(manifest)
+    log.later(1.0)
+    applied = asyncio.run(declaring.apply(log, resource))
+    return applied.uid
+
+
+def reconcile(log: GoldenLog, uid: str, *expected: type[Event], leased: bool = False) -> None:
+    """One reconcile, as the reconciler runs it on the newest event; ``expected``: the types it
+    must decide (the story below relies on them)."""
+    history = log.history(subjects.proxy(uid))
+    state = reconciler_fold(uid, history.events)
+    decision = decide(state, log.now, leased=leased, drain=DRAIN)
+    got = tuple(type(e) for e in decision.events)
+    assert got == expected, f"{uid}: decided {got}, the story expects {expected}"
+    causation = history.events[-1].msg_id
+    for new in new_events(uid, decision, history, causation):
+        log.store(subjects.proxy(uid), new, after=0.02)
+
+
+Command = CreateInstance | ObserveInstance | DeleteInstance
+
+
+def command(log: GoldenLog, uid: str) -> tuple[Command, str]:
+    """The newest command and its msg id (the causation of its answers)."""
+    for item in reversed(log.history(subjects.proxy(uid)).events):
+        if isinstance(item.event, CreateInstance | ObserveInstance | DeleteInstance):
+            return item.event, item.msg_id
+    raise AssertionError(f"{uid} has no command")
+
+
+def created(log: GoldenLog, uid: str) -> CreateInstance:
+    newest, _ = command(log, uid)
+    assert isinstance(newest, CreateInstance), newest
+    return newest
+
+
+def answer(log: GoldenLog, uid: str, event: Event, what: str, after: float) -> None:
+    """What the executor appends for the newest command."""
+    newest, causation = command(log, uid)
+    msg_id = derive_msg_id("executor", uid, newest.command_id, what)
+    log.store(subjects.proxy(uid), NewEvent(event, msg_id, causation), after=after)
+
+
+def local_instance(uid: str, name: str, port: int, since: datetime) -> Instance:
+    """A running local proxy, as the local provider reports it."""
+    return Instance(
+        provider_id=name,
+        name=name,
+        state=InstanceState.RUNNING,
+        owner_uid=uid,
+        created_at=since,
+        ip="127.0.0.1",
+        port=port,
+        instance_uid=str(uuid.UUID(derive_msg_id("instance", name))),
+    )
+
+
+def gcp_instance(uid: str, pid: str, since: datetime, state: InstanceState) -> Instance:
+    """A Compute Engine VM, as the gcp provider reports it: its address once it runs."""
+    running = state is InstanceState.RUNNING
+    return Instance(
+        provider_id=pid,
+        name=pid.rsplit("/", 1)[-1],
+        state=state,
+        owner_uid=uid,
+        created_at=since,
+        ip="203.0.113.7" if running else "",
+        instance_uid="5093324768521145863",
+    )
+
+
+def verdict(log: GoldenLog, uid: str, latency_ms: float) -> None:
+    """The health prober's first verdict on the instance it probes (``probe_target``)."""
+    view = proxy_fold.fold(log.history(subjects.proxy(uid)).events)
+    assert view is not None
+    target, _ = proxy_fold.probe_target(view)
+    event = HealthChanged(
+        healthy=True,
+        reason=PROBE_SUCCEEDED,
+        message="first verdict: 1 consecutive probe(s) succeeded",
+        latency_ms=latency_ms,
+        provider_id=target,
+    )
+    msg_id = derive_msg_id("health", uid, target, str(view.last_seq), "True", PROBE_SUCCEEDED)
+    log.store(subjects.proxy(uid), NewEvent(event, msg_id), after=1.5)
+
+
+def lease_view(log: GoldenLog, uid: str) -> lease_fold.LeaseView | None:
+    return lease_fold.fold(log.history(subjects.lease(uid)).events)
+
+
+def lease_event(log: GoldenLog, uid: str, event: Event, msg_id: str, after: float) -> None:
+    log.store(subjects.lease(uid), NewEvent(event, msg_id), after=after)
+
+
+def acquire(log: GoldenLog, uid: str, lease_id: str, holder: str, ttl: float) -> None:
+    """A claim as discovery makes it (``services.discovery.leases``)."""
+    view = lease_view(log, uid)
+    server_now = log.later(0.5)
+    event = LeaseAcquired(
+        lease_id=lease_id,
+        proxy_uid=uid,
+        holder=holder,
+        ttl_seconds=ttl,
+        requested_ttl_seconds=ttl,
+        selector={"country": "de"},
+        fencing_token=(view.fencing_token if view else 0) + 1,
+        cooldown_seconds=POLICY.cooldown,
+        deadline=POLICY.deadline(server_now),
+        target="shop.example.com",
+    )
+    lease_event(log, uid, event, derive_msg_id("lease-acquired", lease_id), after=0.01)
+
+
+def report(log: GoldenLog, uid: str, lease_id: str, outcome: str, n: int) -> None:
+    event = LeaseReported(
+        lease_id=lease_id,
+        proxy_uid=uid,
+        outcome=outcome,
+        target="shop.example.com",
+        detail="HTTP 403 from shop.example.com" if outcome == "blocked" else "",
+        deadline=POLICY.deadline(log.later(2.0)),
+        backoff_seconds=POLICY.block_backoff if outcome == "blocked" else 0.0,
+    )
+    lease_event(log, uid, event, derive_msg_id("lease-reported", lease_id, str(n)), after=0.01)
+
+
+def request_rotation(log: GoldenLog, uid: str, lease_id: str) -> str:
+    """``POST /v1/leases/{id}/rotate`` (``services.discovery.rotation``)."""
+    history = log.history(subjects.proxy(uid))
+    rotation_id = "rot-" + derive_msg_id("rotation", uid, lease_id, str(history.last_seq))[:20]
+    event = RotationRequested(uid=uid, rotation_id=rotation_id, lease_id=lease_id)
+    msg_id = derive_msg_id("rotation-requested", rotation_id)
+    log.store(subjects.proxy(uid), NewEvent(event, msg_id), after=1.0)
+    return rotation_id
+
+
+# -------------------------------------------------------------------------------------- story
+
+DE_1 = {
+    "apiVersion": "crawl.example.com/v1alpha1",
+    "kind": "Proxy",
+    "metadata": {"name": "de-1", "namespace": "golden"},
+    "spec": {
+        "provider": "local",
+        "attributes": {"country": "de", "tier": "gold"},
+        "healthCheck": {"intervalSeconds": 5, "failureThreshold": 2},
+    },
+}
+US_1 = {
+    "apiVersion": "crawl.example.com/v1alpha1",
+    "kind": "Proxy",
+    "metadata": {"name": "us-1", "namespace": "golden"},
+    "spec": {
+        "provider": "gcp-eu",
+        "placement": {"zone": "europe-west1-b", "machineType": "e2-micro-typo"},
+        "attributes": {"country": "us"},
+        "cloudInit": {"inline": "#cloud-config\npackages: [squid]\n"},
+    },
+}
+ZONE = "europe-west1-b"
+US_1_FIXED = {
+    **US_1,
+    "spec": {**US_1["spec"], "placement": {"zone": ZONE, "machineType": "e2-micro"}},  # type: ignore[dict-item]
+}
+
+
+def the_life_of_de_1(log: GoldenLog) -> None:
+    """Declared, created, Ready and healthy; leased; rotated by its holder after a block (the
+    replacement promoted, the lease switched, the old instance deleted after the drain); the
+    lease renewed, reported and released; leased again, a second rotation that fails, and that
+    lease expired."""
+    uid = declare(log, DE_1)
+    reconcile(log, uid, CreateInstance, PhaseChanged)
+    first = created(log, uid)
+    since = log.now
+    made = InstanceCreated(
+        command_id=first.command_id, provider="local", provider_id=first.instance_name
+    )
+    answer(log, uid, made, "created", 0.3)
+    running = local_instance(uid, first.instance_name, 20417, since)
+    answer(log, uid, observed(first.command_id, "local", running), "observed-Running", 1.2)
+    reconcile(log, uid, PhaseChanged)
+    verdict(log, uid, 3.2)
+
+    lease_id = "6b1f3c8e-5d0a-4c2e-9a41-2f7d6c1e0b93"
+    acquire(log, uid, lease_id, "crawler-7", 300.0)
+    report(log, uid, lease_id, "blocked", 1)
+    rotation = request_rotation(log, uid, lease_id)
+    reconcile(log, uid, ReplacementStarted, CreateInstance, leased=True)
+    second = created(log, uid)
+    since = log.now
+    made = InstanceCreated(
+        command_id=second.command_id, provider="local", provider_id=second.instance_name
+    )
+    answer(log, uid, made, "created", 0.3)
+    fresh = local_instance(uid, second.instance_name, 20533, since)
+    answer(log, uid, observed(second.command_id, "local", fresh), "observed-Running", 1.1)
+    reconcile(log, uid)  # running, not probed yet: the health service probes the replacement
+    verdict(log, uid, 2.7)
+    reconcile(log, uid, ReplacementPromoted, PhaseChanged)
+    switched = LeaseSwitched(
+        lease_id=lease_id,
+        proxy_uid=uid,
+        rotation_id=rotation,
+        provider_id=fresh.provider_id,
+        ip=fresh.ip,
+    )
+    lease_event(log, uid, switched, derive_msg_id("lease-switched", uid, rotation, lease_id), 0.2)
+    log.later(DRAIN + 1.0)
+    reconcile(log, uid, DeleteInstance)
+    retire, _ = command(log, uid)
+    gone = InstanceGone(
+        command_id=retire.command_id, provider="local", provider_id=first.instance_name
+    )
+    answer(log, uid, gone, "gone", 0.4)
+
+    renewed = LeaseRenewed(
+        lease_id=lease_id,
+        proxy_uid=uid,
+        ttl_seconds=300.0,
+        requested_ttl_seconds=300.0,
+        deadline=POLICY.deadline(log.later(20.0)),
+    )
+    lease_event(log, uid, renewed, derive_msg_id("lease-renewed", lease_id, "1"), 0.01)
+    report(log, uid, lease_id, "success", 2)
+    released = LeaseReleased(
+        lease_id=lease_id,
+        proxy_uid=uid,
+        cooldown_seconds=POLICY.cooldown,
+        deadline=POLICY.deadline(log.later(5.0)),
+    )
+    lease_event(log, uid, released, derive_msg_id("lease-released", lease_id, "1"), 0.01)
+
+    log.later(POLICY.cooldown + 1.0)
+    second_lease = "0c7e2a91-3b64-4f18-8d25-9e1a7b4c6f02"
+    acquire(log, uid, second_lease, "crawler-9", 60.0)
+    request_rotation(log, uid, second_lease)
+    reconcile(log, uid, ReplacementStarted, CreateInstance, leased=True)
+    failed = ProviderFailed(
+        command_id=created(log, uid).command_id,
+        provider="local",
+        operation="create",
+        error_class=ErrorClass.PERMANENT,
+        message="no free port in 20000-20999",
+    )
+    answer(log, uid, failed, "failed-create", 0.2)
+    reconcile(log, uid, RotationEnded)
+    view = lease_view(log, uid)
+    assert view is not None
+    assert view.current is not None
+    log.now = max(log.now, view.current.expires_at)
+    expired = LeaseExpired(lease_id=second_lease, proxy_uid=uid)
+    msg_id = derive_msg_id("lease-expired", second_lease, str(view.last_seq))
+    lease_event(log, uid, expired, msg_id, 0.4)
+
+
+def the_life_of_us_1(log: GoldenLog) -> str:
+    """Declared with a machine type the cloud refuses (Failed), declared again fixed, created,
+    first seen Pending and looked at again (Ready), then deleted and removed. Returns the id of
+    the instance the refused create left behind, which the GC finds."""
+    uid = declare(log, US_1)
+    reconcile(log, uid, CreateInstance, PhaseChanged)
+    first = created(log, uid)
+    refused = ProviderFailed(
+        command_id=first.command_id,
+        provider="gcp-eu",
+        operation="create",
+        error_class=ErrorClass.PERMANENT,
+        message="400 Invalid value for field 'resource.machineType': 'e2-micro-typo'",
+    )
+    answer(log, uid, refused, "failed-create", 2.5)
+    reconcile(log, uid, PhaseChanged)
+
+    declare(log, US_1_FIXED)
+    reconcile(log, uid, CreateInstance, PhaseChanged)
+    second = created(log, uid)
+    since = log.now
+    pid = gcp_provider_id(ZONE, second.instance_name)
+    made = InstanceCreated(command_id=second.command_id, provider="gcp-eu", provider_id=pid)
+    answer(log, uid, made, "created", 0.8)
+    pending = gcp_instance(uid, pid, since, InstanceState.PENDING)
+    answer(log, uid, observed(second.command_id, "gcp-eu", pending), "observed-Pending", 20.0)
+    reconcile(log, uid, ObserveInstance)
+    look, _ = command(log, uid)
+    running = gcp_instance(uid, pid, since, InstanceState.RUNNING)
+    answer(log, uid, observed(look.command_id, "gcp-eu", running), "observed", 9.0)
+    reconcile(log, uid, PhaseChanged)
+    verdict(log, uid, 48.9)
+
+    log.later(600.0)
+    asyncio.run(declaring.delete(log, "golden", "us-1"))
+    reconcile(log, uid, DeleteInstance, PhaseChanged)
+    delete, _ = command(log, uid)
+    gone = InstanceGone(command_id=delete.command_id, provider="gcp-eu", provider_id=pid)
+    answer(log, uid, gone, "gone", 30.0)
+    reconcile(log, uid, ProxyRemoved)
+    return gcp_provider_id(ZONE, first.instance_name)
+
+
+def gc_sweep(log: GoldenLog, us_uid: str, orphan: str) -> None:
+    """One sweep of both providers (``services.gc.collector``): the instance the refused create
+    left on gcp-eu is an orphan of a removed proxy, and is deleted."""
+    taken = log.later(300.0)
+    sweep_id = f"{taken:%Y%m%dT%H%M%S}-1"
+    left = Instance(
+        provider_id=orphan,
+        name=orphan.rsplit("/", 1)[-1],
+        state=InstanceState.STOPPED,
+        owner_uid=us_uid,
+        created_at=T0 + timedelta(seconds=60),
+    )
+    reports = [
+        ProviderReport(provider="gcp-eu", listed=1, orphans=[left], deleted=[orphan]),
+        ProviderReport(provider="local", listed=1),
+    ]
+    for report_ in reports:
+        for new in sweep_events(report_, sweep_id):
+            log.store(subjects.gc(report_.provider), new, after=0.3)
+
+
+def dead_letter(log: GoldenLog, uid: str) -> None:
+    """What a consumer writes when it gives up on a message (``services.runtime.consumer``):
+    here the reconciler on us-1's second declaration, during an outage, before a later event
+    woke it."""
+    (stored,) = (m for m in log.messages if m.headers[codec.HDR_EVENT_TYPE] == "ProxySpecChanged")
+    record = DeadLettered(
+        consumer="reconciler",
+        stream=stored.stream,
+        subject=stored.subject,
+        sequence=stored.seq,
+        deliveries=5,
+        reason="handler failed 5 times, last: StoreUnavailable: nats: timeout",
+        payload=stored.payload.decode("utf-8", errors="replace"),
+        headers=dict(stored.headers),
+    )
+    msg_id = derive_msg_id("deadletter", "reconciler", stored.stream, str(stored.seq))
+    log.store(subjects.deadletter("reconciler"), NewEvent(record, msg_id), after=0.1)
+
+
+def golden_log() -> list[Message]:
+    log = GoldenLog()
+    the_life_of_de_1(log)
+    orphan = the_life_of_us_1(log)
+    gc_sweep(log, cli_uid("golden", "us-1"), orphan)
+    dead_letter(log, cli_uid("golden", "us-1"))
+    return log.messages
+
+
+# --------------------------------------------------------------------------------------- main
+
+
+def write_log() -> None:
+    path = logs.log_path(SCHEMA_VERSION)
+    if path.exists():
+        sys.exit(
+            f"{path.name} exists: a released schema's golden log is never rewritten. A change "
+            "old readers cannot read is a new schema (docs/operations.md, Upgrades)."
+        )
+    logs.write(path, golden_log())
+    print(f"wrote {path.name}")
+
+
+def write_expected() -> None:
+    events: dict[str, Any] = {}
+    views: dict[str, Any] = {}
+    for path in logs.log_paths():
+        messages = logs.load(path)
+        events[path.name] = logs.decoded(messages)
+        views[path.name] = logs.views(messages)
+    logs.EXPECTED_EVENTS.write_text(json.dumps(events, indent=1, sort_keys=True) + "\n")
+    logs.EXPECTED_VIEWS.write_text(json.dumps(views, indent=1, sort_keys=True) + "\n")
+    print(f"wrote {logs.EXPECTED_EVENTS.name} and {logs.EXPECTED_VIEWS.name}")
+
+
+def main(argv: list[str]) -> None:
+    if argv == ["log"]:
+        write_log()
+    elif argv == ["expected"]:
+        write_expected()
+    else:
+        sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
