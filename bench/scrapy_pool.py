@@ -54,6 +54,9 @@ class Run:
     seconds: float
     fetched_once: bool
     """Every page fetched exactly once, with 200."""
+    span: float
+    """Seconds from the site's first answer to its last: the crawl's pace without Scrapy's
+    start and close."""
 
     @property
     def pages_per_second(self) -> float:
@@ -82,7 +85,9 @@ async def crawl(mode: str, site: Any, pages: int, api: str, proxies: list[str]) 
         v.status == 200 for v in site.visits
     )
     scraped = int(result["stats"].get("item_scraped_count", 0))
-    return Run(mode, scraped, float(result["seconds"]), once and scraped == pages)
+    times = [v.at for v in site.visits]
+    span = max(times) - min(times) if times else 0.0
+    return Run(mode, scraped, float(result["seconds"]), once and scraped == pages, span)
 
 
 async def measure(pages: int, latency: float, work: Path) -> list[Run]:
@@ -129,13 +134,21 @@ def report(runs: list[Run]) -> dict[str, Any]:
     by = {run.mode: run for run in runs}
     rotating = by["rotating"].pages_per_second
     ratio = by["egress"].pages_per_second / rotating if rotating else 0.0
+    paced = by["egress"].span and by["rotating"].span / by["egress"].span
     return {
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, "
         f"Python {platform.python_version()}",
         "runs": [
-            {**asdict(run), "pages_per_second": round(run.pages_per_second, 1)} for run in runs
+            {
+                **asdict(run),
+                "seconds": round(run.seconds, 2),
+                "span": round(run.span, 2),
+                "pages_per_second": round(run.pages_per_second, 1),
+            }
+            for run in runs
         ],
         "egress_over_rotating": round(ratio, 3),
+        "egress_over_rotating_by_span": round(paced, 3),
         "target": TARGET,
     }
 
