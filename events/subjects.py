@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import get_args
 
-from events.schemas import Event
+from events.schemas import Event, ProxyEvent
 
 PROXY_STREAM = "PROXY"
 LEASE_STREAM = "LEASE"
 GC_STREAM = "GC"
 DEADLETTER_STREAM = "DEADLETTER"
 
-PROXY_CATEGORIES = ("declared", "cmd", "instance", "health", "status", "rotate")
+# The subjects of a proxy's stream, one per category its events name, in the union's order.
+PROXY_CATEGORIES = tuple(dict.fromkeys(cls.category for cls in get_args(ProxyEvent)))
 
 _TOKEN = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 
