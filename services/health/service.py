@@ -3,7 +3,7 @@
 Three loops share the work of one replica: a projection of the ``PROXY`` stream (which proxies are
 Ready, at which URL, with which check settings, and what verdict the log holds), the membership
 heartbeat (which replicas are alive, so which proxies are ours), and a sync every heartbeat that
-starts or stops per-proxy probe tasks accordingly (``prober.Prober``). Unless
+starts or stops per-proxy probe tasks accordingly (``scheduler.Prober``). Unless
 ``--failed-reports-recheck`` is 0, a fourth follows the ``LEASE`` stream: a proxy whose holders
 reported it ``failed`` that many times in a row is probed at once (``reports.FailedReports``).
 
@@ -27,14 +27,14 @@ from projections.proxy import ProxyView, apply
 from services.health.assign import Membership, default_replica_id
 from services.health.credentials import ProbeCredentials
 from services.health.metrics import health_metrics
-from services.health.probe import CheckUrl, ProbeClient
-from services.health.prober import DEFAULT_KEEP_ALIVE_SECONDS, Prober
+from services.health.probe_client import CheckUrl, ProbeClient
 from services.health.recheck import (
     DEFAULT_FAILED_REPORTS_RECHECK,
     MAX_FAILED_REPORTS_RECHECK,
     check_every,
 )
 from services.health.reports import FailedReports
+from services.health.scheduler import DEFAULT_KEEP_ALIVE_SECONDS, Prober
 from services.providers.squidauth.secret import LEASE_SECRET_SETTINGS, master_secret_from_env
 from services.runtime.aio import raise_if_cancelled
 from services.runtime.config import Settings

@@ -11,7 +11,7 @@ import trustme
 from opentelemetry import trace
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from services.health.probe import USER_AGENT, CheckUrl, ProbeClient
+from services.health.probe_client import USER_AGENT, CheckUrl, ProbeClient
 from services.health.service import HealthService
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.natsserver import EmbeddedNatsServer

@@ -16,7 +16,7 @@ import pytest
 import trustme
 
 from events.schemas import HealthCheck
-from services.health.probe import CheckUrl, ProbeClient
+from services.health.probe_client import CheckUrl, ProbeClient
 from services.health.service import HealthService
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.natsserver import EmbeddedNatsServer

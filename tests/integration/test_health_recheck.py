@@ -15,7 +15,7 @@ import pytest
 from events import subjects
 from events.schemas import HealthCheck, LeaseAcquired, LeaseReported
 from events.store import NewEvent, derive_msg_id
-from services.health.prober import phase_of
+from services.health.scheduler import phase_of
 from services.health.service import HealthService
 from services.runtime.connection import Connection
 from services.runtime.eventlog.jetstream import JetStreamEventStore

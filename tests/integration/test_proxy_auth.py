@@ -25,7 +25,7 @@ from projections.lease import LeaseRecord
 from projections.proxy import ProxyView
 from services.discovery.credentials import LeaseCredentials
 from services.health.credentials import ProbeCredentials
-from services.health.probe import CheckUrl, ProbeClient
+from services.health.probe_client import CheckUrl, ProbeClient
 from services.providers import local_auth
 from services.providers.base import CreateRequest, Provider
 from services.providers.local import LocalProvider

@@ -18,7 +18,6 @@ from projections.lease import LeaseView, apply
 from projections.outcomes import Reports
 from services.cli.main import main
 from services.health.metrics import HealthMetrics
-from services.health.prober import Prober, _Slot
 from services.health.recheck import (
     MAX_FAILED_REPORTS_RECHECK,
     check_every,
@@ -26,6 +25,7 @@ from services.health.recheck import (
     failed_streak,
     recheck_due,
 )
+from services.health.scheduler import Prober, _Slot
 from services.health.service import OPTIONS, HealthService, build
 from services.runtime.config import Settings
 from services.runtime.errors import ConfigError

@@ -8,7 +8,7 @@ Start times are spread over the interval by a hash of the uid, so probes do not 
 
 A proxy's connection is kept open between its probes only when its interval is at most
 ``keep_alive_seconds`` (``--health-keep-alive``): beyond that an idle connection costs more
-memory than the connect it saves is worth (``probe``'s docstring, docs/benchmarks.md). An
+memory than the connect it saves is worth (``probe_client``'s docstring, docs/benchmarks.md). An
 ``https`` check keeps its tunnel at any interval: a new one costs a CONNECT and a TLS handshake,
 five times the CPU of a plain connect (D82).
 
@@ -41,7 +41,7 @@ from events.schemas import HealthChanged, HealthCheck, Phase
 from events.store import EventStore, NewEvent, derive_msg_id
 from projections.proxy import ProxyView, probe_target, target_verdict
 from services.health.metrics import HealthMetrics
-from services.health.probe import CheckUrl, ProbeClient, ProbeResult
+from services.health.probe_client import CheckUrl, ProbeClient, ProbeResult
 from services.health.verdict import (
     LATENCY_CHANGED,
     Known,

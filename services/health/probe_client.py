@@ -1,4 +1,4 @@
-"""The probe: one HTTP GET of the check URL, sent *through* a proxy, on asyncio streams.
+"""The probe client: one HTTP GET of the check URL, sent *through* a proxy, on asyncio streams.
 
 Why a client of our own rather than a general one: one replica sends about one request per proxy
 per second to thousands of proxies. A general client keeps a pool, a transport and their
