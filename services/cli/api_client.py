@@ -19,6 +19,7 @@ from rich.console import Console
 
 from services.cli.render import clean, inert
 from services.discovery.auth import TOKEN_ENV
+from services.discovery.errorcodes import ErrorCode
 from services.runtime.connection import ConnectError
 from services.runtime.errors import ConfigError
 
@@ -129,15 +130,15 @@ class DiscoveryClient:
         # The answer is the server's text: one line, nothing a terminal would act on.
         code = str(answer.get("error", ""))
         message = clean(answer.get("message", "")) or f"HTTP {exc.code}"
-        if code == "no_proxy_available":
+        if code == ErrorCode.NO_PROXY_AVAILABLE:
             retry = clean(exc.headers.get("Retry-After") or "")
             hint = f"; try again in {retry} s" if retry else ""
             return NoProxyFree(f"no proxy available: {message}{hint}")
-        if code in ("unknown_lease", "lease_ended"):
+        if code in (ErrorCode.UNKNOWN_LEASE, ErrorCode.LEASE_ENDED):
             return LeaseGone(message)
-        if code == "no_matching_proxy":
+        if code == ErrorCode.NO_MATCHING_PROXY:
             return NoMatch(f"no proxy matches: {message}")
-        if code == "unavailable":
+        if code == ErrorCode.UNAVAILABLE:
             retry = clean(exc.headers.get("Retry-After") or "")
             return Unavailable(
                 f"the discovery API at {self.base} cannot serve now: {message}", retry

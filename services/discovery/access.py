@@ -34,6 +34,7 @@ from services.discovery.clients import (
     hash_token,
     parse_clients,
 )
+from services.discovery.errorcodes import ErrorCode
 from services.discovery.errors import ApiError
 from services.runtime.errors import ConfigError
 from services.runtime.metrics import metric_set
@@ -49,18 +50,15 @@ POLL_SECONDS = 0.25
 class Forbidden(ApiError):
     """The caller is known, but this is not theirs to do."""
 
-    status = 403
-    code = "forbidden"
+    code = ErrorCode.FORBIDDEN
 
 
 class NotYourLease(ApiError):
-    status = 403
-    code = "not_your_lease"
+    code = ErrorCode.NOT_YOUR_LEASE
 
 
 class LeaseLimit(ApiError):
-    status = 429
-    code = "lease_limit"
+    code = ErrorCode.LEASE_LIMIT
 
 
 class AccessMetrics:

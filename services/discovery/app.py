@@ -47,6 +47,7 @@ from services.discovery.clients import LEASE, READ, Client
 from services.discovery.console import console_router
 from services.discovery.console.session import Sessions
 from services.discovery.credentials import LeaseCredentials
+from services.discovery.errorcodes import describe
 from services.discovery.errors import (
     ApiError,
     ErrorBody,
@@ -105,31 +106,9 @@ class DiscoveryApi:
 Api = NamedDependency[DiscoveryApi]
 
 
-ERRORS = {
-    400: "`invalid_request`: the body or a parameter is not valid; the message names the field",
-    401: "`unauthorized`: the bearer token is missing or wrong",
-    403: "`forbidden`: the client lacks the route's scope, or its clients-file entry does not "
-    "allow the selector; `not_your_lease`: another client acquired the lease",
-    404: "`unknown_proxy` (no such proxy; for a lease request, the `proxyUid` asked for) or "
-    "`unknown_lease` (never issued, released or expired), or `no_rotation` (the lease never "
-    "asked for a rotation)",
-    409: "`lease_ended`: the lease this Idempotency-Key acquired is over; use a new key; "
-    "`not_rotatable`: the lease's proxy is being deleted or External",
-    413: "`body_too_large`: the body is over 64 KiB",
-    422: "`no_matching_proxy`: no proxy has the selector's attributes (the message names those "
-    "that exist), or `idempotency_key_mismatch`: the key was sent before with another body",
-    429: "`lease_limit`: the client holds as many leases as its `maxLeases`; release one",
-    503: "`no_proxy_available`: proxies match but none can be leased now (the message counts "
-    "why), or `unavailable`: the event log is unreachable and nothing was done; both with "
-    "`Retry-After` in seconds",
-}
-
-
 def _errors(*statuses: int) -> dict[int, ResponseSpec]:
     return {
-        status: ResponseSpec(
-            data_container=ErrorBody, description=ERRORS.get(status, f"error ({status})")
-        )
+        status: ResponseSpec(data_container=ErrorBody, description=describe(status))
         for status in statuses
     }
 

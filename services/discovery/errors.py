@@ -13,21 +13,28 @@ import msgspec
 import structlog
 from litestar import MediaType, Request, Response
 from litestar.exceptions import HTTPException, ValidationException
-from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
+
+from services.discovery.errorcodes import FOR_STATUS, STATUS, ErrorCode
 
 log = structlog.get_logger("egress.discovery")
 
 
 class ErrorBody(msgspec.Struct, frozen=True, kw_only=True):
-    error: str
+    error: ErrorCode
     """A stable, machine-readable code (``unknown_lease``, ``no_proxy_available``, ...)."""
     message: str
     """What went wrong, for a person."""
 
 
 class ApiError(Exception):
-    status = 400
-    code = "invalid_request"
+    """A refusal of the lease logic; a subclass names its code, whose status is the table's."""
+
+    code = ErrorCode.INVALID_REQUEST
+    status = STATUS[code]
+
+    def __init_subclass__(cls) -> None:
+        super().__init_subclass__()
+        cls.status = STATUS[cls.code]
 
     def __init__(self, message: str, *, headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
@@ -40,69 +47,45 @@ class InvalidRequest(ApiError):
 
 
 class UnknownLease(ApiError):
-    status = 404
-    code = "unknown_lease"
+    code = ErrorCode.UNKNOWN_LEASE
 
 
 class UnknownProxy(ApiError):
-    status = 404
-    code = "unknown_proxy"
+    code = ErrorCode.UNKNOWN_PROXY
 
 
 class NoProxyAvailable(ApiError):
-    status = 503
-    code = "no_proxy_available"
+    code = ErrorCode.NO_PROXY_AVAILABLE
 
 
 class NoMatchingProxy(ApiError):
     """No proxy has the attributes asked for: waiting will not help, the selector is wrong."""
 
-    status = 422
-    code = "no_matching_proxy"
+    code = ErrorCode.NO_MATCHING_PROXY
 
 
 class LeaseEnded(ApiError):
     """An Idempotency-Key sent again after the lease it acquired has ended."""
 
-    status = 409
-    code = "lease_ended"
+    code = ErrorCode.LEASE_ENDED
 
 
 class IdempotencyKeyMismatch(ApiError):
     """An Idempotency-Key sent again with another body: a different request under an old key."""
 
-    status = 422
-    code = "idempotency_key_mismatch"
+    code = ErrorCode.IDEMPOTENCY_KEY_MISMATCH
 
 
 class Unavailable(ApiError):
-    status = 503
-    code = "unavailable"
+    code = ErrorCode.UNAVAILABLE
 
 
 STORE_RETRY_AFTER = "2"
 """``Retry-After`` while the event log is unreachable: about when a reconnection is tried."""
 
 
-CODES = {
-    400: "invalid_request",
-    401: "unauthorized",
-    403: "forbidden",
-    404: "not_found",
-    405: "method_not_allowed",
-    406: "not_acceptable",
-    408: "request_timeout",
-    413: "body_too_large",
-    415: "unsupported_media_type",
-    422: "unprocessable",
-    429: "too_many_requests",
-    500: "internal",
-    503: "unavailable",
-}
-
-
 def error_response(
-    status: int, code: str, message: str, headers: dict[str, str] | None = None
+    status: int, code: ErrorCode, message: str, headers: dict[str, str] | None = None
 ) -> Response[ErrorBody]:
     return Response(
         ErrorBody(error=code, message=message),
@@ -141,7 +124,9 @@ def on_http_exception(request: Request[Any, Any, Any], exc: Exception) -> Respon
         message = f"{request.method} is not allowed on {request.url.path}"
     elif status == 404 and message.strip() in ("", "Not Found"):
         message = f"no route {request.url.path}"
-    return error_response(status, CODES.get(status, f"http_{status}"), message, exc.headers)
+    # A status the table has no code for (none the framework raises today) is still a refusal.
+    code = FOR_STATUS.get(status, ErrorCode.INVALID_REQUEST)
+    return error_response(status, code, message, exc.headers)
 
 
 def on_store_unavailable(request: Request[Any, Any, Any], exc: Exception) -> Response[ErrorBody]:
@@ -151,8 +136,8 @@ def on_store_unavailable(request: Request[Any, Any, Any], exc: Exception) -> Res
         "event log unavailable", method=request.method, path=request.url.path, error=str(exc)
     )
     return error_response(
-        503,
-        "unavailable",
+        STATUS[ErrorCode.UNAVAILABLE],
+        ErrorCode.UNAVAILABLE,
         "the event log (NATS) is unreachable or did not confirm the write in time; try again",
         {"Retry-After": STORE_RETRY_AFTER},
     )
@@ -168,5 +153,5 @@ def on_unexpected(request: Request[Any, Any, Any], exc: Exception) -> Response[E
         exc_info=exc,
     )
     return error_response(
-        HTTP_500_INTERNAL_SERVER_ERROR, "internal", "the request failed; the error is logged"
+        STATUS[ErrorCode.INTERNAL], ErrorCode.INTERNAL, "the request failed; the error is logged"
     )

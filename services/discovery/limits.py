@@ -28,6 +28,7 @@ import msgspec
 import structlog
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from services.discovery.errorcodes import STATUS, ErrorCode
 from services.discovery.errors import ErrorBody
 
 try:
@@ -62,9 +63,8 @@ def _client(scope_or_addr: Any) -> str:
 
 
 class _Refusal(Exception):
-    def __init__(self, status: int, code: str, message: str) -> None:
+    def __init__(self, code: ErrorCode, message: str) -> None:
         super().__init__(message)
-        self.status = status
         self.code = code
 
 
@@ -90,10 +90,10 @@ class BodyDeadline:
                 client=_client(scope),
                 method=scope["method"],
                 path=scope["path"],
-                status=exc.status,
+                status=STATUS[exc.code],
                 reason=str(exc),
             )
-            await _answer(send, exc.status, exc.code, str(exc))
+            await _answer(send, exc.code, str(exc))
             return
         if body is None:
             log.info(
@@ -110,8 +110,7 @@ class BodyDeadline:
         declared = _content_length(scope)
         if declared is not None and declared > self.max_body:
             raise _Refusal(
-                413,
-                "body_too_large",
+                ErrorCode.BODY_TOO_LARGE,
                 f"the request body is too large ({self.max_body} bytes at most)",
             )
         parts: list[bytes] = []
@@ -126,8 +125,7 @@ class BodyDeadline:
                     size += len(chunk)
                     if size > self.max_body:
                         raise _Refusal(
-                            413,
-                            "body_too_large",
+                            ErrorCode.BODY_TOO_LARGE,
                             f"the request body is too large ({self.max_body} bytes at most)",
                         )
                     parts.append(chunk)
@@ -135,8 +133,7 @@ class BodyDeadline:
                         return b"".join(parts)
         except TimeoutError:
             raise _Refusal(
-                408,
-                "request_timeout",
+                ErrorCode.REQUEST_TIMEOUT,
                 f"the request body did not arrive within {self.timeout:g} s; send it at once",
             ) from None
 
@@ -164,14 +161,14 @@ def _replay(body: bytes, receive: Receive) -> Receive:
     return replayed
 
 
-async def _answer(send: Send, status: int, code: str, message: str) -> None:
+async def _answer(send: Send, code: ErrorCode, message: str) -> None:
     """The API's error shape (``services.discovery.errors``), and the connection closed after
     it: the rest of the request is still on the way, or never coming."""
     body = msgspec.json.encode(ErrorBody(error=code, message=message))
     await send(
         {
             "type": "http.response.start",
-            "status": status,
+            "status": STATUS[code],
             "headers": [
                 (b"content-type", b"application/json"),
                 (b"content-length", str(len(body)).encode()),

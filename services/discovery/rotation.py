@@ -25,6 +25,7 @@ from events.schemas import ProxyMode, RotationRequested
 from events.store import NewEvent, derive_msg_id
 from projections.lease import LeaseRecord
 from projections.proxy import COMPLETED, ProxyView, Rotation, fold
+from services.discovery.errorcodes import ErrorCode
 from services.discovery.errors import ApiError, Unavailable
 from services.discovery.leases import Leases
 from services.discovery.models import LeaseOut
@@ -35,16 +36,14 @@ class NotRotatable(ApiError):
     """The lease is active but its proxy cannot get a fresh instance (being deleted, or an
     External proxy, whose address is not ours to change)."""
 
-    status = 409
-    code = "not_rotatable"
+    code = ErrorCode.NOT_ROTATABLE
 
 
 class NoRotation(ApiError):
     """The lease is active but never asked for a rotation (or its proxy's latest rotation was
     another lease's)."""
 
-    status = 404
-    code = "no_rotation"
+    code = ErrorCode.NO_ROTATION
 
 
 SWITCHING = "switching"

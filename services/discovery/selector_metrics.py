@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from events.errors import EventStoreError
 from events.store import EventStore
+from services.discovery.errorcodes import ErrorCode
 from services.discovery.errors import ApiError
 from services.discovery.leases import Leases
 from services.discovery.metrics import DiscoveryMetrics
@@ -25,9 +26,9 @@ from services.runtime.metrics import metric_set
 
 MAX_KEYS = 5
 RESULTS = {
-    "no_proxy_available": "busy",
-    "no_matching_proxy": "no_match",
-    "unavailable": "unavailable",
+    ErrorCode.NO_PROXY_AVAILABLE: "busy",
+    ErrorCode.NO_MATCHING_PROXY: "no_match",
+    ErrorCode.UNAVAILABLE: "unavailable",
 }
 """API error code -> result label; any other refusal is ``refused``."""
 
