@@ -288,11 +288,7 @@ class ConsumerLoop:
         try:
             event = codec.decode(msg.data, headers)
         except codec.UnknownEventType as exc:
-            log.warning(
-                "skipping unknown event type", event_type=exc.event_type, subject=msg.subject
-            )
-            self.metrics.messages.labels(self.spec.durable, "skipped").inc()
-            await self._ack(msg)
+            await self._newer(msg, attempt, exc)
             return
         except codec.UndecodableEvent as exc:
             await self._dead_letter(msg, attempt, f"undecodable: {exc}")
@@ -339,6 +335,27 @@ class ConsumerLoop:
                 return
             self.metrics.messages.labels(self.spec.durable, "ack").inc()
             await self._ack(msg)
+
+    async def _newer(self, msg: Msg, attempt: int, exc: codec.UnknownEventType) -> None:
+        """An event of a type or schema this build cannot read: a newer version wrote it. The
+        replicas of a service share their durable, so acknowledging it here could leave it
+        handled by none of them during a rolling upgrade; it goes back for a replica that
+        reads it, and after ``max_deliver`` rounds to the dead letters, whole, to be replayed
+        once every replica reads it (docs/operations.md, "Upgrades")."""
+        self.metrics.messages.labels(self.spec.durable, "skipped").inc()
+        if attempt >= self.spec.max_deliver:
+            await self._dead_letter(msg, attempt, f"written by a newer version: {exc}")
+            return
+        delay = min(self.spec.retry_max, self.spec.retry_base * 2 ** (attempt - 1))
+        log.warning(
+            "event of a newer version, left for a replica that reads it",
+            consumer=self.spec.durable,
+            event_type=exc.event_type,
+            subject=msg.subject,
+            attempt=attempt,
+            error=str(exc),
+        )
+        await self._nak(msg, delay)
 
     async def _failed(self, msg: Msg, attempt: int, exc: Exception) -> None:
         if attempt >= self.spec.max_deliver:

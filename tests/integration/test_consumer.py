@@ -114,13 +114,20 @@ async def test_poison_message_is_dead_lettered_and_loop_continues(
     assert (await effects(jetstream_store, ["good"]))["good"] == ["in-good-0"]
 
 
-async def test_unknown_type_is_skipped(
+async def test_an_event_of_a_newer_version_goes_back_then_to_the_dead_letters(
     conn: Connection, jetstream_store: JetStreamEventStore
 ) -> None:
+    """Acknowledged, it would be lost to every replica of the durable (a rolling upgrade's
+    newer replicas included); kept whole, it is replayed once every replica reads it."""
     await conn.js.publish(
         "proxy.new.health",
         b'{"type":"HealthFromTheFuture"}',
-        headers={"Egress-Event-Type": "HealthFromTheFuture"},
+        headers={"Egress-Event-Type": "HealthFromTheFuture", "Nats-Msg-Id": "future-1"},
+    )
+    await conn.js.publish(
+        "proxy.newer.health",
+        b'{"type":"HealthChanged","healthy":true}',
+        headers={"Egress-Event-Type": "HealthChanged", "Egress-Schema": "99"},
     )
     calls: list[str] = []
 
@@ -129,12 +136,23 @@ async def test_unknown_type_is_skipped(
         return None
 
     metrics = Metrics()
-    loop = ConsumerLoop(conn, spec(), handle, store=jetstream_store, metrics=metrics)
+    fast = spec(retry_base=0.05, retry_max=0.2)
+    loop = ConsumerLoop(conn, fast, handle, store=jetstream_store, metrics=metrics)
     await loop.ensure()
-    await run_steps(loop, 2)
+
+    async def dead() -> bool:
+        await run_steps(loop, 1)
+        return len(await deadletters(jetstream_store, "workers")) == 2
+
+    await until(dead, timeout=30, what="both dead-lettered after max_deliver rounds")
     assert calls == []
-    assert await deadletters(jetstream_store, "workers") == []
-    assert metrics.messages.labels("workers", "skipped")._value.get() == 1
+    letters = await deadletters(jetstream_store, "workers")
+    # Sent back each round rather than acknowledged: delivered max_deliver times.
+    assert [d.deliveries for d in letters] == [fast.max_deliver] * 2
+    reasons = sorted(d.reason for d in letters)
+    assert all(r.startswith("written by a newer version: ") for r in reasons), reasons
+    assert "HealthFromTheFuture" in reasons[1] and "schema 99" in reasons[0], reasons
+    assert metrics.messages.labels("workers", "skipped")._value.get() == fast.max_deliver * 2
     assert (await conn.js.consumer_info("PROXY", "workers")).num_ack_pending == 0
 
 
