@@ -29,7 +29,8 @@ from services.providers.local import LocalProvider
 from services.providers.squidauth.secret import SECRET_ENV, SECRET_FILE_ENV
 from services.runtime.connection import Connection, connect
 from services.runtime.eventlog.streams import ensure_streams
-from services.runtime.natsserver import EmbeddedNatsServer, NatsServerError, free_port
+from services.runtime.natsserver import EmbeddedNatsServer, NatsServerError
+from services.runtime.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVICES = ("reconciler", "executor", "health", "gc", "discovery")

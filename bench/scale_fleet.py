@@ -50,7 +50,8 @@ from services.reconciler.decide import decide
 from services.reconciler.state import ProxyState, fold
 from services.runtime.connection import Connection, connect
 from services.runtime.eventlog.streams import ensure_streams
-from services.runtime.natsserver import PID_FILE, EmbeddedNatsServer, write_private
+from services.runtime.natscredentials import write_private
+from services.runtime.natsserver import PID_FILE, EmbeddedNatsServer
 
 ROOT = Path(__file__).resolve().parents[1]
 T = TypeVar("T")

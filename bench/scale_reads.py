@@ -53,7 +53,8 @@ from events.subjects import Aggregate
 from services.runtime.connection import Connection, connect
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.eventlog.streams import ensure_streams
-from services.runtime.natsserver import PID_FILE, EmbeddedNatsServer, write_private
+from services.runtime.natscredentials import write_private
+from services.runtime.natsserver import PID_FILE, EmbeddedNatsServer
 
 EVENTS_PER_PROXY = 6
 GROWTH_TARGET = 1.5

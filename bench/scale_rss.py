@@ -61,7 +61,8 @@ from bench.scale_fleet import (
 )
 from events import subjects
 from services.runtime.connection import Connection
-from services.runtime.natsserver import EmbeddedNatsServer, free_port
+from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.ports import free_port
 
 RSS_TARGET_MB = 150.0
 SERVICES = ("discovery", "reconciler", "executor", "gc", "health")

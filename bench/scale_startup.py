@@ -55,8 +55,9 @@ from events import subjects
 from projections import versions
 from services.runtime.connection import Connection
 from services.runtime.eventlog.snapshots import Pass
-from services.runtime.natsserver import EmbeddedNatsServer, free_port
+from services.runtime.natsserver import EmbeddedNatsServer
 from services.runtime.natsusers import KV_BUCKETS
+from services.runtime.ports import free_port
 
 BUCKET = KV_BUCKETS["discovery"]
 SECONDS_TARGET = 3.0

@@ -38,9 +38,10 @@ from services.providers.config import load_providers_config
 from services.providers.squidauth.secret import SECRET_ENV, SECRET_FILE_ENV, ensure_secret_file
 from services.runtime.config import Settings
 from services.runtime.datadir import DataDirBusy, exclusive
-from services.runtime.natsserver import EmbeddedNatsServer, free_port
+from services.runtime.natsserver import EmbeddedNatsServer
 from services.runtime.natsstale import stop_leftovers
 from services.runtime.options import env_option, with_env_option
+from services.runtime.ports import free_port
 from services.runtime.service import Service, Started, run_services
 from services.runtime.version import VERSION
 

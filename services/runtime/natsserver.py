@@ -7,6 +7,10 @@ each allowed to publish only the subjects that service writes (docs/architecture
 plus ``reader``, the operator's everyday user, which may read everything and change nothing, and
 ``admin`` for repairs. Only the system writes the log, so a buggy or hostile client of
 one service cannot put events where another service's decisions come from.
+
+The ports it picks (``ports``), the files that hold its users' passwords (``natscredentials``) and
+the registry that tells this user's clients where those files are (``natsregistry``) are modules of
+their own: clients, tests and benchmarks use them without a server.
 """
 
 from __future__ import annotations
@@ -15,10 +19,7 @@ import asyncio
 import contextlib
 import json
 import os
-import random
-import secrets
 import shutil
-import socket
 import sys
 import sysconfig
 from dataclasses import dataclass, field
@@ -28,14 +29,21 @@ import structlog
 
 from services.runtime.config import Credentials
 from services.runtime.datadir import die_with_parent
-from services.runtime.natsusers import ADMIN, READER, USERS, authorization_conf
+from services.runtime.natscredentials import (
+    CONTEXT_FILE,
+    CREDENTIALS_FILE,
+    READER_CONTEXT_FILE,
+    ensure_users,
+    write_context,
+    write_private,
+)
+from services.runtime.natsregistry import announce, withdraw
+from services.runtime.natsusers import ADMIN, READER, authorization_conf
+from services.runtime.ports import free_port
 
 log = structlog.get_logger("egress.nats-server")
 
 DEFAULT_PORT = 4222
-CREDENTIALS_FILE = "credentials.json"
-CONTEXT_FILE = "nats-context.json"
-READER_CONTEXT_FILE = "nats-reader-context.json"
 PID_FILE = "nats-server.pid"
 CONFIG_FILE = "nats-server.conf"
 
@@ -88,104 +96,6 @@ def find_binary() -> Path:
 
 
 BIND_ATTEMPTS = 3
-EPHEMERAL = Path("/proc/sys/net/ipv4/ip_local_port_range")
-LISTEN_PORTS = (20000, 32767)
-"""Where a free port for a server is looked for: below Linux's default ephemeral range, so no
-outgoing connection can take it between the choice and the server's bind."""
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port free now, for a server to bind a moment later. Chosen outside the ephemeral range
-    when that range is known (``bind(0)`` answers from inside it, where every outgoing connection
-    of the machine draws its local port); a bind can still lose a race, and ``start`` retries."""
-    low, high = LISTEN_PORTS
-    with contextlib.suppress(OSError, ValueError):
-        first = int(EPHEMERAL.read_text().split()[0])
-        high = min(high, first - 1)
-    for _ in range(64):
-        port = random.randint(low, high) if high > low else 0
-        with socket.socket() as sock:
-            try:
-                sock.bind((host, port))
-            except OSError:
-                continue
-            chosen: int = sock.getsockname()[1]
-            return chosen
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        fallback: int = sock.getsockname()[1]
-        return fallback
-
-
-# ------------------------------------------------------------------------------- credentials
-
-
-def write_private(path: Path, text: str) -> None:
-    """Write ``text`` readable by this user only (0600), replacing ``path`` atomically."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with contextlib.suppress(FileNotFoundError):
-        tmp.unlink()
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as out:
-        out.write(text)
-    os.replace(tmp, path)
-
-
-def read_users(path: Path) -> dict[str, str]:
-    """The users and passwords of a credentials file; empty if it is missing, unreadable, or not
-    this user's own (someone else's file must not decide whom we log in as)."""
-    try:
-        mine = path.stat().st_uid == os.getuid()
-        users = json.loads(path.read_text())["users"] if mine else {}
-        return {k: v for k, v in users.items() if isinstance(k, str) and isinstance(v, str) and v}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return {}
-
-
-def ensure_users(path: Path) -> dict[str, str]:
-    """Reuse the passwords on file and generate any missing one (a service added since), so a
-    restart on the same data dir keeps every client's credentials valid."""
-    users = read_users(path)
-    missing = [user for user in USERS if user not in users]
-    for user in missing:
-        users[user] = secrets.token_urlsafe(24)
-    if missing or path.stat().st_mode & 0o077:
-        write_private(path, json.dumps({"users": users}, indent=2) + "\n")
-    return users
-
-
-def registry_dir() -> Path:
-    """Where this machine's embedded servers tell this user's clients where their credentials
-    are, by port: a client then finds them from any directory."""
-    base = os.environ.get("XDG_RUNTIME_DIR") or str(Path.home() / ".cache")
-    return Path(base) / "egress-proxies"
-
-
-def registry_entry(port: int) -> Path:
-    return registry_dir() / f"nats-{port}.json"
-
-
-def announce(port: int, credentials: Path, pid: int | None = None) -> None:
-    """The server's pid tells a reader when the entry is stale (``natsstale``)."""
-    try:
-        folder = registry_dir()
-        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        if folder.stat().st_uid != os.getuid():
-            return
-        entry = {"credentials": str(credentials), "pid": pid}
-        write_private(registry_entry(port), json.dumps(entry) + "\n")
-    except OSError as exc:
-        log.debug("cannot announce the embedded nats-server", error=str(exc))
-
-
-def withdraw(port: int, credentials: Path) -> None:
-    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-        entry = registry_entry(port)
-        if json.loads(entry.read_text())["credentials"] == str(credentials):
-            entry.unlink()
-
-
-# -------------------------------------------------------------------------------- the server
 
 
 @dataclass
@@ -327,10 +237,7 @@ class EmbeddedNatsServer:
             raise
         # Once it answers: a failed start leaves the contexts as they were (docs/decisions.md, D94).
         for user, path in ((ADMIN, self.context_file), (READER, self.reader_context_file)):
-            creds = self.credentials_for(user)
-            context = {"description": f"egress-proxies up ({user})", "url": self.url}
-            context |= {"user": creds.user, "password": creds.password}
-            write_private(path, json.dumps(context))
+            write_context(path, user, self.url, self.credentials_for(user))
         announce(self.port, self.credentials_file, process.pid)
 
     @property

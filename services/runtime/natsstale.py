@@ -6,8 +6,8 @@ The next `up` on that data dir (which holds the data dir's lock, ``datadir.exclu
 before starting its own, after checking that the pid really runs nats-server with this data dir's
 configuration: a pid the system reused for something else is left alone.
 
-An announcement (``natsserver.announce``) of a server that is gone: it names the server's pid, so a
-client skips it (``announced_credentials``) rather than taking that data dir's credentials to
+An announcement (``natsregistry.announce``) of a server that is gone: it names the server's pid, so
+a client skips it (``announced_credentials``) rather than taking that data dir's credentials to
 whatever listens on the port now, and the next `up` removes it.
 """
 
@@ -22,7 +22,8 @@ from typing import Any
 import structlog
 
 from services.runtime.datadir import alive, command_line, stop_process
-from services.runtime.natsserver import PID_FILE, EmbeddedNatsServer, registry_dir, registry_entry
+from services.runtime.natsregistry import registry_dir, registry_entry
+from services.runtime.natsserver import PID_FILE, EmbeddedNatsServer
 
 log = structlog.get_logger("egress.nats-server")
 

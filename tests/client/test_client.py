@@ -18,7 +18,7 @@ from egress_proxies_client import (
     Unavailable,
     UnknownLease,
 )
-from services.runtime.natsserver import free_port
+from services.runtime.ports import free_port
 from tests.client.conftest import ATTRIBUTES, TOKEN, UIDS, available
 from tests.client.relay import lossy_relay
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from services.runtime.natsserver import free_port
+from services.runtime.ports import free_port
 from tests.support.system import ROOT, cli, fetch_via, hello_target, processes_mentioning
 from tests.support.waiting import until
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.runtime.natsserver import free_port
+from services.runtime.ports import free_port
 from tests.support.cli_services import Registered
 from tests.support.clirun import cli, restore_logging_after
 

@@ -24,7 +24,8 @@ from services.cli import registry
 from services.runtime.connection import Connection, connect
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.eventlog.streams import STREAMS
-from services.runtime.natsserver import EmbeddedNatsServer, free_port
+from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.ports import free_port
 from tests.support.cli_process import ROOT, alive, clean_env, read_line
 from tests.support.cli_services import Registered
 from tests.support.clirun import cli, restore_logging_after

@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 
 from services.runtime.datadir import LOCK_FILE
-from services.runtime.natsserver import CONFIG_FILE, free_port, registry_dir
+from services.runtime.natsregistry import registry_dir
+from services.runtime.natsserver import CONFIG_FILE
+from services.runtime.ports import free_port
 from tests.support.system import ROOT, base_env, processes_mentioning, running_up
 
 pytestmark = pytest.mark.reliability

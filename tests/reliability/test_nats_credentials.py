@@ -22,8 +22,9 @@ from services.runtime import natsserver
 from services.runtime.config import Credentials
 from services.runtime.connection import Connection, connect, credentials_for
 from services.runtime.eventlog.streams import STREAMS, ensure_streams
-from services.runtime.natsserver import EmbeddedNatsServer, free_port
+from services.runtime.natsserver import EmbeddedNatsServer
 from services.runtime.natsusers import USERS, password_variable
+from services.runtime.ports import free_port
 from tests.support.natsclient import client
 from tests.support.waiting import until
 
@@ -217,7 +218,7 @@ async def test_a_port_taken_before_the_bind_is_chosen_again(
     held.bind(("127.0.0.1", 0))
     held.listen()
     taken = held.getsockname()[1]
-    real = natsserver.free_port
+    real = free_port
     picks = iter([taken])
     monkeypatch.setattr(natsserver, "free_port", lambda host: next(picks, 0) or real(host))
     server = EmbeddedNatsServer(data_dir=tmp_path / "nats")

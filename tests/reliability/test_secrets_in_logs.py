@@ -21,7 +21,8 @@ import pytest
 from events.subjects import LEASE_STREAM
 from services.runtime.connection import Connection
 from services.runtime.eventlog.jetstream import JetStreamEventStore
-from services.runtime.natsserver import EmbeddedNatsServer, free_port
+from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.ports import free_port
 from tests.support.clirun import cli, restore_logging_after
 from tests.support.discovery import ready_proxy
 from tests.support.waiting import until

@@ -23,7 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from services.runtime.natsserver import CREDENTIALS_FILE, PID_FILE, free_port
+from services.runtime.natscredentials import CREDENTIALS_FILE
+from services.runtime.natsserver import PID_FILE
+from services.runtime.ports import free_port
 from tests.support.cli_process import alive
 from tests.support.waiting import until
 

@@ -32,7 +32,7 @@ from typing import IO, Any
 
 import yaml
 
-from services.runtime.natsserver import free_port
+from services.runtime.ports import free_port
 from tests.support.peers import ROOT, peer
 
 DEPLOY = ROOT / "deploy"

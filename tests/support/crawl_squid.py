@@ -16,7 +16,7 @@ from functools import partial
 from pathlib import Path
 
 from services.providers import local_process as proc
-from services.runtime.natsserver import free_port
+from services.runtime.ports import free_port
 from tests.support.waiting import until
 
 PROXY_HEADER = "X-Egress-Proxy"

@@ -19,8 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from services.runtime.connection import Connection, connect
-from services.runtime.natsserver import CREDENTIALS_FILE, EmbeddedNatsServer, free_port
+from services.runtime.natscredentials import CREDENTIALS_FILE
+from services.runtime.natsserver import EmbeddedNatsServer
 from services.runtime.natsusers import ADMIN
+from services.runtime.ports import free_port
 from tests.support.waiting import until
 
 CLUSTER_NAME = "egress"

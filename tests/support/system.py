@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from services.providers.local_process import PID_FILE
-from services.runtime.natsserver import free_port
+from services.runtime.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -17,7 +17,7 @@ from services.cli.check_cmd import EXIT_UNUSABLE
 from services.cli.common import EXIT_NOT_DONE, EXIT_SWEEP_INCOMPLETE
 from services.cli.main import EPILOG, EXIT_CODES
 from services.cli.manifests import unknown_providers
-from services.runtime.natsserver import CONTEXT_FILE, READER_CONTEXT_FILE
+from services.runtime.natscredentials import CONTEXT_FILE, READER_CONTEXT_FILE
 from tests.support.system import ROOT
 
 README = (ROOT / "README.md").read_text()

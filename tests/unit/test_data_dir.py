@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from services.runtime.datadir import LOCK_FILE, DataDirBusy, exclusive
-from services.runtime.natsserver import announce
+from services.runtime.natsregistry import announce
 from services.runtime.natsstale import announced_credentials, serves
 
 

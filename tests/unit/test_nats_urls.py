@@ -17,7 +17,8 @@ from services.runtime.config import (
 )
 from services.runtime.connection import credentials_for, is_local
 from services.runtime.errors import ConfigError
-from services.runtime.natsserver import announce, write_private
+from services.runtime.natscredentials import write_private
+from services.runtime.natsregistry import announce
 from tests.support.clirun import run_parsed
 
 CLUSTER = "nats://10.0.0.1:4222,nats://10.0.0.2:4222,nats://10.0.0.3:4222"
