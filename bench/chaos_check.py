@@ -237,7 +237,8 @@ def check_double_leases(
 ) -> Check:
     """Clients' view: no two holds overlap. The log's: the fold never had two current holders
     (each grant starts after its predecessor ended), and each fencing token is its grant's stream
-    sequence, so a proxy's tokens strictly increase (docs/decisions.md, D80)."""
+    sequence, so a proxy's tokens strictly increase
+    (docs/decisions/0080-fencing-tokens-are-the-grant-s.md)."""
     found = [f"clients: {line}" for line in overlaps(client_holds(acquisitions, releases))]
     logged = [(g.proxy_uid, g.lease_id, g.acquired_at, g.until) for g in log.grants.values()]
     found += [f"log: {line}" for line in overlaps(logged)]

@@ -52,8 +52,9 @@ class FleetOptions:
 
 
 LEASE_SECRET = secrets.token_hex(32)
-"""The soak's master lease secret: its proxies enforce leases (docs/decisions.md, D84), and the
-executor, discovery and health must share it."""
+"""The soak's master lease secret: its proxies enforce leases
+(docs/decisions/0084-leases-enforced-at-the-proxy.md), and the executor, discovery and health must
+share it."""
 
 
 def child_env() -> dict[str, str]:

@@ -45,7 +45,7 @@ class Race:
     log_overlaps: int = 0
     tokens_in_order: bool = False
     """The fencing tokens strictly increase in the order of ``acquiredAt`` (they are the grants'
-    stream sequences: not consecutive; docs/decisions.md, D80)."""
+    stream sequences: not consecutive; docs/decisions/0080-fencing-tokens-are-the-grant-s.md)."""
     seconds: float = 0.0
     grants_by_replica: list[int] = field(default_factory=list)
 

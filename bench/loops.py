@@ -1,5 +1,6 @@
 """The event loop a benchmark worker runs on: uvloop, as `up` and `run` start the services
-(``--event-loop``, docs/decisions.md D89), unless a run asks for the standard one to compare."""
+(``--event-loop``, docs/decisions/0089-discovery-s-views-follow-by.md), unless a run asks for the
+standard one to compare."""
 
 from __future__ import annotations
 

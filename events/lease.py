@@ -39,7 +39,7 @@ class LeaseAcquired(Event, frozen=True, kw_only=True):
     fencing_token: int = 0
     """The writer's information only (the previous token + 1, as its view saw it). The token the
     lease carries is the fold's: this event's stream sequence, never less than the previous
-    token + 1 (docs/decisions.md, D80)."""
+    token + 1 (docs/decisions/0080-fencing-tokens-are-the-grant-s.md)."""
     cooldown_seconds: float = 0.0
     """The cooldown that follows if this lease ends by expiry rather than release."""
     requested_ttl_seconds: float = 0.0

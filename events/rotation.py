@@ -1,7 +1,8 @@
 """The events of make-before-break rotation: a fresh instance for a proxy without downtime
-(docs/decisions.md, D85). ``proxy.<uid>.rotate`` holds the requests: a subject of its own, so that
-discovery, which writes them, may write nothing the reconciler takes as a declaration. The rest
-go on the proxy's ``status`` subject; the lease's switch (``LeaseSwitched``) is a lease event, in
+(docs/decisions/0085-a-fresh-ip-without-downtime.md). ``proxy.<uid>.rotate`` holds the requests: a
+subject of its own, so that discovery, which writes them, may write nothing the reconciler takes as
+a declaration. The rest go on the proxy's ``status`` subject; the lease's switch (``LeaseSwitched``)
+is a lease event, in
 ``events.lease``.
 
 Part of the one tagged union ``events.schemas`` defines (and re-exports these from); the rules

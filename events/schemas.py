@@ -308,8 +308,8 @@ class PhaseChanged(Event, frozen=True, kw_only=True):
 
 
 # Lease events (lease.<proxy-uid>) are in events.lease, garbage collection (gc.<provider>) in
-# events.gc, and make-before-break rotation (docs/decisions.md, D85) in events.rotation; all are
-# part of the union below.
+# events.gc, and make-before-break rotation (docs/decisions/0085-a-fresh-ip-without-downtime.md) in
+# events.rotation; all are part of the union below.
 
 
 # --------------------------------------------------------------------------------------------

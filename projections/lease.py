@@ -24,9 +24,10 @@ back-offs that ``blocked`` reports start. A claim naming a target (``LeaseAcquir
 does not hold while that target has the proxy in back-off at the claim's timestamp, counted as
 ``rejected`` like a claim on a held proxy.
 
-A ``LeaseSwitched`` (a rotation's replacement took over, docs/decisions.md D85) gives the
-current lease a new fencing token, the switch's stream sequence, and the instance it now goes
-through; a switch of a lease that is not current changes nothing.
+A ``LeaseSwitched`` (a rotation's replacement took over,
+docs/decisions/0085-a-fresh-ip-without-downtime.md) gives the current lease a new fencing token, the
+switch's stream sequence, and the instance it now goes through; a switch of a lease that is not
+current changes nothing.
 
 The fold is total: the log is immutable, so an event it cannot use (a TTL or cooldown that is
 not a finite number within the bounds of ``events.schemas``, a naive deadline, an empty lease id)
@@ -227,7 +228,7 @@ def _acquire(view: LeaseView, event: LeaseAcquired, recorded: Recorded) -> Lease
         return msgspec.structs.replace(view, rejected=view.rejected + 1)
     # The grant's stream sequence: JetStream never reuses one, so the token keeps increasing
     # after older events age out of LEASE and on a replica that rebuilt from what is left
-    # (docs/decisions.md, "Fencing tokens are the grant's stream sequence"). The floor keeps
+    # (docs/decisions/0080-fencing-tokens-are-the-grant-s.md). The floor keeps
     # tokens strictly increasing even on a log whose sequences do not (a hand-made one).
     token = max(recorded.seq, view.fencing_token + 1)
     # Only shown (``ttlClamped``); claims written before requests were bounded may hold any

@@ -31,15 +31,25 @@ from events.schemas import (
     ProxySpec,
     ProxySpecChanged,
     ReplacementPromoted,
-    ReplacementStarted,
-    RotationEnded,
-    RotationRequested,
 )
 from events.store import Recorded
 from events.subjects import proxy_uid_of
-
-GONE = "Gone"
-"""``InstanceFact.state`` once the provider answered NotFound for the instance."""
+from projections import rotation
+from projections.rotation import (
+    COMPLETED as COMPLETED,
+)
+from projections.rotation import (
+    GONE as GONE,
+)
+from projections.rotation import (
+    IN_PROGRESS as IN_PROGRESS,
+)
+from projections.rotation import (
+    Replacement as Replacement,
+)
+from projections.rotation import (
+    Rotation as Rotation,
+)
 
 
 class Undeclared(ValueError):
@@ -48,7 +58,8 @@ class Undeclared(ValueError):
     A proxy exists from its declaration: anything on ``proxy.<uid>.*`` before it (a stray or
     hostile publish, a test) would otherwise make a view with no name that every reader lists.
     A ``ValueError``, so the tolerant readers (``events.reading.apply_tolerantly``) skip it as
-    unusable, count it and log it once, and keep no view (docs/decisions.md, D95).
+    unusable, count it and log it once, and keep no view
+    (docs/decisions/0095-the-console-and-the-api-bound.md).
     """
 
 
@@ -61,46 +72,6 @@ class InstanceFact(msgspec.Struct, frozen=True, kw_only=True):
     """Empty while the instance is only created, then the last observed ``InstanceState``, or
     ``GONE``."""
     ip: str = ""
-
-
-class Replacement(msgspec.Struct, frozen=True, kw_only=True):
-    """The instance a make-before-break rotation is bringing up (docs/decisions.md, D85): the
-    health service probes it (``probe_target``) while the proxy's lease still goes through the
-    current one."""
-
-    rotation_id: str
-    command_id: str = ""
-    provider_id: str = ""
-    state: str = ""
-    ip: str = ""
-    url: str = ""
-    verdict: HealthChanged | None = None
-    """The last verdict about the replacement."""
-
-
-REQUESTED = "requested"
-CREATING = "creating"
-PROBING = "probing"
-COMPLETED = "completed"
-IN_PROGRESS = (REQUESTED, CREATING, PROBING)
-
-
-class Rotation(msgspec.Struct, frozen=True, kw_only=True):
-    """The proxy's latest rotation, as ``POST /v1/leases/{id}/rotate`` answers it."""
-
-    rotation_id: str
-    lease_id: str = ""
-    reason: str = ""
-    state: str = REQUESTED
-    """``requested``, ``creating``, ``probing``, ``completed``, or a ``RotationEnded`` outcome
-    (``failed``, ``cancelled``)."""
-    message: str = ""
-    requested_at: datetime | None = None
-    ended_at: datetime | None = None
-
-    @property
-    def in_progress(self) -> bool:
-        return self.state in IN_PROGRESS
 
 
 class ProxyView(msgspec.Struct, frozen=True, kw_only=True):
@@ -257,89 +228,3 @@ def fold(events: list[Recorded]) -> ProxyView | None:
             continue
         view = apply(view, recorded)
     return view
-
-
-def _rotation(view: ProxyView, recorded: Recorded) -> ProxyView | None:
-    """The view after an event of a rotation or about its replacement; None for every other
-    event (``apply`` folds it as before)."""
-    r = view.replacement
-    at = recorded.timestamp
-    replace = msgspec.structs.replace
-    match recorded.event:
-        case RotationRequested() as e:
-            if view.rotation is not None and view.rotation.in_progress:
-                return view
-            rotation = Rotation(rotation_id=e.rotation_id, lease_id=e.lease_id, requested_at=at)
-            return replace(view, rotation=rotation)
-        case ReplacementStarted() as e:
-            before = view.rotation
-            rotation = Rotation(
-                rotation_id=e.rotation_id,
-                lease_id=e.lease_id,
-                reason=e.reason,
-                state=CREATING,
-                requested_at=before.requested_at
-                if before is not None and before.rotation_id == e.rotation_id
-                else at,
-            )
-            started = Replacement(rotation_id=e.rotation_id, command_id=e.command_id)
-            return replace(view, replacement=started, rotation=rotation)
-        case CreateInstance(command_id=cid) if r is not None and cid == r.command_id:
-            return view  # the current instance and its verdict stay
-        case CreateInstance() if view.rotation is not None and view.rotation.state == REQUESTED:
-            # Replaced delete-first or recreated: the new instance is fresh anyway.
-            done = replace(view.rotation, state=COMPLETED, ended_at=at)
-            return apply(replace(view, rotation=done), recorded)
-        case InstanceCreated(command_id=cid, provider_id=pid) if r is not None and (
-            cid == r.command_id
-        ):
-            return replace(view, replacement=replace(r, provider_id=pid))
-        case InstanceObserved(provider_id=pid) as e if r is not None and (
-            _about(r, e.command_id, pid)
-        ):
-            ours = replace(r, provider_id=pid, state=str(e.state), ip=e.ip, url=e.url)
-            return replace(view, replacement=ours, rotation=_moved(view.rotation, ours))
-        case InstanceGone(provider_id=pid) as e if r is not None and _about(r, e.command_id, pid):
-            return replace(view, replacement=replace(r, state=GONE))
-        case HealthChanged(provider_id=pid) as verdict if (
-            r is not None and r.provider_id and (pid == r.provider_id)
-        ):
-            return replace(view, replacement=replace(r, verdict=verdict))
-        case ReplacementPromoted() as e if r is not None and r.rotation_id == e.rotation_id:
-            judged = r.verdict
-            last = view.rotation
-            if last is not None and last.rotation_id == e.rotation_id:
-                last = replace(last, state=COMPLETED, ended_at=at)
-            return replace(
-                view,
-                provider_id=e.provider_id,
-                ip=e.ip or r.ip,
-                url=e.url or r.url,
-                instance=InstanceFact(provider_id=e.provider_id, state=r.state, ip=r.ip),
-                healthy=judged.healthy if judged is not None else None,
-                latency_ms=(judged.latency_ms or None) if judged is not None else None,
-                health_message=judged.message if judged is not None else "",
-                verdict=judged or view.verdict,
-                replacement=None,
-                rotation=last,
-            )
-        case RotationEnded() as e if r is not None and r.rotation_id == e.rotation_id:
-            last = view.rotation
-            if last is not None and last.rotation_id == e.rotation_id:
-                last = replace(last, state=e.outcome, message=e.message, ended_at=at)
-            return replace(view, replacement=None, rotation=last)
-        case _:
-            return None
-
-
-def _about(r: Replacement, command_id: str, provider_id: str) -> bool:
-    return command_id == r.command_id or (bool(r.provider_id) and provider_id == r.provider_id)
-
-
-def _moved(rotation: Rotation | None, r: Replacement) -> Rotation | None:
-    """A rotation whose replacement runs is being probed."""
-    if rotation is None or rotation.rotation_id != r.rotation_id or not rotation.in_progress:
-        return rotation
-    return msgspec.structs.replace(
-        rotation, state=PROBING if r.state == InstanceState.RUNNING else CREATING
-    )

@@ -241,7 +241,8 @@ EVENT_LOOP_ATTRS: dict[str, Any] = {
     "benchmark, docs/benchmarks.md) or the standard asyncio one.",
 }
 """``--event-loop`` of ``up`` and ``run``: the long-running commands, where the loop's cost per
-request counts (docs/decisions.md D89). One-shot commands use the standard loop."""
+request counts (docs/decisions/0089-discovery-s-views-follow-by.md). One-shot commands use the
+standard loop."""
 
 
 def run_until_signalled(work: Coroutine[Any, Any, T], *, event_loop: str = "asyncio") -> T | None:

@@ -186,9 +186,10 @@ def as_json(report: SweepReport) -> dict[str, object]:
 
 
 def lease_secret(data_dir: Path) -> bytes | None:
-    """The lease secret as ``up`` finds it (docs/decisions.md, D84): the environment's, else the
-    one ``up`` keeps in its data directory. Only read, never made: a sweep hands no proxy a key,
-    but its providers are built as the executor's are, and without it they warn there is none."""
+    """The lease secret as ``up`` finds it (docs/decisions/0084-leases-enforced-at-the-proxy.md):
+    the environment's, else the one ``up`` keeps in its data directory. Only read, never made: a
+    sweep hands no proxy a key, but its providers are built as the executor's are, and without it
+    they warn there is none."""
     secret = master_secret_from_env()
     kept = data_dir / SECRET_FILE_NAME
     if secret is None and kept.is_file():

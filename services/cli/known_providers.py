@@ -1,5 +1,5 @@
 """Which provider names the running system has, as far as the log can tell: for ``apply`` to
-refuse a proxy no executor could ever create (docs/decisions.md, D98).
+refuse a proxy no executor could ever create (docs/decisions/0098-commands-tell-the-truth-exit.md).
 
 No service records its providers config. The nearest record is the GC's: every sweep appends one
 ``SweepCompleted`` per configured provider on ``gc.<provider>``, all with the sweep's id (even a

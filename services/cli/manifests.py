@@ -76,7 +76,8 @@ def unknown_providers(
 ) -> str | None:
     """Why the Proxies whose ``spec.provider`` is not among ``names`` (the running system's,
     ``known_providers``) are refused, or None: their create could only fail (``unknown
-    provider``), so none of the files is applied (docs/decisions.md, D98)."""
+    provider``), so none of the files is applied
+    (docs/decisions/0098-commands-tell-the-truth-exit.md)."""
     unknown = [r for r in resources if r.spec.provider not in names]
     if not unknown:
         return None

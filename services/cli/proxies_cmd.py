@@ -68,7 +68,8 @@ def _all_resources(paths: tuple[str, ...], validate: str) -> list[ProxyResource]
 async def _provider_refusal(conn: Connection, resources: list[ProxyResource]) -> str | None:
     """Why a ``spec.provider`` is not one the running system has, or None (also when it cannot
     tell). A refusal is read twice, ``SETTLE_SECONDS`` apart: the first read may have fallen
-    between two providers' summaries of one sweep (docs/decisions.md, D98)."""
+    between two providers' summaries of one sweep
+    (docs/decisions/0098-commands-tell-the-truth-exit.md)."""
     refused = None
     for attempt in range(2):
         if attempt:

@@ -159,7 +159,8 @@ def up(state: CliState, /, **values: Any) -> None:
 
 def _own_data_dir(held: contextlib.ExitStack, data_dir: Path) -> None:
     """The data dir's lock, held until `up` returns, taken before anything is started or
-    written: a second `up` on it is refused with nothing changed (docs/decisions.md, D94)."""
+    written: a second `up` on it is refused with nothing changed
+    (docs/decisions/0094-one-data-dir-one-up-one-nats.md)."""
     try:
         held.enter_context(exclusive(data_dir))
     except DataDirBusy as exc:

@@ -2,7 +2,8 @@
 
 A bearer token shared by every crawler separates the crawlers from everyone else, not one
 crawler from another. So each client is named, with its own token, the scopes it may use and its
-limits, and a lease belongs to the client that acquired it (docs/decisions.md, D96)::
+limits, and a lease belongs to the client that acquired it
+(docs/decisions/0096-a-lease-belongs-to-a-client-a.md)::
 
     clients:
       - name: crawler-a

@@ -4,8 +4,8 @@ Minted on every answer, never stored: the password is an HMAC over the lease id,
 token and its expiry, under the proxy's key (``services.providers.squidauth.scheme``), so any
 replica mints the same one from its view, and nothing secret reaches the event log. A renewal
 moves the expiry, so the URL of a renewed lease has a new password; the old one stops working at
-the old expiry (docs/api.md; docs/decisions.md, D84). External proxies are not ours and keep
-their URL as declared.
+the old expiry (docs/api.md; docs/decisions/0084-leases-enforced-at-the-proxy.md). External proxies
+are not ours and keep their URL as declared.
 """
 
 from __future__ import annotations

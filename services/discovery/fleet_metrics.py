@@ -2,8 +2,9 @@
 
 Nothing here is updated per event: the views already hold every proxy and lease, so a scrape
 counts them (10,000 proxies in about 10 ms) and the event path pays nothing for the metrics
-(docs/architecture.md, "Telemetry"; docs/decisions.md, D86). Labels are bounded: phase,
-provider (the providers configured), consumer (the services with a consumer loop); never a proxy.
+(docs/architecture.md, "Telemetry"; docs/decisions/0086-fleet-metrics-are-counted-from.md). Labels
+are bounded: phase, provider (the providers configured), consumer (the services with a consumer
+loop); never a proxy.
 
 What the views do not hold, the log's own state (dead letters kept, and how far each durable
 consumer is behind), is read from JetStream by a small poller every ``LOG_INTERVAL`` seconds and

@@ -3,8 +3,9 @@
 A crawler that restarts has lost its lease ids but not its name; these let it find or end what
 it held. The holder is the free text the leases were acquired with, matched exactly: a label
 within the client, not an identity. The client (``access``) is the identity: a client lists and
-releases only the leases it acquired, an admin client any client's (docs/decisions.md D96). An
-empty holder is refused: it would name every lease acquired without one.
+releases only the leases it acquired, an admin client any client's
+(docs/decisions/0096-a-lease-belongs-to-a-client-a.md). An empty holder is refused: it would name
+every lease acquired without one.
 
 Each release is an ordinary ``DELETE /v1/leases/{id}`` (``Leases.release``): the fold decides
 each, so a lease that expires or is released elsewhere meanwhile is simply not counted.

@@ -1,5 +1,5 @@
 """Bounds on what one HTTP client can hold of a discovery replica: time to send a request, its
-size, and idle connections (docs/decisions.md, D95).
+size, and idle connections (docs/decisions/0095-the-console-and-the-api-bound.md).
 
 uvicorn bounds idle time between requests (``timeout_keep_alive``), connections
 (``limit_concurrency``) and, with h11 only, a head's size (``h11_max_incomplete_event_size``),

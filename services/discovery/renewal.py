@@ -6,7 +6,7 @@ renewal then re-reads the subject and either tries again on the lease as it now 
 answers ``unknown_lease``. Whatever gets through, the fold has the last word: a renewal stamped
 at or after the lease's end, or after its own deadline, changes nothing. The answer is given
 from the view that includes the append, so it says what the log made of it, on every replica
-(docs/api.md, "PATCH /v1/leases/{id}"; docs/decisions.md D78).
+(docs/api.md, "PATCH /v1/leases/{id}"; docs/decisions/0078-renewal-is-an-event-holder.md).
 """
 
 from __future__ import annotations

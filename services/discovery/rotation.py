@@ -1,5 +1,5 @@
 """``POST /v1/leases/{id}/rotate``: the holder asks for a fresh instance (a fresh IP) of its
-proxy, without downtime (docs/api.md; docs/decisions.md, D85).
+proxy, without downtime (docs/api.md; docs/decisions/0085-a-fresh-ip-without-downtime.md).
 
 The request becomes a ``RotationRequested`` on ``proxy.<uid>.rotate``, appended with the
 proxy aggregate's expected last sequence, so two requests (on one replica or two) cannot both
@@ -49,7 +49,8 @@ class NoRotation(ApiError):
 SWITCHING = "switching"
 """Promoted but this lease not switched yet (milliseconds): its ``proxy`` may show the new URL
 with the old ``fencingToken``. ``completed`` waits for the switch, so that a holder that takes
-the lease of a ``completed`` rotation has the new token (docs/decisions.md, D88)."""
+the lease of a ``completed`` rotation has the new token
+(docs/decisions/0088-waiting-for-a-rotation-a-read.md)."""
 
 
 class RotationOut(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):

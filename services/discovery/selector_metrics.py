@@ -4,7 +4,7 @@ may wait (``waitSeconds``) waits, by how many attribute pairs it asks for.
 A narrow selector (many pairs) matches few proxies, so it is the first to hear 503 when the
 fleet is short of one kind: an operator sees which kind to add. The label is the number of
 pairs, capped (``selector_keys`` "0" .. "4", then "5+"), never the pairs themselves, so the
-series stay few whatever the crawlers send (docs/decisions.md, D86).
+series stay few whatever the crawlers send (docs/decisions/0086-fleet-metrics-are-counted-from.md).
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ proxy can be leased anyway, so a withdrawn claim held its proxy only for the out
 A claim sent with an `Idempotency-Key` is not withdrawn: its requester was told to retry with the
 key to learn the outcome (docs/api.md), and a retry may already have been answered with this very
 lease by another replica. The doubts live in memory: a replica killed before it settles them
-leaves those leases to expire on their own (docs/decisions.md).
+leaves those leases to expire on their own (docs/decisions/).
 """
 
 from __future__ import annotations

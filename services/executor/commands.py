@@ -203,7 +203,7 @@ class CommandHandler:
         created = _created_record(job.history, cmd.command_id)
         if created is None:
             # Read before the create, so the new instance starts fenced at the proxy's highest
-            # granted token (docs/decisions.md, D92).
+            # granted token (docs/decisions/0092-nobody-who-reaches-a-proxy.md).
             floor = await self.fences.floor(job.uid)
             try:
                 provider_id = await provider.create(self._request(job, cmd, floor))

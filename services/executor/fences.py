@@ -4,7 +4,7 @@ A proxy's instances keep their fencing state to themselves (the helper's state f
 instance that replaces a crashed or deleted one would start knowing no token, and a holder fenced
 on the old one would be served again until the current holder's next request. The executor
 therefore hands every create the token the lease fold (``projections.lease``) gives the proxy,
-and the new instance refuses every lease below it from its first request (docs/decisions.md,
+and the new instance refuses every lease below it from its first request (docs/decisions/,
 D92).
 
 The token is the fold's, not a guess from the subject's last sequence: only a granted claim or a

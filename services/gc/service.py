@@ -72,7 +72,7 @@ class Duration(click.ParamType[float]):
 def providers_from_config(providers_config: Path | None, data_dir: Path) -> dict[str, Provider]:
     """The named providers, read the way the executor reads them."""
     # Imported here: services do not import each other at module level (the import contract);
-    # where this loader lives for good is an open decision (see docs/decisions.md).
+    # where this loader lives for good is an open decision (see docs/decisions/).
     from services.providers.config import (  # noqa: PLC0415
         build_providers,
         load_providers_config,

@@ -1,4 +1,5 @@
-"""The prober's own credential for proxies that enforce leases (docs/decisions.md, D84).
+"""The prober's own credential for proxies that enforce leases
+(docs/decisions/0084-leases-enforced-at-the-proxy.md).
 
 A proxy that enforces leases answers 407 to a request without a current lease's credentials, and
 the prober holds no lease. It sends the probe credential instead: the user ``egress-probe``,

@@ -22,10 +22,11 @@ DEFAULT_PROXY_PORT = 3128
 
 @dataclass(frozen=True, slots=True)
 class LeaseAuth:
-    """What an instance needs to enforce leases (docs/decisions.md, D84): its proxy key (hex)
-    and the source of the Squid helper that checks credentials with it. Kept out of ``repr``:
-    requests are logged, and the key is a secret. ``fence_floor``: the fencing token the
-    instance's helper starts fenced at (D92)."""
+    """What an instance needs to enforce leases
+    (docs/decisions/0084-leases-enforced-at-the-proxy.md): its proxy key (hex) and the source of the
+    Squid helper that checks credentials with it. Kept out of ``repr``: requests are logged, and the
+    key is a secret. ``fence_floor``: the fencing token the instance's helper starts fenced at
+    (D92)."""
 
     key: str = field(repr=False)
     helper: str = field(repr=False)
@@ -49,8 +50,8 @@ class CreateRequest:
     fence_floor: int = 0
     """The proxy's highest granted fencing token when the executor asked for this instance: a
     new instance refuses every lease below it from its first request, so a re-created proxy
-    does not let a fenced holder back in (docs/decisions.md, D92). Providers that enforce
-    leases receive it in ``lease_auth``; 0: no lease granted yet."""
+    does not let a fenced holder back in (docs/decisions/0092-nobody-who-reaches-a-proxy.md).
+    Providers that enforce leases receive it in ``lease_auth``; 0: no lease granted yet."""
 
 
 @dataclass(frozen=True, slots=True)

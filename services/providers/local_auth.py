@@ -1,5 +1,6 @@
-"""The local provider's side of leases enforced at the proxy (docs/decisions.md, D84): where the
-Squid helper, the proxy's key and the helper's fencing state live, and how Squid runs the helper.
+"""The local provider's side of leases enforced at the proxy
+(docs/decisions/0084-leases-enforced-at-the-proxy.md): where the Squid helper, the proxy's key and
+the helper's fencing state live, and how Squid runs the helper.
 
 Squid started as root drops to an unprivileged user before it starts its helpers, so they must
 be reachable by that user: in the instance directory when its parents let that user through, in

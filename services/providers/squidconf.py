@@ -5,12 +5,12 @@ to "what does an egress Squid look like": no disk or memory cache (crawlers want
 no helpers that would outlive it (pinger), an immediate shutdown, client addresses hidden, and
 only the clients allowed may use it.
 
-With ``auth``, only the holder of a current lease may use it too (docs/decisions.md, D84): the
-lease helper checks every credential, Squid trusts a checked one for one second at most, and
-a request without a valid one is answered 407 before any other rule can allow it. The helpers
-are started on demand (``startup=0``), so a helper that dies can never make Squid exit
-("crashing too rapidly" is fatal only below the startup count), and an overloaded helper queue
-answers ERR instead of ending Squid (D92).
+With ``auth``, only the holder of a current lease may use it too
+(docs/decisions/0084-leases-enforced-at-the-proxy.md): the lease helper checks every credential,
+Squid trusts a checked one for one second at most, and a request without a valid one is answered 407
+before any other rule can allow it. The helpers are started on demand (``startup=0``), so a helper
+that dies can never make Squid exit ("crashing too rapidly" is fatal only below the startup count),
+and an overloaded helper queue answers ERR instead of ending Squid (D92).
 """
 
 from __future__ import annotations

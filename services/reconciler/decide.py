@@ -82,7 +82,9 @@ def decide(
         return rotating(state, state.replacement, current)
     if state.retiring_id and state.failed_hash != "*":  # "*": its delete can never work
         if retire_in(state, now, drain) > 0:
-            return NOTHING  # the lease's holder moves over meanwhile (docs/decisions.md, D85)
+            # The lease's holder moves over meanwhile
+            # (docs/decisions/0085-a-fresh-ip-without-downtime.md).
+            return NOTHING
         return retire(state)
     if state.spec.mode is ProxyMode.EXTERNAL:
         return _external(state)

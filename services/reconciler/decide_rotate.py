@@ -1,6 +1,6 @@
-"""Make-before-break rotation decisions (docs/decisions.md, D85): start a replacement, follow it
-until it is Ready and healthy, promote it or give it up, and delete the instance it replaced once
-the drain is over. Pure, like ``decide``, which calls these.
+"""Make-before-break rotation decisions (docs/decisions/0085-a-fresh-ip-without-downtime.md): start
+a replacement, follow it until it is Ready and healthy, promote it or give it up, and delete the
+instance it replaced once the drain is over. Pure, like ``decide``, which calls these.
 """
 
 from __future__ import annotations

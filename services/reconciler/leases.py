@@ -1,4 +1,5 @@
-"""The reconciler's two questions to a proxy's lease subject (docs/decisions.md, D85).
+"""The reconciler's two questions to a proxy's lease subject
+(docs/decisions/0085-a-fresh-ip-without-downtime.md).
 
 - Is the proxy leased? Asked only when a decision depends on it (``decide_rotate.needs_lease``): a
   leased proxy whose spec changed is replaced make-before-break, so that its lease never points

@@ -5,10 +5,10 @@ conflict means another replica (or the executor) appended first, so it folds aga
 between messages is only where to start folding (``states``): every decision still reads what the
 log holds after it, which is what lets any number of replicas share the consumer.
 
-Make-before-break rotations (docs/decisions.md, D85) add the proxy's lease subject to two
-decisions (``leases``): whether a spec change may break first (only when nobody holds a lease),
-and, after a promotion, the switch of the lease to the new instance, made good on every
-reconcile until the old instance is gone; the old instance's delete waits for the drain as a
+Make-before-break rotations (docs/decisions/0085-a-fresh-ip-without-downtime.md) add the proxy's
+lease subject to two decisions (``leases``): whether a spec change may break first (only when nobody
+holds a lease), and, after a promotion, the switch of the lease to the new instance, made good on
+every reconcile until the old instance is gone; the old instance's delete waits for the drain as a
 delayed redelivery.
 """
 
@@ -45,7 +45,8 @@ _tracer = trace.get_tracer("egress_proxies.reconciler")
 FILTERS = ("proxy.*.declared", "proxy.*.instance", "proxy.*.health", "proxy.*.rotate")
 MAX_ATTEMPTS = 50
 DEFAULT_DRAIN = 5.0
-"""Seconds a rotated-out instance keeps serving after the switch (docs/decisions.md, D85)."""
+"""Seconds a rotated-out instance keeps serving after the switch
+(docs/decisions/0085-a-fresh-ip-without-downtime.md)."""
 _SPAN_BY_OUTCOME = {
     "replace": "reconcile.replaceInstance",
     "delete": "reconcile.delete",

@@ -45,8 +45,9 @@ the fold makes, as for the views in ``projections.versions``."""
 
 
 class Replacement(msgspec.Struct, frozen=True, kw_only=True):
-    """A make-before-break replacement under way (docs/decisions.md, D85): the instance that
-    will take over from the current one once it is Running and probed healthy."""
+    """A make-before-break replacement under way
+    (docs/decisions/0085-a-fresh-ip-without-downtime.md): the instance that will take over from the
+    current one once it is Running and probed healthy."""
 
     rotation_id: str
     command_id: str

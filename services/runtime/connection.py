@@ -98,7 +98,7 @@ def local_users(url: str) -> dict[str, str]:
             port = urlsplit(item).port or DEFAULT_PORT
         except ValueError:
             continue
-        # A dead server's entry is skipped (docs/decisions.md, D94).
+        # A dead server's entry is skipped (docs/decisions/0094-one-data-dir-one-up-one-nats.md).
         credentials = announced_credentials(port)
         users = read_users(credentials) if credentials is not None else {}
         if users:

@@ -1,4 +1,4 @@
-"""One data dir, one `up`, one nats-server (docs/decisions.md, D94).
+"""One data dir, one `up`, one nats-server (docs/decisions/0094-one-data-dir-one-up-one-nats.md).
 
 Two nats-servers on one JetStream store each append to their own copy of a stream's files, and
 the streams diverge for good. So `up` takes an exclusive lock on its data dir before it starts or

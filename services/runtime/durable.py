@@ -1,4 +1,5 @@
-"""Keeping a service's durable consumer as the service declares it (docs/decisions.md, D93).
+"""Keeping a service's durable consumer as the service declares it
+(docs/decisions/0093-each-service-s-durable.md).
 
 A durable whose filter was retargeted delivers nothing the service waits for and reports nothing
 pending, so no lag alert fires; one that vanished and is created again as declared starts over

@@ -227,7 +227,8 @@ class EmbeddedNatsServer:
                 # Its own session: Ctrl-C in a terminal must reach `up` only, which then stops the
                 # services before the server they are still talking to.
                 start_new_session=True,
-                # It dies with `up`, even by SIGKILL (docs/decisions.md, D94).
+                # It dies with `up`, even by SIGKILL
+                # (docs/decisions/0094-one-data-dir-one-up-one-nats.md).
                 preexec_fn=die_with_parent(),
             )
         try:
@@ -235,7 +236,8 @@ class EmbeddedNatsServer:
         except BaseException:
             await self.kill()
             raise
-        # Once it answers: a failed start leaves the contexts as they were (docs/decisions.md, D94).
+        # Once it answers: a failed start leaves the contexts as they were
+        # (docs/decisions/0094-one-data-dir-one-up-one-nats.md).
         for user, path in ((ADMIN, self.context_file), (READER, self.reader_context_file)):
             write_context(path, user, self.url, self.credentials_for(user))
         announce(self.port, self.credentials_file, process.pid)

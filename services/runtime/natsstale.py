@@ -1,5 +1,5 @@
 """What an embedded nats-server can leave behind when its `up` dies, and how the next one and the
-clients tell (docs/decisions.md, D94).
+clients tell (docs/decisions/0094-one-data-dir-one-up-one-nats.md).
 
 A server still running on the store: its pid is in the store's pid file and in its announcement.
 The next `up` on that data dir (which holds the data dir's lock, ``datadir.exclusive``) stops it

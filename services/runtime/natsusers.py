@@ -20,12 +20,14 @@ ADMIN = "admin"
 
 READER = "reader"
 """The operator's everyday user for the ``nats`` CLI: reads every stream, consumer and bucket,
-and can neither write nor delete, purge, edit or reset anything (docs/decisions.md, D77)."""
+and can neither write nor delete, purge, edit or reset anything
+(docs/decisions/0077-operators-read-the-log-as.md)."""
 
 WRITES: Mapping[str, tuple[str, ...]] = {
     "watcher": ("proxy.*.declared",),
     # `declared` for ProxyRemoved, the end of a deletion it decides; `lease.*` for the switch
-    # of a lease to a rotation's replacement (LeaseSwitched, docs/decisions.md D85).
+    # of a lease to a rotation's replacement (LeaseSwitched,
+    # docs/decisions/0085-a-fresh-ip-without-downtime.md).
     "reconciler": ("proxy.*.cmd", "proxy.*.status", "proxy.*.declared", "lease.*"),
     "executor": ("proxy.*.instance",),
     "health": ("proxy.*.health",),
@@ -64,9 +66,9 @@ READS: tuple[str, ...] = (
 and push consumers created under a name in the subject (nats-py names its ephemeral ones at
 random; the push follower names its own), so ``durable_denies`` can keep each service off the
 other services' durables. Neither the legacy ``CONSUMER.CREATE.<stream>``, whose body may name
-any consumer and update it (docs/decisions.md, D93), nor ``CONSUMER.DURABLE.CREATE``. Consumer
-info stays open to all: discovery reports every durable's position, and a configuration is no
-secret."""
+any consumer and update it (docs/decisions/0093-each-service-s-durable.md), nor
+``CONSUMER.DURABLE.CREATE``. Consumer info stays open to all: discovery reports every durable's
+position, and a configuration is no secret."""
 
 READER_READS: tuple[str, ...] = (
     "$JS.API.INFO",

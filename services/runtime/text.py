@@ -2,7 +2,8 @@
 
 A name, holder or message may come from the event log or the API, written by anyone with access.
 Every character a terminal would act on rather than show is spelt as a visible escape, so such
-text can neither send control sequences nor hide what it says (docs/decisions.md, D49).
+text can neither send control sequences nor hide what it says
+(docs/decisions/0049-untrusted-text-is-inert-on-the.md).
 """
 
 from __future__ import annotations

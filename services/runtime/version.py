@@ -3,7 +3,7 @@
 It is written once, in pyproject.toml (``[project] version``), and read back here from the
 installed distribution's metadata, so a wheel, an sdist and an editable install all report the
 number they were built with; no second copy can drift. The client library (clients/python) is
-released with the same number; tests/unit/test_version.py checks both agree (docs/decisions.md,
+released with the same number; tests/unit/test_version.py checks both agree (docs/decisions/,
 D100). Pure: reading the metadata has no effect and gives the same answer for a process's life.
 """
 

@@ -1,5 +1,5 @@
 """``rotate()`` of the client library and ``GET /v1/leases/{id}/rotation`` against a real
-discovery replica. The reconciler's part is played by appending what it appends (docs/decisions.md,
+discovery replica. The reconciler's part is played by appending what it appends (docs/decisions/,
 D85), so each outcome is reached at once and in order: a switch the held lease takes over, a
 failure that leaves the lease as it was, and the ``switching`` moment between the promotion and
 the lease's switch, which must not count as done. The whole product, Squids and all, is in

@@ -142,7 +142,8 @@ class ProviderContract:
         self, provider: Provider, make_request: MakeRequest
     ) -> None:
         """The executor hands every create the proxy's highest granted fencing token
-        (docs/decisions.md, D92): a provider takes it like any other request."""
+        (docs/decisions/0092-nobody-who-reaches-a-proxy.md): a provider takes it like any other
+        request."""
         request = dataclasses.replace(make_request("c4"), fence_floor=41)
         first = await provider.create(request)
         assert await provider.create(request) == first

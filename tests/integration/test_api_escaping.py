@@ -3,7 +3,7 @@
 Every route of the app's own route table (the API, the console, the schema pages) is called with
 markup in each path parameter, each query parameter and the body; an answer that is not JSON
 must not contain the markup as sent. A JSON body may quote it (a browser does not render
-``application/json``), but must then be JSON (docs/decisions.md, D95).
+``application/json``), but must then be JSON (docs/decisions/0095-the-console-and-the-api-bound.md).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Commands tell the truth (docs/decisions.md, D98): ``apply --wait`` fails when a proxy did,
+"""Commands tell the truth (docs/decisions/0098-commands-tell-the-truth-exit.md): ``apply --wait``
+fails when a proxy did,
 ``apply -f a -f b`` applies both, a provider the running system lacks is refused, ``gc run-once``
 finds ``up``'s lease secret, and what did not get done has an exit code of its own, not 1 (a bug).
 Against a real nats-server, a real discovery service and the real GC."""

@@ -1,5 +1,5 @@
 """Time travel on a real discovery replica is bounded: per client, per replica, and by its client
-staying (docs/decisions.md, D95).
+staying (docs/decisions/0095-the-console-and-the-api-bound.md).
 
 The log holds enough events that one fleet travel takes seconds of folding, so travels are
 still under way when the next requests arrive. Clients are told apart by address: each uses a

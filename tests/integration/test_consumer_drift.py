@@ -1,7 +1,7 @@
 """A durable changed or deleted behind the service's back, against a real nats-server: two
 replicas of the reconciler's loop, logged in as the reconciler, notice within their check
 interval, count it, and restore the durable from the last ack floor they saw, so every message
-appended meanwhile is handled and none acknowledged before is handled again (docs/decisions.md,
+appended meanwhile is handled and none acknowledged before is handled again (docs/decisions/,
 D93)."""
 
 from __future__ import annotations

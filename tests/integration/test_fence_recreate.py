@@ -1,4 +1,5 @@
-"""Fencing survives the re-creation of a proxy's instance (docs/decisions.md, D92).
+"""Fencing survives the re-creation of a proxy's instance
+(docs/decisions/0092-nobody-who-reaches-a-proxy.md).
 
 The real executor (its consumer loop, on a real nats-server) creates the instances through the
 local provider, keyed as in production, so each is a real Squid running the real helper; the

@@ -2,7 +2,7 @@
 a second or two instead of 7 days, a discovery replica A running throughout and a replica B
 started once early events had aged out (it rebuilds from what is left). Across both, in grant
 order, every proxy's tokens strictly increase, also for a proxy idle until all its events aged
-out (docs/decisions.md, D80).
+out (docs/decisions/0080-fencing-tokens-are-the-grant-s.md).
 
 The replica that was running all along also leases a proxy whose events all aged out: its
 view still names the proxy's last sequence, while JetStream then expects 0."""

@@ -74,8 +74,9 @@ async def test_a_poison_event_last_still_moves_the_view_to_its_sequence(
 ) -> None:
     """Writers append with the view's last sequence as expectation: a view stuck before a
     poison message would conflict for ever. When the poison is an aggregate's first event
-    there is no view: a proxy exists from its declaration (docs/decisions.md, D95), which is
-    appended after the aggregate's own last sequence."""
+    there is no view: a proxy exists from its declaration
+    (docs/decisions/0095-the-console-and-the-api-bound.md), which is appended after the aggregate's
+    own last sequence."""
     await declare(jetstream_store, "ok")
     ack = await conn.js.publish(
         "proxy.ok.status", b"{not json", headers={"Egress-Event-Type": "PhaseChanged"}

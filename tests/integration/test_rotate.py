@@ -1,7 +1,7 @@
 """``POST /v1/leases/{id}/rotate`` on the whole system with real Squids (the local provider):
 a holder's requests through its lease keep succeeding while the proxy gets a fresh instance,
 the lease switches with a higher fencing token, and the old instance is gone afterwards
-(docs/api.md; docs/decisions.md, D85)."""
+(docs/api.md; docs/decisions/0085-a-fresh-ip-without-downtime.md)."""
 
 from __future__ import annotations
 

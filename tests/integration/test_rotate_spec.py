@@ -1,7 +1,7 @@
 """A spec change of a leased proxy is made before it is broken, like a rotation; an unleased
-proxy's is still delete-first (docs/decisions.md, D85). Real nats-server, reconciler and
-executor; the fake provider, since the Squid is not the point; the test plays the health
-service for the replacement."""
+proxy's is still delete-first (docs/decisions/0085-a-fresh-ip-without-downtime.md). Real
+nats-server, reconciler and executor; the fake provider, since the Squid is not the point; the test
+plays the health service for the replacement."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 library's held lease ``rotate()`` returns once the lease has switched, with the new URL taken
 before the old instance is deleted, so a crawler that sends every request through ``lease.url``
 never sees one fail; ``egress-proxies lease rotate --wait`` exits 0 with the switched lease
-(docs/api.md; docs/decisions.md, D85 and D88)."""
+(docs/api.md; docs/decisions/0085-a-fresh-ip-without-downtime.md and D88)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,10 @@
 """Slow and vanishing clients against a real discovery replica over real sockets.
 
-Before the bounds (docs/decisions.md, D95) 60 of 60 connections that sent their request a byte
-at a time were still open after 55 s, and each client that left mid-body logged a traceback.
-Here each slow connection must be closed within the bound (plus a margin for a busy machine),
-a normal request must be answered while they hang, and the log must hold one line per closed
-or vanished client and no traceback.
+Before the bounds (docs/decisions/0095-the-console-and-the-api-bound.md) 60 of 60 connections that
+sent their request a byte at a time were still open after 55 s, and each client that left mid-body
+logged a traceback. Here each slow connection must be closed within the bound (plus a margin for a
+busy machine), a normal request must be answered while they hang, and the log must hold one line per
+closed or vanished client and no traceback.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""One data dir, one `up` (docs/decisions.md, D94).
+"""One data dir, one `up` (docs/decisions/0094-one-data-dir-one-up-one-nats.md).
 
 Two nats-servers on one JetStream store each append to their own copy of a stream and the
 streams diverge for good. A second `up` on a data dir in use exits 2 naming the pid of the `up`

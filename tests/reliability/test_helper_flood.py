@@ -1,4 +1,5 @@
-"""Nobody who reaches a proxy port can take the proxy down (docs/decisions.md, D92).
+"""Nobody who reaches a proxy port can take the proxy down
+(docs/decisions/0092-nobody-who-reaches-a-proxy.md).
 
 A real Squid started by the local provider, with leases enforced by the real helper, a current
 lease in use: malformed credentials sent to the port, and the helpers SIGKILLed again and again

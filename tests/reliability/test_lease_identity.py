@@ -1,4 +1,5 @@
-"""Who holds a lease is an identity, on the whole system (docs/decisions.md, D96).
+"""Who holds a lease is an identity, on the whole system
+(docs/decisions/0096-a-lease-belongs-to-a-client-a.md).
 
 `up` with a clients file, a real Squid enforcing leases: the victim's lease works through the
 proxy; another crawler with a valid token of its own can neither read the victim's working

@@ -2,7 +2,7 @@
 refused every call that would change, delete, drain or ack another service's durable, by every
 subject the JetStream API offers for it, and each can still read the way the runtime does (its
 own durable: tests/reliability/test_nats_auth.py; ephemeral pull and push followers: here).
-docs/decisions.md, D93."""
+docs/decisions/0093-each-service-s-durable.md."""
 
 from __future__ import annotations
 

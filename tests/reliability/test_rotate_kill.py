@@ -1,5 +1,6 @@
 """A rotation survives a SIGKILL of the reconciler or the executor at its riskiest moments and
-converges with exactly one instance, its lease switched (docs/decisions.md, D85).
+converges with exactly one instance, its lease switched
+(docs/decisions/0085-a-fresh-ip-without-downtime.md).
 
 The instances here are the fake's or the file provider's (the Squid is not the point), and
 the test plays the health service: it records the replacement's verdict, as the prober would

@@ -1,7 +1,7 @@
 """Events a rotation cannot use, published straight to its subjects, wedge nothing: the
 reconciler dead-letters what does not decode, the folds skip what is about no rotation they
 know, and the next real rotation completes (docs/architecture.md, "What the log accepts, and
-what survives a bad event"; docs/decisions.md, D85)."""
+what survives a bad event"; docs/decisions/0085-a-fresh-ip-without-downtime.md)."""
 
 from __future__ import annotations
 

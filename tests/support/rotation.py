@@ -1,7 +1,7 @@
 """What the rotation tests share: a proxy declared and serving, a lease on it claimed as
 discovery would, a rotation asked for as discovery would, and the health service's verdict on
 the replacement, appended as the prober would after probing ``projections.proxy.probe_target``
-(docs/decisions.md, D85)."""
+(docs/decisions/0085-a-fresh-ip-without-downtime.md)."""
 
 from __future__ import annotations
 

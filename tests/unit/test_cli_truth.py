@@ -1,6 +1,7 @@
-"""What the CLI says about itself agrees with what it does (docs/decisions.md, D98): the exit codes
-in ``--help`` are the README's and the ones the commands raise, the README's ``nats`` line is the
-banner's read-only one, and the refusal of an unknown provider names the proxy and the fix."""
+"""What the CLI says about itself agrees with what it does
+(docs/decisions/0098-commands-tell-the-truth-exit.md): the exit codes in ``--help`` are the README's
+and the ones the commands raise, the README's ``nats`` line is the banner's read-only one, and the
+refusal of an unknown provider names the proxy and the fix."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The data dir's lock and the registry's stale entries, without a server (docs/decisions.md,
+"""The data dir's lock and the registry's stale entries, without a server (docs/decisions/,
 D94); tests/reliability/test_data_dir_*.py hold them with real `up` processes."""
 
 from __future__ import annotations

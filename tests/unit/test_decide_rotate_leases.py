@@ -1,5 +1,6 @@
 """The reconciler's side of a lease switch (``services.reconciler.leases``), on the in-memory
-event store, which keeps the JetStream store's contract (docs/decisions.md, D85)."""
+event store, which keeps the JetStream store's contract
+(docs/decisions/0085-a-fresh-ip-without-downtime.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A new instance of a proxy starts fenced at the proxy's highest granted token (docs/decisions.md,
+"""A new instance of a proxy starts fenced at the proxy's highest granted token (docs/decisions/,
 D92): the executor reads it from the lease fold, and every kind of instance is given it. On the
 in-memory event store, which keeps the JetStream store's contract; the path through a real Squid
 is tests/integration/test_fence_recreate.py."""

@@ -1,7 +1,8 @@
-"""The lease helper on whatever a client can make Squid hand it (docs/decisions.md, D92): every
-request line gets exactly one well-formed answer on its own channel, nothing raises, and what is
-logged names no secret. Run in-process on byte streams; the helper as Squid runs it is tested in
-tests/integration/test_lease_helper.py and tests/reliability/test_helper_flood.py."""
+"""The lease helper on whatever a client can make Squid hand it
+(docs/decisions/0092-nobody-who-reaches-a-proxy.md): every request line gets exactly one well-formed
+answer on its own channel, nothing raises, and what is logged names no secret. Run in-process on
+byte streams; the helper as Squid runs it is tested in tests/integration/test_lease_helper.py and
+tests/reliability/test_helper_flood.py."""
 
 from __future__ import annotations
 

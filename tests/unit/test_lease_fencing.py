@@ -1,7 +1,7 @@
 """Fencing tokens in the lease fold, without servers: a token is its grant's stream sequence, so
 a fold that starts after older events aged out of ``LEASE`` (a replica that rebuilt its view)
-gives tokens above every token an earlier fold gave (docs/decisions.md, "Fencing tokens are the
-grant's stream sequence")."""
+gives tokens above every token an earlier fold gave
+(docs/decisions/0080-fencing-tokens-are-the-grant-s.md)."""
 
 from __future__ import annotations
 

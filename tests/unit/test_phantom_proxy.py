@@ -1,5 +1,6 @@
 """A proxy exists from its declaration: events on ``proxy.<uid>.*`` before a ``ProxyDeclared``
-make no view, in the fold every reader shares (docs/decisions.md, D95)."""
+make no view, in the fold every reader shares
+(docs/decisions/0095-the-console-and-the-api-bound.md)."""
 
 from __future__ import annotations
 

@@ -12,7 +12,8 @@ How a request gets a lease (``borrow``), in order:
    belongs to a session that has one;
 2. a new lease, while the pool has room (acquired with the host as ``target``, and both the
    proxies blocked for the host and those the pool already holds excluded: the API cannot give
-   the pool a proxy it holds, so it is never asked to wait for one, docs/decisions.md, D97);
+   the pool a proxy it holds, so it is never asked to wait for one,
+   docs/decisions/0097-a-pooled-request-waits-for-the.md);
 3. when the pool is full and none of its leases suits the request, a lease with nothing on it is
    released to make room for one that does;
 4. otherwise it waits for a lease to come back.
@@ -59,7 +60,8 @@ class Pooled:
     """Lent no more: released once the requests it carries come back."""
     vouched: set[str] = field(default_factory=set)
     """Hosts a ``success`` was reported for since the lease began or last failed: another one
-    would change nothing the API decides on, so it is not sent (docs/decisions.md, D83)."""
+    would change nothing the API decides on, so it is not sent
+    (docs/decisions/0083-the-client-library-leases.md)."""
 
     @property
     def uid(self) -> str:

@@ -92,7 +92,8 @@ class LeaseMiddleware:
         timeout = settings.getfloat("EGRESS_ACQUIRE_TIMEOUT", 60.0)
         # A lease never carries more than its proxy's download slot sends at once: a request
         # lent beyond that would wait in the slot's queue and could be sent after a block
-        # arrived. A slot with a delay sends one at a time anyway (docs/decisions.md, D97).
+        # arrived. A slot with a delay sends one at a time anyway
+        # (docs/decisions/0097-a-pooled-request-waits-for-the.md).
         per_slot = settings.getint("CONCURRENT_REQUESTS_PER_DOMAIN", 8)
         delayed = settings.getfloat("DOWNLOAD_DELAY", 0.0) > 0
         concurrency = settings.getint("EGRESS_LEASE_CONCURRENCY", 1 if delayed else per_slot)

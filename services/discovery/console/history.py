@@ -6,7 +6,7 @@ and LEASE streams up to the instant into fresh views with the services' own fold
 runs one at a time, at most ``QUEUE`` wait their turn, and one client has at most
 ``PER_CLIENT`` reads of the log under way (``Busy`` beyond: the page answers 429 with
 ``Retry-After``). A read is folded between awaits, a batch at a time, so cancelling it (its
-client went away) stops it within one batch (docs/decisions.md, D95).
+client went away) stops it within one batch (docs/decisions/0095-the-console-and-the-api-bound.md).
 """
 
 from __future__ import annotations

@@ -9,7 +9,8 @@
 Nothing here writes to the log. Every page answers with headers that let it run no script but
 its own, be framed by nobody and be cached by nobody, and every error it answers escapes what it
 quotes, the parts the script swaps in too. A read of the log is bounded per replica and per
-client (429 with ``Retry-After``) and stops when its client goes away (docs/decisions.md, D95).
+client (429 with ``Retry-After``) and stops when its client goes away
+(docs/decisions/0095-the-console-and-the-api-bound.md).
 """
 
 from __future__ import annotations

@@ -3,7 +3,8 @@
 A browser cannot send ``Authorization: Bearer`` on a page load, and a token in a URL ends up in
 histories, logs and ``Referer`` headers. So the login form posts the client's token once, and
 the answer sets an ``HttpOnly``, ``SameSite=Strict`` cookie (``Secure`` over https) holding
-``v2.<client>.<issued ms>.<expires ms>.<mac>``, never the token (docs/decisions.md, D96):
+``v2.<client>.<issued ms>.<expires ms>.<mac>``, never the token
+(docs/decisions/0096-a-lease-belongs-to-a-client-a.md):
 
 - the mac is keyed with a random key every replica shares through the discovery KV bucket
   (``console.key``, created by the first replica), and covers the client's token hash: a

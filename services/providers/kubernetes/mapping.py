@@ -91,7 +91,7 @@ def squid_config(
 ) -> str:
     """The shared egress Squid, listening on the pod's port for ``allowedClients`` only (and,
     with ``lease_auth``, for the holder of a current lease only, none below ``fence_floor``:
-    docs/decisions.md, D92)."""
+    docs/decisions/0092-nobody-who-reaches-a-proxy.md)."""
     return shared_squid_config(
         listen=str(config.port),
         name=name,

@@ -46,7 +46,8 @@ def lease_script(key_hex: str, helper: str, fence_floor: int = 0) -> str:
         raise ValueError(f"the helper source contains the heredoc end marker {_END}")
     snippet = "\n".join(auth_lines(vm_squid_auth(fence_floor)))
     return f"""#!/bin/sh
-# egress-proxies: only the holder of a current lease may use this proxy (docs/decisions.md, D84)
+# egress-proxies: only the holder of a current lease may use this proxy
+# (docs/decisions/0084-leases-enforced-at-the-proxy.md)
 set -eu
 user=proxy
 id -u proxy >/dev/null 2>&1 || user=squid

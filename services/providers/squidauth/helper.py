@@ -8,9 +8,10 @@ Squid starts it (``auth_param basic program``) and writes one line per credentia
 the helper to expect and echo.
 
 It runs on the proxy, which may have no route to NATS: everything it decides comes from the
-credential itself (docs/decisions.md, D84). A credential is accepted when its mac verifies with
-this proxy's key (``--key-file``), its expiry has not passed on this host's clock, and its
-fencing token is not lower than the highest token accepted so far. That highest token is kept in
+credential itself (docs/decisions/0084-leases-enforced-at-the-proxy.md). A credential is accepted
+when its mac verifies with this proxy's key (``--key-file``), its expiry has not passed on this
+host's clock, and its fencing token is not lower than the highest token accepted so far. That
+highest token is kept in
 ``--state-file`` under an exclusive lock, so the several helper processes Squid runs agree, and a
 restarted helper (or Squid) keeps refusing an older lease; ``--fence-floor`` is where a new
 instance of the proxy starts (the proxy's highest granted token when it was created, D92). The

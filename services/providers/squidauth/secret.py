@@ -4,7 +4,7 @@ Read from the environment only, like ``DISCOVERY_TOKEN``: a secret on a command 
 ``ps``. ``EGRESS_LEASE_SECRET`` holds the secret itself, ``EGRESS_LEASE_SECRET_FILE`` names a file
 holding it (a mounted Kubernetes Secret); setting both is a mistake. The executor (which hands
 each instance its proxy key), discovery (which mints lease credentials) and health (which probes
-with its own) must all see the same secret (docs/decisions.md, D84).
+with its own) must all see the same secret (docs/decisions/0084-leases-enforced-at-the-proxy.md).
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ filter) from its first sequence to the instant is read and folded, and nothing i
 read refuses to go beyond ``MAX_EVENTS`` events, and says so, rather than take a replica's
 memory and CPU for minutes. It folds on the event loop one fetched batch at a time and checks
 for a cancellation between batches (nats-py can swallow one inside a fetch), so a read whose
-caller went away stops after at most one batch (docs/decisions.md, D95).
+caller went away stops after at most one batch
+(docs/decisions/0095-the-console-and-the-api-bound.md).
 """
 
 from __future__ import annotations

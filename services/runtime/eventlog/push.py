@@ -119,7 +119,8 @@ class OrderedPush:
             raise StoreUnavailable(f"cannot follow {self.stream}: {exc}") from exc
         config = ConsumerConfig(
             # Named, so the request's subject names it: the services may not use the unnamed
-            # form, whose body could name another service's durable (docs/decisions.md, D93).
+            # form, whose body could name another service's durable
+            # (docs/decisions/0093-each-service-s-durable.md).
             name=uuid.uuid4().hex,
             ack_policy=AckPolicy.NONE,
             deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
