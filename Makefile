@@ -34,7 +34,7 @@ demo: $(STAMP)
 ## slowest are listed at the end.
 PYTEST_ARGS ?= --durations=15
 ## pytest exits 5 when it collected nothing: that is a broken suite, reported as a failure.
-## The peers (kube-apiserver, kubectl, etcd, the nats CLI) are built first, or found built.
+## The peers (kube-apiserver, kubectl, etcd, the nats CLI, helm) are built first, or found built.
 test: $(DEV_STAMP)
 	@peers=$$(sh deploy/peers.sh) || exit 1; \
 	EGRESS_PEERS_BIN=$$peers $(BIN)/python -m pytest $(PYTEST_ARGS); rc=$$?; \
@@ -59,7 +59,7 @@ bench: $(DEV_STAMP)
 chaos: $(DEV_STAMP)
 	$(BIN)/python -m bench.chaos --minutes 1 --proxies 20
 
-## Build kube-apiserver, kubectl, etcd and the nats CLI at pinned versions into a cache outside the
+## Build kube-apiserver, kubectl, etcd, the nats CLI and helm at pinned versions into a cache outside the
 ## work tree (deploy/peers.sh; a second run builds nothing). The last line is their directory.
 peers:
 	sh deploy/peers.sh
