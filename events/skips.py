@@ -73,7 +73,3 @@ class SkipLedger:
 
     def total(self) -> int:
         return sum(self.counts.values())
-
-
-LEDGER = SkipLedger()
-"""The process's ledger: every reader notes here, the metrics endpoint reads it."""

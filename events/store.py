@@ -1,13 +1,14 @@
 """The event-store API every service writes and reads through.
 
 Two implementations honour it: JetStream (``services.runtime.eventlog.jetstream``) and an
-in-memory one (``events.memory``) for pure tests; one contract suite runs against both.
+in-memory one (``services.runtime.eventlog.memory``) for tests without a server; one contract
+suite runs against both.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
@@ -102,7 +103,11 @@ def derive_msg_id(*parts: str) -> str:
     return hashlib.blake2b("\x1f".join(parts).encode(), digest_size=16).hexdigest()
 
 
-Decide = Callable[[History], Sequence[NewEvent]]
+Decide = Callable[[History], Sequence[NewEvent] | Awaitable[Sequence[NewEvent]]]
+"""What to append on an aggregate as read; a coroutine function when the writer must ask
+something else first (the reconciler asks whether the proxy is leased)."""
+Start = Callable[[], Awaitable[int]]
+"""The sequence the writer's own state is complete as of, read before each attempt."""
 
 
 async def decide_and_append(
@@ -111,17 +116,22 @@ async def decide_and_append(
     decide: Decide,
     *,
     max_attempts: int = 50,
+    after: Start | None = None,
 ) -> AppendResult:
     """Fold → decide → append, re-folding on every conflict.
 
     A conflict means another writer got there first; the decision is remade on the newer state, so
     a decision that became unnecessary is simply not made. The attempt bound only guards against
     a bug that would otherwise spin forever.
+
+    A writer that keeps its folded state between decisions names, with ``after``, the sequence
+    that state is complete as of: each attempt reads only the events after it, and ``decide``
+    folds them on from that state. The append still expects the aggregate's real last sequence.
     """
     last_error: ConcurrencyError | None = None
     for _ in range(max_attempts):
-        history = await store.read(aggregate)
-        new = decide(history)
+        history = await store.read(aggregate, after_seq=await after() if after is not None else 0)
+        new = await _decided(decide(history))
         if not new:
             return AppendResult()
         try:
@@ -130,3 +140,11 @@ async def decide_and_append(
             last_error = exc
     assert last_error is not None
     raise last_error
+
+
+async def _decided(
+    decision: Sequence[NewEvent] | Awaitable[Sequence[NewEvent]],
+) -> Sequence[NewEvent]:
+    if isinstance(decision, Sequence):
+        return decision
+    return await decision

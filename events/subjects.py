@@ -90,3 +90,15 @@ def proxy_uid_of(subject: str) -> str:
     if len(parts) < 2:
         raise InvalidToken(f"subject {subject!r} has no aggregate token")
     return parts[1]
+
+
+def subject_matches(filter_subject: str, subject: str) -> bool:
+    """NATS subject matching: ``*`` one token, ``>`` one or more trailing tokens."""
+    want = filter_subject.split(".")
+    have = subject.split(".")
+    for i, token in enumerate(want):
+        if token == ">":
+            return len(have) > i
+        if i >= len(have) or (token != "*" and token != have[i]):
+            return False
+    return len(have) == len(want)

@@ -17,8 +17,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
-from events.skips import LEDGER, SkipLedger
+from events.skips import SkipLedger
 from services.runtime.errors import ConfigError
+from services.runtime.eventlog.skipped import LEDGER
 
 if TYPE_CHECKING:
     from services.runtime.connection import Connection

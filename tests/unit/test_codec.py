@@ -11,7 +11,6 @@ import msgspec
 import pytest
 
 from events import codec, subjects
-from events.memory import InMemoryEventStore
 from events.schemas import (
     EVENT_TYPES,
     MAX_COOLDOWN_SECONDS,
@@ -30,6 +29,7 @@ from events.schemas import (
     ProxySpec,
 )
 from events.store import NewEvent
+from services.runtime.eventlog.memory import InMemoryEventStore
 
 
 def test_round_trip_keeps_type_and_fields() -> None:

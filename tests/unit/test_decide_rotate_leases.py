@@ -7,9 +7,9 @@ from __future__ import annotations
 from events import subjects
 from events.schemas import LeaseAcquired, LeaseReleased, LeaseSwitched
 from events.store import NewEvent
-from events.testing import InMemoryEventStore
 from projections import lease
 from services.reconciler.leases import is_leased, switch_lease
+from services.runtime.eventlog.testing import InMemoryEventStore
 
 UID = "p1"
 

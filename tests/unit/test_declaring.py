@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 
 from events import subjects
-from events.memory import InMemoryEventStore
 from events.resource import ResourceError, cli_uid
 from events.schemas import ProxyDeclared, ProxyRemoved, ProxySpecChanged
 from events.store import NewEvent
 from projections.declaring import apply, delete
 from services.cli.manifests import parse_resources
+from services.runtime.eventlog.memory import InMemoryEventStore
 
 DOC = """
 apiVersion: crawl.example.com/v1alpha1

@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 
-from events.memory import InMemoryEventStore
 from events.schemas import (
     Condition,
     Event,
@@ -27,6 +26,7 @@ from services.discovery.errors import NoMatchingProxy, NoProxyAvailable
 from services.discovery.policy import Claim, LeasePolicy
 from services.discovery.refusals import refusal
 from services.discovery.views import Views
+from services.runtime.eventlog.memory import InMemoryEventStore
 
 
 class Fleet:

@@ -14,7 +14,6 @@ from nats.aio.msg import Msg
 from events import subjects
 from events.schemas import CreateInstance, LeaseAcquired, LeaseReleased, LeaseSwitched, ProxySpec
 from events.store import NewEvent
-from events.testing import InMemoryEventStore
 from services.executor.commands import CommandHandler
 from services.executor.fences import FenceFloors
 from services.providers import local_auth
@@ -26,6 +25,7 @@ from services.providers.squidauth.keyed import lease_auth_for, lease_keyed
 from services.providers.squidconf import SquidAuth, auth_lines
 from services.providers.testing import FakeProvider
 from services.runtime.consumer import Delivery
+from services.runtime.eventlog.testing import InMemoryEventStore
 from services.runtime.metrics import Metrics
 from tests.unit.test_lease_auth_config import MASTER, UID, Recording, parts, request
 

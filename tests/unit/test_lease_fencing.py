@@ -116,7 +116,7 @@ def test_an_idle_proxy_whose_history_aged_out_does_not_start_again_at_one() -> N
 
 
 def test_tokens_increase_on_a_log_whose_sequences_do_not() -> None:
-    """A log made by hand may number events oddly (JetStream and ``events.memory`` never do):
+    """A log made by hand may number events oddly (JetStream and the in-memory store never do):
     the token is never less than the previous token + 1, so it still strictly increases."""
     view = None
     tokens = []

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from events.memory import InMemoryEventStore
+from services.runtime.eventlog.memory import InMemoryEventStore
 from tests.contract.event_store import EventStoreContract, RawAppend
 
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 import pytest
 
 from events import subjects
-from events.memory import subject_matches
 from events.schemas import HealthChanged, LeaseExpired
+from events.subjects import subject_matches
 
 
 def test_proxy_subjects_per_category() -> None:

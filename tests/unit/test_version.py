@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from events.memory import InMemoryEventStore
 from services.cli.main import main
 from services.cli.up import _print_banner
 from services.discovery.app import DiscoveryApi, create_app
@@ -20,6 +19,7 @@ from services.discovery.leases import Leases
 from services.discovery.metrics import DiscoveryMetrics
 from services.discovery.policy import LeasePolicy
 from services.discovery.views import Views
+from services.runtime.eventlog.memory import InMemoryEventStore
 from services.runtime.metrics import Metrics
 from services.runtime.service import Started
 from services.runtime.version import VERSION

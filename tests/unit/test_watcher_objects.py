@@ -8,7 +8,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from events import subjects
-from events.memory import InMemoryEventStore
 from events.resource import spec_hash
 from events.schemas import (
     CloudInit,
@@ -22,6 +21,7 @@ from events.store import Recorded
 from projections.declaring import Declaration, apply
 from projections.proxy import ProxyView
 from projections.proxy import apply as track
+from services.runtime.eventlog.memory import InMemoryEventStore
 from services.watcher.objects import (
     CLOUD_INIT_LABEL,
     FINALIZER,

@@ -25,9 +25,9 @@ from opentelemetry import propagate, trace
 
 from events import codec, reading
 from events.errors import ConcurrencyError, EventStoreError, StoreUnavailable
-from events.skips import LEDGER
 from events.store import AppendResult, History, NewEvent, Recorded
 from events.subjects import Aggregate
+from services.runtime.eventlog.skipped import LEDGER
 
 WRONG_LAST_SEQUENCE = 10071
 WRONG_LAST_SEQUENCE_CLUSTERED = 10164

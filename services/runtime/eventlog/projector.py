@@ -24,12 +24,12 @@ from nats.js import JetStreamContext
 
 from events import reading
 from events.errors import EventStoreError, StoreUnavailable
-from events.skips import LEDGER
 from events.store import Recorded
 from events.subjects import proxy_uid_of
 from services.runtime.aio import raise_if_cancelled
 from services.runtime.eventlog.ordered import OrderedPull
 from services.runtime.eventlog.push import OrderedPush
+from services.runtime.eventlog.skipped import LEDGER
 from services.runtime.eventlog.snapshots import SnapshotStore
 
 V = TypeVar("V")

@@ -4,6 +4,7 @@ The in-memory store honours the same contract as the JetStream store (the same s
 both), so a service's decision logic can be tested without a server.
 """
 
-from events.memory import InMemoryEventStore, subject_matches
+from events.subjects import subject_matches
+from services.runtime.eventlog.memory import InMemoryEventStore
 
 __all__ = ["InMemoryEventStore", "subject_matches"]

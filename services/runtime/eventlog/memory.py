@@ -1,4 +1,4 @@
-"""An in-memory event store with the JetStream store's semantics, for pure tests and the fakes.
+"""An in-memory event store with the JetStream store's semantics, for tests and the fakes.
 
 It encodes and decodes through the same codec, checks the same per-aggregate sequence, and
 de-duplicates by msg id, so a test that passes here exercises the same contract.
@@ -12,9 +12,9 @@ from datetime import UTC, datetime
 
 from events import codec, reading
 from events.errors import ConcurrencyError
-from events.skips import LEDGER
 from events.store import AppendResult, History, NewEvent, Recorded
-from events.subjects import Aggregate
+from events.subjects import Aggregate, subject_matches
+from services.runtime.eventlog.skipped import LEDGER
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,18 +24,6 @@ class _Stored:
     data: bytes
     headers: dict[str, str]
     timestamp: datetime
-
-
-def subject_matches(filter_subject: str, subject: str) -> bool:
-    """NATS subject matching: ``*`` one token, ``>`` one or more trailing tokens."""
-    want = filter_subject.split(".")
-    have = subject.split(".")
-    for i, token in enumerate(want):
-        if token == ">":
-            return len(have) > i
-        if i >= len(have) or (token != "*" and token != have[i]):
-            return False
-    return len(have) == len(want)
 
 
 class InMemoryEventStore:
