@@ -17,10 +17,10 @@ from events import subjects
 from events.schemas import LeaseExpired, LeaseRenewed
 from projections import lease as lease_fold
 from projections import lease_queries
-from services.discovery.expiry import ExpirySweep
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.natsserver import EmbeddedNatsServer
 from tests.support.discovery import discovery, ready_proxy
+from tests.support.expiry_sweeps import count_sweeps  # noqa: F401  # the fixture `sweeps`
 from tests.support.waiting import until
 
 pytestmark = pytest.mark.integration
@@ -39,22 +39,6 @@ def same_instant(recorded: datetime, shown: str) -> bool:
 
 def gone(response: httpx.Response) -> bool:
     return response.status_code == 404 and response.json()["error"] == "unknown_lease"
-
-
-@pytest.fixture
-def sweeps(monkeypatch: pytest.MonkeyPatch) -> Counter[int]:
-    """How many expiry sweeps each replica has finished, by the id of its ``ExpirySweep``."""
-    finished: Counter[int] = Counter()
-    real = ExpirySweep.sweep
-
-    async def counted(self: ExpirySweep) -> int:
-        try:
-            return await real(self)
-        finally:
-            finished[id(self)] += 1
-
-    monkeypatch.setattr(ExpirySweep, "sweep", counted)
-    return finished
 
 
 @pytest.fixture

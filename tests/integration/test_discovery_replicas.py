@@ -13,13 +13,13 @@ from events import subjects
 from events.schemas import LeaseExpired
 from projections import lease as lease_fold
 from projections import proxy as proxy_fold
-from services.discovery.expiry import ExpirySweep
 from services.discovery.service import DiscoveryService
 from services.runtime.connection import Connection
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.eventlog.projector import Projector
 from services.runtime.natsserver import EmbeddedNatsServer
 from tests.support.discovery import discovery, ready_proxy, set_health
+from tests.support.expiry_sweeps import count_sweeps  # noqa: F401  # the fixture `sweeps`
 from tests.support.waiting import until
 
 pytestmark = pytest.mark.integration
@@ -56,22 +56,6 @@ async def test_a_new_replica_catches_up_before_serving(
         assert seen.status_code == 200
         assert seen.json()["holder"] == "a"
         assert (await client.post("/v1/leases", json={})).status_code == 503
-
-
-@pytest.fixture
-def sweeps(monkeypatch: pytest.MonkeyPatch) -> Counter[int]:
-    """How many expiry sweeps each replica has finished, by the id of its ``ExpirySweep``."""
-    finished: Counter[int] = Counter()
-    real = ExpirySweep.sweep
-
-    async def counted(self: ExpirySweep) -> int:
-        try:
-            return await real(self)
-        finally:
-            finished[id(self)] += 1
-
-    monkeypatch.setattr(ExpirySweep, "sweep", counted)
-    return finished
 
 
 async def test_replicas_record_each_expiry_once(
