@@ -13,9 +13,9 @@ import contextlib
 import hashlib
 import os
 import time
-from collections.abc import AsyncIterator, Callable, MutableMapping
+from collections.abc import AsyncIterator, MutableMapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 import libvirt  # type: ignore[import-untyped, unused-ignore]  # libvirt-python ships no type stubs
 import pytest
@@ -25,19 +25,12 @@ from structlog.testing import capture_logs
 from events.schemas import Placement, ProxySpec
 from services.providers.base import CreateRequest, Transient
 from services.providers.kvm.config import KvmConfig
-from services.providers.kvm.domain import (
-    base_name,
-    base_volume_xml,
-    marker_name,
-    overlay_name,
-    raw_volume_xml,
-    seed_name,
-)
-from services.providers.kvm.imagelock import LockInfo, lock_name, parse_lock
-from services.providers.kvm.images import download_bytes, upload_bytes
+from services.providers.kvm.domain import base_volume_xml, marker_name
+from services.providers.kvm.images import upload_bytes
 from services.providers.kvm.provider import KvmProvider
 from tests.contract.provider import delete_all
-from tests.support.kvm_daemon import LibvirtDaemon, pool_volumes
+from tests.support.kvm_cache import Cache, foreign_lock, write_volume
+from tests.support.kvm_daemon import LibvirtDaemon
 from tests.support.kvm_fixtures import *  # noqa: F403  # pytest finds fixtures by name here
 from tests.support.kvm_fixtures import ConfigFactory, make_provider
 from tests.support.kvm_http import ImageServer
@@ -45,7 +38,6 @@ from tests.support.waiting import until
 
 pytestmark = [pytest.mark.integration, pytest.mark.kvm]
 
-T = TypeVar("T")
 WAIT = 60.0
 CLOUD_INIT = "#cloud-config\nruncmd:\n  - [echo, hello from the test]\n"
 Logs = list[MutableMapping[str, Any]]
@@ -130,51 +122,19 @@ async def replicas(config: KvmConfig, count: int) -> AsyncIterator[list[KvmProvi
             await provider.close()
 
 
-# ------------------------------------------------------------------ the pool, by hand
+# ------------------------------------------------------------------ the cache, creates in flight
 
 
-async def in_pool(
-    libvirtd: LibvirtDaemon,
-    pool: str,
-    fn: Callable[[libvirt.virConnect, libvirt.virStoragePool], T],
-) -> T:
-    """``fn(conn, pool)`` on a connection of our own (another replica, or the operator)."""
-
-    def call() -> T:
-        conn = libvirtd.connect()
-        try:
-            return fn(conn, conn.storagePoolLookupByName(pool))
-        finally:
-            conn.close()
-
-    return await asyncio.to_thread(call)
+@pytest.fixture
+def cache(kvm_config: ConfigFactory, libvirtd: LibvirtDaemon, pool: str) -> Cache:
+    """The cache of the image the ``images`` server serves."""
+    return Cache(kvm_config(), libvirtd, pool)
 
 
-def write_volume(
-    conn: libvirt.virConnect, pool: libvirt.virStoragePool, name: str, data: bytes, xml: str = ""
-) -> None:
-    volume = pool.createXML(xml or raw_volume_xml(name, len(data)), 0)
-    upload_bytes(conn, volume, data)
-
-
-def read_volume(conn: libvirt.virConnect, pool: libvirt.virStoragePool, name: str) -> bytes:
-    return download_bytes(conn, pool.storageVolLookupByName(name), 1 << 20)
-
-
-def foreign_lock(*, age: float, lifetime: float) -> LockInfo:
-    now = time.time()
-    return LockInfo(
-        token="f" * 32, holder="other-replica:4242", created=now - age, expires=now - age + lifetime
-    )
-
-
-async def read_lock(libvirtd: LibvirtDaemon, pool: str, base: str) -> LockInfo | None:
-    def read(conn: libvirt.virConnect, pool_obj: libvirt.virStoragePool) -> LockInfo | None:
-        if lock_name(base) not in {v.name() for v in pool_obj.listAllVolumes(0)}:
-            return None
-        return parse_lock(read_volume(conn, pool_obj, lock_name(base)))
-
-    return await in_pool(libvirtd, pool, read)
+@pytest.fixture
+def gated_cache(gated_config: KvmConfig, libvirtd: LibvirtDaemon, pool: str) -> Cache:
+    """The cache of the image the ``gated`` server serves."""
+    return Cache(gated_config, libvirtd, pool)
 
 
 async def logged(logs: Logs, event: str) -> None:
@@ -187,40 +147,33 @@ async def logged(logs: Logs, event: str) -> None:
         raise AssertionError(f"no {event!r} in the log: {logs}") from exc
 
 
-async def check_image(
-    libvirtd: LibvirtDaemon, pool: str, base: str, image: bytes, vms: list[str]
-) -> None:
-    """The base holds exactly the image, its marker its sha256, there is no lock, and every
-    VM's overlay backs onto that base."""
+def create(provider: KvmProvider, vm: str) -> asyncio.Task[str]:
+    return asyncio.create_task(provider.create(request(vm)))
 
-    def check(conn: libvirt.virConnect, pool_obj: libvirt.virStoragePool) -> None:
-        base_volume = pool_obj.storageVolLookupByName(base)
-        assert download_bytes(conn, base_volume, len(image) + 65536) == image
-        marker = read_volume(conn, pool_obj, marker_name(base)).decode()
-        assert marker == hashlib.sha256(image).hexdigest()
-        for vm in vms:
-            overlay = pool_obj.storageVolLookupByName(overlay_name(vm)).XMLDesc(0)
-            assert f"<path>{base_volume.path()}</path>" in overlay
 
-    await in_pool(libvirtd, pool, check)
-    expected = {base, marker_name(base)}
-    expected |= {overlay_name(vm) for vm in vms} | {seed_name(vm) for vm in vms}
-    assert pool_volumes(libvirtd, pool) == expected  # no lock, no takeover claim left
+async def waiting(provider: KvmProvider, vm: str, logs: Logs) -> asyncio.Task[str]:
+    """A create that found the image locked by another replica and waits for it."""
+    task = create(provider, vm)
+    await logged(logs, "kvm image busy")
+    return task
+
+
+async def halfway(provider: KvmProvider, vm: str, gated: GatedServer) -> asyncio.Task[str]:
+    """A create that holds the lock, half-way through its download from the gated server."""
+    task = create(provider, vm)
+    await asyncio.wait_for(gated.halfway.wait(), WAIT)
+    return task
 
 
 # ------------------------------------------------------------------ tests
 
 
 async def test_two_replicas_creating_from_one_image_download_it_once(
-    gated_config: KvmConfig, gated: GatedServer, libvirtd: LibvirtDaemon, pool: str
+    gated_cache: Cache, gated: GatedServer
 ) -> None:
-    base = base_name(gated_config.images["tiny"])
-    async with replicas(gated_config, 2) as (first, second):
+    async with replicas(gated_cache.config, 2) as (first, second):
         with capture_logs() as logs:
-            creates = [
-                asyncio.create_task(first.create(request("vm-r1"))),
-                asyncio.create_task(second.create(request("vm-r2"))),
-            ]
+            creates = [create(first, "vm-r1"), create(second, "vm-r2")]
             # One replica is half-way through the upload, the other saw its lock and waits.
             await asyncio.wait_for(gated.halfway.wait(), WAIT)
             await logged(logs, "kvm image busy")
@@ -232,147 +185,118 @@ async def test_two_replicas_creating_from_one_image_download_it_once(
         assert ids == ["hosts/hv1/domains/vm-r1", "hosts/hv1/domains/vm-r2"]
         assert gated.requests == 1
         assert [e["event"] for e in logs].count("kvm image download") == 1
-        await check_image(libvirtd, pool, base, gated.image, ["vm-r1", "vm-r2"])
+        await gated_cache.check(gated.image, ["vm-r1", "vm-r2"])
 
 
 async def test_a_stale_lock_of_a_crashed_holder_is_taken_over(
-    kvm_config: ConfigFactory, images: ImageServer, libvirtd: LibvirtDaemon, pool: str
+    cache: Cache, images: ImageServer
 ) -> None:
-    config = kvm_config()
-    base = base_name(config.images["tiny"])
     # Its holder died an hour ago, mid-download: a lock and a partial base, no marker.
-    crashed = foreign_lock(age=7200, lifetime=3600)
-    await in_pool(
-        libvirtd, pool, lambda c, p: write_volume(c, p, lock_name(base), crashed.encode())
-    )
-    await in_pool(
-        libvirtd,
-        pool,
-        lambda c, p: write_volume(c, p, base, b"half", base_volume_xml(base, 4, "qcow2")),
-    )
-    async with replicas(config, 1) as (provider,):
+    await cache.hold(foreign_lock(age=7200, lifetime=3600), partial=b"half")
+    async with replicas(cache.config, 1) as (provider,):
         with capture_logs() as logs:
             await provider.create(request("vm-s"))
         taken = [e for e in logs if e["event"] == "kvm image lock taken over"]
         assert len(taken) == 1
         assert taken[0]["stale_holder"] == "other-replica:4242 (token ffffffff)"
         assert images.requests["tiny.qcow2"] == 1
-        await check_image(libvirtd, pool, base, images.image, ["vm-s"])
+        await cache.check(images.image, ["vm-s"])
 
 
 async def test_an_unreadable_lock_is_judged_by_its_age_on_the_host(
-    kvm_config: ConfigFactory, images: ImageServer, libvirtd: LibvirtDaemon, pool: str
+    cache: Cache, images: ImageServer
 ) -> None:
-    config = kvm_config()
-    base = base_name(config.images["tiny"])
-
-    def old_garbage_lock(conn: libvirt.virConnect, pool_obj: libvirt.virStoragePool) -> None:
-        write_volume(conn, pool_obj, lock_name(base), b"\0" * 16)  # created, never written
-        path = pool_obj.storageVolLookupByName(lock_name(base)).path()
+    def old_garbage_lock(conn: libvirt.virConnect, pool: libvirt.virStoragePool) -> None:
+        write_volume(conn, pool, cache.lock, b"\0" * 16)  # created, never written
+        path = pool.storageVolLookupByName(cache.lock).path()
         two_hours_ago = time.time() - 7200
         os.utime(path, (two_hours_ago, two_hours_ago))
 
-    await in_pool(libvirtd, pool, old_garbage_lock)
-    async with replicas(config, 1) as (provider,):
+    await cache.run(old_garbage_lock)
+    async with replicas(cache.config, 1) as (provider,):
         await provider.create(request("vm-u"))
         assert images.requests["tiny.qcow2"] == 1
-        await check_image(libvirtd, pool, base, images.image, ["vm-u"])
+        await cache.check(images.image, ["vm-u"])
 
 
 async def test_a_fresh_lock_makes_a_replica_wait_and_use_the_finished_image(
-    kvm_config: ConfigFactory, images: ImageServer, libvirtd: LibvirtDaemon, pool: str
+    cache: Cache, images: ImageServer
 ) -> None:
-    config = kvm_config()
-    base = base_name(config.images["tiny"])
-    holder = foreign_lock(age=5, lifetime=3600)
+    base = cache.base
 
-    def start_download(conn: libvirt.virConnect, pool_obj: libvirt.virStoragePool) -> None:
-        write_volume(conn, pool_obj, lock_name(base), holder.encode())
+    def start_upload(_conn: libvirt.virConnect, pool: libvirt.virStoragePool) -> None:
         # Its upload is under way: a base volume, no marker yet.
-        pool_obj.createXML(base_volume_xml(base, len(images.image), "qcow2"), 0)
+        pool.createXML(base_volume_xml(base, len(images.image), "qcow2"), 0)
 
-    def finish_download(conn: libvirt.virConnect, pool_obj: libvirt.virStoragePool) -> None:
-        upload_bytes(conn, pool_obj.storageVolLookupByName(base), images.image)
-        pool_obj.refresh(0)
-        write_volume(conn, pool_obj, marker_name(base), images.sha256.encode())
-        pool_obj.storageVolLookupByName(lock_name(base)).delete(0)
+    def finish_download(conn: libvirt.virConnect, pool: libvirt.virStoragePool) -> None:
+        upload_bytes(conn, pool.storageVolLookupByName(base), images.image)
+        pool.refresh(0)
+        write_volume(conn, pool, marker_name(base), images.sha256.encode())
+        pool.storageVolLookupByName(cache.lock).delete(0)
 
-    await in_pool(libvirtd, pool, start_download)
-    async with replicas(config, 1) as (provider,):
+    await cache.hold(foreign_lock(age=5, lifetime=3600))
+    await cache.run(start_upload)
+    async with replicas(cache.config, 1) as (provider,):
         with capture_logs() as logs:
-            create = asyncio.create_task(provider.create(request("vm-w")))
-            await logged(logs, "kvm image busy")
-            assert not create.done()
+            task = await waiting(provider, "vm-w", logs)
+            assert not task.done()
             # The waiter deleted nothing of the holder's.
-            assert {base, lock_name(base)} <= pool_volumes(libvirtd, pool)
-            await in_pool(libvirtd, pool, finish_download)
-            await asyncio.wait_for(create, WAIT)
+            assert {base, cache.lock} <= cache.volumes()
+            await cache.run(finish_download)
+            await asyncio.wait_for(task, WAIT)
         busy = next(e for e in logs if e["event"] == "kvm image busy")
         assert busy["holder"] == "other-replica:4242 (token ffffffff)"
         assert images.requests["tiny.qcow2"] == 0
-        await check_image(libvirtd, pool, base, images.image, ["vm-w"])
+        await cache.check(images.image, ["vm-w"])
 
 
 async def test_a_holder_that_gives_up_leaves_the_download_to_the_waiter(
-    kvm_config: ConfigFactory, images: ImageServer, libvirtd: LibvirtDaemon, pool: str
+    cache: Cache, images: ImageServer
 ) -> None:
-    config = kvm_config()
-    base = base_name(config.images["tiny"])
-    holder = foreign_lock(age=5, lifetime=3600)
-
-    def start_download(conn: libvirt.virConnect, pool_obj: libvirt.virStoragePool) -> None:
-        write_volume(conn, pool_obj, lock_name(base), holder.encode())
-        write_volume(conn, pool_obj, base, b"partial", base_volume_xml(base, 7, "qcow2"))
-
-    def give_up(_conn: libvirt.virConnect, pool_obj: libvirt.virStoragePool) -> None:
+    def give_up(_conn: libvirt.virConnect, pool: libvirt.virStoragePool) -> None:
         # Released without a marker (its cleanup could not delete the partial base).
-        pool_obj.storageVolLookupByName(lock_name(base)).delete(0)
+        pool.storageVolLookupByName(cache.lock).delete(0)
 
-    await in_pool(libvirtd, pool, start_download)
-    async with replicas(config, 1) as (provider,):
+    await cache.hold(foreign_lock(age=5, lifetime=3600), partial=b"partial")
+    async with replicas(cache.config, 1) as (provider,):
         with capture_logs() as logs:
-            create = asyncio.create_task(provider.create(request("vm-g")))
-            await logged(logs, "kvm image busy")
-            await in_pool(libvirtd, pool, give_up)
-            await asyncio.wait_for(create, WAIT)
+            task = await waiting(provider, "vm-g", logs)
+            await cache.run(give_up)
+            await asyncio.wait_for(task, WAIT)
         assert images.requests["tiny.qcow2"] == 1
-        await check_image(libvirtd, pool, base, images.image, ["vm-g"])
+        await cache.check(images.image, ["vm-g"])
 
 
 async def test_a_holder_whose_lock_was_taken_over_writes_no_marker(
-    gated_config: KvmConfig, gated: GatedServer, libvirtd: LibvirtDaemon, pool: str
+    gated_cache: Cache, gated: GatedServer
 ) -> None:
-    base = base_name(gated_config.images["tiny"])
     usurper = foreign_lock(age=0, lifetime=3600)
 
-    def take_over(conn: libvirt.virConnect, pool_obj: libvirt.virStoragePool) -> None:
-        pool_obj.storageVolLookupByName(lock_name(base)).delete(0)
-        write_volume(conn, pool_obj, lock_name(base), usurper.encode())
+    def take_over(conn: libvirt.virConnect, pool: libvirt.virStoragePool) -> None:
+        pool.storageVolLookupByName(gated_cache.lock).delete(0)
+        write_volume(conn, pool, gated_cache.lock, usurper.encode())
 
-    async with replicas(gated_config, 1) as (provider,):
-        create = asyncio.create_task(provider.create(request("vm-t")))
-        await asyncio.wait_for(gated.halfway.wait(), WAIT)
-        ours = await read_lock(libvirtd, pool, base)
+    async with replicas(gated_cache.config, 1) as (provider,):
+        task = await halfway(provider, "vm-t", gated)
+        ours = await gated_cache.holder()
         assert ours is not None
         assert ours.token != usurper.token
         # Another replica judged the lock stale (a clock far off, say) and took it over.
-        await in_pool(libvirtd, pool, take_over)
+        await gated_cache.run(take_over)
         gated.gate.set()
         with pytest.raises(Transient, match=r"no longer ours.*not writing its marker"):
-            await asyncio.wait_for(create, WAIT)
+            await asyncio.wait_for(task, WAIT)
         # Nothing the new holder owns was touched: its lock stays, the base is left to it.
-        assert await read_lock(libvirtd, pool, base) == usurper
-        assert pool_volumes(libvirtd, pool) == {base, lock_name(base)}
+        assert await gated_cache.holder() == usurper
+        assert gated_cache.volumes() == {gated_cache.base, gated_cache.lock}
 
 
 async def test_waiting_is_bounded_by_the_download_timeout(
-    kvm_config: ConfigFactory, images: ImageServer, libvirtd: LibvirtDaemon, pool: str
+    cache: Cache, images: ImageServer
 ) -> None:
-    config = kvm_config()
-    base = base_name(config.images["tiny"])
     holder = foreign_lock(age=0, lifetime=3600)
-    await in_pool(libvirtd, pool, lambda c, p: write_volume(c, p, lock_name(base), holder.encode()))
-    provider = make_provider(config, download_timeout=3)
+    await cache.hold(holder)
+    provider = make_provider(cache.config, download_timeout=3)
     provider.images.poll_interval = 0.1
     try:
         with pytest.raises(Transient, match="still being downloaded by other-replica:4242"):
@@ -380,23 +304,21 @@ async def test_waiting_is_bounded_by_the_download_timeout(
     finally:
         await provider.close()
     assert images.requests["tiny.qcow2"] == 0
-    assert await read_lock(libvirtd, pool, base) == holder
+    assert await cache.holder() == holder
 
 
 async def test_a_cancelled_download_releases_its_lock(
-    gated_config: KvmConfig, gated: GatedServer, libvirtd: LibvirtDaemon, pool: str
+    gated_cache: Cache, gated: GatedServer
 ) -> None:
-    base = base_name(gated_config.images["tiny"])
-    async with replicas(gated_config, 1) as (provider,):
-        create = asyncio.create_task(provider.create(request("vm-c")))
-        await asyncio.wait_for(gated.halfway.wait(), WAIT)
-        assert await read_lock(libvirtd, pool, base) is not None
-        create.cancel()
+    async with replicas(gated_cache.config, 1) as (provider,):
+        task = await halfway(provider, "vm-c", gated)
+        assert await gated_cache.holder() is not None
+        task.cancel()
         with pytest.raises(asyncio.CancelledError):
-            await create
+            await task
         # Released on the way out, not left to go stale an hour later; no marker either.
-        assert not {lock_name(base), marker_name(base)} & pool_volumes(libvirtd, pool)
+        assert not {gated_cache.lock, marker_name(gated_cache.base)} & gated_cache.volumes()
         gated.gate.set()
         await provider.create(request("vm-c"))
         assert gated.requests == 2
-        await check_image(libvirtd, pool, base, gated.image, ["vm-c"])
+        await gated_cache.check(gated.image, ["vm-c"])
