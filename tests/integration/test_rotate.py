@@ -8,43 +8,16 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-import urllib.error
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support.system import Up, fetch_via, hello_target, processes_mentioning, running_up
+from tests.support.rotation import Requests, instances, rotating_up
+from tests.support.system import Up, processes_mentioning
 from tests.support.waiting import until
 
 pytestmark = pytest.mark.integration
-
-PROXY = """apiVersion: crawl.example.com/v1alpha1
-kind: Proxy
-metadata: {name: rot-1, namespace: crawl}
-spec:
-  provider: local
-  attributes: {country: de}
-"""
-
-
-class Requests:
-    """Request after request through a proxy, each answer noted as it went."""
-
-    def __init__(self, target: str) -> None:
-        self.target = target
-        self.ok: list[str] = []
-        self.failed: list[str] = []
-        self.stopped = False
-
-    async def through(self, url: str) -> None:
-        try:
-            body = await asyncio.to_thread(fetch_via, url, self.target)
-        except (OSError, urllib.error.URLError) as exc:
-            self.failed.append(f"{url}: {exc}")
-        else:
-            assert body == "hello through the proxy"
-            self.ok.append(url)
 
 
 class Holder(Requests):
@@ -63,84 +36,73 @@ class Holder(Requests):
             await asyncio.sleep(0.05)
 
 
-def instances(up: Up) -> list[str]:
-    return sorted(p.name for p in (up.data_dir / "local" / "instances").iterdir() if p.is_dir())
-
-
 async def test_a_rotation_moves_the_lease_without_a_failed_request(tmp_path: Path) -> None:
-    manifest = tmp_path / "proxy.yaml"
-    manifest.write_text(PROXY)
-    with hello_target() as target:
-        async with running_up(
-            tmp_path, "--rotation-drain", "2", "--lease-cooldown", "0", health_check_url=target
-        ) as up:
-            applied = await up.cli("apply", "-f", str(manifest), "--wait")
-            assert applied.returncode == 0, applied.stdout + applied.stderr
-            status, lease = await up.api_call(
-                "POST", "/v1/leases", {"selector": {"country": "de"}, "ttlSeconds": 300}
-            )
-            assert status == 201, lease
-            [old_instance] = instances(up)
-            holder = Holder(up, lease["id"], target)
-            running = asyncio.create_task(holder.run())
-            await until(lambda: len(holder.ok) >= 5, timeout=30)
+    async with rotating_up(tmp_path) as (up, target):
+        status, lease = await up.api_call(
+            "POST", "/v1/leases", {"selector": {"country": "de"}, "ttlSeconds": 300}
+        )
+        assert status == 201, lease
+        [old_instance] = instances(up)
+        holder = Holder(up, lease["id"], target)
+        running = asyncio.create_task(holder.run())
+        await until(lambda: len(holder.ok) >= 5, timeout=30)
 
-            status, rotation = await up.api_call("POST", f"/v1/leases/{lease['id']}/rotate")
-            assert status == 202, rotation
-            assert rotation["state"] in ("requested", "creating")
-            assert rotation["lease"]["fencingToken"] == lease["fencingToken"]
-            status, again = await up.api_call("POST", f"/v1/leases/{lease['id']}/rotate")
-            assert status == 202, again
-            assert again["rotationId"] == rotation["rotationId"]  # the one under way
+        status, rotation = await up.api_call("POST", f"/v1/leases/{lease['id']}/rotate")
+        assert status == 202, rotation
+        assert rotation["state"] in ("requested", "creating")
+        assert rotation["lease"]["fencingToken"] == lease["fencingToken"]
+        status, again = await up.api_call("POST", f"/v1/leases/{lease['id']}/rotate")
+        assert status == 202, again
+        assert again["rotationId"] == rotation["rotationId"]  # the one under way
 
-            async def switched() -> dict[str, Any] | None:
-                status, now = await up.api_call("GET", f"/v1/leases/{lease['id']}")
-                assert status == 200, now
-                return now if now["fencingToken"] > lease["fencingToken"] else None
+        async def switched() -> dict[str, Any] | None:
+            status, now = await up.api_call("GET", f"/v1/leases/{lease['id']}")
+            assert status == 200, now
+            return now if now["fencingToken"] > lease["fencingToken"] else None
 
-            await until(switched, timeout=90)
-            after = await switched()
-            assert after is not None
-            assert after["proxy"]["url"] != lease["proxy"]["url"]
+        await until(switched, timeout=90)
+        after = await switched()
+        assert after is not None
+        assert after["proxy"]["url"] != lease["proxy"]["url"]
 
-            async def old_gone() -> bool:
-                return old_instance not in instances(up)
+        async def old_gone() -> bool:
+            return old_instance not in instances(up)
 
-            await until(old_gone, timeout=60)
-            started = time.monotonic()
-            await until(lambda: time.monotonic() - started > 1 and len(holder.ok) > 0)
-            holder.stopped = True
-            await running
+        await until(old_gone, timeout=60)
+        started = time.monotonic()
+        await until(lambda: time.monotonic() - started > 1 and len(holder.ok) > 0)
+        holder.stopped = True
+        await running
 
-            assert holder.failed == []
-            assert lease["proxy"]["url"] in holder.ok
-            assert after["proxy"]["url"] == holder.ok[-1]
-            assert len(instances(up)) == 1
-            old_dir = str((up.data_dir / "local" / "instances" / old_instance).resolve())
-            assert processes_mentioning(old_dir) == []
-            [proxy] = await up.proxies()
-            assert proxy["phase"] == "Ready"
+        assert holder.failed == []
+        assert lease["proxy"]["url"] in holder.ok
+        assert after["proxy"]["url"] == holder.ok[-1]
+        assert len(instances(up)) == 1
+        old_dir = str((up.data_dir / "local" / "instances" / old_instance).resolve())
+        assert processes_mentioning(old_dir) == []
+        [proxy] = await up.proxies()
+        assert proxy["phase"] == "Ready"
 
-            by_cli = await up.cli("lease", "rotate", lease["id"], "--api-url", up.api, "-o", "json")
-            assert by_cli.returncode == 0, by_cli.stdout + by_cli.stderr
-            done = json.loads(by_cli.stdout)
-            assert done["rotationId"] != rotation["rotationId"]  # the first one is over
-            assert done["lease"]["id"] == lease["id"]
+        by_cli = await up.cli("lease", "rotate", lease["id"], "--api-url", up.api, "-o", "json")
+        assert by_cli.returncode == 0, by_cli.stdout + by_cli.stderr
+        done = json.loads(by_cli.stdout)
+        assert done["rotationId"] != rotation["rotationId"]  # the first one is over
+        assert done["lease"]["id"] == lease["id"]
 
-            status, error = await up.api_call("POST", "/v1/leases/no-such-lease/rotate")
-            assert (status, error["error"]) == (404, "unknown_lease")
-            released = await up.cli("lease", "release", lease["id"], "--api-url", up.api)
-            assert released.returncode == 0, released.stdout + released.stderr
-            status, error = await up.api_call("POST", f"/v1/leases/{lease['id']}/rotate")
-            assert (status, error["error"]) == (404, "unknown_lease")
-            status, short = await up.api_call(
-                "POST", "/v1/leases", {"selector": {"country": "de"}, "ttlSeconds": 1}
-            )
-            assert status == 201, short
-            await asyncio.sleep(1.2)
-            status, error = await up.api_call("POST", f"/v1/leases/{short['id']}/rotate")
-            assert (status, error["error"]) == (404, "unknown_lease")  # expired
-            deleted = await up.cli("delete", "crawl/rot-1", "--wait")
-            assert deleted.returncode == 0, deleted.stdout + deleted.stderr
+        status, error = await up.api_call("POST", "/v1/leases/no-such-lease/rotate")
+        assert (status, error["error"]) == (404, "unknown_lease")
+        released = await up.cli("lease", "release", lease["id"], "--api-url", up.api)
+        assert released.returncode == 0, released.stdout + released.stderr
+        status, error = await up.api_call("POST", f"/v1/leases/{lease['id']}/rotate")
+        assert (status, error["error"]) == (404, "unknown_lease")
+        status, short = await up.api_call(
+            "POST", "/v1/leases", {"selector": {"country": "de"}, "ttlSeconds": 1}
+        )
+        assert status == 201, short
+        await asyncio.sleep(1.2)
+        status, error = await up.api_call("POST", f"/v1/leases/{short['id']}/rotate")
+        assert (status, error["error"]) == (404, "unknown_lease")  # expired
+        deleted = await up.cli("delete", "crawl/rot-1", "--wait")
+        assert deleted.returncode == 0, deleted.stdout + deleted.stderr
     instances_dir = (tmp_path / "data" / "local" / "instances").resolve()
     assert processes_mentioning(str(instances_dir)) == []  # the replacements too

@@ -7,6 +7,12 @@ from __future__ import annotations
 
 from events import subjects
 from events.errors import ConcurrencyError
+import asyncio
+import contextlib
+import urllib.error
+from collections.abc import AsyncIterator
+from pathlib import Path
+
 from events.schemas import HealthChanged, LeaseAcquired, ReplacementPromoted, RotationRequested
 from events.store import EventStore, NewEvent
 from projections import lease
@@ -16,6 +22,7 @@ from services.cli.manifests import parse_resources
 from tests.support.lifecycle import view
 from tests.support.waiting import until
 
+from tests.support.system import Up, fetch_via, hello_target, running_up
 
 def manifest(provider: str, name: str = "rot", zone: str = "a") -> str:
     return f"""
@@ -105,3 +112,53 @@ async def judge_healthy(store: EventStore, uid: str, provider_id: str) -> None:
 async def promoted(store: EventStore, uid: str) -> bool:
     history = await store.read(subjects.proxy(uid))
     return any(isinstance(r.event, ReplacementPromoted) for r in history.events)
+
+
+# ------------------------------------------------------------------ the whole system
+
+PROXY = """apiVersion: crawl.example.com/v1alpha1
+kind: Proxy
+metadata: {name: rot-1, namespace: crawl}
+spec:
+  provider: local
+  attributes: {country: de}
+"""
+
+
+class Requests:
+    """Request after request through a proxy, each answer noted as it went."""
+
+    def __init__(self, target: str) -> None:
+        self.target = target
+        self.ok: list[str] = []
+        self.failed: list[str] = []
+        self.stopped = False
+
+    async def through(self, url: str) -> None:
+        try:
+            body = await asyncio.to_thread(fetch_via, url, self.target)
+        except (OSError, urllib.error.URLError) as exc:
+            self.failed.append(f"{url}: {exc}")
+        else:
+            assert body == "hello through the proxy"
+            self.ok.append(url)
+
+
+def instances(up: Up) -> list[str]:
+    return sorted(p.name for p in (up.data_dir / "local" / "instances").iterdir() if p.is_dir())
+
+
+@contextlib.asynccontextmanager
+async def rotating_up(tmp_path: Path) -> AsyncIterator[tuple[Up, str]]:
+    """``up`` with real Squids (the local provider), a 2 s rotation drain and no cooldown, its
+    probes aimed at a loopback target, and ``PROXY`` applied and Ready; yields ``up`` and the
+    target's URL, which answers "hello through the proxy"."""
+    yaml_file = tmp_path / "proxy.yaml"
+    yaml_file.write_text(PROXY)
+    with hello_target() as target:
+        async with running_up(
+            tmp_path, "--rotation-drain", "2", "--lease-cooldown", "0", health_check_url=target
+        ) as up:
+            applied = await up.cli("apply", "-f", str(yaml_file), "--wait")
+            assert applied.returncode == 0, applied.stdout + applied.stderr
+            yield up, target
