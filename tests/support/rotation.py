@@ -1,18 +1,20 @@
 """What the rotation tests share: a proxy declared and serving, a lease on it claimed as
 discovery would, a rotation asked for as discovery would, and the health service's verdict on
 the replacement, appended as the prober would after probing ``projections.proxy.probe_target``
-(docs/decisions/0085-a-fresh-ip-without-downtime.md)."""
+(docs/decisions/0085-a-fresh-ip-without-downtime.md). For the tests of the whole system:
+``rotating_up``, requests through a proxy as they go (``Requests``) and the local provider's
+instances."""
 
 from __future__ import annotations
 
-from events import subjects
-from events.errors import ConcurrencyError
 import asyncio
 import contextlib
 import urllib.error
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+from events import subjects
+from events.errors import ConcurrencyError
 from events.schemas import HealthChanged, LeaseAcquired, ReplacementPromoted, RotationRequested
 from events.store import EventStore, NewEvent
 from projections import lease
@@ -20,9 +22,9 @@ from projections.declaring import apply
 from projections.proxy import ProxyView
 from services.cli.manifests import parse_resources
 from tests.support.lifecycle import view
+from tests.support.system import Up, fetch_via, hello_target, running_up
 from tests.support.waiting import until
 
-from tests.support.system import Up, fetch_via, hello_target, running_up
 
 def manifest(provider: str, name: str = "rot", zone: str = "a") -> str:
     return f"""
