@@ -17,8 +17,8 @@ import pytest
 from services.runtime.natsregistry import registry_dir, registry_entry
 from services.runtime.natsserver import CONFIG_FILE, PID_FILE, EmbeddedNatsServer, find_binary
 from services.runtime.natsstale import announced_credentials
-from tests.support.cli_process import alive, read_line
 from services.runtime.ports import free_port
+from tests.support.cli_process import alive, read_line
 from tests.support.system import ROOT, base_env, processes_mentioning, running_up
 from tests.support.waiting import until
 
