@@ -20,7 +20,7 @@ RATIO_TARGET = 0.7
 PACED_P99_TARGET_MS = 5.0
 API_CPU_PROPOSED_US = 1600.0
 """The proposed replacement of the ratio target: API CPU per cycle at 32 clients
-(docs/benchmarks.md, "Push follower and uvloop")."""
+(docs/benchmarks.md, "Discovery API")."""
 PACED_P99_PROPOSED_MS = 50.0
 """The proposed paced p99 on 2 shared cores (the 5 ms target needs a core per process)."""
 
