@@ -1,7 +1,7 @@
 """What both clients send and how they read the answers, without any I/O.
 
-The sync and the async client differ only in how they wait; the requests, the retry rules and
-the meaning of every answer live here once.
+The sync and the async client differ only in how they wait; the requests, the retry rules, the
+meaning of every answer and what a held lease reads (``HeldLeaseBase``) live here once.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import socket
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, TypeVar
 from urllib.parse import quote
 
 from egress_proxies_client.errors import (
@@ -28,7 +28,7 @@ from egress_proxies_client.errors import (
     UnknownLease,
     UnknownProxy,
 )
-from egress_proxies_client.models import Lease, Rotation
+from egress_proxies_client.models import Lease, Proxy, Rotation
 
 RETRY_AFTER_DEFAULT = 1.0
 """Seconds to wait when a 503 carries no usable ``Retry-After``."""
@@ -68,6 +68,80 @@ class LeaseRequest:
     holder: str | None
     exclude: tuple[str, ...]
     proxy_uid: str | None
+
+
+T_co = TypeVar("T_co", covariant=True)
+
+
+class Acquire(Protocol[T_co]):
+    """A client's ``acquire``: the sync one returns the lease, the async one a coroutine of it."""
+
+    def __call__(
+        self,
+        selector: Mapping[str, str] | None = None,
+        ttl: float | None = None,
+        *,
+        target: str | None = None,
+        wait: float | None = None,
+        holder: str | None = None,
+        exclude: Iterable[str] = (),
+        proxy_uid: str | None = None,
+    ) -> T_co: ...
+
+
+class HeldLeaseBase:
+    """What a held lease reads, the same in ``AsyncHeldLease`` and ``HeldLease``: the request it
+    was opened with and the latest answer kept. Each adds only what waits (acquiring, renewing,
+    rotating, reporting, releasing), by awaiting or by blocking."""
+
+    _OPEN_WITH = "with client.lease()"
+    """How the lease is opened, for the error of a lease read before it is."""
+
+    def __init__(self, request: LeaseRequest) -> None:
+        self._request = request
+        self._lease: Lease | None = None
+        self._closed = False
+        self.lost: EgressError | None = None
+        """Why the lease is no longer held, once a renewal found it over (or failed until its
+        end). Work through the proxy should stop; ``close()`` still does no harm."""
+
+    def _acquire(self, acquire: Acquire[T_co]) -> T_co:
+        """``acquire`` called with what the lease was asked for; once only."""
+        if self._lease is not None or self._closed:
+            raise RuntimeError("a held lease is opened once; call client.lease() again")
+        request = self._request
+        return acquire(
+            request.selector,
+            request.ttl,
+            target=request.target,
+            wait=request.wait,
+            holder=request.holder,
+            exclude=request.exclude,
+            proxy_uid=request.proxy_uid,
+        )
+
+    @property
+    def lease(self) -> Lease:
+        if self._lease is None:
+            raise RuntimeError(f"the lease is not acquired yet: use `{self._OPEN_WITH}`")
+        return self._lease
+
+    @property
+    def id(self) -> str:
+        return self.lease.id
+
+    @property
+    def proxy(self) -> Proxy:
+        return self.lease.proxy
+
+    @property
+    def url(self) -> str:
+        """The proxy URL to send the next request through (see ``AsyncHeldLease``)."""
+        return self.lease.proxy.url
+
+    @property
+    def target(self) -> str | None:
+        return self._request.target
 
 
 def acquire(

@@ -13,7 +13,7 @@ import httpx
 
 from egress_proxies_client import _protocol as protocol
 from egress_proxies_client.errors import EgressError, Unavailable, UnknownLease
-from egress_proxies_client.models import Lease, Outcome, Proxy, Rotation
+from egress_proxies_client.models import Lease, Outcome, Rotation
 
 
 class AsyncClient:
@@ -189,21 +189,18 @@ class AsyncClient:
         )
 
 
-class AsyncHeldLease:
+class AsyncHeldLease(protocol.HeldLeaseBase):
     """A lease while it is held. ``proxy`` (and ``url``) are those of the latest answer, acquire,
     renewal or rotation: the proxy URL may carry credentials that change on renewal, and a
     rotation moves it to a new instance, so read ``lease.url`` for each request. ``lost`` is set
     when a renewal finds the lease gone."""
 
+    _OPEN_WITH = "async with client.lease()"
+
     def __init__(self, client: AsyncClient, request: protocol.LeaseRequest) -> None:
+        super().__init__(request)
         self._client = client
-        self._request = request
-        self._lease: Lease | None = None
         self._renewer: asyncio.Task[None] | None = None
-        self._closed = False
-        self.lost: EgressError | None = None
-        """Why the lease is no longer held, once a renewal found it over (or failed until its
-        end). Work through the proxy should stop; ``close()`` still does no harm."""
 
     async def __aenter__(self) -> Self:
         await self.open()
@@ -219,42 +216,9 @@ class AsyncHeldLease:
 
     async def open(self) -> Self:
         """Acquires the lease and starts renewing it; ``async with`` calls this."""
-        if self._lease is not None or self._closed:
-            raise RuntimeError("a held lease is opened once; call client.lease() again")
-        self._lease = await self._client.acquire(
-            self._request.selector,
-            self._request.ttl,
-            target=self._request.target,
-            wait=self._request.wait,
-            holder=self._request.holder,
-            exclude=self._request.exclude,
-            proxy_uid=self._request.proxy_uid,
-        )
+        self._lease = await self._acquire(self._client.acquire)
         self._renewer = asyncio.create_task(self._renew(), name=f"renew {self._lease.id}")
         return self
-
-    @property
-    def lease(self) -> Lease:
-        if self._lease is None:
-            raise RuntimeError("the lease is not acquired yet: use `async with client.lease()`")
-        return self._lease
-
-    @property
-    def id(self) -> str:
-        return self.lease.id
-
-    @property
-    def proxy(self) -> Proxy:
-        return self.lease.proxy
-
-    @property
-    def url(self) -> str:
-        """The proxy URL to send the next request through (see the class docstring)."""
-        return self.lease.proxy.url
-
-    @property
-    def target(self) -> str | None:
-        return self._request.target
 
     async def renew(self, ttl: float | None = None) -> Lease:
         """Renews now (the background renewal needs no help); the new answer is kept."""

@@ -19,7 +19,7 @@ import httpx
 
 from egress_proxies_client import _protocol as protocol
 from egress_proxies_client.errors import EgressError, Unavailable, UnknownLease
-from egress_proxies_client.models import Lease, Outcome, Proxy, Rotation
+from egress_proxies_client.models import Lease, Outcome, Rotation
 
 
 class Client:
@@ -178,19 +178,16 @@ class Client:
         )
 
 
-class HeldLease:
+class HeldLease(protocol.HeldLeaseBase):
     """A lease while it is held; see ``AsyncHeldLease``. Read ``url`` for each request."""
 
     def __init__(self, client: Client, request: protocol.LeaseRequest) -> None:
+        super().__init__(request)
         self._client = client
-        self._request = request
-        self._lease: Lease | None = None
         self._stop = threading.Event()
         self._renewer: threading.Thread | None = None
-        self._closed = False
         self._keeping = threading.Lock()
         """The renewal thread and the caller's ``rotate`` both keep answers (``_keep``)."""
-        self.lost: EgressError | None = None
 
     def __enter__(self) -> Self:
         return self.open()
@@ -204,44 +201,12 @@ class HeldLease:
         self.close()
 
     def open(self) -> Self:
-        if self._lease is not None or self._closed:
-            raise RuntimeError("a held lease is opened once; call client.lease() again")
-        self._lease = self._client.acquire(
-            self._request.selector,
-            self._request.ttl,
-            target=self._request.target,
-            wait=self._request.wait,
-            holder=self._request.holder,
-            exclude=self._request.exclude,
-            proxy_uid=self._request.proxy_uid,
-        )
+        self._lease = self._acquire(self._client.acquire)
         self._renewer = threading.Thread(
             target=self._renew, name=f"renew {self._lease.id}", daemon=True
         )
         self._renewer.start()
         return self
-
-    @property
-    def lease(self) -> Lease:
-        if self._lease is None:
-            raise RuntimeError("the lease is not acquired yet: use `with client.lease()`")
-        return self._lease
-
-    @property
-    def id(self) -> str:
-        return self.lease.id
-
-    @property
-    def proxy(self) -> Proxy:
-        return self.lease.proxy
-
-    @property
-    def url(self) -> str:
-        return self.lease.proxy.url
-
-    @property
-    def target(self) -> str | None:
-        return self._request.target
 
     def renew(self, ttl: float | None = None) -> Lease:
         return self._keep(self._client.renew(self.id, ttl or self._request.ttl))
