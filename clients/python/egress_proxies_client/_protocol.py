@@ -12,7 +12,7 @@ import socket
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any
 from urllib.parse import quote
 
 from egress_proxies_client.errors import (
@@ -59,7 +59,7 @@ class Call:
 
 @dataclass(frozen=True, slots=True)
 class LeaseRequest:
-    """What ``lease()`` was asked for: acquired with it, and renewed with its ``ttl``."""
+    """What ``acquire()`` or ``lease()`` was asked for; a held lease renews with its ``ttl``."""
 
     selector: Mapping[str, str] | None
     ttl: float | None
@@ -69,24 +69,19 @@ class LeaseRequest:
     exclude: tuple[str, ...]
     proxy_uid: str | None
 
-
-T_co = TypeVar("T_co", covariant=True)
-
-
-class Acquire(Protocol[T_co]):
-    """A client's ``acquire``: the sync one returns the lease, the async one a coroutine of it."""
-
-    def __call__(
-        self,
-        selector: Mapping[str, str] | None = None,
-        ttl: float | None = None,
-        *,
-        target: str | None = None,
-        wait: float | None = None,
-        holder: str | None = None,
-        exclude: Iterable[str] = (),
-        proxy_uid: str | None = None,
-    ) -> T_co: ...
+    def call(self, holder: str, key: str | None = None) -> Call:
+        """``holder`` is the client's, used unless the request names one; ``key`` the
+        ``Idempotency-Key``, a new one unless given (see ``acquire``)."""
+        return acquire(
+            selector=self.selector,
+            ttl=self.ttl,
+            target=self.target,
+            wait=self.wait,
+            holder=self.holder or holder,
+            exclude=self.exclude,
+            proxy_uid=self.proxy_uid,
+            key=key or str(uuid.uuid4()),
+        )
 
 
 class HeldLeaseBase:
@@ -105,20 +100,12 @@ class HeldLeaseBase:
         """Why the lease is no longer held, once a renewal found it over (or failed until its
         end). Work through the proxy should stop; ``close()`` still does no harm."""
 
-    def _acquire(self, acquire: Acquire[T_co]) -> T_co:
-        """``acquire`` called with what the lease was asked for; once only."""
+    def _acquire(self, holder: str) -> Call:
+        """The acquire call of the lease (``holder``: the client's, unless the request names
+        one); once only."""
         if self._lease is not None or self._closed:
             raise RuntimeError("a held lease is opened once; call client.lease() again")
-        request = self._request
-        return acquire(
-            request.selector,
-            request.ttl,
-            target=request.target,
-            wait=request.wait,
-            holder=request.holder,
-            exclude=request.exclude,
-            proxy_uid=request.proxy_uid,
-        )
+        return self._request.call(holder)
 
     @property
     def lease(self) -> Lease:

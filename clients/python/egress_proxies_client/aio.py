@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import uuid
 from collections.abc import Iterable, Mapping
 from types import TracebackType
 from typing import Any, Self
@@ -94,17 +93,10 @@ class AsyncClient:
     ) -> Lease:
         """A lease on a proxy whose attributes include ``selector``. Prefer ``lease()``, which
         renews and releases it. Every attempt of this call carries one ``Idempotency-Key``."""
-        call = protocol.acquire(
-            selector=selector,
-            ttl=ttl,
-            target=target,
-            wait=wait,
-            holder=holder or self.holder,
-            exclude=exclude,
-            proxy_uid=proxy_uid,
-            key=idempotency_key or str(uuid.uuid4()),
+        request = protocol.LeaseRequest(
+            selector, ttl, target, wait, holder, tuple(exclude), proxy_uid
         )
-        return Lease.from_json(await self._call(call))
+        return Lease.from_json(await self._call(request.call(self.holder, idempotency_key)))
 
     async def get(self, lease_id: str) -> Lease:
         return Lease.from_json(await self._call(protocol.get(lease_id)))
@@ -177,15 +169,7 @@ class AsyncClient:
         acquired on entry, renewed in the background, released on exit (also on an exception)."""
         return AsyncHeldLease(
             self,
-            protocol.LeaseRequest(
-                selector=selector,
-                ttl=ttl,
-                target=target,
-                wait=wait,
-                holder=holder,
-                exclude=tuple(exclude),
-                proxy_uid=proxy_uid,
-            ),
+            protocol.LeaseRequest(selector, ttl, target, wait, holder, tuple(exclude), proxy_uid),
         )
 
 
@@ -216,7 +200,8 @@ class AsyncHeldLease(protocol.HeldLeaseBase):
 
     async def open(self) -> Self:
         """Acquires the lease and starts renewing it; ``async with`` calls this."""
-        self._lease = await self._acquire(self._client.acquire)
+        call = self._acquire(self._client.holder)
+        self._lease = Lease.from_json(await self._client._call(call))
         self._renewer = asyncio.create_task(self._renew(), name=f"renew {self._lease.id}")
         return self
 

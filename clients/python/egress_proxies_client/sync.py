@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-import uuid
 from collections.abc import Iterable, Mapping
 from types import TracebackType
 from typing import Any, Self
@@ -94,17 +93,10 @@ class Client:
         proxy_uid: str | None = None,
         idempotency_key: str | None = None,
     ) -> Lease:
-        call = protocol.acquire(
-            selector=selector,
-            ttl=ttl,
-            target=target,
-            wait=wait,
-            holder=holder or self.holder,
-            exclude=exclude,
-            proxy_uid=proxy_uid,
-            key=idempotency_key or str(uuid.uuid4()),
+        request = protocol.LeaseRequest(
+            selector, ttl, target, wait, holder, tuple(exclude), proxy_uid
         )
-        return Lease.from_json(self._call(call))
+        return Lease.from_json(self._call(request.call(self.holder, idempotency_key)))
 
     def get(self, lease_id: str) -> Lease:
         return Lease.from_json(self._call(protocol.get(lease_id)))
@@ -166,15 +158,7 @@ class Client:
         thread, released on exit (also on an exception)."""
         return HeldLease(
             self,
-            protocol.LeaseRequest(
-                selector=selector,
-                ttl=ttl,
-                target=target,
-                wait=wait,
-                holder=holder,
-                exclude=tuple(exclude),
-                proxy_uid=proxy_uid,
-            ),
+            protocol.LeaseRequest(selector, ttl, target, wait, holder, tuple(exclude), proxy_uid),
         )
 
 
@@ -201,7 +185,8 @@ class HeldLease(protocol.HeldLeaseBase):
         self.close()
 
     def open(self) -> Self:
-        self._lease = self._acquire(self._client.acquire)
+        call = self._acquire(self._client.holder)
+        self._lease = Lease.from_json(self._client._call(call))
         self._renewer = threading.Thread(
             target=self._renew, name=f"renew {self._lease.id}", daemon=True
         )
