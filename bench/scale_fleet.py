@@ -47,7 +47,7 @@ from events.schemas import (
 )
 from events.store import Recorded, derive_msg_id
 from services.reconciler.decide import decide
-from services.reconciler.state import ProxyState, fold
+from services.reconciler.view import ProxyState, fold
 from services.runtime.connection import Connection, connect
 from services.runtime.eventlog.streams import ensure_streams
 from services.runtime.natscredentials import write_private

@@ -47,8 +47,8 @@ from events.schemas import HealthChanged
 from events.store import History as Read
 from events.store import NewEvent, derive_msg_id
 from events.subjects import Aggregate
+from services.reconciler.cache import States
 from services.reconciler.service import Reconciler
-from services.reconciler.states import States
 from services.runtime.connection import Connection
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.metrics import Metrics

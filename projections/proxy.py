@@ -34,22 +34,24 @@ from events.schemas import (
 )
 from events.store import Recorded
 from events.subjects import proxy_uid_of
-from projections import rotation
-from projections.rotation import (
-    COMPLETED as COMPLETED,
-)
-from projections.rotation import (
-    GONE as GONE,
-)
-from projections.rotation import (
-    IN_PROGRESS as IN_PROGRESS,
-)
-from projections.rotation import (
-    Replacement as Replacement,
-)
-from projections.rotation import (
-    Rotation as Rotation,
-)
+from projections.rotation import COMPLETED, GONE, IN_PROGRESS, Replacement, Rotation, Step, step
+
+# The rotation's structs are the view's too (``projections.rotation`` folds them): its readers
+# name them from here.
+__all__ = [
+    "COMPLETED",
+    "GONE",
+    "IN_PROGRESS",
+    "InstanceFact",
+    "ProxyView",
+    "Replacement",
+    "Rotation",
+    "Undeclared",
+    "apply",
+    "fold",
+    "probe_target",
+    "target_verdict",
+]
 
 
 class Undeclared(ValueError):
@@ -148,9 +150,9 @@ def apply(view: ProxyView | None, recorded: Recorded) -> ProxyView:
         )
     current = view or ProxyView(uid=proxy_uid_of(recorded.subject))
     stamp = {"last_seq": recorded.seq, "updated_at": recorded.timestamp}
-    rotated = _rotation(current, recorded)
-    if rotated is not None:
-        return msgspec.structs.replace(rotated, **stamp)
+    turned = step(current.rotation, current.replacement, recorded)
+    if turned is not None and turned.turn != "failed":  # failures: see ``Replacement.failure``
+        return msgspec.structs.replace(_rotated(current, turned, recorded), **stamp)
     match recorded.event:
         case ProxyDeclared(namespace=ns, name=name, spec=spec, generation=gen) as declared:
             if current.removed:
@@ -228,3 +230,29 @@ def fold(events: list[Recorded]) -> ProxyView | None:
             continue
         view = apply(view, recorded)
     return view
+
+
+def _rotated(view: ProxyView, turned: Step, recorded: Recorded) -> ProxyView:
+    """The view after an event of a rotation or about its replacement (``projections.rotation``
+    folded it): the replacement's takeover, and a fresh create, are the view's own to fold."""
+    replace = msgspec.structs.replace
+    match turned.turn, recorded.event, view.replacement:
+        case "fresh", _, _:
+            return apply(replace(view, rotation=turned.rotation), recorded)
+        case "promote", ReplacementPromoted() as e, Replacement() as r:
+            judged = r.verdict
+            return replace(
+                view,
+                provider_id=e.provider_id,
+                ip=e.ip or r.ip,
+                url=e.url or r.url,
+                instance=InstanceFact(provider_id=e.provider_id, state=r.state, ip=r.ip),
+                healthy=judged.healthy if judged is not None else None,
+                latency_ms=(judged.latency_ms or None) if judged is not None else None,
+                health_message=judged.message if judged is not None else "",
+                verdict=judged or view.verdict,
+                replacement=None,
+                rotation=turned.rotation,
+            )
+        case _:
+            return replace(view, rotation=turned.rotation, replacement=turned.replacement)

@@ -7,10 +7,12 @@ on the same state write the same msg ids and JetStream keeps one copy.
 
 ``decide`` is the entry point; the make-before-break rotation it may be in the middle of is
 decided in ``decide_rotate``, and what a decision is (and the status it reports) in ``decision``.
+``revisit`` says when to decide again though no event wakes the proxy.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 
 from events.resource import spec_hash, validate_spec
@@ -35,7 +37,7 @@ from services.reconciler.decide_rotate import (
     start_rotation,
 )
 from services.reconciler.decision import NOTHING, Decision, command_id, instance_name, status_change
-from services.reconciler.state import ProxyState
+from services.reconciler.view import ProxyState
 
 
 def wakes(event: object) -> bool:
@@ -50,6 +52,45 @@ def unhealthy_for(state: ProxyState, now: datetime) -> float:
     if state.healthy is not False or state.unhealthy_since is None:
         return 0.0
     return max(0.0, (now - state.unhealthy_since).total_seconds())
+
+
+@dataclass(frozen=True, slots=True)
+class Later:
+    """Decide on the proxy again in ``delay`` seconds; ``reason`` names the wait."""
+
+    delay: float
+    reason: str
+
+
+SLACK = 0.05
+"""Seconds past the end of a wait: the decision made then finds the wait over."""
+
+
+def revisit(
+    state: ProxyState,
+    decision: Decision,
+    now: datetime,
+    replace_unhealthy_after: float = 0.0,
+    *,
+    drain: float = 0.0,
+) -> Later | None:
+    """When to decide again on a proxy no event will wake (None: only an event will), given the
+    state ``decision`` was made on. The service makes it a delayed redelivery of the message it
+    is handling, so a wait survives a crash (no in-memory timer):
+
+    - after a promotion, when the drain is over: the old instance is deleted then;
+    - while a promoted replacement's old instance waits out its drain, when the drain is over;
+    - while the instance is unhealthy but not yet for ``replace_unhealthy_after`` seconds, when
+      it will have been (unless this decision already replaces it)."""
+    if decision.outcome == "promote":
+        return Later(drain + SLACK, "draining")
+    if state.retiring_id and state.pending is None and decision.outcome == "noop":
+        return Later(retire_in(state, now, drain) + SLACK, "draining")
+    if replace_unhealthy_after > 0 and decision.outcome != "replace":
+        unhealthy = unhealthy_for(state, now)
+        if unhealthy > 0:
+            return Later(replace_unhealthy_after - unhealthy + SLACK, "unhealthy")
+    return None
 
 
 def decide(

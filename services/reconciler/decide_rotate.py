@@ -22,8 +22,9 @@ from events.schemas import (
     ReplacementStarted,
     RotationEnded,
 )
+from projections.rotation import Replacement
 from services.reconciler.decision import NOTHING, Decision, command_id, instance_name, status_change
-from services.reconciler.state import ProxyState, Replacement
+from services.reconciler.view import ProxyState
 
 
 def needs_lease(state: ProxyState) -> bool:
@@ -92,7 +93,7 @@ def rotating(state: ProxyState, r: Replacement, current: str) -> Decision:
     if r.healthy is False:
         message = f"the replacement failed its health probes: {r.health_message}".rstrip(": ")
         return cancel(state, r, "failed", message)
-    if r.state is InstanceState.RUNNING and r.ip:
+    if r.state == InstanceState.RUNNING and r.ip:
         if r.healthy is True:
             return _promote(state, r)
         return NOTHING  # the health service probes it (projections.proxy.probe_target)
@@ -118,7 +119,7 @@ def _promote(state: ProxyState, r: Replacement) -> Decision:
     after = msgspec_replace(
         state,
         instance_id=r.provider_id,
-        instance_state=r.state,
+        instance_state=r.instance_state,
         ip=r.ip,
         url=r.url,
         healthy=r.healthy,

@@ -1,9 +1,11 @@
 """The reconciler service: every declared, instance or health event re-decides its proxy.
 
-The handler reads the aggregate, folds it, decides and appends with optimistic concurrency; a
-conflict means another replica (or the executor) appended first, so it folds again. What it keeps
-between messages is only where to start folding (``states``): every decision still reads what the
-log holds after it, which is what lets any number of replicas share the consumer.
+The handler reads the aggregate, folds it, decides and appends with optimistic concurrency
+(``events.store.decide_and_append``, the loop every writer shares); a conflict means another
+replica (or the executor) appended first, so it folds again. What it keeps between messages is
+only where to start folding (``cache``): every decision still reads what the log holds after it,
+which is what lets any number of replicas share the consumer. When to come back to a proxy no
+event will wake is the pure decider's (``decide.revisit``).
 
 Make-before-break rotations (docs/decisions/0085-a-fresh-ip-without-downtime.md) add the proxy's
 lease subject to two decisions (``leases``): whether a spec change may break first (only when nobody
@@ -20,18 +22,18 @@ from datetime import UTC, datetime
 import click
 import structlog
 from opentelemetry import trace
+from opentelemetry.trace import Span
 
 from events import subjects
-from events.errors import ConcurrencyError
 from events.schemas import ReplacementPromoted
-from events.store import EventStore, History, NewEvent, derive_msg_id
-from services.reconciler.decide import decide, unhealthy_for, wakes
-from services.reconciler.decide_rotate import needs_lease, retire_in
-from services.reconciler.decision import Decision
+from events.store import EventStore, History, NewEvent, decide_and_append, derive_msg_id
+from services.reconciler.cache import STATES_BUCKET, States
+from services.reconciler.decide import decide, revisit, wakes
+from services.reconciler.decide_rotate import needs_lease
+from services.reconciler.decision import NOTHING, Decision
 from services.reconciler.leases import is_leased, switch_lease
-from services.reconciler.state import VERSION as STATE_VERSION
-from services.reconciler.state import ProxyState, fold
-from services.reconciler.states import STATES_BUCKET, States
+from services.reconciler.view import VERSION as STATE_VERSION
+from services.reconciler.view import ProxyState, fold
 from services.runtime.config import Settings
 from services.runtime.consumer import ConsumerLoop, ConsumerSpec, Delivery, Outcome, Retry
 from services.runtime.eventlog.snapshots import SnapshotStore
@@ -92,50 +94,27 @@ class Reconciler:
         return decision
 
     async def _reconcile(self, uid: str, causation: str) -> tuple[Decision, ProxyState]:
-        """Fold → decide → append, re-folding on every conflict (``decide_and_append``), from
-        the state ``states`` kept: only the events after it are read."""
+        """Fold → decide → append, re-folding on every conflict, from the state ``states``
+        kept: only the events after it are read."""
         aggregate = subjects.proxy(uid)
-        after = self.replace_unhealthy_after
-        conflicts = 0
         with (
             _tracer.start_as_current_span("Reconcile Proxy", attributes={"proxy.uid": uid}),
             _tracer.start_as_current_span("reconcile.managed") as span,
         ):
-            while True:
-                start, as_of = await self.states.start(uid)
-                history = await self.store.read(aggregate, after_seq=as_of)
-                state = fold(uid, history.events, start)
-                await self.states.keep(uid, state, history.last_seq, len(history.events))
-                if state.retiring_id and state.promoted_rotation:
-                    # Level-triggered: a crash after the promotion and before the lease's
-                    # switch is made good here, always before the old instance is deleted.
-                    await switch_lease(
-                        self.store, uid, state.promoted_rotation, state.instance_id, state.ip
-                    )
-                leased = needs_lease(state) and await is_leased(self.store, uid)
-                decision = decide(
-                    state, datetime.now(UTC), after, leased=leased, drain=self.rotation_drain
+            attempts = _Attempts(self, uid, causation, span)
+            await decide_and_append(
+                self.store,
+                aggregate,
+                attempts.decide,
+                max_attempts=MAX_ATTEMPTS,
+                after=attempts.start,
+            )
+            decision, state = attempts.decision, attempts.state
+            promoted = decision.events[0] if decision.events else None
+            if isinstance(promoted, ReplacementPromoted):
+                await switch_lease(
+                    self.store, uid, promoted.rotation_id, promoted.provider_id, promoted.ip
                 )
-                # Named once the decision is known: the appends below are its children.
-                span.update_name(_SPAN_BY_OUTCOME.get(decision.outcome, "reconcile.managed"))
-                span.set_attribute("reconcile.outcome", decision.outcome)
-                new = new_events(uid, decision, history, causation)
-                if not new:
-                    break
-                try:
-                    await self.store.append(aggregate, new, expected_seq=history.last_seq)
-                    promoted = decision.events[0]
-                    if isinstance(promoted, ReplacementPromoted):
-                        await switch_lease(
-                            self.store, uid, promoted.rotation_id, promoted.provider_id, promoted.ip
-                        )
-                    break
-                except ConcurrencyError:
-                    # Another writer got there first: decide again on the newer state. The
-                    # bound only guards against a bug that would otherwise spin for ever.
-                    conflicts += 1
-                    if conflicts >= MAX_ATTEMPTS:
-                        raise
         self.metrics.reconcile.labels(decision.outcome).inc()
         if decision.outcome != "noop":
             log.info(
@@ -143,7 +122,7 @@ class Reconciler:
                 proxy_uid=uid,
                 outcome=decision.outcome,
                 events=[type(e).__name__ for e in decision.events],
-                conflicts=conflicts,
+                conflicts=attempts.made - 1,
             )
         return decision, state
 
@@ -153,20 +132,58 @@ class Reconciler:
             return None
         uid = subjects.proxy_uid_of(delivery.recorded.subject)
         decision, state = await self._reconcile(uid, delivery.recorded.msg_id)
-        if decision.outcome == "promote":
-            # Come back when the drain is over to delete the old instance: a delayed
-            # redelivery, so a crash meanwhile loses nothing.
-            return Retry(self.rotation_drain + 0.05, "draining")
-        if state.retiring_id and state.pending is None and decision.outcome == "noop":
-            remaining = retire_in(state, datetime.now(UTC), self.rotation_drain)
-            return Retry(remaining + 0.05, "draining")
-        if self.replace_unhealthy_after > 0 and decision.outcome != "replace":
-            unhealthy = unhealthy_for(state, datetime.now(UTC))
-            if unhealthy > 0:
-                # Come back when the instance will have been unhealthy long enough to replace:
-                # a delayed redelivery, so the wait survives a crash (no in-memory timer).
-                return Retry(self.replace_unhealthy_after - unhealthy + 0.05, "unhealthy")
-        return None
+        later = revisit(
+            state,
+            decision,
+            datetime.now(UTC),
+            self.replace_unhealthy_after,
+            drain=self.rotation_drain,
+        )
+        # A delayed redelivery, so the wait survives a crash.
+        return None if later is None else Retry(later.delay, later.reason)
+
+
+class _Attempts:
+    """One reconcile's attempts, as ``decide_and_append`` makes them: each starts folding from
+    the state ``states`` kept, and the last one's decision and state are the reconcile's."""
+
+    def __init__(self, reconciler: Reconciler, uid: str, causation: str, span: Span) -> None:
+        self.reconciler = reconciler
+        self.uid = uid
+        self.causation = causation
+        self.span = span
+        self.made = 0
+        self.decision = NOTHING
+        self.state = ProxyState(uid=uid)
+        self._start = self.state
+
+    async def start(self) -> int:
+        """The sequence the kept state is complete as of: the attempt reads the events after."""
+        self._start, as_of = await self.reconciler.states.start(self.uid)
+        return as_of
+
+    async def decide(self, history: History) -> list[NewEvent]:
+        r, uid = self.reconciler, self.uid
+        self.made += 1
+        state = fold(uid, history.events, self._start)
+        await r.states.keep(uid, state, history.last_seq, len(history.events))
+        if state.retiring_id and state.promoted_rotation:
+            # Level-triggered: a crash after the promotion and before the lease's switch is
+            # made good here, always before the old instance is deleted.
+            await switch_lease(r.store, uid, state.promoted_rotation, state.instance_id, state.ip)
+        leased = needs_lease(state) and await is_leased(r.store, uid)
+        self.state = state
+        self.decision = decide(
+            state,
+            datetime.now(UTC),
+            r.replace_unhealthy_after,
+            leased=leased,
+            drain=r.rotation_drain,
+        )
+        # Named once the decision is known: the appends that follow are its children.
+        self.span.update_name(_SPAN_BY_OUTCOME.get(self.decision.outcome, "reconcile.managed"))
+        self.span.set_attribute("reconcile.outcome", self.decision.outcome)
+        return new_events(uid, self.decision, history, self.causation)
 
 
 @dataclass

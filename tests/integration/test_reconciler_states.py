@@ -13,9 +13,9 @@ from events import subjects
 from events.schemas import HealthChanged, ProxyDeclared, ProxySpec
 from events.store import History, NewEvent
 from events.subjects import Aggregate
+from services.reconciler.cache import States
 from services.reconciler.service import Reconciler
-from services.reconciler.state import VERSION, ProxyState, fold
-from services.reconciler.states import States
+from services.reconciler.view import VERSION, ProxyState, fold
 from services.runtime.connection import Connection
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.eventlog.snapshots import SnapshotStore

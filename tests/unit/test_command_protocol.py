@@ -34,7 +34,7 @@ from projections.commands import (
     concludes,
     issued,
 )
-from services.reconciler.state import fold
+from services.reconciler.view import fold
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 

@@ -16,17 +16,17 @@ import pytest
 from projections import versions
 from projections.lease import LeaseView
 from projections.proxy import ProxyView
-from services.reconciler import state
+from services.reconciler import view
 
 RECORDED = {
-    "ProxyView": (3, "b592c8d7d8551396"),
+    "ProxyView": (4, "76ee63a986dd2e9f"),
     "LeaseView": (3, "d17f4986879e62cb"),
-    "ProxyState": (2, "58ade67196a79be9"),
+    "ProxyState": (3, "c6b069b4f2017d53"),
 }
 CURRENT = {
     "ProxyView": (versions.PROXY, ProxyView),
     "LeaseView": (versions.LEASE, LeaseView),
-    "ProxyState": (state.VERSION, state.ProxyState),
+    "ProxyState": (view.VERSION, view.ProxyState),
 }
 
 

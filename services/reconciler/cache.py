@@ -1,6 +1,6 @@
-"""Where a reconcile starts folding: a proxy's state as of a sequence, so that a decision reads
-only the events after it rather than the proxy's whole history (docs/architecture.md,
-"Snapshots").
+"""The cache of folded views (``view``) a reconcile starts folding from: a proxy's state as of a
+sequence, so that a decision reads only the events after it rather than the proxy's whole
+history (docs/architecture.md, "Snapshots").
 
 The state is only a starting point, never a fact: every decision still reads what the log holds
 after it and appends expecting the aggregate's real last sequence, so a stale or missing start
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import structlog
 
 from events.errors import StoreUnavailable
-from services.reconciler.state import ProxyState
+from services.reconciler.view import ProxyState
 from services.runtime.eventlog.snapshots import SnapshotStore
 
 log = structlog.get_logger("egress.reconciler")

@@ -1,8 +1,9 @@
-"""The reconciler's fold of one proxy aggregate: everything a decision needs, nothing more.
+"""The reconciler's view of one proxy aggregate: everything a decision needs, nothing more.
 
 Pure. The fold follows the command/answer protocol with the executor (``projections.commands``):
 a command is *pending* from the moment it is appended until an answer carrying its command id
-concludes it.
+concludes it. A make-before-break rotation is folded by the shared ``projections.rotation``, as
+for the proxy view; what it does to the instance and the command out is folded here.
 """
 
 from __future__ import annotations
@@ -30,40 +31,18 @@ from events.schemas import (
     ProxySpec,
     ProxySpecChanged,
     ReplacementPromoted,
-    ReplacementStarted,
-    RotationEnded,
-    RotationRequested,
 )
 from events.store import Recorded
 from projections.commands import Pending, answered, answers, issued
+from projections.rotation import Replacement, Rotation, Step, requested, step
 
 replace = msgspec.structs.replace
 
-VERSION = 2
-"""The snapshot version of ``ProxyState`` (``states``): a new number for every change to what
-the fold makes, as for the views in ``projections.versions``."""
-
-
-class Replacement(msgspec.Struct, frozen=True, kw_only=True):
-    """A make-before-break replacement under way
-    (docs/decisions/0085-a-fresh-ip-without-downtime.md): the instance that will take over from the
-    current one once it is Running and probed healthy."""
-
-    rotation_id: str
-    command_id: str
-    reason: str = ""
-    lease_id: str = ""
-    instance_hash: str = ""
-    provider: str = ""
-    provider_id: str = ""
-    state: InstanceState | None = None
-    ip: str = ""
-    url: str = ""
-    gone: bool = False
-    healthy: bool | None = None
-    health_message: str = ""
-    failure: str = ""
-    """Why it cannot take over (its create failed, it stopped or vanished); "" while it can."""
+VERSION = 3
+"""The snapshot version of ``ProxyState`` (``cache``): a new number for every change to what
+the fold makes, as for the views in ``projections.versions``. The state holds the rotation's
+structs of ``projections.rotation``, so a change there takes a new number here and for the
+proxy view alike (``tests/unit/test_snapshot_versions.py`` checks both shapes)."""
 
 
 class ProxyState(msgspec.Struct, frozen=True, kw_only=True):
@@ -97,10 +76,10 @@ class ProxyState(msgspec.Struct, frozen=True, kw_only=True):
     """JetStream time of the verdict that made an instance unhealthy; cleared by a new instance."""
     status: PhaseChanged | None = None
     last_seq: int = 0
-    rotation_requested: str = ""
-    """The id of a ``RotationRequested`` no replacement has started for yet."""
-    rotation_lease: str = ""
+    rotation: Rotation | None = None
+    """The latest rotation, under way or over (``projections.rotation``)."""
     replacement: Replacement | None = None
+    """The instance a make-before-break rotation brings up (docs/decisions.md, D85)."""
     retiring_id: str = ""
     """The instance a promoted replacement took over from, until its ``InstanceGone``."""
     retiring_provider: str = ""
@@ -109,6 +88,18 @@ class ProxyState(msgspec.Struct, frozen=True, kw_only=True):
     promoted_rotation: str = ""
     """The rotation of the last promotion: its lease switch is checked until the old instance
     is gone."""
+
+    @property
+    def rotation_requested(self) -> str:
+        """The id of a ``RotationRequested`` no replacement has started for yet ("": none)."""
+        asked = requested(self.rotation)
+        return asked.rotation_id if asked is not None else ""
+
+    @property
+    def rotation_lease(self) -> str:
+        """The lease whose holder asked for that rotation."""
+        asked = requested(self.rotation)
+        return asked.lease_id if asked is not None else ""
 
 
 def fold(uid: str, events: Iterable[Recorded], start: ProxyState | None = None) -> ProxyState:
@@ -121,9 +112,12 @@ def fold(uid: str, events: Iterable[Recorded], start: ProxyState | None = None) 
 
 
 def evolve(state: ProxyState, recorded: Recorded) -> ProxyState:
-    rotated = _rotation(state, recorded)
-    if rotated is not None:
-        return rotated
+    turned = step(state.rotation, state.replacement, recorded)
+    if turned is not None:
+        return _rotated(state, turned, recorded)
+    retired = _retiring(state, recorded)
+    if retired is not None:
+        return retired
     match recorded.event:
         case ProxyDeclared() as e:
             base = ProxyState(uid=state.uid, commands=state.commands) if state.removed else state
@@ -243,33 +237,35 @@ def _failed(state: ProxyState, a: ProviderFailed) -> ProxyState:
             )
 
 
-def _rotation(state: ProxyState, recorded: Recorded) -> ProxyState | None:
-    """The state after an event of a make-before-break rotation, or about the replacement or
-    the retiring instance; None for every other event (``evolve`` folds it as before)."""
-    event = recorded.event
-    r = state.replacement
-    match event:
-        case RotationRequested() as e:
-            if r is not None or state.rotation_requested:
-                return state  # one rotation at a time; the API answered with the one under way
-            return replace(state, rotation_requested=e.rotation_id, rotation_lease=e.lease_id)
-        case ReplacementStarted() as e:
-            started = Replacement(
-                rotation_id=e.rotation_id,
-                command_id=e.command_id,
-                reason=e.reason,
-                lease_id=e.lease_id,
-            )
-            return replace(state, replacement=started, rotation_requested="", rotation_lease="")
-        case ReplacementPromoted() as e:
-            if r is None or r.rotation_id != e.rotation_id or not r.provider_id:
-                return state
+def _rotated(state: ProxyState, turned: Step, recorded: Recorded) -> ProxyState:
+    """The state after an event of a rotation or about its replacement, which
+    ``projections.rotation`` folded: what it does to the command out and the instance."""
+    after = replace(state, rotation=turned.rotation, replacement=turned.replacement)
+    match turned.turn, recorded.event, state.replacement:
+        case "command", CreateInstance() as c, _:
+            return replace(after, pending=issued(c), commands=state.commands + 1)
+        case "fresh", _, _:
+            # No replacement (replaced delete-first, or recreated): the rotation still waiting
+            # is satisfied, and the create is folded as any other.
+            return evolve(after, recorded)
+        case "answer", InstanceObserved() | InstanceGone() as a, _:
+            return replace(after, pending=answered(state.pending, a))
+        case "failed", ProviderFailed() as a, _:
+            pending = answered(state.pending, a)
+            if pending is not None:
+                return replace(state, pending=pending)  # a quota refusal: still waiting
+            return replace(after, pending=None)
+        case "promote", ReplacementPromoted(), Replacement(provider_id=""):
+            # A replacement never created has nothing to hand over: the reconciler promotes
+            # only one it saw Running, so only a log it did not write gets here.
+            return state
+        case "promote", ReplacementPromoted() as e, Replacement() as r:
             return replace(
-                state,
+                after,
                 instance_id=r.provider_id,
                 instance_provider=r.provider,
                 instance_hash=r.instance_hash,
-                instance_state=r.state,
+                instance_state=r.instance_state,
                 ip=r.ip,
                 url=r.url,
                 had_instance=True,
@@ -278,33 +274,19 @@ def _rotation(state: ProxyState, recorded: Recorded) -> ProxyState | None:
                 health_reason="",
                 health_message=r.health_message,
                 unhealthy_since=None,
-                replacement=None,
                 retiring_id=state.instance_id,
                 retiring_provider=state.instance_provider if state.instance_id else "",
                 retired_at=recorded.timestamp if state.instance_id else None,
                 promoted_rotation=e.rotation_id,
             )
-        case RotationEnded() as e:
-            if r is None or r.rotation_id != e.rotation_id:
-                return state
-            return replace(state, replacement=None)
-        case CreateInstance() as c if r is not None and c.command_id == r.command_id:
-            ours = replace(r, instance_hash=c.spec_hash, provider=c.provider)
-            return replace(state, pending=issued(c), commands=state.commands + 1, replacement=ours)
-        case CreateInstance() if state.rotation_requested:
-            # No replacement (the instance was replaced delete-first, or is recreated): the new
-            # instance is fresh anyway, so the rotation still waiting is satisfied.
-            return evolve(replace(state, rotation_requested="", rotation_lease=""), recorded)
-        case InstanceCreated() as a if r is not None and a.command_id == r.command_id:
-            return replace(state, replacement=replace(r, provider_id=a.provider_id))
-        case InstanceObserved() as a if r is not None and _about(r, a.command_id, a.provider_id):
-            ours = replace(r, provider_id=a.provider_id, state=a.state, ip=a.ip, url=a.url)
-            if a.state in (InstanceState.STOPPED, InstanceState.TERMINATING):
-                ours = replace(ours, failure=f"the replacement is {a.state}")
-            return replace(state, replacement=ours, pending=answered(state.pending, a))
-        case InstanceGone() as a if r is not None and _about(r, a.command_id, a.provider_id):
-            ours = replace(r, gone=True, failure=r.failure or "the replacement vanished")
-            return replace(state, replacement=ours, pending=answered(state.pending, a))
+        case _:
+            return after
+
+
+def _retiring(state: ProxyState, recorded: Recorded) -> ProxyState | None:
+    """The state after an answer about the instance a promoted replacement took over from;
+    None for every other event."""
+    match recorded.event:
         case InstanceGone() as a if state.retiring_id and a.provider_id == state.retiring_id:
             return replace(
                 state,
@@ -316,20 +298,5 @@ def _rotation(state: ProxyState, recorded: Recorded) -> ProxyState | None:
             )
         case InstanceObserved() as a if state.retiring_id and a.provider_id == state.retiring_id:
             return replace(state, pending=answered(state.pending, a))
-        case ProviderFailed() as a if r is not None and a.command_id == r.command_id:
-            pending = answered(state.pending, a)
-            if pending is not None:
-                return replace(state, pending=pending)  # a quota refusal: still waiting
-            failure = f"{a.operation}: {a.message}"
-            return replace(state, pending=None, replacement=replace(r, failure=failure))
-        case HealthChanged() as h if (
-            r is not None and r.provider_id and (h.provider_id == r.provider_id)
-        ):
-            ours = replace(r, healthy=h.healthy, health_message=h.message)
-            return replace(state, replacement=ours)
         case _:
             return None
-
-
-def _about(r: Replacement, command_id: str, provider_id: str) -> bool:
-    return command_id == r.command_id or (bool(r.provider_id) and provider_id == r.provider_id)
