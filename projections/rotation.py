@@ -1,4 +1,5 @@
-"""A proxy's make-before-break rotations (docs/decisions.md, D85), folded once for every reader.
+"""A proxy's make-before-break rotations (docs/decisions/0085-a-fresh-ip-without-downtime.md),
+folded once for every reader.
 
 Pure. The proxy view (``projections.proxy``) and the reconciler's view of an aggregate
 (``services.reconciler.view``) both keep a proxy's latest ``Rotation`` and the ``Replacement``

@@ -79,7 +79,8 @@ class ProxyState(msgspec.Struct, frozen=True, kw_only=True):
     rotation: Rotation | None = None
     """The latest rotation, under way or over (``projections.rotation``)."""
     replacement: Replacement | None = None
-    """The instance a make-before-break rotation brings up (docs/decisions.md, D85)."""
+    """The instance a make-before-break rotation brings up
+    (docs/decisions/0085-a-fresh-ip-without-downtime.md)."""
     retiring_id: str = ""
     """The instance a promoted replacement took over from, until its ``InstanceGone``."""
     retiring_provider: str = ""

@@ -12,7 +12,6 @@ from typing import Any
 
 from events import codec, subjects
 from events.errors import ConcurrencyError
-from events.memory import subject_matches
 from events.resource import from_object
 from events.schemas import (
     CreateInstance,
@@ -26,7 +25,7 @@ from events.schemas import (
     RotationRequested,
 )
 from events.store import AppendResult, History, NewEvent, Recorded, derive_msg_id
-from events.subjects import Aggregate
+from events.subjects import Aggregate, subject_matches
 from projections import declaring
 from projections import lease as lease_fold
 from projections import proxy as proxy_fold
@@ -35,7 +34,7 @@ from services.health.verdict import PROBE_SUCCEEDED
 from services.providers.base import Instance
 from services.reconciler.decide import decide
 from services.reconciler.service import new_events
-from services.reconciler.state import fold as reconciler_fold
+from services.reconciler.view import fold as reconciler_fold
 from tests.golden.logs import Message
 
 T0 = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
