@@ -1,4 +1,5 @@
-"""What a dead `up` leaves on its data dir, and the next `up` (docs/decisions.md, D94).
+"""What a dead `up` leaves on its data dir, and the next `up`
+(docs/decisions/0094-one-data-dir-one-up-one-nats.md).
 
 Its nats-server dies with it, even when `up` is SIGKILLed, and its announcement is then read as
 stale. A nats-server left running on the store anyway (an older version, a platform without a
