@@ -32,7 +32,7 @@ from urllib.parse import urlsplit
 
 from bench.chaos_check import Check
 from bench.chaos_load import Record, call
-from services.discovery.clients import hash_token
+from services.discovery.pure.clients import hash_token
 
 CRAWLER_TOKEN = secrets.token_hex(32)
 HOSTILE_TOKEN = secrets.token_hex(32)

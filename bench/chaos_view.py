@@ -26,7 +26,7 @@ from events.subjects import proxy_uid_of
 from projections import proxy
 from projections.proxy import ProxyView
 from services.health.credentials import LIFETIME_SECONDS as PROBE_LIFETIME
-from services.providers.squidauth.scheme import (
+from services.providers.squidauth.pure.scheme import (
     PROBE_USER,
     basic_authorization,
     probe_password,

@@ -8,7 +8,7 @@ measurements run on a server started with the product's configuration on the sam
 data is the same, only how fast it was written differs.
 
 The proxies' histories are the ones the system writes: the declaration, the reconciler's
-decisions (``services.reconciler.decide``, the same pure function, on the same fold), the
+decisions (``services.reconciler.pure.decide``, the same pure function, on the same fold), the
 executor's answers and the health verdicts, in that order. So a reconciler that reads them
 decides nothing more, a health prober finds nothing to record, and every fold accepts them.
 """
@@ -46,8 +46,8 @@ from events.schemas import (
     ProxySpec,
 )
 from events.store import Recorded, derive_msg_id
-from services.reconciler.decide import decide
-from services.reconciler.view import ProxyState, fold
+from services.reconciler.pure.decide import decide
+from services.reconciler.pure.view import ProxyState, fold
 from services.runtime.connection import Connection, connect
 from services.runtime.eventlog.streams import ensure_streams
 from services.runtime.natscredentials import write_private

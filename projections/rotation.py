@@ -2,7 +2,7 @@
 folded once for every reader.
 
 Pure. The proxy view (``projections.proxy``) and the reconciler's view of an aggregate
-(``services.reconciler.view``) both keep a proxy's latest ``Rotation`` and the ``Replacement``
+(``services.reconciler.pure.view``) both keep a proxy's latest ``Rotation`` and the ``Replacement``
 it brings up, and both fold them here: what a rotation event, or an answer or a verdict about
 the replacement, means is written once, so the API's answer to a rotation and the reconciler's
 decision about it cannot disagree. ``step`` says what the event was to the rotation (``Turn``);

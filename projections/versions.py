@@ -12,6 +12,6 @@ from __future__ import annotations
 PROXY = 4
 """``projections.proxy.ProxyView``. Its rotation structs (``projections.rotation``) are in the
 reconciler's state too: a change to them takes a new number here and in
-``services.reconciler.view.VERSION``."""
+``services.reconciler.pure.view.VERSION``."""
 LEASE = 3
 """``projections.lease.LeaseView``."""

@@ -17,9 +17,9 @@ import click
 from opentelemetry import propagate
 from rich.console import Console
 
-from services.cli.render import clean, inert
+from services.cli.pure.render import clean, inert
 from services.discovery.auth import TOKEN_ENV
-from services.discovery.errorcodes import ErrorCode
+from services.discovery.pure.errorcodes import ErrorCode
 from services.runtime.connection import ConnectError
 from services.runtime.errors import ConfigError
 

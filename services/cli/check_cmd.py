@@ -25,9 +25,9 @@ from services.cli.common import (
     stdout_console,
     table_or_json_lines,
 )
-from services.cli.entries import LogEntry
+from services.cli.pure.entries import LogEntry
+from services.cli.pure.render import inert
 from services.cli.reader import FoldCheck, LogReader
-from services.cli.render import inert
 
 CHECKED = (PROXY_STREAM, LEASE_STREAM, GC_STREAM, DEADLETTER_STREAM)
 EXIT_UNUSABLE = 9

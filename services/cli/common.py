@@ -18,7 +18,7 @@ from nats.aio.client import Client as NATS
 from rich.console import Console
 from rich.text import Text
 
-from services.cli.render import clean
+from services.cli.pure.render import clean
 from services.runtime.config import (
     DEFAULT_NATS_URL,
     Settings,

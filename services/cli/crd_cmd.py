@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from services.watcher.crd import render_yaml
+from services.watcher.pure.crd import render_yaml
 
 
 @click.command("crd")

@@ -25,9 +25,9 @@ from services.cli.common import (
     stdout_console,
     table_or_json_lines,
 )
-from services.cli.entries import LogEntry
+from services.cli.pure.entries import LogEntry
+from services.cli.pure.render import event_json, events_table, format_time
 from services.cli.reader import FoldCheck, LogReader
-from services.cli.render import event_json, events_table, format_time
 from services.cli.timetravel import instant_option
 from services.runtime.eventlog.streams import STREAMS
 

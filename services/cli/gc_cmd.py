@@ -23,7 +23,7 @@ from services.cli.common import (
     settings_options,
     stdout_console,
 )
-from services.cli.render import clean, inert
+from services.cli.pure.render import clean, inert
 from services.gc.collector import GarbageCollector
 from services.gc.leftovers import LeftoverReport
 from services.gc.lock import SweepLock

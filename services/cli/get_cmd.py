@@ -27,7 +27,7 @@ from services.cli.common import (
     stdout_console,
 )
 from services.cli.proxyviews import listed as listed_proxies
-from services.cli.render import format_time, inert
+from services.cli.pure.render import format_time, inert
 from services.cli.timetravel import as_of, instant_option
 from services.runtime.eventlog.projector import Projector
 

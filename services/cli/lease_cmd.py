@@ -34,7 +34,7 @@ from services.cli.api_client import (
     Unexpected,
 )
 from services.cli.common import stdout_console
-from services.cli.render import clean, format_time, inert
+from services.cli.pure.render import clean, format_time, inert
 from services.discovery.auth import TOKEN_ENV, token_from_env
 from services.discovery.durations import EXAMPLES, parse_duration
 from services.discovery.models import MAX_WAIT_SECONDS

@@ -26,7 +26,7 @@ from services.cli.lease_cmd import (
     lease,
     print_lease,
 )
-from services.cli.render import clean, format_time, inert
+from services.cli.pure.render import clean, format_time, inert
 
 HOLDER_HELP = "The holder name the leases were acquired with (acquire --holder)."
 

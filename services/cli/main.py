@@ -26,7 +26,7 @@ from services.cli.get_cmd import get_cmd
 from services.cli.lease_cmd import lease
 from services.cli.lease_holders import renew  # noqa: F401  # registers renew and list on `lease`
 from services.cli.proxies_cmd import apply_cmd, delete_cmd
-from services.cli.render import clean
+from services.cli.pure.render import clean
 from services.cli.streams_cmd import streams
 from services.cli.tracing import command_span
 from services.cli.up import run, up

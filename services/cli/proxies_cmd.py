@@ -28,7 +28,7 @@ from services.cli.common import (
 )
 from services.cli.known_providers import SETTLE_SECONDS, known_providers
 from services.cli.proxyviews import listed, projection
-from services.cli.render import clean, inert
+from services.cli.pure.render import clean, inert
 from services.providers.config import decode_config_text, read_config_file
 from services.runtime.connection import Connection
 from services.runtime.errors import ConfigError

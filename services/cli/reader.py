@@ -27,7 +27,7 @@ from events.store import Recorded, Unreadable
 from events.subjects import LEASE_STREAM, PROXY_STREAM, proxy_uid_of
 from projections import lease as lease_fold
 from projections import proxy as proxy_fold
-from services.cli.entries import UNKNOWN_TYPE, LogEntry
+from services.cli.pure.entries import UNKNOWN_TYPE, LogEntry
 from services.runtime.connection import Connection
 from services.runtime.eventlog.ordered import OrderedPull
 

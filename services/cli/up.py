@@ -32,8 +32,8 @@ from services.cli.common import (
     settings_options,
     stdout_console,
 )
+from services.cli.pure.render import inert
 from services.cli.registry import SERVICES, ServiceEntry, known_names, option_names
-from services.cli.render import inert
 from services.providers.config import load_providers_config
 from services.providers.squidauth.secret import SECRET_ENV, SECRET_FILE_ENV, ensure_secret_file
 from services.runtime.config import Settings

@@ -1,6 +1,6 @@
 """Who is calling, and what of theirs they may touch (docs/api.md, "Clients"; D96).
 
-``Clients`` holds the table of ``services.discovery.clients``: the clients file (re-read every
+``Clients`` holds the table of ``services.discovery.pure.clients``: the clients file (re-read every
 quarter second, so a revoked token is refused within a second on every replica that reads the
 same file) plus ``DISCOVERY_TOKEN``'s admin client. The ``/v1`` guard identifies the caller from
 its bearer token, checks the scope the route asks for (``opt={"scope": ...}``) and leaves the
@@ -26,7 +26,8 @@ from litestar.types import Guard
 from prometheus_client import CollectorRegistry, Counter
 
 from projections.lease import LeaseRecord
-from services.discovery.clients import (
+from services.discovery.errors import ApiError
+from services.discovery.pure.clients import (
     OPEN,
     Client,
     ClientsError,
@@ -34,8 +35,7 @@ from services.discovery.clients import (
     hash_token,
     parse_clients,
 )
-from services.discovery.errorcodes import ErrorCode
-from services.discovery.errors import ApiError
+from services.discovery.pure.errorcodes import ErrorCode
 from services.runtime.errors import ConfigError
 from services.runtime.metrics import metric_set
 

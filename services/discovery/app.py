@@ -43,11 +43,9 @@ from services.discovery.access import (
     check_owner,
 )
 from services.discovery.bodies import strict_body
-from services.discovery.clients import LEASE, READ, Client
 from services.discovery.console import console_router
 from services.discovery.console.session import Sessions
 from services.discovery.credentials import LeaseCredentials
-from services.discovery.errorcodes import describe
 from services.discovery.errors import (
     ApiError,
     ErrorBody,
@@ -75,7 +73,9 @@ from services.discovery.models import (
     proxy_detail,
     proxy_out,
 )
-from services.discovery.policy import Granted
+from services.discovery.pure.clients import LEASE, READ, Client
+from services.discovery.pure.errorcodes import describe
+from services.discovery.pure.policy import Granted
 from services.discovery.queries import (
     IDEMPOTENCY_KEY,
     checked_key,

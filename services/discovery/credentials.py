@@ -1,7 +1,7 @@
 """Proxy credentials in every lease answer: the lease's ``proxy.url`` carries them.
 
 Minted on every answer, never stored: the password is an HMAC over the lease id, its fencing
-token and its expiry, under the proxy's key (``services.providers.squidauth.scheme``), so any
+token and its expiry, under the proxy's key (``services.providers.squidauth.pure.scheme``), so any
 replica mints the same one from its view, and nothing secret reaches the event log. A renewal
 moves the expiry, so the URL of a renewed lease has a new password; the old one stops working at
 the old expiry (docs/api.md; docs/decisions/0084-leases-enforced-at-the-proxy.md). External proxies
@@ -15,7 +15,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 from events.schemas import ProxyMode
 from projections.lease import LeaseRecord
 from projections.proxy import ProxyView
-from services.providers.squidauth.scheme import expiry_ms, lease_password, proxy_key
+from services.providers.squidauth.pure.scheme import expiry_ms, lease_password, proxy_key
 
 
 class LeaseCredentials:

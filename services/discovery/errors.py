@@ -14,7 +14,7 @@ import structlog
 from litestar import MediaType, Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 
-from services.discovery.errorcodes import FOR_STATUS, STATUS, ErrorCode
+from services.discovery.pure.errorcodes import FOR_STATUS, STATUS, ErrorCode
 
 log = structlog.get_logger("egress.discovery")
 

@@ -33,7 +33,7 @@ from events.schemas import Phase
 from projections.lease import LeaseView
 from projections.lease_queries import available_at
 from projections.proxy import ProxyView
-from services.discovery.candidates import leasable
+from services.discovery.pure.candidates import leasable
 from services.discovery.views import Views
 from services.runtime.aio import raise_if_cancelled
 from services.runtime.metrics import metric_set

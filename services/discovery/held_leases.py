@@ -27,7 +27,7 @@ from projections.lease_queries import active, find
 from projections.outcomes import BLOCKED
 from services.discovery.errors import Unavailable, UnknownLease
 from services.discovery.metrics import DiscoveryMetrics
-from services.discovery.policy import Granted, LeasePolicy
+from services.discovery.pure.policy import Granted, LeasePolicy
 from services.discovery.views import Views
 from services.discovery.withdraw import Withdrawals
 

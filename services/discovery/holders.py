@@ -16,10 +16,10 @@ from __future__ import annotations
 import asyncio
 
 from projections.lease_queries import active
-from services.discovery.clients import Client
 from services.discovery.errors import InvalidRequest, UnknownLease
 from services.discovery.leases import Leases
-from services.discovery.policy import Granted
+from services.discovery.pure.clients import Client
+from services.discovery.pure.policy import Granted
 
 MAX_HOLDER = 256
 """As on ``POST /v1/leases``."""

@@ -28,11 +28,11 @@ from events.store import EventStore, NewEvent
 from projections.lease import LeaseView
 from projections.lease_queries import active, find, is_available
 from projections.proxy import ProxyView
-from services.discovery.candidates import leasable, narrowed, random_order
 from services.discovery.errors import ApiError, IdempotencyKeyMismatch, LeaseEnded
 from services.discovery.held_leases import HeldLeases
 from services.discovery.metrics import DiscoveryMetrics
-from services.discovery.policy import Claim, Granted, LeasePolicy, Stored
+from services.discovery.pure.candidates import leasable, narrowed, random_order
+from services.discovery.pure.policy import Claim, Granted, LeasePolicy, Stored
 from services.discovery.refusals import refusal
 from services.discovery.views import Views
 from services.discovery.waiting import Queue, Waiter

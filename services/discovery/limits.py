@@ -28,8 +28,8 @@ import msgspec
 import structlog
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from services.discovery.errorcodes import STATUS, ErrorCode
 from services.discovery.errors import ErrorBody
+from services.discovery.pure.errorcodes import STATUS, ErrorCode
 
 try:
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol

@@ -23,7 +23,6 @@ from datetime import datetime
 from events.schemas import Phase
 from projections.lease_queries import available_at, is_available, is_free
 from projections.proxy import ProxyView
-from services.discovery.candidates import leasable
 from services.discovery.errors import (
     ApiError,
     InvalidRequest,
@@ -31,6 +30,7 @@ from services.discovery.errors import (
     NoProxyAvailable,
     UnknownProxy,
 )
+from services.discovery.pure.candidates import leasable
 from services.discovery.views import Views
 
 UNKNOWN_WAIT = 5

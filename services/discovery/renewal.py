@@ -21,7 +21,7 @@ from projections.lease import LeaseView
 from projections.lease_queries import active, find
 from services.discovery.errors import Unavailable, UnknownLease
 from services.discovery.leases import Leases
-from services.discovery.policy import Granted
+from services.discovery.pure.policy import Granted
 
 
 def _unknown(lease_id: str) -> UnknownLease:

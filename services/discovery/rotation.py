@@ -25,11 +25,11 @@ from events.schemas import ProxyMode, RotationRequested
 from events.store import NewEvent, derive_msg_id
 from projections.lease import LeaseRecord
 from projections.proxy import COMPLETED, ProxyView, Rotation, fold
-from services.discovery.errorcodes import ErrorCode
 from services.discovery.errors import ApiError, Unavailable
 from services.discovery.leases import Leases
 from services.discovery.models import LeaseOut
-from services.discovery.policy import Granted
+from services.discovery.pure.errorcodes import ErrorCode
+from services.discovery.pure.policy import Granted
 
 
 class NotRotatable(ApiError):

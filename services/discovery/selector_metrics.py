@@ -16,11 +16,11 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from events.errors import EventStoreError
 from events.store import EventStore
-from services.discovery.errorcodes import ErrorCode
 from services.discovery.errors import ApiError
 from services.discovery.leases import Leases
 from services.discovery.metrics import DiscoveryMetrics
-from services.discovery.policy import Granted, LeasePolicy
+from services.discovery.pure.errorcodes import ErrorCode
+from services.discovery.pure.policy import Granted, LeasePolicy
 from services.discovery.views import Views
 from services.runtime.metrics import metric_set
 

@@ -39,7 +39,7 @@ from services.discovery.limits import (
     head_deadline,
 )
 from services.discovery.metrics import discovery_metrics
-from services.discovery.policy import LeasePolicy
+from services.discovery.pure.policy import LeasePolicy
 from services.discovery.selector_metrics import MeasuredLeases
 from services.discovery.tracing import TracingMiddleware
 from services.discovery.views import Views

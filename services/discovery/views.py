@@ -28,7 +28,7 @@ from projections import lease_queries, versions
 from projections import proxy as proxy_fold
 from projections.lease import LeaseRecord, LeaseView
 from projections.proxy import ProxyView
-from services.discovery.candidates import CandidateIndex
+from services.discovery.pure.candidates import CandidateIndex
 from services.runtime.aio import raise_if_cancelled
 from services.runtime.eventlog.projector import Projector
 from services.runtime.eventlog.snapshots import SnapshotStore, Snapshotter

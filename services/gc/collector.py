@@ -24,7 +24,7 @@ from events.store import EventStore, NewEvent, derive_msg_id
 from projections.proxy import ProxyView, apply
 from services.gc.leftovers import LeftoverReport
 from services.gc.lock import SweepLock
-from services.gc.rules import DeleteFailure
+from services.gc.pure.rules import DeleteFailure
 from services.gc.sweep import ProviderReport, SweepReport, sweep_once
 from services.providers.base import Provider
 from services.runtime.eventlog.projector import Projector

@@ -22,7 +22,7 @@ from datetime import datetime
 
 import structlog
 
-from services.gc.rules import DeleteFailure, Verdict, judge
+from services.gc.pure.rules import DeleteFailure, Verdict, judge
 from services.providers.base import Leftover, LeftoverCleaner, NotFound, ProviderError
 
 log = structlog.get_logger("egress.gc")

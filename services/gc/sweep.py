@@ -32,7 +32,7 @@ import structlog
 
 from services.gc import leftovers
 from services.gc.leftovers import LeftoverReport
-from services.gc.rules import EPOCH, DeleteFailure, Verdict, judge
+from services.gc.pure.rules import EPOCH, DeleteFailure, Verdict, judge
 from services.providers.base import (
     Instance,
     LeftoverCleaner,

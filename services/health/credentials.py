@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 
 from events.schemas import ProxyMode
 from projections.proxy import ProxyView, probe_target
-from services.providers.squidauth.scheme import (
+from services.providers.squidauth.pure.scheme import (
     PROBE_USER,
     basic_authorization,
     probe_password,

@@ -16,7 +16,7 @@ from nats.js import JetStreamContext
 from events import subjects
 from events.store import Recorded
 from projections.lease import LeaseView, apply
-from services.health.recheck import failed_streak, recheck_due
+from services.health.pure.recheck import failed_streak, recheck_due
 from services.runtime.eventlog.projector import Projector
 
 Recheck = Callable[[str, int], object]

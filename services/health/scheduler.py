@@ -42,7 +42,7 @@ from events.store import EventStore, NewEvent, derive_msg_id
 from projections.proxy import ProxyView, probe_target, target_verdict
 from services.health.metrics import HealthMetrics
 from services.health.probe_client import CheckUrl, ProbeClient, ProbeResult
-from services.health.verdict import (
+from services.health.pure.verdict import (
     LATENCY_CHANGED,
     Known,
     Outcome,

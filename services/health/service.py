@@ -28,7 +28,7 @@ from services.health.assign import Membership, default_replica_id
 from services.health.credentials import ProbeCredentials
 from services.health.metrics import health_metrics
 from services.health.probe_client import CheckUrl, ProbeClient
-from services.health.recheck import (
+from services.health.pure.recheck import (
     DEFAULT_FAILED_REPORTS_RECHECK,
     MAX_FAILED_REPORTS_RECHECK,
     check_every,

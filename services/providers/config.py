@@ -353,7 +353,7 @@ def _set_gcp_wire_log(full: bool) -> None:
     """A process-wide logging setting, like the log level: set where the flag is parsed, so no
     service signature carries it. Imported here, not at the top: the registry stays free of any
     one provider type's modules."""
-    from services.providers.gcp import wirelog  # noqa: PLC0415 (see docstring)
+    from services.providers.gcp.pure import wirelog  # noqa: PLC0415 (see docstring)
 
     wirelog.set_full_payloads(full)
 

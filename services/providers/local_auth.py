@@ -19,8 +19,8 @@ import tempfile
 from pathlib import Path
 
 from services.providers.base import LeaseAuth, Permanent
+from services.providers.pure.squidconf import SquidAuth
 from services.providers.squidauth.helper import Fence
-from services.providers.squidconf import SquidAuth
 
 KEY_FILE = "lease.key"
 HELPER_FILE = "lease-auth.py"

@@ -29,9 +29,9 @@ from pathlib import Path
 
 from services.providers import local_auth
 from services.providers.base import LeaseAuth, Permanent, ProviderError, QuotaExceeded, Transient
+from services.providers.pure.squidconf import SquidAuth
+from services.providers.pure.squidconf import squid_config as shared_squid_config
 from services.providers.squidauth.secret import SECRET_ENV
-from services.providers.squidconf import SquidAuth
-from services.providers.squidconf import squid_config as shared_squid_config
 
 SQUID = "squid"
 PROXYPY = "proxypy"

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import structlog
 
 from events.errors import StoreUnavailable
-from services.reconciler.view import ProxyState
+from services.reconciler.pure.view import ProxyState
 from services.runtime.eventlog.snapshots import SnapshotStore
 
 log = structlog.get_logger("egress.reconciler")

@@ -28,12 +28,12 @@ from events import subjects
 from events.schemas import ReplacementPromoted
 from events.store import EventStore, History, NewEvent, decide_and_append, derive_msg_id
 from services.reconciler.cache import STATES_BUCKET, States
-from services.reconciler.decide import decide, revisit, wakes
-from services.reconciler.decide_rotate import needs_lease
-from services.reconciler.decision import NOTHING, Decision
 from services.reconciler.leases import is_leased, switch_lease
-from services.reconciler.view import VERSION as STATE_VERSION
-from services.reconciler.view import ProxyState, fold
+from services.reconciler.pure.decide import decide, revisit, wakes
+from services.reconciler.pure.decide_rotate import needs_lease
+from services.reconciler.pure.decision import NOTHING, Decision
+from services.reconciler.pure.view import VERSION as STATE_VERSION
+from services.reconciler.pure.view import ProxyState, fold
 from services.runtime.config import Settings
 from services.runtime.consumer import ConsumerLoop, ConsumerSpec, Delivery, Outcome, Retry
 from services.runtime.eventlog.snapshots import SnapshotStore

@@ -30,7 +30,7 @@ from structlog.typing import EventDict, ExcInfo, Processor, WrappedLogger
 
 from services.runtime.config import LOG_FORMATS, LOG_LEVELS
 from services.runtime.errors import ConfigError
-from services.runtime.text import printable
+from services.runtime.pure.text import printable
 
 TRACE_ID = "traceID"
 SPAN_ID = "spanID"

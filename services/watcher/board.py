@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field
 
-from services.watcher.objects import Problem, ProxyObject
+from services.watcher.pure.objects import Problem, ProxyObject
 
 
 @dataclass

@@ -24,8 +24,8 @@ from services.runtime.kubeclient import (
     KubeUnavailable,
     classify_api_error,
 )
-from services.watcher.objects import CLOUD_INIT_LABEL, ProxyObject
-from services.watcher.status import COMPONENT, Notice, rfc3339
+from services.watcher.pure.objects import CLOUD_INIT_LABEL, ProxyObject
+from services.watcher.pure.status import COMPONENT, Notice, rfc3339
 
 MERGE_PATCH = "application/merge-patch+json"
 # The generated client would pick json-patch for a dict body; its stubs omit the override.

@@ -27,7 +27,7 @@ from services.watcher.board import Board
 from services.watcher.kube import ProxyApi, Raw
 from services.watcher.logview import LogView
 from services.watcher.metrics import WatcherMetrics
-from services.watcher.objects import (
+from services.watcher.pure.objects import (
     SOURCE,
     Problem,
     ProxyObject,
@@ -36,7 +36,7 @@ from services.watcher.objects import (
     parse_proxy,
     resolve_cloud_init,
 )
-from services.watcher.tracked import vanished
+from services.watcher.pure.tracked import vanished
 
 log = structlog.get_logger("egress.watcher")
 _tracer = trace.get_tracer("egress_proxies.watcher")

@@ -23,7 +23,7 @@ from services.watcher.board import Board
 from services.watcher.kube import ProxyApi
 from services.watcher.logview import LogView
 from services.watcher.metrics import WatcherMetrics
-from services.watcher.status import desired_status, differs, notices, patch_body
+from services.watcher.pure.status import desired_status, differs, notices, patch_body
 from services.watcher.sync import ProxySync
 
 log = structlog.get_logger("egress.watcher.status")

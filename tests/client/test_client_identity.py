@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from egress_proxies_client import AsyncClient, Forbidden, LeaseLimit, NoProxyAvailable
-from services.discovery.clients import hash_token
+from services.discovery.pure.clients import hash_token
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.natsserver import EmbeddedNatsServer
 from tests.client.conftest import ATTRIBUTES, fleet

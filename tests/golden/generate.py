@@ -50,7 +50,7 @@ from services.executor.commands import observed
 from services.gc.collector import sweep_events
 from services.gc.sweep import ProviderReport
 from services.providers.base import Instance
-from services.providers.gcp.mapping import provider_id as gcp_provider_id
+from services.providers.gcp.pure.mapping import provider_id as gcp_provider_id
 from tests.golden import logs
 from tests.golden.logs import Message
 from tests.golden.writers import (

@@ -33,7 +33,7 @@ from events.store import Recorded, Unreadable
 from events.subjects import LEASE_STREAM, PROXY_STREAM, proxy_uid_of
 from projections import lease as lease_fold
 from projections import proxy as proxy_fold
-from services.reconciler import view as reconciler_state
+from services.reconciler.pure import view as reconciler_state
 
 HERE = Path(__file__).resolve().parent
 EXPECTED_EVENTS = HERE / "expected-events.json"

@@ -29,12 +29,12 @@ from events.subjects import Aggregate, subject_matches
 from projections import declaring
 from projections import lease as lease_fold
 from projections import proxy as proxy_fold
-from services.discovery.policy import LeasePolicy
-from services.health.verdict import PROBE_SUCCEEDED
+from services.discovery.pure.policy import LeasePolicy
+from services.health.pure.verdict import PROBE_SUCCEEDED
 from services.providers.base import Instance
-from services.reconciler.decide import decide
+from services.reconciler.pure.decide import decide
+from services.reconciler.pure.view import fold as reconciler_fold
 from services.reconciler.service import new_events
-from services.reconciler.view import fold as reconciler_fold
 from tests.golden.logs import Message
 
 T0 = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)

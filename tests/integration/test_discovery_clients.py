@@ -15,7 +15,7 @@ import pytest
 
 from events import subjects
 from events.schemas import LeaseAcquired, LeaseReleased, LeaseRenewed, LeaseReported
-from services.discovery.clients import hash_token
+from services.discovery.pure.clients import hash_token
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.natsserver import EmbeddedNatsServer
 from tests.support.discovery import discovery, ready_proxy

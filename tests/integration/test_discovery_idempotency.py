@@ -14,7 +14,7 @@ from events import subjects
 from events.schemas import LeaseAcquired
 from services.discovery.leases import Leases
 from services.discovery.metrics import DiscoveryMetrics
-from services.discovery.policy import LeasePolicy
+from services.discovery.pure.policy import LeasePolicy
 from services.discovery.views import Views
 from services.runtime.connection import Connection
 from services.runtime.eventlog.jetstream import JetStreamEventStore

@@ -31,8 +31,8 @@ from services.providers.base import (
     Transient,
 )
 from services.providers.kubernetes.config import DEFAULT_IMAGE, KubernetesConfig
-from services.providers.kubernetes.mapping import K8S_MANAGED, K8S_OWNER, K8S_PROVIDER
 from services.providers.kubernetes.provider import KubernetesProvider
+from services.providers.kubernetes.pure.mapping import K8S_MANAGED, K8S_OWNER, K8S_PROVIDER
 from services.runtime import telemetry
 from services.runtime.kubeclient import KubeSettings, new_api_client
 from tests.contract.provider import (

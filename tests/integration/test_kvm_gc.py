@@ -27,8 +27,8 @@ from services.gc.lock import SweepLock
 from services.gc.sweep import EPOCH, sweep_once
 from services.providers.base import CreateRequest, Leftover, Permanent
 from services.providers.instrumented import instrument
-from services.providers.kvm.domain import base_name, marker_name, overlay_name, seed_name
 from services.providers.kvm.provider import KvmProvider
+from services.providers.kvm.pure.domain import base_name, marker_name, overlay_name, seed_name
 from services.runtime.connection import Connection
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.metrics import Metrics

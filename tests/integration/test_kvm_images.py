@@ -24,10 +24,10 @@ from structlog.testing import capture_logs
 
 from events.schemas import Placement, ProxySpec
 from services.providers.base import CreateRequest, Transient
-from services.providers.kvm.config import KvmConfig
-from services.providers.kvm.domain import base_volume_xml, marker_name
 from services.providers.kvm.images import upload_bytes
 from services.providers.kvm.provider import KvmProvider
+from services.providers.kvm.pure.config import KvmConfig
+from services.providers.kvm.pure.domain import base_volume_xml, marker_name
 from tests.contract.provider import delete_all
 from tests.support.kvm_cache import Cache, foreign_lock, write_volume
 from tests.support.kvm_daemon import LibvirtDaemon

@@ -11,17 +11,17 @@ import pytest
 
 from events.schemas import InstanceState, Placement, ProxySpec
 from services.providers.base import CreateRequest, NotFound, Permanent, Transient
-from services.providers.kvm.config import DEFAULT_VENDOR_DATA
-from services.providers.kvm.domain import (
+from services.providers.kvm.images import download_bytes
+from services.providers.kvm.provider import KvmProvider
+from services.providers.kvm.pure.config import DEFAULT_VENDOR_DATA
+from services.providers.kvm.pure.domain import (
     base_name,
     marker_name,
     overlay_name,
     parse_metadata,
     seed_name,
 )
-from services.providers.kvm.images import download_bytes
-from services.providers.kvm.provider import KvmProvider
-from services.providers.kvm.seed import meta_data_for
+from services.providers.kvm.pure.seed import meta_data_for
 from tests.contract.provider import delete_all
 from tests.support.kvm_arp import ArpTable, arp_watcher
 from tests.support.kvm_daemon import LibvirtDaemon, pool_volumes

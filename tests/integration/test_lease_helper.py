@@ -18,8 +18,9 @@ from projections.lease import LeaseRecord
 from projections.proxy import ProxyView
 from services.discovery.credentials import LeaseCredentials
 from services.health.credentials import ProbeCredentials
-from services.providers.squidauth import cloudinit, helper, scheme
+from services.providers.squidauth import helper
 from services.providers.squidauth.keyed import helper_source
+from services.providers.squidauth.pure import cloudinit, scheme
 from tests.unit.test_lease_credentials import FUTURE, MASTER, UID, record, user_password, view
 
 pytestmark = pytest.mark.integration

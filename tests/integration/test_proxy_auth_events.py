@@ -15,7 +15,7 @@ from projections.declaring import apply
 from services.cli.manifests import parse_resources
 from services.providers.local import LocalProvider
 from services.providers.squidauth.keyed import lease_keyed
-from services.providers.squidauth.scheme import proxy_key
+from services.providers.squidauth.pure.scheme import proxy_key
 from services.runtime.connection import Connection
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.natsserver import EmbeddedNatsServer

@@ -14,8 +14,8 @@ from events.schemas import HealthChanged, ProxyDeclared, ProxySpec
 from events.store import History, NewEvent
 from events.subjects import Aggregate
 from services.reconciler.cache import States
+from services.reconciler.pure.view import VERSION, ProxyState, fold
 from services.reconciler.service import Reconciler
-from services.reconciler.view import VERSION, ProxyState, fold
 from services.runtime.connection import Connection
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.eventlog.snapshots import SnapshotStore

@@ -31,7 +31,7 @@ from events.schemas import (
     ProxySpec,
 )
 from events.store import NewEvent
-from services.cli.render import clean
+from services.cli.pure.render import clean
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.natsserver import EmbeddedNatsServer
 from tests.support.clirun import cli, restore_logging_after

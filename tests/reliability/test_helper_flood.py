@@ -22,8 +22,8 @@ import pytest
 
 from services.providers import local_auth, local_process
 from services.providers.local import LocalProvider
-from services.providers.squidauth import scheme
 from services.providers.squidauth.keyed import lease_keyed
+from services.providers.squidauth.pure import scheme
 from tests.integration.test_proxy_auth import MASTER, Proxy, lease, start, status_via
 from tests.support.squid_fixtures import local_squids, origin_url  # noqa: F401  # fixtures `local` and `target`
 from tests.support.system import processes_mentioning

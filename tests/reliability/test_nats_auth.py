@@ -26,7 +26,7 @@ from services.discovery.views import VIEWS_BUCKET
 from services.gc.lock import LOCK_BUCKET, SweepLock
 from services.health.assign import BUCKET, Membership
 from services.reconciler.cache import STATES_BUCKET
-from services.reconciler.view import ProxyState
+from services.reconciler.pure.view import ProxyState
 from services.runtime.connection import Connection, connect
 from services.runtime.consumer import ConsumerLoop, ConsumerSpec, Delivery, GiveUp, Outcome
 from services.runtime.eventlog.jetstream import JetStreamEventStore

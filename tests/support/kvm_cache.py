@@ -13,8 +13,10 @@ from typing import TypeVar
 
 import libvirt  # type: ignore[import-untyped, unused-ignore]  # libvirt-python ships no type stubs
 
-from services.providers.kvm.config import KvmConfig
-from services.providers.kvm.domain import (
+from services.providers.kvm.imagelock import LockInfo, lock_name, parse_lock
+from services.providers.kvm.images import download_bytes, upload_bytes
+from services.providers.kvm.pure.config import KvmConfig
+from services.providers.kvm.pure.domain import (
     base_name,
     base_volume_xml,
     marker_name,
@@ -22,8 +24,6 @@ from services.providers.kvm.domain import (
     raw_volume_xml,
     seed_name,
 )
-from services.providers.kvm.imagelock import LockInfo, lock_name, parse_lock
-from services.providers.kvm.images import download_bytes, upload_bytes
 from tests.support.kvm_daemon import LibvirtDaemon, pool_volumes
 
 T = TypeVar("T")

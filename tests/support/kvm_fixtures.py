@@ -16,8 +16,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from services.providers.kvm.config import KvmConfig
 from services.providers.kvm.provider import KvmProvider, load_credentials
+from services.providers.kvm.pure.config import KvmConfig
 from tests.contract.provider import delete_all
 from tests.support.kvm_daemon import (
     LibvirtDaemon,

@@ -1,5 +1,5 @@
 """Reading a NoCloud seed ISO back, as cloud-init's reader sees it: the tests' oracle for what
-``services.providers.kvm.seed`` builds. It names the files itself rather than sharing the
+``services.providers.kvm.pure.seed`` builds. It names the files itself rather than sharing the
 builder's table, so a wrong name in the builder fails here instead of agreeing with itself."""
 
 from __future__ import annotations

@@ -26,9 +26,8 @@ from events.schemas import (
     ProxySpec,
     ProxySpecChanged,
 )
-from services.cli.entries import UNKNOWN_TYPE, LogEntry
-from services.cli.reader import decode_entry
-from services.cli.render import (
+from services.cli.pure.entries import UNKNOWN_TYPE, LogEntry
+from services.cli.pure.render import (
     MAIN_FIELDS,
     StreamRow,
     clean,
@@ -43,6 +42,7 @@ from services.cli.render import (
     streams_table,
     summary,
 )
+from services.cli.reader import decode_entry
 
 STAMP = datetime(2025, 3, 4, 5, 6, 7, 891234, tzinfo=UTC)
 

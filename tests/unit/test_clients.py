@@ -11,7 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from services.cli.main import main
-from services.discovery.clients import (
+from services.discovery.console.session import LoginThrottle
+from services.discovery.pure.clients import (
     ADMIN,
     DEFAULT_CLIENT,
     LEASE,
@@ -21,7 +22,6 @@ from services.discovery.clients import (
     hash_token,
     parse_clients,
 )
-from services.discovery.console.session import LoginThrottle
 
 A = hash_token("token-a" * 6)
 B = hash_token("token-b" * 6)

@@ -34,7 +34,7 @@ from projections.commands import (
     concludes,
     issued,
 )
-from services.reconciler.view import fold
+from services.reconciler.pure.view import fold
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 

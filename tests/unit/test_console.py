@@ -21,16 +21,16 @@ from projections import lease as lease_fold
 from projections import proxy as proxy_fold
 from projections.lease import LeaseView
 from projections.proxy import ProxyView
-from services.discovery.console.fleet import (
+from services.discovery.console.history import Cost
+from services.discovery.console.pure.fleet import (
     FilterError,
     Filters,
     counts,
     parse_filters,
     rows,
 )
-from services.discovery.console.history import Cost
+from services.discovery.console.pure.timeline import line, merged, summary
 from services.discovery.console.render import page, query, until
-from services.discovery.console.timeline import line, merged, summary
 from services.runtime.eventlog.asof import Stored, parse_instant, trace_id
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

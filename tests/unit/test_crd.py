@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from events.resource import ResourceError, from_object
 from events.schemas import Phase
 from services.cli.main import main
-from services.watcher.crd import (
+from services.watcher.pure.crd import (
     CLOUD_INIT_ERROR,
     HEALTH_HEALTHY,
     PRINTER_COLUMNS,

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from services.reconciler.decide import SLACK, Later, decide, revisit
+from services.reconciler.pure.decide import SLACK, Later, decide, revisit
 from tests.unit.test_decide_rotate import DRAIN, Story, promoted, ready, requested
 
 AFTER = 30.0

@@ -30,10 +30,10 @@ from events.schemas import (
     RotationRequested,
 )
 from events.store import Recorded
-from services.reconciler.decide import decide
-from services.reconciler.decide_rotate import needs_lease, retire_in
-from services.reconciler.decision import Decision
-from services.reconciler.view import ProxyState, fold
+from services.reconciler.pure.decide import decide
+from services.reconciler.pure.decide_rotate import needs_lease, retire_in
+from services.reconciler.pure.decision import Decision
+from services.reconciler.pure.view import ProxyState, fold
 
 UID = "0b5e8f8e-1111-4222-8333-944455556666"
 SPEC = ProxySpec(provider="local", attributes={"country": "de"})

@@ -16,7 +16,7 @@ from services.discovery.auth import token_from_env
 from services.discovery.durations import format_duration, parse_duration, seconds_of
 from services.discovery.errors import InvalidRequest
 from services.discovery.leases import eligible
-from services.discovery.policy import LeasePolicy
+from services.discovery.pure.policy import LeasePolicy
 from services.discovery.queries import ProxyFilter, parse_proxy_filter
 from services.discovery.service import OPTIONS, DiscoveryService, build
 from services.runtime.config import Settings

@@ -23,7 +23,7 @@ from events.schemas import (
 )
 from events.store import Recorded
 from services.discovery.errors import NoMatchingProxy, NoProxyAvailable
-from services.discovery.policy import Claim, LeasePolicy
+from services.discovery.pure.policy import Claim, LeasePolicy
 from services.discovery.refusals import refusal
 from services.discovery.views import Views
 from services.runtime.eventlog.memory import InMemoryEventStore

@@ -1,4 +1,4 @@
-"""The API's error codes are one table (services/discovery/errorcodes.py); everything else that
+"""The API's error codes are one table (services/discovery/pure/errorcodes.py); everything else that
 names a code is held to it here: the server's exceptions, the OpenAPI document, docs/api.md's
 table, and the client library's copy (it may not import the product, so a test compares)."""
 
@@ -25,10 +25,10 @@ from egress_proxies_client.errors import (
 from egress_proxies_client.errors import Unavailable as ClientUnavailable
 from services.discovery import access, errors, rotation
 from services.discovery.app import DiscoveryApi, create_app
-from services.discovery.errorcodes import FOR_STATUS, RETRY_LATER, STATUS, ErrorCode
 from services.discovery.leases import Leases
 from services.discovery.metrics import DiscoveryMetrics
-from services.discovery.policy import LeasePolicy
+from services.discovery.pure.errorcodes import FOR_STATUS, RETRY_LATER, STATUS, ErrorCode
+from services.discovery.pure.policy import LeasePolicy
 from services.discovery.views import Views
 from services.runtime.eventlog.memory import InMemoryEventStore
 from services.runtime.metrics import Metrics

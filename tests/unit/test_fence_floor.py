@@ -19,10 +19,10 @@ from services.executor.fences import FenceFloors
 from services.providers import local_auth
 from services.providers.base import CreateRequest, LeaseAuth
 from services.providers.kubernetes.config import KubernetesConfig
-from services.providers.kubernetes.mapping import build_pod
+from services.providers.kubernetes.pure.mapping import build_pod
+from services.providers.pure.squidconf import SquidAuth, auth_lines
 from services.providers.squidauth import helper
 from services.providers.squidauth.keyed import lease_auth_for, lease_keyed
-from services.providers.squidconf import SquidAuth, auth_lines
 from services.providers.testing import FakeProvider
 from services.runtime.consumer import Delivery
 from services.runtime.eventlog.testing import InMemoryEventStore

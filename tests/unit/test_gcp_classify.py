@@ -17,8 +17,8 @@ from services.providers.base import (
     QuotaExceeded,
     Transient,
 )
-from services.providers.gcp import mapping
-from services.providers.gcp.classify import classify
+from services.providers.gcp.pure import mapping
+from services.providers.gcp.pure.classify import classify
 
 
 @pytest.mark.parametrize(

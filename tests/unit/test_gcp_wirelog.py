@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from services.cli.registry import SERVICES, option_names
 from services.providers.config import PROVIDER_OPTIONS
-from services.providers.gcp import wirelog
+from services.providers.gcp.pure import wirelog
 
 JWT = "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJjcmF3bGVyIn0.c2lnbmF0dXJl"
 ACCESS_TOKEN = "ya29.a0AfH6SMB-secret_token.value"

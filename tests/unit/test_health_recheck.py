@@ -18,7 +18,7 @@ from projections.lease import LeaseView, apply
 from projections.outcomes import Reports
 from services.cli.main import main
 from services.health.metrics import HealthMetrics
-from services.health.recheck import (
+from services.health.pure.recheck import (
     MAX_FAILED_REPORTS_RECHECK,
     check_every,
     crossed,

@@ -8,7 +8,7 @@ from dataclasses import replace
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.health.verdict import (
+from services.health.pure.verdict import (
     LATENCY_CHANGED,
     PROBE_FAILED,
     PROBE_SUCCEEDED,

@@ -17,7 +17,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from services.providers.squidauth import helper, scheme
+from services.providers.squidauth import helper
+from services.providers.squidauth.pure import scheme
 from tests.unit.test_lease_credentials import MASTER, UID
 
 KEY = scheme.proxy_key(MASTER, UID)

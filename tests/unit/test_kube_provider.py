@@ -21,9 +21,9 @@ from services.providers.base import (
     Transient,
 )
 from services.providers.config import build_providers, parse_providers_config
-from services.providers.kubernetes.classify import classify, error_for
 from services.providers.kubernetes.config import DEFAULT_IMAGE, KubernetesConfig
-from services.providers.kubernetes.mapping import (
+from services.providers.kubernetes.pure.classify import classify, error_for
+from services.providers.kubernetes.pure.mapping import (
     build_pod,
     instance_of,
     label_value,

@@ -21,8 +21,8 @@ from services.providers.base import (
     Transient,
 )
 from services.providers.kvm import transport
-from services.providers.kvm.classify import VirErr, classify_libvirt
-from services.providers.kvm.domain import (
+from services.providers.kvm.pure.classify import VirErr, classify_libvirt
+from services.providers.kvm.pure.domain import (
     METADATA_NS,
     METADATA_PREFIX,
     DomainMetadata,

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from services.providers.base import Permanent
-from services.providers.kvm.config import (
+from services.providers.kvm.pure.config import (
     DEFAULT_SOCKET,
     DEFAULT_VENDOR_DATA,
     HostConfig,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from services.providers.kvm.domain import (
+from services.providers.kvm.pure.domain import (
     METADATA_NS,
     METADATA_PREFIX,
     DomainMetadata,

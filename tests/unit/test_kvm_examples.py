@@ -9,7 +9,7 @@ import yaml
 
 from events.resource import from_object, validate
 from services.providers.config import parse_providers_config
-from services.providers.kvm.config import (
+from services.providers.kvm.pure.config import (
     KvmConfig,
     resolve_placement,
     validate_kvm_config,

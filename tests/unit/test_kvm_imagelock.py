@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from services.providers.kvm.domain import is_per_vm_volume
 from services.providers.kvm.imagelock import (
     SKEW_GRACE,
     LockInfo,
@@ -15,6 +14,7 @@ from services.providers.kvm.imagelock import (
     parse_lock,
     seen_from,
 )
+from services.providers.kvm.pure.domain import is_per_vm_volume
 
 BASE = "egress-base-0123456789abcdef0123456789abcdef"
 

@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 import pytest
 
 from services.providers.base import Permanent
-from services.providers.kvm.config import ImageConfig
-from services.providers.kvm.domain import (
+from services.providers.kvm.pure.config import ImageConfig
+from services.providers.kvm.pure.domain import (
     DomainSpec,
     base_name,
     check_vm_name,
@@ -22,7 +22,7 @@ from services.providers.kvm.domain import (
     owner_uid_from_name,
     seed_name,
 )
-from services.reconciler.decision import instance_name
+from services.reconciler.pure.decision import instance_name
 
 UID = "0b6f3c2e-8a41-4d8e-9f7a-2c5d1e3b4a90"
 SHA = "0123456789abcdef" * 4

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from services.providers.kvm.config import DEFAULT_VENDOR_DATA
-from services.providers.kvm.seed import LABEL, build_seed_iso, meta_data_for
+from services.providers.kvm.pure.config import DEFAULT_VENDOR_DATA
+from services.providers.kvm.pure.seed import LABEL, build_seed_iso, meta_data_for
 from tests.support.seed_reader import SeedContents, read_seed_iso
 
 USER_DATA = """#cloud-config

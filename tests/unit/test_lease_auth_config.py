@@ -22,22 +22,22 @@ from services.providers.config import (
     load_providers_config,
 )
 from services.providers.kubernetes.config import KubernetesConfig
-from services.providers.kubernetes.mapping import LEASE_DIR, build_pod
+from services.providers.kubernetes.pure.mapping import LEASE_DIR, build_pod
 from services.providers.local import LocalConfig, LocalProvider
-from services.providers.squidauth import cloudinit, scheme
+from services.providers.pure.squidconf import SquidAuth, squid_config
 from services.providers.squidauth.keyed import (
     LeaseKeyed,
     helper_source,
     lease_auth_for,
     lease_keyed,
 )
+from services.providers.squidauth.pure import cloudinit, scheme
 from services.providers.squidauth.secret import (
     SECRET_ENV,
     SECRET_FILE_ENV,
     ensure_secret_file,
     master_secret_from_env,
 )
-from services.providers.squidconf import SquidAuth, squid_config
 from services.runtime.errors import ConfigError
 
 MASTER = b"unit-test-master-secret-0123456789"

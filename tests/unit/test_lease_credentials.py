@@ -12,7 +12,7 @@ from projections.lease import LeaseRecord
 from projections.proxy import ProxyView, Replacement
 from services.discovery.credentials import LeaseCredentials
 from services.health.credentials import ProbeCredentials
-from services.providers.squidauth import scheme
+from services.providers.squidauth.pure import scheme
 
 MASTER = b"unit-test-master-secret-0123456789"
 UID = "9b2f8a4e-0000-4000-8000-000000000001"

@@ -29,7 +29,7 @@ from services.runtime.logs import (
     redact,
     scrub,
 )
-from services.runtime.text import printable
+from services.runtime.pure.text import printable
 from tests.support.clirun import restore_logging_after
 
 # A local provider: spans become current without installing anything process-wide.

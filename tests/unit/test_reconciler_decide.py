@@ -31,9 +31,9 @@ from events.schemas import (
     ProxySpecChanged,
 )
 from events.store import Recorded
-from services.reconciler.decide import decide, unhealthy_for, wakes
-from services.reconciler.decision import Decision, instance_name
-from services.reconciler.view import ProxyState, fold
+from services.reconciler.pure.decide import decide, unhealthy_for, wakes
+from services.reconciler.pure.decision import Decision, instance_name
+from services.reconciler.pure.view import ProxyState, fold
 
 UID = "0b5e8f8e-1111-4222-8333-944455556666"
 SPEC = ProxySpec(provider="local", attributes={"country": "de"})

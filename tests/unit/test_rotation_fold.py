@@ -17,7 +17,7 @@ from events.schemas import (
 )
 from projections import proxy
 from projections.rotation import COMPLETED, CREATING, PROBING, REQUESTED
-from services.reconciler.view import fold
+from services.reconciler.pure.view import fold
 from tests.unit.test_decide_rotate import DRAIN, UID, Story, promoted, ready, requested
 
 

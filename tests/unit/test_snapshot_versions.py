@@ -16,7 +16,7 @@ import pytest
 from projections import versions
 from projections.lease import LeaseView
 from projections.proxy import ProxyView
-from services.reconciler import view
+from services.reconciler.pure import view
 
 RECORDED = {
     "ProxyView": (4, "76ee63a986dd2e9f"),

@@ -9,8 +9,8 @@ import msgspec
 
 from events.schemas import CloudInit, Condition, Phase, ProxySpec, SecretRef
 from projections.proxy import ProxyView
-from services.watcher.objects import Problem
-from services.watcher.status import desired_status, differs, notices, patch_body
+from services.watcher.pure.objects import Problem
+from services.watcher.pure.status import desired_status, differs, notices, patch_body
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 T1 = datetime(2026, 1, 1, 12, 5, tzinfo=UTC)

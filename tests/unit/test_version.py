@@ -17,7 +17,7 @@ from services.cli.up import _print_banner
 from services.discovery.app import DiscoveryApi, create_app
 from services.discovery.leases import Leases
 from services.discovery.metrics import DiscoveryMetrics
-from services.discovery.policy import LeasePolicy
+from services.discovery.pure.policy import LeasePolicy
 from services.discovery.views import Views
 from services.runtime.eventlog.memory import InMemoryEventStore
 from services.runtime.metrics import Metrics

@@ -18,8 +18,8 @@ from events.schemas import (
 from events.store import Recorded
 from projections.proxy import ProxyView, apply
 from services.discovery.models import probe_latency
+from services.health.pure.verdict import Known
 from services.health.scheduler import known, probed
-from services.health.verdict import Known
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

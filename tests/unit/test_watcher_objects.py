@@ -22,7 +22,7 @@ from projections.declaring import Declaration, apply
 from projections.proxy import ProxyView
 from projections.proxy import apply as track
 from services.runtime.eventlog.memory import InMemoryEventStore
-from services.watcher.objects import (
+from services.watcher.pure.objects import (
     CLOUD_INIT_LABEL,
     FINALIZER,
     Problem,
@@ -31,7 +31,7 @@ from services.watcher.objects import (
     parse_proxy,
     resolve_cloud_init,
 )
-from services.watcher.tracked import vanished
+from services.watcher.pure.tracked import vanished
 
 UID = "0b5e8f5e-1111-4c4c-9999-000000000001"
 

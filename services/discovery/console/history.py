@@ -27,7 +27,7 @@ from projections import lease as lease_fold
 from projections import proxy as proxy_fold
 from projections.lease import LeaseView
 from projections.proxy import ProxyView
-from services.discovery.console.timeline import Line, line
+from services.discovery.console.pure.timeline import Line, line
 from services.runtime.eventlog.asof import MAX_EVENTS, ByProxy, read_until
 
 QUEUE = 8

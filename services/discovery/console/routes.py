@@ -33,7 +33,10 @@ from markupsafe import escape
 
 from events.errors import EventStoreError
 from events.subjects import InvalidToken, check_token
-from services.discovery.console.fleet import (
+from services.discovery.console.headers import SECURITY_HEADERS
+from services.discovery.console.history import Busy, Cost, History
+from services.discovery.console.login import login, login_form, logout
+from services.discovery.console.pure.fleet import (
     HEALTHS,
     PHASES,
     FilterError,
@@ -42,12 +45,9 @@ from services.discovery.console.fleet import (
     row,
     rows,
 )
-from services.discovery.console.headers import SECURITY_HEADERS
-from services.discovery.console.history import Busy, Cost, History
-from services.discovery.console.login import login, login_form, logout
+from services.discovery.console.pure.timeline import merged
 from services.discovery.console.render import local_input, page, query
 from services.discovery.console.session import Sessions
-from services.discovery.console.timeline import merged
 from services.discovery.views import Views
 from services.runtime.eventlog.asof import TooMuchHistory, parse_instant
 

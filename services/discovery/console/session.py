@@ -40,7 +40,7 @@ from nats.js.kv import KeyValue
 
 from events.errors import StoreUnavailable
 from services.discovery.access import Clients
-from services.discovery.clients import READ, Client
+from services.discovery.pure.clients import READ, Client
 from services.runtime.eventlog.snapshots import SnapshotStore
 from services.runtime.natsusers import KV_BUCKETS
 

@@ -25,9 +25,9 @@ from google.cloud.compute_v1.services.instances.transports.rest import Instances
 from requests.adapters import HTTPAdapter
 
 from services.providers.base import Permanent, ProviderError, Transient
-from services.providers.gcp import wirelog
-from services.providers.gcp.classify import classify
 from services.providers.gcp.config import GcpConfig
+from services.providers.gcp.pure import wirelog
+from services.providers.gcp.pure.classify import classify
 
 WIRE_LOGGER = "egress.provider.gcp.wire"
 wire_log = structlog.get_logger(WIRE_LOGGER)

@@ -28,7 +28,6 @@ from services.providers.base import (
     Permanent,
     ProviderError,
 )
-from services.providers.gcp import mapping
 from services.providers.gcp.client import (
     already_exists,
     build_client,
@@ -36,6 +35,7 @@ from services.providers.gcp.client import (
     translate,
 )
 from services.providers.gcp.config import RFC1035, GcpConfig
+from services.providers.gcp.pure import mapping
 
 __all__ = ["GcpConfig", "GcpProvider"]
 

@@ -27,9 +27,9 @@ from services.providers.base import (
     ProviderError,
     Transient,
 )
-from services.providers.kubernetes.classify import error_for
 from services.providers.kubernetes.config import KubernetesConfig
-from services.providers.kubernetes.mapping import (
+from services.providers.kubernetes.pure.classify import error_for
+from services.providers.kubernetes.pure.mapping import (
     K8S_MANAGED,
     build_pod,
     instance_of,

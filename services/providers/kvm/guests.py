@@ -13,15 +13,15 @@ import structlog
 from events.schemas import InstanceState
 from services.providers.base import Permanent
 from services.providers.kvm import volumes
-from services.providers.kvm.config import HostConfig
-from services.providers.kvm.domain import (
+from services.providers.kvm.images import BaseImage
+from services.providers.kvm.pure.config import HostConfig
+from services.providers.kvm.pure.domain import (
     DomainMetadata,
     DomainSpec,
     domain_xml,
     first_routable_ipv4,
     parse_metadata,
 )
-from services.providers.kvm.images import BaseImage
 
 log = structlog.get_logger("egress.provider.kvm")
 

@@ -18,9 +18,9 @@ import aiohttp
 import libvirt  # type: ignore[import-untyped, unused-ignore]  # libvirt-python ships no type stubs
 
 from services.providers.base import Permanent, ProviderError, Transient
-from services.providers.kvm.config import ImageConfig
-from services.providers.kvm.domain import base_volume_xml
 from services.providers.kvm.imagelock import CHUNK, send_all
+from services.providers.kvm.pure.config import ImageConfig
+from services.providers.kvm.pure.domain import base_volume_xml
 from services.providers.kvm.transport import HostLink
 
 # Aborting an upload must not wait on a deadline that has already passed.

@@ -34,7 +34,7 @@ import msgspec
 import structlog
 
 from services.providers.base import Transient
-from services.providers.kvm.domain import raw_volume_xml
+from services.providers.kvm.pure.domain import raw_volume_xml
 
 log = structlog.get_logger("egress.provider.kvm")
 

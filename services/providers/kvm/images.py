@@ -24,8 +24,6 @@ import structlog
 
 from services.providers.base import ProviderError, Transient
 from services.providers.kvm import imagelock
-from services.providers.kvm.config import ImageConfig
-from services.providers.kvm.domain import base_name, marker_name, raw_volume_xml
 from services.providers.kvm.imagefetch import Fetcher
 from services.providers.kvm.imagelock import (
     CHUNK,
@@ -38,6 +36,8 @@ from services.providers.kvm.imagelock import (
     new_lock,
     upload_bytes,
 )
+from services.providers.kvm.pure.config import ImageConfig
+from services.providers.kvm.pure.domain import base_name, marker_name, raw_volume_xml
 from services.providers.kvm.transport import HostTransport
 
 # volumes.py and the tests use the volume helpers from here, where they used to live.

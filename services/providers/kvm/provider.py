@@ -38,13 +38,14 @@ from services.providers.base import (
     ProviderError,
 )
 from services.providers.kvm import guests, volumes
-from services.providers.kvm.config import (
+from services.providers.kvm.images import ImageCache
+from services.providers.kvm.pure.config import (
     HostConfig,
     KvmConfig,
     resolve_placement,
     validate_kvm_config,
 )
-from services.providers.kvm.domain import (
+from services.providers.kvm.pure.domain import (
     DomainSpec,
     check_vm_name,
     is_per_vm_volume,
@@ -52,8 +53,7 @@ from services.providers.kvm.domain import (
     overlay_name,
     seed_name,
 )
-from services.providers.kvm.images import ImageCache
-from services.providers.kvm.seed import build_seed_iso, meta_data_for
+from services.providers.kvm.pure.seed import build_seed_iso, meta_data_for
 from services.providers.kvm.transport import HostLink, HostTransport, SshCredentials
 from services.providers.kvm.volumes import OrphanVolume
 from services.runtime.errors import ConfigError

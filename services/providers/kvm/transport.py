@@ -29,8 +29,8 @@ import libvirt  # type: ignore[import-untyped, unused-ignore]  # libvirt-python 
 import structlog
 
 from services.providers.base import ProviderError, Transient
-from services.providers.kvm.classify import classify_libvirt
-from services.providers.kvm.config import HostConfig
+from services.providers.kvm.pure.classify import classify_libvirt
+from services.providers.kvm.pure.config import HostConfig
 
 log = structlog.get_logger("egress.provider.kvm")
 

@@ -13,20 +13,20 @@ from datetime import UTC, datetime
 
 import libvirt  # type: ignore[import-untyped, unused-ignore]  # libvirt-python ships no type stubs
 
-from services.providers.kvm.config import HostConfig
-from services.providers.kvm.domain import (
+from services.providers.kvm.images import (
+    BaseImage,
+    delete_volume,
+    lookup_volume,
+    upload_bytes,
+)
+from services.providers.kvm.pure.config import HostConfig
+from services.providers.kvm.pure.domain import (
     is_per_vm_volume,
     overlay_name,
     overlay_volume_xml,
     owner_uid_from_name,
     raw_volume_xml,
     seed_name,
-)
-from services.providers.kvm.images import (
-    BaseImage,
-    delete_volume,
-    lookup_volume,
-    upload_bytes,
 )
 
 

@@ -24,7 +24,7 @@ refused before any comparison, and whatever still goes wrong on one line is answ
 on that line's channel while the loop goes on. Refusals are logged to stderr (Squid's
 cache.log) without the mac, and at most ``LOG_BURST`` lines a minute.
 
-The same scheme is minted by ``services/providers/squidauth/scheme.py``; this copy stands alone
+The same scheme is minted by ``services/providers/squidauth/pure/scheme.py``; this copy stands alone
 because it is shipped to VMs and pods as a single file.
 """
 

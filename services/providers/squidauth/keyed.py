@@ -24,8 +24,8 @@ from services.providers.base import (
     LeftoverCleaner,
     Provider,
 )
-from services.providers.squidauth.cloudinit import with_lease_auth
-from services.providers.squidauth.scheme import proxy_key
+from services.providers.squidauth.pure.cloudinit import with_lease_auth
+from services.providers.squidauth.pure.scheme import proxy_key
 
 VM_TYPES = frozenset({"gcp", "kvm"})
 """Provider types whose Squid is the image's, configured through cloud-init."""

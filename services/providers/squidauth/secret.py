@@ -16,7 +16,7 @@ from pathlib import Path
 
 import click
 
-from services.providers.squidauth.scheme import MIN_SECRET_BYTES
+from services.providers.squidauth.pure.scheme import MIN_SECRET_BYTES
 from services.runtime.errors import ConfigError
 from services.runtime.options import EnvSetting
 

@@ -22,8 +22,8 @@ from services.providers.base import (
     Instance,
 )
 from services.providers.kubernetes.config import KubernetesConfig
-from services.providers.squidconf import SquidAuth
-from services.providers.squidconf import squid_config as shared_squid_config
+from services.providers.pure.squidconf import SquidAuth
+from services.providers.pure.squidconf import squid_config as shared_squid_config
 
 GROUP = "crawl.example.com"
 K8S_MANAGED = f"{GROUP}/managed"

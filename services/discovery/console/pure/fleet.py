@@ -17,7 +17,7 @@ from projections import lease_queries
 from projections.lease import LeaseView
 from projections.outcomes import active_backoffs
 from projections.proxy import ProxyView
-from services.discovery.candidates import leasable
+from services.discovery.pure.candidates import leasable
 
 HEALTHY = "healthy"
 UNHEALTHY = "unhealthy"

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from events.schemas import Condition, Event, InstanceState, Phase, PhaseChanged, ProxyMode
-from services.reconciler.view import ProxyState
+from services.reconciler.pure.view import ProxyState
 
 
 @dataclass(frozen=True, slots=True)

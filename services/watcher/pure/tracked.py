@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from projections.proxy import ProxyView
-from services.watcher.objects import SOURCE
+from services.watcher.pure.objects import SOURCE
 
 
 def live(view: ProxyView) -> bool:

@@ -23,8 +23,14 @@ from events.schemas import (
     RotationEnded,
 )
 from projections.rotation import Replacement
-from services.reconciler.decision import NOTHING, Decision, command_id, instance_name, status_change
-from services.reconciler.view import ProxyState
+from services.reconciler.pure.decision import (
+    NOTHING,
+    Decision,
+    command_id,
+    instance_name,
+    status_change,
+)
+from services.reconciler.pure.view import ProxyState
 
 
 def needs_lease(state: ProxyState) -> bool:

@@ -27,7 +27,7 @@ from events.schemas import (
     ProxyMode,
     ProxyRemoved,
 )
-from services.reconciler.decide_rotate import (
+from services.reconciler.pure.decide_rotate import (
     cancel,
     delete_retiring,
     retire,
@@ -36,8 +36,14 @@ from services.reconciler.decide_rotate import (
     serving,
     start_rotation,
 )
-from services.reconciler.decision import NOTHING, Decision, command_id, instance_name, status_change
-from services.reconciler.view import ProxyState
+from services.reconciler.pure.decision import (
+    NOTHING,
+    Decision,
+    command_id,
+    instance_name,
+    status_change,
+)
+from services.reconciler.pure.view import ProxyState
 
 
 def wakes(event: object) -> bool:

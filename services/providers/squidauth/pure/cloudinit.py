@@ -19,7 +19,7 @@ import email.parser
 import email.policy
 from email.message import EmailMessage, Message
 
-from services.providers.squidconf import SquidAuth, auth_lines
+from services.providers.pure.squidconf import SquidAuth, auth_lines
 
 HELPER_PATH = "/usr/local/lib/egress-proxies/squid-lease-auth.py"
 KEY_PATH = "/etc/squid/egress-lease.key"

@@ -16,7 +16,7 @@ import msgspec
 
 from events.schemas import Phase
 from projections.proxy import ProxyView
-from services.watcher.crd import (
+from services.watcher.pure.crd import (
     CLOUD_INIT_ERROR,
     HEALTH_HEALTHY,
     HEALTH_UNHEALTHY,
@@ -27,7 +27,7 @@ from services.watcher.crd import (
     ProxyStatus,
     StatusCondition,
 )
-from services.watcher.objects import Problem
+from services.watcher.pure.objects import Problem
 
 INVALID_SPEC = "InvalidSpec"
 CONDITION_ORDER = (READY, PROVISIONED, HEALTHY, CLOUD_INIT_ERROR, INVALID_SPEC)

@@ -16,7 +16,7 @@ import msgspec
 
 from events.resource import ProxyResource
 from events.schemas import ProxySpec
-from services.watcher.crd import CLOUD_INIT_LABEL, FINALIZER
+from services.watcher.pure.crd import CLOUD_INIT_LABEL, FINALIZER
 
 __all__ = ["CLOUD_INIT_LABEL", "FINALIZER", "SOURCE", "Problem", "ProxyObject", "parse_proxy"]
 

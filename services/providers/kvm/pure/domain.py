@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from services.providers.base import Permanent
-from services.providers.kvm.config import ImageConfig
+from services.providers.kvm.pure.config import ImageConfig
 
 METADATA_NS = "https://crawl.example.com/egress-proxies/kvm"
 METADATA_PREFIX = "egress"

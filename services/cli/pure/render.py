@@ -19,8 +19,8 @@ from rich.text import Text
 
 from events import codec
 from events.schemas import Event
-from services.cli.entries import LogEntry
-from services.runtime.text import UNSAFE_CODES, printable
+from services.cli.pure.entries import LogEntry
+from services.runtime.pure.text import UNSAFE_CODES, printable
 
 MAX_VALUE = 60
 EVENT_COLUMNS = ("SEQ", "TIME", "SUBJECT", "TYPE", "SUMMARY")
