@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.text import Text
 
 from events.errors import EventStoreError
+from services.cli.backup_cmd import backup, restore
 from services.cli.check_cmd import check
 from services.cli.clients_cmd import clients
 from services.cli.common import CliState
@@ -157,6 +158,8 @@ main.add_command(gc)
 main.add_command(lease)
 main.add_command(crd)
 main.add_command(clients)
+main.add_command(backup)
+main.add_command(restore)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ import json
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from services.cli.backup_manifest import ConsumerEntry, Record
+from services.cli.pure.backup_manifest import ConsumerEntry, Record
 
 ARCHIVE_MAGIC = b"NATSARC1"
 STREAM_IDENTIFIER = b"\xff\x06\x00\x00S2sTwO"

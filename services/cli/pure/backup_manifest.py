@@ -20,7 +20,7 @@ import re
 import struct
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
 import msgspec
@@ -37,7 +37,9 @@ END = RECORD.pack(0, 0, 0, 0, 0)
 MAX_MESSAGE = 64 * 1024 * 1024
 """No NATS message is larger (the server's largest ``max_payload``): a length beyond it is
 damage, refused before anything is allocated for it."""
-MAX_SEQ = 2**64 - 1
+MAX_SEQ = 2**63 - 1
+"""JetStream counts in 64 bits; nothing reaches half of that (and msgspec checks int64)."""
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 _Seq = Annotated[int, Meta(ge=0, le=MAX_SEQ)]
 _Count = Annotated[int, Meta(ge=0)]
@@ -344,7 +346,8 @@ def parse_rfc3339_ns(text: str) -> int:
 
 
 def format_ns(ns: int) -> str:
-    whole = datetime.fromtimestamp(ns // 1_000_000_000, UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    instant = EPOCH + timedelta(seconds=ns // 1_000_000_000)
+    whole = instant.strftime("%Y-%m-%dT%H:%M:%S")
     return f"{whole}.{ns % 1_000_000_000:09d}Z"
 
 
