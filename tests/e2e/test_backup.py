@@ -1,0 +1,471 @@
+"""Backup and restore, end to end (docs/operations.md, "Backup and restore").
+
+The whole system under a lease load (real `up`, Squids enforcing leases, the discovery API):
+`egress-proxies backup` while crawlers lease, report and release, more activity after it, then
+the disaster: `up` stops and its nats-server's store is lost. `egress-proxies restore` fills a
+fresh nats-server (the same users, an empty store), and `up` starts on it with its data dir,
+where the local proxies are still running. Then the views at the backup's instant are those of
+the original, every write acknowledged before the backup began is there and none made after it,
+the running proxies are adopted, and a new lease's fencing token is above every token the lost
+system granted, so the proxies that remember those tokens serve it.
+
+Also: a truncated, corrupt or altered backup is refused naming the file, and the log the server
+held is untouched; so is a log a restore without ``--force`` would replace, and one that
+services are using.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
+from services.cli.timetravel import as_of
+from services.runtime.connection import Connection, connect
+from services.runtime.eventlog.asof import parse_instant, read_until
+from services.runtime.eventlog.streams import ensure_streams
+from services.runtime.natsserver import CONFIG_FILE, EmbeddedNatsServer, find_binary
+from services.runtime.ports import free_port
+from tests.support.system import (
+    ROOT,
+    Up,
+    base_env,
+    cli,
+    fetch_via,
+    hello_target,
+    stop_local_proxies,
+)
+from tests.support.waiting import until
+
+pytestmark = pytest.mark.e2e
+
+HELLO = "hello through the proxy"
+PROXIES = "\n---\n".join(
+    "apiVersion: crawl.example.com/v1alpha1\nkind: Proxy\n"
+    f"metadata: {{name: px-{i}, namespace: backup}}\n"
+    f"spec: {{provider: local, attributes: {{slot: '{i}'}}}}\n"
+    for i in range(4)
+)
+
+
+@asynccontextmanager
+async def up_on(data_dir: Path, nats_port: int, target: str) -> AsyncIterator[Up]:
+    """`up` on ``data_dir``, stopped with SIGINT; unlike ``running_up`` it leaves the local
+    proxies running, as a real stop does, so the next `up` on the data dir can adopt them."""
+    api_port, env = free_port(), base_env()
+    args = ["--data-dir", str(data_dir), "--nats-port", str(nats_port), "--api-port", str(api_port)]
+    args += ["--metrics-port", "0", "--health-check-url", target, "--lease-cooldown", "0s"]
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "services.cli.main", "up", *args,
+        env=env, cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    url = f"nats://127.0.0.1:{nats_port}"
+    up = Up(
+        process, {**env, "NATS_URL": url}, f"http://127.0.0.1:{api_port}", data_dir, bytearray()
+    )
+    assert process.stdout is not None
+    pump: asyncio.Task[None] | None = None
+    try:
+        async with asyncio.timeout(60):
+            while b"Ctrl-C" not in up.output:
+                line = await process.stdout.readline()
+                assert line, f"up exited early:\n{up.output.decode()}"
+                up.output += line
+        pump = asyncio.create_task(_pump(process.stdout, up.output))
+        yield up
+    finally:
+        if process.returncode is None:
+            process.send_signal(signal.SIGINT)
+            async with asyncio.timeout(30):
+                await process.wait()
+        if pump is not None:
+            await pump
+    assert process.returncode == 0, up.output.decode()[-4000:]
+
+
+async def _pump(stream: asyncio.StreamReader, into: bytearray) -> None:
+    while line := await stream.readline():
+        into += line
+
+
+@dataclass
+class Load:
+    """Crawlers leasing, using, reporting on and releasing proxies; what the API acknowledged,
+    with the moment the answer came."""
+
+    api: str
+    target: str
+    phase: str = "before"
+    acked: list[tuple[float, str, str, str]] = field(default_factory=list)
+    """(when, what, lease id, detail): acquired (detail: the token), reported, released."""
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def crawler(self, number: int) -> None:
+        async with httpx.AsyncClient(base_url=self.api, timeout=30) as client:
+            turn = 0
+            while not self.stop.is_set():
+                got = await client.post(
+                    "/v1/leases",
+                    json={"ttlSeconds": 20, "holder": f"load-{number}", "waitSeconds": 5},
+                )
+                if got.status_code == 503:
+                    continue
+                assert got.status_code == 201, got.text
+                lease, turn = got.json(), turn + 1
+                self.note("acquired", lease["id"], str(lease["fencingToken"]))
+                assert (
+                    await asyncio.to_thread(fetch_via, lease["proxy"]["url"], self.target) == HELLO
+                )
+                outcome, host = (
+                    ("blocked", f"{self.phase}.example") if turn % 2 else ("success", "ok.example")
+                )
+                report = {"outcome": outcome, "target": host}
+                done = await client.post(f"/v1/leases/{lease['id']}/report", json=report)
+                assert done.status_code == 204, done.text
+                self.note("reported", lease["id"], f"{outcome} {host}")
+                done = await client.delete(f"/v1/leases/{lease['id']}")
+                assert done.status_code == 204, done.text
+                self.note("released", lease["id"], "")
+
+    def note(self, what: str, lease_id: str, detail: str) -> None:
+        self.acked.append((time.monotonic(), what, lease_id, detail))
+
+    def before(self, instant: float) -> set[tuple[str, str, str]]:
+        return {(w, i, d) for at, w, i, d in self.acked if at < instant}
+
+    def after(self, instant: float) -> set[tuple[str, str, str]]:
+        return {(w, i, d) for at, w, i, d in self.acked if at > instant}
+
+    def tokens(self) -> list[int]:
+        return [int(d) for _, w, _, d in self.acked if w == "acquired"]
+
+
+async def lease_facts(conn: Connection) -> set[tuple[str, str, str]]:
+    """The LEASE stream's acquisitions, reports and releases, as the load notes them."""
+    facts: set[tuple[str, str, str]] = set()
+    for stored in (await read_until(conn.js, "LEASE", "lease.*", None, limit=10**6)).items:
+        event = stored.recorded.event
+        kind = type(event).__name__
+        if kind == "LeaseAcquired":
+            facts.add(("acquired", event.lease_id, str(stored.recorded.seq)))  # type: ignore[union-attr]
+        elif kind == "LeaseReported":
+            facts.add(("reported", event.lease_id, f"{event.outcome} {event.target}"))  # type: ignore[union-attr]
+        elif kind == "LeaseReleased":
+            facts.add(("released", event.lease_id, ""))  # type: ignore[union-attr]
+    return facts
+
+
+async def views_at(conn: Connection, at: str) -> tuple[Any, Any]:
+    proxies, leases = await as_of(conn, None, parse_instant(at))
+    return list(proxies), dict(sorted(leases.items()))
+
+
+def admin_url(data_dir: Path, port: int) -> str:
+    users = json.loads((data_dir / "nats" / "credentials.json").read_text())["users"]
+    return f"nats://admin:{users['admin']}@127.0.0.1:{port}"
+
+
+async def test_a_backup_under_load_restores_the_system_as_it_was(tmp_path: Path) -> None:
+    data, port, backup = tmp_path / "data", free_port(), tmp_path / "backup"
+    manifest_file = tmp_path / "proxies.yaml"
+    manifest_file.write_text(PROXIES.rsplit("\n---\n", 1)[0])
+    extra = tmp_path / "extra.yaml"
+    extra.write_text(PROXIES.rsplit("\n---\n", 1)[1])
+    with hello_target() as target:
+        try:
+            async with up_on(data, port, target) as original:
+                applied = await original.cli(
+                    "apply", "-f", str(manifest_file), "--wait", timeout=240
+                )
+                assert applied.returncode == 0, applied.stdout + applied.stderr
+                load = Load(original.api, target)
+                crawlers = [asyncio.create_task(load.crawler(n)) for n in range(2)]
+                await until(lambda: len(load.tokens()) >= 10, timeout=60, what="leases granted")
+                began = time.monotonic()
+                taken = await original.cli("backup", str(backup))
+                ended = time.monotonic()
+                assert taken.returncode == 0, taken.stdout + taken.stderr
+                load.phase = "after"
+                await until(lambda: len(load.after(ended)) >= 12, timeout=60, what="leases after")
+                load.stop.set()
+                await asyncio.gather(*crawlers)
+                manifest = json.loads((backup / "manifest.json").read_text())
+                cut = manifest["cut"][:26] + "Z"
+                seen = await original.cli("get", "--at", cut, "-o", "json")
+                assert seen.returncode == 0, seen.stderr
+                conn = await connect(admin_url(data, port))
+                try:
+                    views, lost = await views_at(conn, cut), await lease_facts(conn)
+                finally:
+                    await conn.close()
+                proxies = {p["uid"]: p for p in await original.proxies()}
+                pids = {uid: original.squid_pid(p["providerID"]) for uid, p in proxies.items()}
+
+            # The disaster: the store is gone; a fresh server with the same users gets the backup.
+            shutil.rmtree(data / "nats" / "jetstream")
+            server = await asyncio.create_subprocess_exec(
+                str(find_binary()), "-c", str(data / "nats" / CONFIG_FILE),
+                stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+            )  # fmt: skip
+            try:
+                url = admin_url(data, port)
+                await until(lambda: _answers(url), timeout=20, what="the fresh nats-server")
+                env = {**base_env(), "NATS_URL": url}
+                restored = await asyncio.to_thread(cli, "restore", str(backup), env=env)
+                assert restored.returncode == 0, restored.stdout + restored.stderr
+                conn = await connect(url)
+                try:
+                    await _check_the_cut(conn, manifest)
+                finally:
+                    await conn.close()
+            finally:
+                server.terminate()
+                async with asyncio.timeout(30):
+                    await server.wait()
+
+            async with up_on(data, port, target) as again:
+                await until(
+                    lambda: _all_in_service(again, set(proxies)), timeout=120, what="proxies"
+                )
+                # The views at the backup's instant are the original's.
+                replayed = await again.cli("get", "--at", cut, "-o", "json")
+                assert json.loads(replayed.stdout) == json.loads(seen.stdout)
+                conn = await connect(admin_url(data, port))
+                try:
+                    assert await views_at(conn, cut) == views
+                    facts = await lease_facts(conn)
+                finally:
+                    await conn.close()
+                # Nothing acknowledged before the backup began is lost; what came after it is.
+                acknowledged = {
+                    (w, i, "" if w == "acquired" else d) for w, i, d in load.before(began)
+                }
+                assert acknowledged <= {(w, i, "" if w == "acquired" else d) for w, i, d in facts}
+                assert acknowledged
+                later = {(w, i) for w, i, _ in load.after(ended)}
+                assert later
+                assert not later & {(w, i) for w, i, _ in facts}
+                assert all(f in lost for f in facts if f[0] == "acquired")
+                # The outcomes: back-offs for reports before the cut, none for those after it.
+                listed = (await again.api_call("GET", "/v1/proxies"))[1]["items"]
+                backoffs = {b["target"] for p in listed for b in p.get("backoffs", [])}
+                assert "before.example" in backoffs
+                assert "after.example" not in backoffs
+                # The running proxies were adopted: the same instances, the same processes.
+                now = {p["uid"]: p for p in await again.proxies()}
+                assert {u: p["providerID"] for u, p in now.items()} == {
+                    u: p["providerID"] for u, p in proxies.items()
+                }
+                assert {u: again.squid_pid(now[u]["providerID"]) for u in now} == pids
+                # Fencing tokens go on rising past every token granted, after the backup too,
+                # and the adopted proxies, which remember those, serve the new leases.
+                highest = max(load.tokens())
+                async with httpx.AsyncClient(base_url=again.api, timeout=60) as client:
+                    for uid in proxies:
+                        got = await client.post(
+                            "/v1/leases",
+                            json={"proxyUid": uid, "ttlSeconds": 30, "waitSeconds": 40},
+                        )
+                        assert got.status_code == 201, got.text
+                        lease = got.json()
+                        assert lease["fencingToken"] > highest
+                        fetched = await asyncio.to_thread(fetch_via, lease["proxy"]["url"], target)
+                        assert fetched == HELLO
+                # The services carry on from the restored log: a new proxy comes up.
+                applied = await again.cli("apply", "-f", str(extra), "--wait", timeout=240)
+                assert applied.returncode == 0, applied.stdout + applied.stderr
+        finally:
+            stop_local_proxies(data)
+
+
+async def _answers(url: str) -> bool:
+    with contextlib.suppress(Exception):
+        conn = await connect(url)
+        await conn.close()
+        return True
+    return False
+
+
+async def _all_in_service(up: Up, uids: set[str]) -> bool:
+    found = {p["uid"]: p for p in await up.proxies()}
+    return uids <= set(found) and all(
+        found[u]["phase"] == "Ready" and found[u]["healthy"] is True for u in uids
+    )
+
+
+async def _check_the_cut(conn: Connection, manifest: dict[str, Any]) -> None:
+    """Right after the restore: each stream holds what the backup held, nothing stamped after
+    the cut, and LEASE continues past a million sequences beyond what the backup saw."""
+    cut = parse_instant(manifest["cut"][:26] + "Z")
+    for entry in manifest["streams"]:
+        info = await conn.js.stream_info(entry["name"])
+        assert info.state.messages == entry["messages"], entry["name"]
+        if entry["messages"]:
+            last = await conn.js.get_msg(entry["name"], entry["last_seq"])
+            assert last.seq == entry["last_seq"]
+            assert last.time is not None
+            assert last.time <= cut
+        if entry["name"] == "LEASE":
+            assert info.state.last_seq == entry["observed_last_seq"] + 1_000_000
+        else:
+            assert info.state.last_seq == entry["last_seq"]
+    durables = {c["name"] for e in manifest["streams"] for c in e["consumers"]}
+    assert durables == {"reconciler", "executor"}
+    for entry in manifest["streams"]:
+        for consumer in entry["consumers"]:
+            found = await conn.js.consumer_info(entry["name"], consumer["name"])
+            assert found.ack_floor is not None
+            assert found.ack_floor.stream_seq == consumer["ack_floor_stream_seq"]
+
+
+# -- refusals: nothing changes on the server ------------------------------------------------------
+
+
+async def seeded(server: EmbeddedNatsServer, events: int) -> dict[str, tuple[int, int]]:
+    """A log of ``events`` per stream, and a durable of the reconciler's; its state."""
+    conn = await connect(server.admin_url)
+    try:
+        await ensure_streams(conn.js)
+        for i in range(events):
+            await conn.js.publish(f"proxy.u{i % 3}.declared", b'{"n": %d}' % i)
+            await conn.js.publish(f"lease.u{i % 3}", b"{}")
+        return await log_state(conn)
+    finally:
+        await conn.close()
+
+
+async def log_state(conn: Connection) -> dict[str, tuple[int, int]]:
+    return {
+        name: ((i := await conn.js.stream_info(name)).state.messages, i.state.last_seq)
+        for name in ("PROXY", "LEASE", "GC", "DEADLETTER")
+    }
+
+
+def run(*args: str, url: str) -> subprocess.CompletedProcess[str]:
+    return cli(*args, env={**base_env(), "NATS_URL": url})
+
+
+@pytest.fixture
+async def servers(tmp_path: Path) -> AsyncIterator[tuple[EmbeddedNatsServer, EmbeddedNatsServer]]:
+    source = EmbeddedNatsServer(data_dir=tmp_path / "source")
+    target = EmbeddedNatsServer(data_dir=tmp_path / "target")
+    await source.start()
+    await target.start()
+    try:
+        yield source, target
+    finally:
+        await source.stop()
+        await target.stop()
+
+
+def damage(backup: Path, how: str) -> str:
+    """Damage ``backup`` one way; the file the refusal must name."""
+    if how == "truncated":
+        lease = backup / "LEASE.events.gz"
+        lease.write_bytes(lease.read_bytes()[:-20])
+        return "LEASE.events.gz"
+    if how == "corrupt":
+        proxy = backup / "PROXY.events.gz"
+        data = bytearray(proxy.read_bytes())
+        data[len(data) // 2] ^= 0x55
+        proxy.write_bytes(bytes(data))
+        return "PROXY.events.gz"
+    manifest = json.loads((backup / "manifest.json").read_text())
+    if how == "unfinished":
+        (backup / "manifest.json").unlink()
+        return "manifest.json"
+    entry = next(e for e in manifest["streams"] if e["name"] == "LEASE")
+    entry["last_seq"] += 5  # an edit that claims more than the file holds
+    entry["observed_last_seq"] += 5
+    (backup / "manifest.json").write_text(json.dumps(manifest))
+    return "LEASE.events.gz"
+
+
+@pytest.mark.parametrize("how", ["truncated", "corrupt", "altered", "unfinished"])
+async def test_a_damaged_backup_is_refused_and_the_log_is_untouched(
+    tmp_path: Path, servers: tuple[EmbeddedNatsServer, EmbeddedNatsServer], how: str
+) -> None:
+    source, target = servers
+    await seeded(source, 30)
+    before = await seeded(target, 7)
+    backup = tmp_path / "backup"
+    taken = run("backup", str(backup), url=source.admin_url)
+    assert taken.returncode == 0, taken.stderr
+    named = damage(backup, how)
+    refused = run("restore", str(backup), "--force", url=target.admin_url)
+    assert refused.returncode == 13, refused.stdout + refused.stderr
+    assert f"{backup}/{named}" in refused.stderr
+    assert "nothing was restored" in refused.stderr
+    conn = await connect(target.admin_url)
+    try:
+        assert await log_state(conn) == before
+    finally:
+        await conn.close()
+
+
+async def test_a_restore_replaces_a_log_only_when_told_and_never_under_running_services(
+    tmp_path: Path, servers: tuple[EmbeddedNatsServer, EmbeddedNatsServer]
+) -> None:
+    source, target = servers
+    wanted = await seeded(source, 30)
+    before = await seeded(target, 7)
+    backup = tmp_path / "backup"
+    assert run("backup", str(backup), url=source.admin_url).returncode == 0
+    refused = run("restore", str(backup), url=target.admin_url)
+    assert refused.returncode == 2
+    assert "PROXY (7 events)" in refused.stderr
+    assert "--force" in refused.stderr
+
+    conn = await connect(target.admin_url)
+    try:
+        # A service reading its durable: a pull request waits on it.
+        durable = ConsumerConfig(
+            durable_name="reconciler",
+            ack_policy=AckPolicy.EXPLICIT,
+            deliver_policy=DeliverPolicy.NEW,
+        )
+        await conn.js.add_consumer("PROXY", durable)
+        reading = await conn.js.pull_subscribe_bind("reconciler", stream="PROXY")
+        waiting = asyncio.create_task(reading.fetch(1000, timeout=30))
+        await until(lambda: _waiting(conn), timeout=10, what="a waiting pull request")
+        busy = await asyncio.to_thread(run, "restore", str(backup), "--force", url=target.admin_url)
+        assert busy.returncode == 2
+        assert "services are running against this server" in busy.stderr
+        waiting.cancel()
+        with contextlib.suppress(BaseException):
+            await waiting
+        await reading.unsubscribe()
+        await conn.js.delete_consumer("PROXY", "reconciler")
+        assert await log_state(conn) == before
+    finally:
+        await conn.close()
+
+    replaced = run("restore", str(backup), "--force", url=target.admin_url)
+    assert replaced.returncode == 0, replaced.stdout + replaced.stderr
+    conn = await connect(target.admin_url)
+    try:
+        now = await log_state(conn)
+        assert {k: v[0] for k, v in now.items()} == {k: v[0] for k, v in wanted.items()}
+        # LEASE continues above both the backup's log and the one it replaced.
+        assert now["LEASE"][1] == max(wanted["LEASE"][1], before["LEASE"][1]) + 1_000_000
+    finally:
+        await conn.close()
+
+
+async def _waiting(conn: Connection) -> bool:
+    info = await conn.js.consumer_info("PROXY", "reconciler")
+    return bool(info.num_waiting)
