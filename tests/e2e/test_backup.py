@@ -260,11 +260,23 @@ async def test_a_backup_under_load_restores_the_system_as_it_was(tmp_path: Path)
                 assert later
                 assert not later & {(w, i) for w, i, _ in facts}
                 assert all(f in lost for f in facts if f[0] == "acquired")
-                # The outcomes: back-offs for reports before the cut, none for those after it.
-                listed = (await again.api_call("GET", "/v1/proxies"))[1]["items"]
-                backoffs = {b["target"] for p in listed for b in p.get("backoffs", [])}
-                assert "before.example" in backoffs
-                assert "after.example" not in backoffs
+                # The outcomes are the original's at the cut: report counts and back-offs (for
+                # reports before it; none for those after it).
+                targets = set()
+                for uid in proxies:
+                    status, one = await again.api_call("GET", f"/v1/proxies/{uid}")
+                    assert status == 200, one
+                    reports = views[1][uid].reports
+                    assert one["reports"] == {
+                        "success": reports.success,
+                        "blocked": reports.blocked,
+                        "failed": reports.failed,
+                        "failedStreak": reports.failed_streak,
+                    }
+                    running = {(b["target"], b["blocks"]) for b in one["backoffs"]}
+                    assert running == {(t, b.blocks) for t, b in reports.backoffs.items()}
+                    targets |= {target for target, _ in running}
+                assert targets == {"before.example"}
                 # The running proxies were adopted: the same instances, the same processes.
                 now = {p["uid"]: p for p in await again.proxies()}
                 assert {u: p["providerID"] for u, p in now.items()} == {
