@@ -211,7 +211,7 @@ class Leases(HeldLeases):
                         reread.add(uid)  # the log kept an earlier claim: this one is untried
                         again.append((uid, view))
                 else:
-                    granted = await self._confirm(uid, stored.lease_id, stored.seq)
+                    granted = await self._confirm_or_doubt(uid, stored, claim)
             finally:
                 self._trying[uid] -= 1
                 if not self._trying[uid]:
@@ -254,6 +254,18 @@ class Leases(HeldLeases):
                 self.withdrawals.doubt(uid, lease_id, expected)
             raise
         return Stored(lease_id, result.last_seq, bool(result.duplicates))
+
+    async def _confirm_or_doubt(self, uid: str, stored: Stored, claim: Claim) -> Granted | None:
+        """``_confirm``; when the log goes out of reach between the stored claim and its
+        confirmation, the answer will be 503 although the claim is in the log: it is withdrawn
+        once the log is back, as when the append itself was in doubt (``withdraw.py``). With a
+        key, the retry learns the lease instead."""
+        try:
+            return await self._confirm(uid, stored.lease_id, stored.seq)
+        except StoreUnavailable:
+            if not claim.key:
+                self.withdrawals.doubt(uid, stored.lease_id, stored.seq - 1)
+            raise
 
     async def _confirm(self, uid: str, lease_id: str, seq: int) -> Granted | None:
         """Wait for the view to include the claim, then see whether the fold granted it."""
