@@ -1,5 +1,5 @@
-"""``lease acquire|release|report|rotate``: the discovery API from a shell (``lease_holders`` adds
-``renew`` and ``list``).
+"""``lease acquire|release|report|rotate``: the discovery API from a shell (``lease_holder_cmd``
+adds ``renew`` and ``list``).
 
 For scripts (``ID=$(egress-proxies lease acquire -o json | jq -r .id)``) and for an operator
 trying a selector by hand. It speaks HTTP to a running discovery service, like a crawler would,

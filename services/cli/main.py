@@ -25,12 +25,12 @@ from services.cli.events_cmd import events
 from services.cli.gc_cmd import gc
 from services.cli.get_cmd import get_cmd
 from services.cli.lease_cmd import lease
-from services.cli.lease_holders import renew  # noqa: F401  # registers renew and list on `lease`
+from services.cli.lease_holder_cmd import renew  # noqa: F401  # registers renew and list on `lease`
 from services.cli.proxies_cmd import apply_cmd, delete_cmd
 from services.cli.pure.render import clean
 from services.cli.streams_cmd import streams
 from services.cli.tracing import command_span
-from services.cli.up import run, up
+from services.cli.up_cmd import run, up
 from services.runtime.config import LOG_FORMATS, LOG_LEVELS
 from services.runtime.connection import ConnectError
 from services.runtime.errors import ConfigError

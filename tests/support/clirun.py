@@ -15,7 +15,7 @@ import pytest
 import structlog
 from click.testing import CliRunner, Result
 
-from services.cli import up
+from services.cli import up_cmd as up
 from services.cli.main import main
 from services.runtime.config import Settings
 

@@ -55,7 +55,7 @@ def test_every_exit_code_is_in_help_and_in_the_readme_and_one_means_a_bug() -> N
 
 
 def test_the_readme_reads_the_log_through_the_reader_as_the_banner_does() -> None:
-    # The banner (cli/up.py) prints `nats --context <reader context> stream ls`.
+    # The banner (cli/up_cmd.py) prints `nats --context <reader context> stream ls`.
     assert f"nats --context .data/nats/{READER_CONTEXT_FILE} stream ls" in README
     assert f"nats --context .data/nats/{CONTEXT_FILE} " not in README
 

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from events.schemas import MAX_COOLDOWN_SECONDS, MAX_LEASE_SECONDS, Phase, ProxySpec
 from projections.proxy import ProxyView
 from services.cli.registry import SERVICES
-from services.cli.up import UpCommand, up
+from services.cli.up_cmd import UpCommand, up
 from services.discovery.auth import token_from_env
 from services.discovery.durations import format_duration, parse_duration, seconds_of
 from services.discovery.errors import InvalidRequest

@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from services.cli.main import main
-from services.cli.up import _print_banner
+from services.cli.up_cmd import _print_banner
 from services.discovery.app import DiscoveryApi, create_app
 from services.discovery.leases import Leases
 from services.discovery.metrics import DiscoveryMetrics
