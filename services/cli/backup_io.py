@@ -14,12 +14,14 @@ stored before ``T``, so restoring their acknowledged floors loses no handler's e
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import gzip
 import hashlib
 import json
 import os
 import zlib
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +53,8 @@ from services.runtime.eventlog.streams import STREAMS, StreamSpec, differences
 from services.runtime.natsusers import CONSUMERS, KV_BUCKETS
 
 API_TIMEOUT = 10.0
+CHUNK = 128 * 1024
+WINDOW = 8
 READ = 1 << 20
 CACHE_BUCKETS = (KV_BUCKETS["discovery"], KV_BUCKETS["reconciler"])
 """Snapshots of views and states (docs/architecture.md, "Snapshots"): derived from the log, never
@@ -145,7 +149,7 @@ class StreamFile:
         self._raw = os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb")
         self.digest = hashlib.sha256()
         self.size = 0
-        self._gzip = gzip.GzipFile(filename="", fileobj=self, mode="wb", mtime=0)
+        self._gzip = gzip.GzipFile(filename="", fileobj=self, mode="wb", compresslevel=6, mtime=0)
         self._gzip.write(MAGIC)
 
     def write(self, data: bytes) -> int:
@@ -287,17 +291,30 @@ class Target:
 
 
 async def inspect(nc: NATS) -> Target:
+    """Our streams and buckets on the server, and whether anything reads them now: a consumer
+    with a pull request waiting or a subscriber bound (a service's durable, a view's follower,
+    an ``events --follow``), or a health replica registered."""
     target = Target()
     for name in (*(s.name for s in STREAMS), *(f"KV_{b}" for b in (*CACHE_BUCKETS, *LIVE_BUCKETS))):
         info = await optional(nc, f"$JS.API.STREAM.INFO.{name}")
         if info is not None:
             target.streams[name] = info
-    for durable, stream in CONSUMERS.items():
-        if stream not in target.streams:
+    for spec in STREAMS:
+        if spec.name not in target.streams:
             continue
-        info = await optional(nc, f"$JS.API.CONSUMER.INFO.{stream}.{durable}")
-        if info is not None and (info.get("num_waiting") or info.get("push_bound")):
-            target.busy.append(f"the {durable} service is reading {stream}")
+        offset = 0
+        while True:
+            page = await api(
+                nc, f"$JS.API.CONSUMER.LIST.{spec.name}", json.dumps({"offset": offset}).encode()
+            )
+            consumers = page.get("consumers") or []
+            for info in consumers:
+                if info.get("num_waiting") or info.get("push_bound"):
+                    who = info.get("name", "?")
+                    target.busy.append(f"consumer {who} is reading {spec.name}")
+            offset += len(consumers)
+            if not consumers or offset >= int(page.get("total", 0)):
+                break
     members = target.streams.get(f"KV_{KV_BUCKETS['health']}")
     if members is not None and int(members["state"]["messages"]):
         target.busy.append("health replicas are registered")
@@ -339,27 +356,41 @@ async def send_restore(
     sent: Callable[[int], None],
 ) -> dict[str, Any]:
     """JetStream's restore: the request, then the snapshot in chunks (each answered), then an
-    empty chunk, answered once the server has stored everything."""
+    empty chunk, answered once the server has stored everything. Up to ``WINDOW`` chunks are on
+    their way at once, so making the next ones (their checksums cost a core) overlaps with the
+    server storing the last ones; they leave in order, on one connection."""
     started = await api(
         nc,
         f"$JS.API.STREAM.RESTORE.{name}",
         json.dumps({"config": config, "state": state}).encode(),
     )
     deliver = started["deliver_subject"]
-    chunk = min(128 * 1024, nc.max_payload)
+    size = min(CHUNK, nc.max_payload)
     pending = bytearray()
+    flying: deque[tuple[asyncio.Task[Any], int]] = deque()
+
+    async def landed(limit: int) -> None:
+        while len(flying) > limit:
+            task, length = flying.popleft()
+            await task
+            sent(length)
 
     async def put(data: bytes) -> None:
-        answer = await api(nc, deliver, data, timeout=60.0)
-        del answer
-        sent(len(data))
+        flying.append((asyncio.ensure_future(api(nc, deliver, data, timeout=60.0)), len(data)))
+        await asyncio.sleep(0)  # let it publish before the next is made
+        await landed(WINDOW)
 
-    for piece in payload:
-        pending += piece
-        while len(pending) >= chunk:
-            await put(bytes(pending[:chunk]))
-            del pending[:chunk]
-    if pending:
-        await put(bytes(pending))
+    try:
+        for piece in payload:
+            pending += piece
+            while len(pending) >= size:
+                await put(bytes(pending[:size]))
+                del pending[:size]
+        if pending:
+            await put(bytes(pending))
+        await landed(0)
+    finally:
+        for task, _ in flying:
+            task.cancel()
     done: dict[str, Any] = await api(nc, deliver, b"", timeout=600.0)
     return done

@@ -436,7 +436,9 @@ async def test_a_restore_replaces_a_log_only_when_told_and_never_under_running_s
     wanted = await seeded(source, 30)
     before = await seeded(target, 7)
     backup = tmp_path / "backup"
-    assert run("backup", str(backup), url=source.admin_url).returncode == 0
+    # Taking a backup needs no more than the reader's rights.
+    taken = run("backup", str(backup), url=source.url_for("reader"))
+    assert taken.returncode == 0, taken.stdout + taken.stderr
     refused = run("restore", str(backup), url=target.admin_url)
     assert refused.returncode == 2
     assert "PROXY (7 events)" in refused.stderr
@@ -457,6 +459,7 @@ async def test_a_restore_replaces_a_log_only_when_told_and_never_under_running_s
         busy = await asyncio.to_thread(run, "restore", str(backup), "--force", url=target.admin_url)
         assert busy.returncode == 2
         assert "services are running against this server" in busy.stderr
+        assert "consumer reconciler is reading PROXY" in busy.stderr
         waiting.cancel()
         with contextlib.suppress(BaseException):
             await waiting
