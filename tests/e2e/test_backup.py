@@ -27,6 +27,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,7 @@ from services.runtime.eventlog.asof import parse_instant, read_until
 from services.runtime.eventlog.streams import ensure_streams
 from services.runtime.natsserver import CONFIG_FILE, EmbeddedNatsServer, find_binary
 from services.runtime.ports import free_port
+from tests.support.natscli import NatsCli
 from tests.support.system import (
     ROOT,
     Up,
@@ -484,3 +486,38 @@ async def test_a_restore_replaces_a_log_only_when_told_and_never_under_running_s
 async def _waiting(conn: Connection) -> bool:
     info = await conn.js.consumer_info("PROXY", "reconciler")
     return bool(info.num_waiting)
+
+
+async def test_the_nats_cli_way_of_docs_nats_cli_md(
+    tmp_path: Path, servers: tuple[EmbeddedNatsServer, EmbeddedNatsServer]
+) -> None:
+    """What docs/nats-cli.md, "Backups", says the stock CLI does: a copy of one stream, cut at
+    an instant by `backup edit --before`, restored on a server without the stream; the restored
+    stream continues after the copy's last sequence, no further."""
+    source, target = servers
+    await seeded(source, 10)
+    conn = await connect(source.admin_url)
+    try:
+        seeded_last = (await conn.js.stream_info("LEASE")).state.last_seq
+        cut = (await conn.js.get_msg("LEASE", seeded_last)).time
+        await asyncio.sleep(0.05)
+        for i in range(4):
+            await conn.js.publish(f"lease.u{i}", b"{}")
+        last = (await conn.js.stream_info("LEASE")).state.last_seq
+    finally:
+        await conn.close()
+    assert cut is not None
+    before = (cut + timedelta(milliseconds=1)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    copy, edited = tmp_path / "copy" / "LEASE", tmp_path / "cut" / "LEASE"
+    admin = NatsCli(source.context_file, tmp_path / "home")
+    await admin.ok("backup", "stream", "LEASE", str(copy), "--no-consumers", "--no-progress")
+    await admin.ok("backup", "edit", str(copy), str(edited), "--before", before, "--no-progress")
+    await NatsCli(target.context_file, tmp_path / "home").ok(
+        "backup", "restore", "stream", str(edited), "--no-progress"
+    )
+    conn = await connect(target.admin_url)
+    try:
+        info = await conn.js.stream_info("LEASE")
+        assert (info.state.messages, info.state.last_seq) == (10, last)
+    finally:
+        await conn.close()
