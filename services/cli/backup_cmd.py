@@ -1,14 +1,10 @@
-"""``backup DIR`` and ``restore DIR``: the log, the system's only memory, copied out and back.
+"""``backup DIR``: the log, the system's only memory, copied out as it was at one instant.
 
-A backup is every stream as it was at one instant (the cut, ``backup_io``), with the durable
-consumers' acknowledged floors; the cache and membership buckets are left out (they are rebuilt
-or renewed by the services). A restore checks every file of the backup before it changes
-anything, refuses to replace a log that holds events unless told to (``--force``) and any log
-that services are using, then hands each stream to JetStream's restore API with its own sequences
-and timestamps, and its consumers at their floors. The LEASE stream continues past every fencing
-token granted before the restore (``--lease-headroom``). docs/operations.md, "Backup and restore",
-says how often, what it costs and what a restore loses; docs/decisions, D102, why it is built on
-the restore API and not the ``nats`` CLI.
+A backup is every stream as it was at the cut (``backup_io``), with the services' durable
+consumers at their acknowledged floors; the cache and membership buckets are left out (the
+services rebuild or renew them). ``restore_cmd`` puts it back. docs/operations.md, "Backup and
+restore", says how often, what it costs and what a restore loses; docs/decisions, D102, why it is
+built on JetStream's restore API and not on the ``nats`` CLI.
 """
 
 from __future__ import annotations
@@ -16,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -26,7 +21,6 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
-from events.errors import EventStoreError
 from services.cli import backup_io
 from services.cli.common import (
     CliState,
@@ -37,20 +31,15 @@ from services.cli.common import (
     settings_options,
     stdout_console,
 )
-from services.cli.pure.backup_archive import archive, s2_stream, state
 from services.cli.pure.backup_manifest import (
     FORMAT,
     FORMAT_VERSION,
     MANIFEST,
-    BackupDamaged,
     Manifest,
     Record,
-    StreamCheck,
     StreamEntry,
-    decode_manifest,
     encode_manifest,
     format_ns,
-    lease_last_seq,
     parse_rfc3339_ns,
     stored_size,
     stream_file,
@@ -58,17 +47,9 @@ from services.cli.pure.backup_manifest import (
 from services.runtime.connection import Connection
 from services.runtime.errors import ConfigError
 from services.runtime.eventlog.streams import STREAMS
-from services.runtime.natsusers import CONSUMERS
 from services.runtime.version import VERSION
 
 EXIT_BACKUP_DAMAGED = 13
-DEFAULT_HEADROOM = 1_000_000
-MAX_HEADROOM = 100_000_000
-"""Each skipped sequence costs the server about 40 ns at every start while the LEASE stream's
-oldest messages are kept (7 days): a hundred million is 4 s (docs/operations.md)."""
-MIN_SERVER = (2, 15)
-"""The first nats-server whose restore API reads the archive ``backup_archive`` writes."""
-
 EPILOG = """\b
 Exit codes: 0 done; 2 DIR is not empty (backup), the server holds a log or runs services
 (restore); 3 NATS unreachable; 4 the server refused; 13 restore: the backup is incomplete,
@@ -80,7 +61,7 @@ class Damaged(Unfinished):
     exit_code = EXIT_BACKUP_DAMAGED
 
 
-def _progress(console: Any) -> Progress:
+def progress_bar(console: Any) -> Progress:
     return Progress(
         TextColumn("{task.description}"),
         BarColumn(),
@@ -150,7 +131,7 @@ async def _backup(url: str, directory: Path, written: list[Path]) -> Manifest:
             infos[spec.name] = await backup_io.stream_info(conn.nc, spec.name)
             cut_ns = cut_ns or parse_rfc3339_ns(infos[spec.name]["ts"])
         entries = []
-        with _progress(stdout_console()) as bar:
+        with progress_bar(stdout_console()) as bar:
             for spec in STREAMS:
                 path = directory / stream_file(spec.name)
                 written.append(path)
@@ -253,228 +234,9 @@ def _backup_table(manifest: Manifest) -> Table:
         table.add_row(
             entry.name,
             f"{entry.messages:,}",
-            f"{entry.first_seq}..{entry.last_seq}",
+            f"{entry.first_seq}..{entry.last_seq}" if entry.messages else "-",
             f"{entry.size:,}",
             entry.file,
-            " ".join(f"{c.name}@{c.ack_floor_stream_seq}" for c in entry.consumers) or "-",
-        )
-    return table
-
-
-@click.command("restore", epilog=EPILOG)
-@settings_options()
-@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
-@click.option(
-    "--force",
-    is_flag=True,
-    help="Replace streams that hold events (the log they hold is deleted first).",
-)
-@click.option(
-    "--lease-headroom",
-    type=click.IntRange(0, MAX_HEADROOM),
-    default=DEFAULT_HEADROOM,
-    show_default=True,
-    help="LEASE events the lost system may have written after the backup: the next fencing "
-    "token starts above them.",
-)
-@click.option(
-    "--replicas",
-    type=click.IntRange(1, 5),
-    default=None,
-    help="Copies of each stream [default: as backed up].",
-)
-@click.option("--check", is_flag=True, help="Only check the backup's files; no server is used.")
-@click.pass_obj
-def restore(
-    state_: CliState,
-    /,
-    *,
-    nats_url: str | None,
-    directory: Path,
-    force: bool,
-    lease_headroom: int,
-    replicas: int | None,
-    check: bool,
-) -> None:
-    """Restore the event log from a backup DIRECTORY, before the services start on it.
-
-    Every file is checked first (checksums, sequences, the cut); a damaged backup changes
-    nothing. The streams come back with their own sequences and times, the services' durable
-    consumers at what they had acknowledged. Events after the backup's instant are lost.
-    """
-    console = stdout_console()
-    try:
-        manifest, checks = _verify(directory, console)
-    except BackupDamaged as exc:
-        raise Damaged(f"{directory}/{exc}; nothing was restored") from None
-    if check:
-        console.print(
-            Text(f"{directory}: a complete backup of the log as it was at {manifest.cut}")
-        )
-        return
-    settings = settings_for(state_, nats_url=nats_url)
-    plan = Plan(
-        directory=directory,
-        manifest=manifest,
-        checks=checks,
-        force=force,
-        headroom=lease_headroom,
-        replicas=replicas,
-    )
-    done = run_until_signalled(_restore(settings.nats_url, plan))
-    if done is None:
-        return
-    console.print(_restore_table(manifest, done))
-    lease = done["LEASE"]["state"]["last_seq"]
-    console.print(
-        Text(
-            f"the log is back as it was at {manifest.cut}; what was appended after that instant "
-            f"is not. LEASE continues after {lease:,}, so every fencing token is above those "
-            "granted before. Start the services on it now."
-        )
-    )
-
-
-def _verify(directory: Path, console: Any) -> tuple[Manifest, dict[str, StreamCheck]]:
-    path = directory / MANIFEST
-    if not path.is_file():
-        raise BackupDamaged(
-            MANIFEST, "is missing: this is not a backup, or the backup did not finish"
-        )
-    manifest = decode_manifest(path.read_bytes(), {spec.name: spec.subjects for spec in STREAMS})
-    checks = {}
-    with _progress(console) as bar:
-        for entry in manifest.streams:
-            task = bar.add_task(f"check {entry.name}", total=max(entry.messages, 1))
-            seen = _counter(bar, task)
-            checks[entry.name] = backup_io.check_stream(directory, entry, manifest.cut_ns, seen)
-    return manifest, checks
-
-
-def _counter(bar: Progress, task: Any) -> Any:
-    def seen(seq: int) -> None:
-        del seq
-        bar.advance(task)
-
-    return seen
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Plan:
-    """A restore, checked and decided before anything on the server changes."""
-
-    directory: Path
-    manifest: Manifest
-    checks: dict[str, StreamCheck]
-    force: bool
-    headroom: int
-    replicas: int | None
-
-
-async def _restore(url: str, plan: Plan) -> dict[str, dict[str, Any]]:
-    conn = await open_connection(url)
-    try:
-        nc = conn.nc
-        version = nc.connected_server_version
-        if (version.major, version.minor) < MIN_SERVER:
-            raise EventStoreError(
-                f"nats-server {version} cannot restore this backup: its restore API reads the "
-                f"format from nats-server {'.'.join(map(str, MIN_SERVER))} on"
-            )
-        target = await backup_io.inspect(nc)
-        if target.busy:
-            raise ConfigError(
-                "services are running against this server ("
-                + "; ".join(target.busy)
-                + "): stop them before a restore, and start them on the restored log"
-            )
-        holding = target.holding()
-        if holding and not plan.force:
-            listed = ", ".join(f"{name} ({count:,} events)" for name, count in holding.items())
-            raise ConfigError(
-                f"the server already holds a log: {listed}. A restore replaces it; give --force "
-                "to delete it and restore the backup in its place"
-            )
-        lease = plan.manifest.stream("LEASE")
-        assert lease is not None  # decode_manifest holds every declared stream
-        lease_last = lease_last_seq(lease, target.last_seq("LEASE"), plan.headroom)
-        await backup_io.clear(nc, target)
-        done = {}
-        with _progress(stdout_console()) as bar:
-            for spec in STREAMS:
-                entry = plan.manifest.stream(spec.name)
-                assert entry is not None
-                last = lease_last if spec.name == "LEASE" else entry.last_seq
-                done[spec.name] = await _restore_stream(conn, plan, entry, last, bar)
-        return done
-    finally:
-        await conn.close()
-
-
-async def _restore_stream(
-    conn: Connection, plan: Plan, entry: StreamEntry, last_seq: int, bar: Progress
-) -> dict[str, Any]:
-    spec = next(s for s in STREAMS if s.name == entry.name)
-    replicas = plan.replicas or int(entry.config.get("num_replicas") or 1)
-    durables = [c for c in entry.consumers if CONSUMERS.get(c.name) == entry.name]
-    wanted = state(
-        first_seq=entry.first_seq,
-        last_seq=last_seq,
-        messages=entry.messages,
-        size=entry.bytes,
-        consumers=len(durables),
-    )
-    task = bar.add_task(f"restore {entry.name}", total=max(entry.bytes, 1))
-    payload = s2_stream(archive(wanted, durables, backup_io.records(plan.directory, entry)))
-    done = await backup_io.send_restore(
-        conn.nc,
-        entry.name,
-        config=backup_io.restore_config(spec, replicas),
-        state=wanted,
-        payload=payload,
-        sent=lambda size: bar.advance(task, size),
-    )
-    _check_restored(entry, done, last_seq, plan.checks[entry.name])
-    for durable in durables:
-        info = await backup_io.api(conn.nc, f"$JS.API.CONSUMER.INFO.{entry.name}.{durable.name}")
-        if int(info["ack_floor"]["stream_seq"]) != durable.ack_floor_stream_seq:
-            raise EventStoreError(
-                f"restored durable {durable.name} is acknowledged up to "
-                f"{info['ack_floor']['stream_seq']}, the backup's up to "
-                f"{durable.ack_floor_stream_seq}"
-            )
-    return done
-
-
-def _check_restored(
-    entry: StreamEntry, done: dict[str, Any], last_seq: int, check: StreamCheck
-) -> None:
-    """The server holds what the backup held: every message (some of the oldest may have
-    expired at once, if the stream's age limit passed them since), under the same sequences."""
-    got = done.get("state") or {}
-    messages, last = int(got.get("messages", -1)), int(got.get("last_seq", -1))
-    max_age_ns = int((done.get("config") or {}).get("max_age") or 0)
-    aged = bool(max_age_ns) and check.first_ts < time.time_ns() - max_age_ns
-    exact = messages == entry.messages and int(got.get("bytes", -1)) == entry.bytes
-    if last != last_seq or not (exact or (aged and messages < entry.messages)):
-        raise EventStoreError(
-            f"restored {entry.name} holds {messages} events up to sequence {last}; the backup "
-            f"has {entry.messages} up to {entry.last_seq} (the stream to continue after "
-            f"{last_seq}): restore again with --force"
-        )
-
-
-def _restore_table(manifest: Manifest, done: dict[str, dict[str, Any]]) -> Table:
-    table = Table(box=None, pad_edge=False)
-    for column in ("STREAM", "EVENTS", "SEQUENCES", "NEXT", "DURABLES"):
-        table.add_column(column)
-    for entry in manifest.streams:
-        got = done[entry.name]["state"]
-        table.add_row(
-            entry.name,
-            f"{int(got['messages']):,}",
-            f"{entry.first_seq}..{entry.last_seq}",
-            f"{int(got['last_seq']) + 1:,}",
             " ".join(f"{c.name}@{c.ack_floor_stream_seq}" for c in entry.consumers) or "-",
         )
     return table

@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.text import Text
 
 from events.errors import EventStoreError
-from services.cli.backup_cmd import backup, restore
+from services.cli.backup_cmd import backup
 from services.cli.check_cmd import check
 from services.cli.clients_cmd import clients
 from services.cli.common import CliState
@@ -28,6 +28,7 @@ from services.cli.lease_cmd import lease
 from services.cli.lease_holder_cmd import renew  # noqa: F401  # registers renew and list on `lease`
 from services.cli.proxies_cmd import apply_cmd, delete_cmd
 from services.cli.pure.render import clean
+from services.cli.restore_cmd import restore
 from services.cli.streams_cmd import streams
 from services.cli.tracing import command_span
 from services.cli.up_cmd import run, up

@@ -16,6 +16,7 @@ from click.testing import CliRunner
 from hypothesis import given
 from hypothesis import strategies as st
 
+from services.cli.backup_io import differences_from
 from services.cli.main import main
 from services.cli.pure.backup_archive import (
     ARCHIVE_MAGIC,
@@ -458,3 +459,11 @@ def test_a_tampered_file_with_a_matching_checksum_is_refused_by_its_content(
     code, output = check(tmp_path)
     assert code == 13
     assert "LEASE.events.gz: sequence 2: subject 'proxy.u1.declared'" in output
+
+
+def test_settings_other_than_this_versions_are_named_when_restored() -> None:
+    spec = next(s for s in STREAMS if s.name == "LEASE")
+    config = spec.config(1).as_dict()
+    assert differences_from(spec, an_entry("LEASE", [], config=config), 1) == []
+    edited = an_entry("LEASE", [], config=config | {"max_age": 3_600_000_000_000})
+    assert differences_from(spec, edited, 1) == ["max_age: 3600.0 -> 604800.0"]
