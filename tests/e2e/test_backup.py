@@ -7,7 +7,8 @@ fresh nats-server (the same users, an empty store), and `up` starts on it with i
 where the local proxies are still running. Then the views at the backup's instant are those of
 the original, every write acknowledged before the backup began is there and none made after it,
 the running proxies are adopted, and a new lease's fencing token is above every token the lost
-system granted, so the proxies that remember those tokens serve it.
+system granted, so the proxies that remember those tokens serve it. The same backup restored on
+a fresh data dir (another machine) replaces the proxies instead, and they serve new leases too.
 
 What a restore refuses is tests/e2e/test_backup_refusals.py.
 """
@@ -33,7 +34,7 @@ import pytest
 from services.cli.timetravel import as_of
 from services.runtime.connection import Connection, connect
 from services.runtime.eventlog.asof import parse_instant, read_until
-from services.runtime.natsserver import CONFIG_FILE, find_binary
+from services.runtime.natsserver import CONFIG_FILE, EmbeddedNatsServer, find_binary
 from services.runtime.ports import free_port
 from tests.support.system import (
     ROOT,
@@ -64,6 +65,7 @@ async def up_on(data_dir: Path, nats_port: int, target: str) -> AsyncIterator[Up
     api_port, env = free_port(), base_env()
     args = ["--data-dir", str(data_dir), "--nats-port", str(nats_port), "--api-port", str(api_port)]
     args += ["--metrics-port", "0", "--health-check-url", target, "--lease-cooldown", "0s"]
+    args += ["--observe-interval", "1"]
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "services.cli.main", "up", *args,
         env=env, cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
@@ -209,6 +211,7 @@ async def test_a_backup_under_load_restores_the_system_as_it_was(tmp_path: Path)
                     await conn.close()
                 proxies = {p["uid"]: p for p in await original.proxies()}
                 pids = {uid: original.squid_pid(p["providerID"]) for uid, p in proxies.items()}
+                highest = max(load.tokens())
 
             # The disaster: the store is gone; a fresh server with the same users gets the backup.
             shutil.rmtree(data / "nats" / "jetstream")
@@ -280,7 +283,6 @@ async def test_a_backup_under_load_restores_the_system_as_it_was(tmp_path: Path)
                 assert {u: again.squid_pid(now[u]["providerID"]) for u in now} == pids
                 # Fencing tokens go on rising past every token granted, after the backup too,
                 # and the adopted proxies, which remember those, serve the new leases.
-                highest = max(load.tokens())
                 async with httpx.AsyncClient(base_url=again.api, timeout=60) as client:
                     for uid in proxies:
                         got = await client.post(
@@ -295,8 +297,41 @@ async def test_a_backup_under_load_restores_the_system_as_it_was(tmp_path: Path)
                 # The services carry on from the restored log: a new proxy comes up.
                 applied = await again.cli("apply", "-f", str(extra), "--wait", timeout=240)
                 assert applied.returncode == 0, applied.stdout + applied.stderr
+            await _elsewhere(tmp_path / "elsewhere", backup, target, pids, highest)
         finally:
             stop_local_proxies(data)
+            stop_local_proxies(tmp_path / "elsewhere")
+
+
+async def _elsewhere(
+    data: Path, backup: Path, target: str, pids: dict[str, int], highest: int
+) -> None:
+    """The same backup on another machine: a fresh data dir, so a fresh lease secret and no
+    local proxy to adopt. The instances the log names are gone, and are replaced; the new ones
+    serve new leases, whose tokens are above every token granted before."""
+    port = free_port()
+    server = EmbeddedNatsServer(data_dir=data / "nats", port=port)
+    await server.start()
+    try:
+        env = {**base_env(), "NATS_URL": server.admin_url}
+        restored = await asyncio.to_thread(cli, "restore", str(backup), env=env)
+        assert restored.returncode == 0, restored.stdout + restored.stderr
+    finally:
+        await server.stop()
+    async with up_on(data, port, target) as elsewhere:
+        await until(lambda: _all_in_service(elsewhere, set(pids)), timeout=180, what="replaced")
+        found = {p["uid"]: p for p in await elsewhere.proxies()}
+        replaced = {u: elsewhere.squid_pid(found[u]["providerID"]) for u in pids}
+        assert not set(replaced.values()) & set(pids.values())
+        async with httpx.AsyncClient(base_url=elsewhere.api, timeout=60) as client:
+            for uid in pids:
+                got = await client.post(
+                    "/v1/leases", json={"proxyUid": uid, "ttlSeconds": 30, "waitSeconds": 40}
+                )
+                assert got.status_code == 201, got.text
+                assert got.json()["fencingToken"] > highest
+                fetched = await asyncio.to_thread(fetch_via, got.json()["proxy"]["url"], target)
+                assert fetched == HELLO
 
 
 async def _answers(url: str) -> bool:
