@@ -34,7 +34,7 @@ import pytest
 from services.cli.timetravel import as_of
 from services.runtime.connection import Connection, connect
 from services.runtime.eventlog.asof import parse_instant, read_until
-from services.runtime.natsserver import CONFIG_FILE, EmbeddedNatsServer, find_binary
+from services.runtime.natsserver import CONFIG_FILE, find_binary
 from services.runtime.ports import free_port
 from tests.support.system import (
     ROOT,
@@ -176,6 +176,33 @@ def admin_url(data_dir: Path, port: int) -> str:
     return f"nats://admin:{users['admin']}@127.0.0.1:{port}"
 
 
+async def restore_alone(
+    data: Path, port: int, backup: Path, *, check: dict[str, Any] | None = None
+) -> None:
+    """`up`'s nats-server alone on its data dir (its port, users and store), the backup
+    restored into it as the admin, the server stopped: the services start on the restored log."""
+    server = await asyncio.create_subprocess_exec(
+        str(find_binary()), "-c", str(data / "nats" / CONFIG_FILE),
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        url = admin_url(data, port)
+        await until(lambda: _answers(url), timeout=20, what="the nats-server alone")
+        env = {**base_env(), "NATS_URL": url}
+        restored = await asyncio.to_thread(cli, "restore", str(backup), env=env)
+        assert restored.returncode == 0, restored.stdout + restored.stderr
+        if check is not None:
+            conn = await connect(url)
+            try:
+                await _check_the_cut(conn, check)
+            finally:
+                await conn.close()
+    finally:
+        server.terminate()
+        async with asyncio.timeout(30):
+            await server.wait()
+
+
 async def test_a_backup_under_load_restores_the_system_as_it_was(tmp_path: Path) -> None:
     data, port, backup = tmp_path / "data", free_port(), tmp_path / "backup"
     manifest_file = tmp_path / "proxies.yaml"
@@ -215,25 +242,7 @@ async def test_a_backup_under_load_restores_the_system_as_it_was(tmp_path: Path)
 
             # The disaster: the store is gone; a fresh server with the same users gets the backup.
             shutil.rmtree(data / "nats" / "jetstream")
-            server = await asyncio.create_subprocess_exec(
-                str(find_binary()), "-c", str(data / "nats" / CONFIG_FILE),
-                stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
-            )  # fmt: skip
-            try:
-                url = admin_url(data, port)
-                await until(lambda: _answers(url), timeout=20, what="the fresh nats-server")
-                env = {**base_env(), "NATS_URL": url}
-                restored = await asyncio.to_thread(cli, "restore", str(backup), env=env)
-                assert restored.returncode == 0, restored.stdout + restored.stderr
-                conn = await connect(url)
-                try:
-                    await _check_the_cut(conn, manifest)
-                finally:
-                    await conn.close()
-            finally:
-                server.terminate()
-                async with asyncio.timeout(30):
-                    await server.wait()
+            await restore_alone(data, port, backup, check=manifest)
 
             async with up_on(data, port, target) as again:
                 await until(
@@ -306,18 +315,15 @@ async def test_a_backup_under_load_restores_the_system_as_it_was(tmp_path: Path)
 async def _elsewhere(
     data: Path, backup: Path, target: str, pids: dict[str, int], highest: int
 ) -> None:
-    """The same backup on another machine: a fresh data dir, so a fresh lease secret and no
-    local proxy to adopt. The instances the log names are gone, and are replaced; the new ones
-    serve new leases, whose tokens are above every token granted before."""
+    """The same backup on another machine, as docs/operations.md tells: `up` once on a new data
+    dir (its server's users and configuration; it creates empty streams), that server alone for
+    the restore, then `up`. A fresh data dir has a fresh lease secret and no local proxy to
+    adopt: the instances the log names are gone and are replaced; the new ones serve new leases,
+    whose tokens are above every token granted before."""
     port = free_port()
-    server = EmbeddedNatsServer(data_dir=data / "nats", port=port)
-    await server.start()
-    try:
-        env = {**base_env(), "NATS_URL": server.admin_url}
-        restored = await asyncio.to_thread(cli, "restore", str(backup), env=env)
-        assert restored.returncode == 0, restored.stdout + restored.stderr
-    finally:
-        await server.stop()
+    async with up_on(data, port, target):
+        pass
+    await restore_alone(data, port, backup)
     async with up_on(data, port, target) as elsewhere:
         await until(lambda: _all_in_service(elsewhere, set(pids)), timeout=180, what="replaced")
         found = {p["uid"]: p for p in await elsewhere.proxies()}
