@@ -40,7 +40,6 @@ from services.cli.pure.backup_manifest import (
     StreamEntry,
     encode_manifest,
     format_ns,
-    parse_rfc3339_ns,
     stored_size,
     stream_file,
 )
@@ -129,7 +128,7 @@ async def _backup(url: str, directory: Path, written: list[Path]) -> Manifest:
         infos = {}
         for spec in STREAMS:
             infos[spec.name] = await backup_io.stream_info(conn.nc, spec.name)
-            cut_ns = cut_ns or parse_rfc3339_ns(infos[spec.name]["ts"])
+            cut_ns = cut_ns or backup_io.server_time(infos[spec.name])
         entries = []
         with progress_bar(stdout_console()) as bar:
             for spec in STREAMS:

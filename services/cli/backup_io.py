@@ -116,7 +116,7 @@ async def durable_floors(nc: NATS) -> tuple[dict[str, list[ConsumerEntry]], int]
         info = await optional(nc, f"$JS.API.CONSUMER.INFO.{stream}.{name}")
         if info is None:
             continue
-        at = max(at, parse_rfc3339_ns(info["ts"]))
+        at = max(at, server_time(info))
         floor = info.get("ack_floor") or {}
         found.setdefault(stream, []).append(
             ConsumerEntry(
@@ -127,6 +127,16 @@ async def durable_floors(nc: NATS) -> tuple[dict[str, list[ConsumerEntry]], int]
             )
         )
     return found, at
+
+
+def server_time(info: dict[str, Any]) -> int:
+    """The server's clock when it answered an info request (nats-server 2.10 on)."""
+    if not isinstance(info.get("ts"), str):
+        raise EventStoreError(
+            "this nats-server does not say its time in its answers; a backup needs nats-server "
+            "2.10 or later"
+        )
+    return parse_rfc3339_ns(info["ts"])
 
 
 async def stream_info(nc: NATS, name: str) -> dict[str, Any]:
