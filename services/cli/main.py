@@ -70,6 +70,7 @@ Exit codes:
  11  lease rotate --wait: the rotation failed, was cancelled, or had not ended in time
  12  gc run-once: a provider (or its leftovers) was skipped, a delete failed, or another
      sweep held the lock
+ 13  restore: the backup is incomplete, damaged or altered (it names the file); nothing changed
 """
 
 

@@ -14,6 +14,7 @@ from services.cli.api_client import (
     EXIT_ROTATION_NOT_DONE,
     EXIT_UNKNOWN_LEASE,
 )
+from services.cli.backup_cmd import EXIT_BACKUP_DAMAGED
 from services.cli.check_cmd import EXIT_UNUSABLE
 from services.cli.common import EXIT_NOT_DONE, EXIT_SWEEP_INCOMPLETE
 from services.cli.main import EPILOG, EXIT_CODES
@@ -44,8 +45,9 @@ def test_every_exit_code_is_in_help_and_in_the_readme_and_one_means_a_bug() -> N
         EXIT_NOT_DONE,
         EXIT_ROTATION_NOT_DONE,
         EXIT_SWEEP_INCOMPLETE,
+        EXIT_BACKUP_DAMAGED,
     }
-    assert len(raised) == 11  # 2 to 12: one code, one meaning
+    assert len(raised) == 12  # 2 to 13: one code, one meaning
     assert set(epilog_codes()) == set(readme_codes()) == {0, 1} | raised
     assert "a bug" in epilog_codes()[1]
     assert "a bug" in readme_codes()[1]
