@@ -19,7 +19,6 @@ import asyncio
 import contextlib
 import json
 import shutil
-import signal
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -44,6 +43,7 @@ from tests.support.system import (
     fetch_via,
     hello_target,
     stop_local_proxies,
+    supervised,
 )
 from tests.support.waiting import until
 
@@ -74,29 +74,8 @@ async def up_on(data_dir: Path, nats_port: int, target: str) -> AsyncIterator[Up
     up = Up(
         process, {**env, "NATS_URL": url}, f"http://127.0.0.1:{api_port}", data_dir, bytearray()
     )
-    assert process.stdout is not None
-    pump: asyncio.Task[None] | None = None
-    try:
-        async with asyncio.timeout(60):
-            while b"Ctrl-C" not in up.output:
-                line = await process.stdout.readline()
-                assert line, f"up exited early:\n{up.output.decode()}"
-                up.output += line
-        pump = asyncio.create_task(_pump(process.stdout, up.output))
+    async with supervised(up):
         yield up
-    finally:
-        if process.returncode is None:
-            process.send_signal(signal.SIGINT)
-            async with asyncio.timeout(30):
-                await process.wait()
-        if pump is not None:
-            await pump
-    assert process.returncode == 0, up.output.decode()[-4000:]
-
-
-async def _pump(stream: asyncio.StreamReader, into: bytearray) -> None:
-    while line := await stream.readline():
-        into += line
 
 
 @dataclass

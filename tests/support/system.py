@@ -176,11 +176,24 @@ async def running_up(
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
     )
-    output = bytearray()
-    up = Up(process, {**env, "NATS_URL": url}, f"http://127.0.0.1:{api_port}", data_dir, output)
+    up = Up(
+        process, {**env, "NATS_URL": url}, f"http://127.0.0.1:{api_port}", data_dir, bytearray()
+    )
+    try:
+        async with supervised(up):
+            yield up
+    finally:
+        stop_local_proxies(data_dir)
+
+
+@asynccontextmanager
+async def supervised(up: Up) -> AsyncIterator[Up]:
+    """An `up` process from its banner ("Ctrl-C") on, its output kept in ``up.output``; stopped
+    with SIGINT, which must end it with 0."""
+    process, output = up.process, up.output
+    assert process.stdout is not None
     pump: asyncio.Task[None] | None = None
     try:
-        assert process.stdout is not None
         async with asyncio.timeout(60):
             while b"Ctrl-C" not in output:
                 line = await process.stdout.readline()
@@ -195,7 +208,6 @@ async def running_up(
                 await process.wait()
         if pump is not None:
             await pump
-        stop_local_proxies(data_dir)
     assert process.returncode == 0, output.decode()[-4000:]
 
 
