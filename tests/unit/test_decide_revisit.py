@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pytest
 
 from services.reconciler.pure.decide import SLACK, Later, decide, revisit
-from tests.unit.test_decide_rotate import DRAIN, Story, promoted, ready, requested
+from tests.support.rotation_stories import DRAIN, Story, promoted, ready, requested
 
 AFTER = 30.0
 """``--replace-unhealthy-after`` of the stories that replace an unhealthy instance."""

@@ -3,150 +3,36 @@ no clock but the one each story passes in."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
-
 from events.schemas import (
     CreateInstance,
     DeleteInstance,
     ErrorClass,
-    Event,
-    HealthChanged,
-    InstanceCreated,
     InstanceGone,
-    InstanceObserved,
-    InstanceState,
     Phase,
     PhaseChanged,
-    Placement,
-    ProviderFailed,
     ProxyDeclared,
     ProxyDeletionRequested,
     ProxyRemoved,
-    ProxySpec,
     ProxySpecChanged,
     ReplacementPromoted,
     ReplacementStarted,
     RotationEnded,
     RotationRequested,
 )
-from events.store import Recorded
-from services.reconciler.pure.decide import decide
 from services.reconciler.pure.decide_rotate import needs_lease, retire_in
 from services.reconciler.pure.decision import Decision
-from services.reconciler.pure.view import ProxyState, fold
-
-UID = "0b5e8f8e-1111-4222-8333-944455556666"
-SPEC = ProxySpec(provider="local", attributes={"country": "de"})
-NEW_SPEC = ProxySpec(provider="local", attributes={"country": "de"}, placement=Placement(zone="b"))
-T0 = datetime(2026, 1, 1, tzinfo=UTC)
-DRAIN = 10.0
-
-
-class Story:
-    """Events as the reconciler, the executor and the health service would append them, each
-    stamped by the story's clock; ``decide`` sees that clock too."""
-
-    def __init__(self) -> None:
-        self.events: list[Recorded] = []
-        self.now = T0
-        self.leased = False
-
-    def add(self, *events: Event) -> Story:
-        for event in events:
-            seq = len(self.events) + 1
-            subject = f"proxy.{UID}.{event.category}"
-            self.events.append(Recorded(event, seq, subject, self.now))  # type: ignore[arg-type]
-        return self
-
-    def wait(self, seconds: float) -> Story:
-        self.now += timedelta(seconds=seconds)
-        return self
-
-    @property
-    def state(self) -> ProxyState:
-        return fold(UID, self.events)
-
-    def decide(self) -> Decision:
-        return decide(self.state, self.now, leased=self.leased, drain=DRAIN)
-
-    def step(self) -> Decision:
-        decision = self.decide()
-        self.add(*decision.events)
-        return decision
-
-    def command(self) -> Event:
-        for r in reversed(self.events):
-            if isinstance(r.event, Event) and r.event.category == "cmd":
-                return r.event
-        raise AssertionError("no command yet")
-
-    def run(self, cmd: CreateInstance | None = None, ip: str = "10.0.0.1") -> str:
-        """The executor makes ``cmd`` (the last command by default) run; its provider id."""
-        cmd = cmd or self.command()  # type: ignore[assignment]
-        assert isinstance(cmd, CreateInstance)
-        pid = f"id-{cmd.instance_name}"
-        self.add(
-            InstanceCreated(command_id=cmd.command_id, provider="local", provider_id=pid),
-            InstanceObserved(
-                command_id=cmd.command_id,
-                provider="local",
-                provider_id=pid,
-                state=InstanceState.RUNNING,
-                ip=ip,
-                url=f"http://{ip}:3128",
-            ),
-        )
-        return pid
-
-    def gone(self) -> None:
-        cmd = self.command()
-        assert isinstance(cmd, DeleteInstance)
-        self.add(
-            InstanceGone(command_id=cmd.command_id, provider="local", provider_id=cmd.provider_id)
-        )
-
-    def healthy(self, pid: str, healthy: bool = True) -> None:
-        self.add(HealthChanged(healthy=healthy, reason="Probe", message="m", provider_id=pid))
-
-
-def ready() -> tuple[Story, str]:
-    story = Story().add(ProxyDeclared(uid=UID, namespace="ns", name="p1", spec=SPEC))
-    story.step()
-    pid = story.run(ip="10.0.0.1")
-    story.healthy(pid)
-    story.step()
-    assert story.state.status is not None
-    assert story.state.status.phase is Phase.READY
-    assert story.decide().events == ()
-    return story, pid
-
-
-def requested() -> tuple[Story, str, CreateInstance]:
-    story, old = ready()
-    story.add(RotationRequested(uid=UID, rotation_id="rot-1", lease_id="lease-1"))
-    decision = story.step()
-    assert decision.outcome == "rotate"
-    started, create = decision.events
-    assert isinstance(started, ReplacementStarted)
-    assert started.lease_id == "lease-1"
-    assert isinstance(create, CreateInstance)
-    assert create.command_id == started.command_id
-    return story, old, create
-
-
-def promoted() -> tuple[Story, str, str]:
-    story, old, create = requested()
-    new = story.run(create, ip="10.0.0.2")
-    story.healthy(new)
-    assert story.step().outcome == "promote"
-    return story, old, new
-
-
-def of(decision: Decision, kind: type[Event]) -> list[Event]:
-    return [e for e in decision.events if isinstance(e, kind)]
-
-
-# ------------------------------------------------------------------------------------ stories
+from tests.support.rotation_stories import (
+    DRAIN,
+    NEW_SPEC,
+    SPEC,
+    UID,
+    Story,
+    failed,
+    of,
+    promoted,
+    ready,
+    requested,
+)
 
 
 def test_a_requested_rotation_creates_a_replacement_beside_the_serving_instance() -> None:
@@ -239,15 +125,7 @@ def test_a_replacement_that_fails_its_probes_is_given_up_and_deleted() -> None:
 
 def test_a_replacement_whose_create_fails_ends_the_rotation_without_failing_the_proxy() -> None:
     story, old, create = requested()
-    story.add(
-        ProviderFailed(
-            command_id=create.command_id,
-            provider="local",
-            operation="create",
-            error_class=ErrorClass.PERMANENT,
-            message="no such image",
-        )
-    )
+    story.add(failed(create))
     decision = story.step()
     (ended,) = decision.events
     assert isinstance(ended, RotationEnded)
@@ -259,15 +137,7 @@ def test_a_replacement_whose_create_fails_ends_the_rotation_without_failing_the_
 
 def test_a_quota_wait_for_the_replacement_keeps_the_proxy_ready() -> None:
     story, _, create = requested()
-    story.add(
-        ProviderFailed(
-            command_id=create.command_id,
-            provider="local",
-            operation="create",
-            error_class=ErrorClass.QUOTA_EXCEEDED,
-            message="quota",
-        )
-    )
+    story.add(failed(create, ErrorClass.QUOTA_EXCEEDED, "quota"))
     assert story.decide().events == ()
 
 
@@ -381,15 +251,7 @@ def test_a_retired_instance_whose_delete_can_never_work_latches_failed_once() ->
     (delete,) = story.step().events
     assert isinstance(delete, DeleteInstance)
     assert delete.provider_id == old
-    story.add(
-        ProviderFailed(
-            command_id=delete.command_id,
-            provider="local",
-            operation="delete",
-            error_class=ErrorClass.PERMANENT,
-            message="forbidden",
-        )
-    )
+    story.add(failed(delete, message="forbidden"))
     decision = story.step()
     assert status_of(decision).phase is Phase.FAILED
     assert not of(decision, DeleteInstance)  # no retry loop

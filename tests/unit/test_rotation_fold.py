@@ -9,7 +9,6 @@ from collections.abc import Callable
 import pytest
 
 from events.schemas import (
-    ErrorClass,
     ProviderFailed,
     ReplacementPromoted,
     ReplacementStarted,
@@ -18,7 +17,15 @@ from events.schemas import (
 from projections import proxy
 from projections.rotation import COMPLETED, CREATING, PROBING, REQUESTED
 from services.reconciler.pure.view import fold
-from tests.unit.test_decide_rotate import DRAIN, UID, Story, promoted, ready, requested
+from tests.support.rotation_stories import (
+    DRAIN,
+    UID,
+    Story,
+    failed,
+    promoted,
+    ready,
+    requested,
+)
 
 
 def retired() -> Story:
@@ -39,15 +46,7 @@ def failed_probes() -> Story:
 
 def create_failed() -> Story:
     story, _, create = requested()
-    story.add(
-        ProviderFailed(
-            command_id=create.command_id,
-            provider="local",
-            operation="create",
-            error_class=ErrorClass.PERMANENT,
-            message="no such image",
-        )
-    )
+    story.add(failed(create))
     story.step()
     return story
 
