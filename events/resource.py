@@ -97,7 +97,7 @@ def from_object(obj: Any, source: str = "proxy") -> ProxyResource:
 
 # Kubernetes ObjectMeta fields a manifest may carry (e.g. one saved with `kubectl get -o yaml`):
 # known, so not "unknown", though only name, namespace, labels and annotations matter here.
-_OBJECT_META = frozenset(
+OBJECT_META = frozenset(
     {
         "annotations",
         "creationTimestamp",
@@ -116,7 +116,7 @@ _OBJECT_META = frozenset(
         "uid",
     }
 )
-_TOP_LEVEL = frozenset({"apiVersion", "kind", "metadata", "spec", "status"})
+TOP_LEVEL = frozenset({"apiVersion", "kind", "metadata", "spec", "status"})
 
 
 def unknown_fields(obj: Any) -> list[FieldError]:
@@ -128,17 +128,17 @@ def unknown_fields(obj: Any) -> list[FieldError]:
     """
     if not isinstance(obj, dict):
         return []
-    errors = _unknown_in(obj, _TOP_LEVEL, "")
+    errors = unknown_in(obj, TOP_LEVEL, "")
     meta = obj.get("metadata")
     if isinstance(meta, dict):
-        errors += _unknown_in(meta, _OBJECT_META, "metadata.")
+        errors += unknown_in(meta, OBJECT_META, "metadata.")
     spec = obj.get("spec")
     if isinstance(spec, dict):
-        errors += _unknown_in_struct(spec, mi.type_info(ProxySpec), "spec.")
+        errors += unknown_in_struct(spec, mi.type_info(ProxySpec), "spec.")
     return errors
 
 
-def _unknown_in(obj: dict[Any, Any], known: frozenset[str], prefix: str) -> list[FieldError]:
+def unknown_in(obj: dict[Any, Any], known: frozenset[str], prefix: str) -> list[FieldError]:
     errors = []
     for key in obj:
         if isinstance(key, str) and key in known:
@@ -150,16 +150,16 @@ def _unknown_in(obj: dict[Any, Any], known: frozenset[str], prefix: str) -> list
     return errors
 
 
-def _unknown_in_struct(obj: dict[Any, Any], info: mi.Type, prefix: str) -> list[FieldError]:
+def unknown_in_struct(obj: dict[Any, Any], info: mi.Type, prefix: str) -> list[FieldError]:
     struct = _struct_of(info)
     if struct is None:
         return []
     fields = {f.encode_name: f for f in struct.fields}
-    errors = _unknown_in(obj, frozenset(fields), prefix)
+    errors = unknown_in(obj, frozenset(fields), prefix)
     for name, field in fields.items():
         value = obj.get(name)
         if isinstance(value, dict) and _struct_of(field.type) is not None:
-            errors += _unknown_in_struct(value, field.type, f"{prefix}{name}.")
+            errors += unknown_in_struct(value, field.type, f"{prefix}{name}.")
     return errors
 
 

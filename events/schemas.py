@@ -32,14 +32,32 @@ from events.lease import (
     LeaseReported,
     LeaseSwitched,
 )
+from events.pool import (
+    PoolDecided,
+    PoolDeclared,
+    PoolDeletionRequested,
+    PoolRemoved,
+    PoolScaled,
+    PoolSpecChanged,
+)
 from events.rotation import (
     ReplacementPromoted,
     ReplacementStarted,
     RotationEnded,
     RotationRequested,
 )
+from events.spec import (
+    CloudInit,
+    External,
+    HealthCheck,
+    Placement,
+    ProxyMode,
+    ProxySpec,
+    SecretRef,
+)
 
-# The lease, gc and rotation events live in modules of their own; importers name them from here.
+# The lease, gc, pool and rotation events and the spec live in modules of their own;
+# importers name them from here.
 __all__ = [
     "MAX_BLOCK_BACKOFF_SECONDS",
     "MAX_COOLDOWN_SECONDS",
@@ -75,6 +93,13 @@ __all__ = [
     "Phase",
     "PhaseChanged",
     "Placement",
+    "PoolDecided",
+    "PoolDeclared",
+    "PoolDeletionRequested",
+    "PoolEvent",
+    "PoolRemoved",
+    "PoolScaled",
+    "PoolSpecChanged",
     "ProviderFailed",
     "ProxyDeclared",
     "ProxyDeletionRequested",
@@ -92,54 +117,6 @@ __all__ = [
 ]
 
 SCHEMA_VERSION = 1
-
-
-# --------------------------------------------------------------------------------------------
-# The Proxy resource (shared by the CLI and the Kubernetes watcher)
-
-
-class ProxyMode(StrEnum):
-    MANAGED = "Managed"
-    EXTERNAL = "External"
-
-
-class Placement(msgspec.Struct, frozen=True, kw_only=True, rename="camel", omit_defaults=True):
-    region: str = ""
-    zone: str = ""
-    machine_type: str = ""
-    image: str = ""
-
-
-class SecretRef(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
-    name: str
-    key: str = "userdata"
-
-
-class CloudInit(msgspec.Struct, frozen=True, kw_only=True, rename="camel", omit_defaults=True):
-    inline: str = ""
-    secret_ref: SecretRef | None = None
-
-
-class External(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
-    url: str = ""
-
-
-class HealthCheck(msgspec.Struct, frozen=True, kw_only=True, rename="camel", omit_defaults=True):
-    url: str = ""
-    interval_seconds: float = 1.0
-    timeout_seconds: float = 5.0
-    failure_threshold: int = 3
-    success_threshold: int = 1
-
-
-class ProxySpec(msgspec.Struct, frozen=True, kw_only=True, rename="camel", omit_defaults=True):
-    mode: ProxyMode = ProxyMode.MANAGED
-    provider: str = ""
-    placement: Placement = msgspec.field(default_factory=Placement)
-    attributes: dict[str, str] = msgspec.field(default_factory=dict)
-    cloud_init: CloudInit | None = None
-    external: External | None = None
-    health_check: HealthCheck = msgspec.field(default_factory=HealthCheck)
 
 
 # --------------------------------------------------------------------------------------------
@@ -353,7 +330,10 @@ LeaseEvent = (
     LeaseAcquired | LeaseReleased | LeaseReported | LeaseExpired | LeaseRenewed | LeaseSwitched
 )
 GcEvent = OrphanFound | OrphanDeleted | SweepCompleted
-AnyEvent = ProxyEvent | LeaseEvent | GcEvent | DeadLettered
+PoolEvent = (
+    PoolDeclared | PoolSpecChanged | PoolScaled | PoolDeletionRequested | PoolRemoved | PoolDecided
+)
+AnyEvent = ProxyEvent | LeaseEvent | GcEvent | PoolEvent | DeadLettered
 
 # Derived from the union, never listed beside it: an event added to the union is known to every
 # reader the day it is written (tests/unit/test_event_registry.py holds the rest to it).

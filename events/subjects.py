@@ -1,8 +1,8 @@
 """Streams, subjects and aggregates (docs/architecture.md, The event log).
 
 An aggregate is the unit of optimistic concurrency: the set of subjects whose last sequence an
-append is checked against. A proxy's aggregate spans ``proxy.<uid>.>`` (all categories), a lease's
-is the single subject ``lease.<proxy-uid>``.
+append is checked against. A proxy's aggregate spans ``proxy.<uid>.>`` (all categories), a pool's
+``pool.<uid>.>``, a lease's is the single subject ``lease.<proxy-uid>``.
 """
 
 from __future__ import annotations
@@ -11,15 +11,18 @@ import re
 from dataclasses import dataclass
 from typing import get_args
 
-from events.schemas import Event, ProxyEvent
+from events.schemas import Event, PoolEvent, ProxyEvent
 
 PROXY_STREAM = "PROXY"
 LEASE_STREAM = "LEASE"
 GC_STREAM = "GC"
+POOL_STREAM = "POOL"
 DEADLETTER_STREAM = "DEADLETTER"
 
 # The subjects of a proxy's stream, one per category its events name, in the union's order.
 PROXY_CATEGORIES = tuple(dict.fromkeys(cls.category for cls in get_args(ProxyEvent)))
+# The subjects of a pool's aggregate, likewise.
+POOL_CATEGORIES = tuple(dict.fromkeys(cls.category for cls in get_args(PoolEvent)))
 
 _TOKEN = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 
@@ -44,6 +47,8 @@ class Aggregate:
     key: str
     filter_subject: str
     per_category: bool
+    categories: tuple[str, ...] = PROXY_CATEGORIES
+    """The categories a per-category aggregate's events name (its literal subjects)."""
 
     def subject_for(self, event: Event) -> str:
         if self.per_category:
@@ -57,7 +62,7 @@ class Aggregate:
         wildcard ``filter_subject`` does not (docs/architecture.md, "Reads")."""
         if self.per_category:
             prefix = self.filter_subject[:-2]
-            return tuple(f"{prefix}.{category}" for category in PROXY_CATEGORIES)
+            return tuple(f"{prefix}.{category}" for category in self.categories)
         return (self.filter_subject,)
 
     def __str__(self) -> str:
@@ -67,6 +72,13 @@ class Aggregate:
 def proxy(uid: str) -> Aggregate:
     check_token("proxy uid", uid)
     return Aggregate(PROXY_STREAM, uid, f"proxy.{uid}.>", per_category=True)
+
+
+def pool(uid: str) -> Aggregate:
+    check_token("pool uid", uid)
+    return Aggregate(
+        POOL_STREAM, uid, f"pool.{uid}.>", per_category=True, categories=POOL_CATEGORIES
+    )
 
 
 def lease(proxy_uid: str) -> Aggregate:
@@ -85,7 +97,8 @@ def deadletter(consumer: str) -> Aggregate:
 
 
 def proxy_uid_of(subject: str) -> str:
-    """The aggregate key of a ``proxy.<uid>.<category>`` or ``lease.<uid>`` subject."""
+    """The aggregate key of a ``proxy.<uid>.<category>``, ``pool.<uid>.<category>`` or
+    ``lease.<uid>`` subject."""
     parts = subject.split(".")
     if len(parts) < 2:
         raise InvalidToken(f"subject {subject!r} has no aggregate token")

@@ -16,6 +16,7 @@ from services.discovery import service as discovery
 from services.executor import service as executor
 from services.gc import service as gc
 from services.health import service as health
+from services.pools import service as pools
 from services.reconciler import service as reconciler
 from services.runtime.service import Service
 from services.watcher import options as watcher
@@ -87,6 +88,12 @@ SERVICES: dict[str, ServiceEntry] = entries(
         "Probe every Ready proxy through itself; record health transitions.",
         health.build,
         health.OPTIONS,
+    ),
+    ServiceEntry(
+        "pools",
+        "Keep every ProxyPool's members as many, where and as fresh as it asks.",
+        pools.build,
+        pools.OPTIONS,
     ),
     ServiceEntry(
         "watcher",

@@ -3,41 +3,16 @@
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable
 
 import click
 
+from events.durations import EXAMPLES, format_duration, parse_duration
 from services.runtime.errors import ConfigError
 
+__all__ = ["EXAMPLES", "duration_option", "format_duration", "parse_duration", "seconds_of"]
+
 DurationCallback = Callable[[click.Context, click.Parameter, object], float]
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
-EXAMPLES = "e.g. 30s, 5m, 1h, 1h30m or 250ms"
-
-
-def parse_duration(text: str) -> float:
-    """Seconds in ``text``; raises ValueError with the accepted forms named."""
-    value = text.strip().lower()
-    if not value:
-        raise ValueError(f"an empty duration; use {EXAMPLES}")
-    try:
-        seconds = float(value)
-    except ValueError:
-        pos = 0
-        seconds = 0.0
-        for match in _PART.finditer(value):
-            if match.start() != pos:
-                break
-            seconds += float(match.group(1)) * _UNITS[match.group(2)]
-            pos = match.end()
-        if pos != len(value) or pos == 0:
-            raise ValueError(f"{text!r} is not a duration; use {EXAMPLES}") from None
-    if seconds < 0 or not math.isfinite(seconds):
-        raise ValueError(f"{text!r} is not a duration; use {EXAMPLES}")
-    return seconds
-
-
 def seconds_of(
     flag: str, value: float | str, *, positive: bool = False, maximum: float | None = None
 ) -> float:
@@ -58,14 +33,6 @@ def seconds_of(
 
 def too_long(value: object, maximum: float) -> str:
     return f"{value!r} is longer than the most allowed, {format_duration(maximum)}"
-
-
-def format_duration(seconds: float) -> str:
-    if seconds and seconds % 3600 == 0:
-        return f"{seconds / 3600:g}h"
-    if seconds and seconds % 60 == 0:
-        return f"{seconds / 60:g}m"
-    return f"{seconds:g}s"
 
 
 def duration_option(*, positive: bool = False, maximum: float | None = None) -> DurationCallback:

@@ -8,8 +8,6 @@ logged and retried next interval rather than ending the process over a blip.
 from __future__ import annotations
 
 import asyncio
-import math
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -17,6 +15,7 @@ from typing import Any
 import click
 import structlog
 
+from events.durations import EXAMPLES, parse_duration
 from services.gc.collector import GarbageCollector
 from services.gc.lock import DEFAULT_TTL, SweepLock
 from services.providers.base import Provider
@@ -30,29 +29,6 @@ log = structlog.get_logger("egress.gc")
 
 DEFAULT_INTERVAL = 300.0
 DEFAULT_GRACE = 600.0
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-_DURATION = re.compile(r"^(?:\d+(?:\.\d+)?(?:ms|s|m|h))+$")
-_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
-EXAMPLES = "e.g. 30s, 5m, 1h30m or plain seconds"
-
-
-def parse_duration(text: str | float) -> float:
-    """Seconds in ``30s``, ``5m``, ``1h30m``, ``250ms`` or a plain number of seconds."""
-    if isinstance(text, int | float):
-        seconds = float(text)
-    else:
-        value = text.strip().lower()
-        try:
-            seconds = float(value)
-        except ValueError:
-            if not _DURATION.match(value):
-                raise ValueError(f"{text!r} is not a duration; use {EXAMPLES}") from None
-            seconds = sum(float(n) * _UNITS[u] for n, u in _PART.findall(value))
-    if seconds < 0 or not math.isfinite(seconds):
-        raise ValueError(f"{text!r} is not a duration; use {EXAMPLES}")
-    return seconds
-
-
 class Duration(click.ParamType[float]):
     """A click type for durations, so ``--gc-grace 10m`` and ``GC_GRACE=600`` both work."""
 

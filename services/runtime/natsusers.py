@@ -34,6 +34,10 @@ WRITES: Mapping[str, tuple[str, ...]] = {
     "gc": ("gc.*",),
     # `rotate` for RotationRequested, a lease holder's ask for a fresh instance (D85).
     "discovery": ("lease.*", "proxy.*.rotate"),
+    # Its decisions and a deleted pool's end on the pool's subjects; its members' declarations
+    # and their rotations (a fresh instance for an aged or blocked member) on theirs
+    # (docs/architecture.md, "Pools").
+    "pools": ("pool.*.decision", "pool.*.declared", "proxy.*.declared", "proxy.*.rotate"),
 }
 """The subjects of the log each service appends to; a service's user is named after it."""
 

@@ -13,7 +13,13 @@ from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfi
 from nats.js.errors import NotFoundError
 
 from events.errors import StreamConfigMismatch
-from events.subjects import DEADLETTER_STREAM, GC_STREAM, LEASE_STREAM, PROXY_STREAM
+from events.subjects import (
+    DEADLETTER_STREAM,
+    GC_STREAM,
+    LEASE_STREAM,
+    POOL_STREAM,
+    PROXY_STREAM,
+)
 
 DAY = 86_400.0
 
@@ -58,6 +64,11 @@ STREAMS: tuple[StreamSpec, ...] = (
         description="Leases per proxy: acquired, released, reported, expired",
     ),
     StreamSpec(GC_STREAM, ("gc.*",), max_age=30 * DAY, description="Orphan sweeps per provider"),
+    StreamSpec(
+        POOL_STREAM,
+        ("pool.*.*",),
+        description="Proxy pools: declared, and the pool controller's decisions",
+    ),
     StreamSpec(
         DEADLETTER_STREAM,
         ("deadletter.>",),

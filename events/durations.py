@@ -1,0 +1,49 @@
+"""Durations as people write them: ``30s``, ``5m``, ``1h``, ``1h30m``, ``250ms`` or plain seconds.
+
+One parser for the command line's flags and the resources' fields (a pool's ``maxAge: 6h``), so a
+duration means the same wherever it is written. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
+EXAMPLES = "e.g. 30s, 5m, 1h, 1h30m or 250ms"
+
+
+def parse_duration(text: str | float) -> float:
+    """Seconds in ``text``; raises ValueError with the accepted forms named."""
+    if isinstance(text, bool):
+        raise ValueError(f"{text!r} is not a duration; use {EXAMPLES}")
+    if isinstance(text, int | float):
+        seconds = float(text)
+    else:
+        value = text.strip().lower()
+        if not value:
+            raise ValueError(f"an empty duration; use {EXAMPLES}")
+        try:
+            seconds = float(value)
+        except ValueError:
+            pos = 0
+            seconds = 0.0
+            for match in _PART.finditer(value):
+                if match.start() != pos:
+                    break
+                seconds += float(match.group(1)) * _UNITS[match.group(2)]
+                pos = match.end()
+            if pos != len(value) or pos == 0:
+                raise ValueError(f"{text!r} is not a duration; use {EXAMPLES}") from None
+    if seconds < 0 or not math.isfinite(seconds):
+        raise ValueError(f"{text!r} is not a duration; use {EXAMPLES}")
+    return seconds
+
+
+def format_duration(seconds: float) -> str:
+    if seconds and seconds % 3600 == 0:
+        return f"{seconds / 3600:g}h"
+    if seconds and seconds % 60 == 0:
+        return f"{seconds / 60:g}m"
+    return f"{seconds:g}s"

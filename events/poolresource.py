@@ -1,0 +1,233 @@
+"""The ProxyPool custom resource (``crawl.example.com/v1alpha1``, kind ``ProxyPool``) as typed
+structs, validated before anything reaches the log.
+
+The manifest says durations as people write them (``maxAge: 6h``); the ``PoolSpec`` appended
+holds seconds, finite and bounded, so no reader meets a value it cannot use. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from typing import Any
+
+import msgspec
+
+from events.durations import EXAMPLES, parse_duration
+from events.pool import (
+    MAX_AGE_SECONDS,
+    MAX_BLOCKS,
+    MAX_REPLICAS,
+    MAX_SPREAD,
+    MAX_SURGE,
+    MAX_WEIGHT,
+    PoolSpec,
+    SpreadEntry,
+)
+from events.resource import (
+    API_VERSION,
+    OBJECT_META,
+    TOP_LEVEL,
+    FieldError,
+    ObjectMeta,
+    ResourceError,
+    cli_uid,
+    unknown_in,
+    unknown_in_struct,
+    validate_spec,
+)
+from events.spec import ProxySpec
+
+KIND = "ProxyPool"
+PLURAL = "proxypools"
+SHORT_NAME = "ppl"
+POOL_ATTRIBUTE = "pool"
+"""The attribute (and, on Kubernetes, the label) every member carries: the pool's name, so
+``get -l pool=de`` and a lease selector ``{"pool": "de"}`` find the members."""
+
+MAX_POOL_NAME = 57
+"""A member is ``<pool>-<5 characters>``, a DNS label of at most 63."""
+SUFFIX_LENGTH = 5
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_PROVIDER = re.compile(r"^[A-Za-z0-9_-]{1,63}$")
+_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+"""Member suffixes as Kubernetes' generateName makes them: no vowels, so no words."""
+
+
+class PoolSpecDoc(msgspec.Struct, kw_only=True, rename="camel", omit_defaults=True):
+    """The spec as written; ``to_spec`` turns it into the ``PoolSpec`` the log keeps."""
+
+    replicas: int = 0
+    template: ProxySpec = msgspec.field(default_factory=ProxySpec)
+    spread: list[SpreadEntry] = msgspec.field(default_factory=list)
+    max_age: str | float = 0
+    recycle_on_blocks: int = 0
+    max_surge: int = 1
+
+
+class PoolResource(msgspec.Struct, kw_only=True, rename="camel", omit_defaults=True):
+    api_version: str = API_VERSION
+    kind: str = KIND
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    spec: PoolSpecDoc = msgspec.field(default_factory=PoolSpecDoc)
+
+
+def pool_uid(namespace: str, name: str) -> str:
+    """A pool declared without a cluster: stable per namespace/name (like a Proxy's); the
+    ``pool:`` prefix keeps it apart from a Proxy of the same name."""
+    return cli_uid(namespace, f"pool:{name}")
+
+
+def member_name(pool: str, pool_uid_: str, ordinal: int) -> str:
+    """The member's name: the pool's, then 5 characters derived from the pool's uid and the
+    member's ordinal, so two replicas deciding the same member name it alike, and a member
+    re-planned after a crash is the same Proxy."""
+    digest = hashlib.blake2b(f"{pool_uid_}/{ordinal}".encode(), digest_size=8).digest()
+    number = int.from_bytes(digest, "big")
+    chars = []
+    for _ in range(SUFFIX_LENGTH):
+        number, index = divmod(number, len(_ALPHABET))
+        chars.append(_ALPHABET[index])
+    return f"{pool}-{''.join(chars)}"
+
+
+def unknown_pool_fields(obj: Any) -> list[FieldError]:
+    """Fields the ProxyPool schema does not have, each with the closest valid name."""
+    if not isinstance(obj, dict):
+        return []
+    errors = unknown_in(obj, TOP_LEVEL, "")
+    meta = obj.get("metadata")
+    if isinstance(meta, dict):
+        errors += unknown_in(meta, OBJECT_META, "metadata.")
+    spec = obj.get("spec")
+    if isinstance(spec, dict):
+        if "autoscale" in spec:
+            # Named on its own: the issue's field, not a typo, and not built yet.
+            return [
+                *errors,
+                FieldError(
+                    "spec.autoscale",
+                    "autoscaling is not supported by this version; set spec.replicas "
+                    "(or scale with `egress-proxies scale pool NAME --replicas N`)",
+                ),
+            ]
+        errors += unknown_in_struct(spec, msgspec.inspect.type_info(PoolSpecDoc), "spec.")
+    return errors
+
+
+def from_object(obj: Any, source: str = "proxypool") -> tuple[PoolResource, PoolSpec]:
+    """Convert a decoded YAML/JSON object, validate it and give the spec the log keeps."""
+    if not isinstance(obj, dict):
+        raise ResourceError(source, [FieldError("$", "expected a mapping (a ProxyPool object)")])
+    try:
+        resource = msgspec.convert(obj, PoolResource, strict=False)
+    except msgspec.ValidationError as exc:
+        message, _, path = str(exc).partition(" - at `")
+        where = path.rstrip("`") or "$"
+        raise ResourceError(
+            source, [FieldError(where, f"{message}; see the ProxyPool schema in docs/pools.md")]
+        ) from exc
+    errors, spec = validate(resource)
+    if errors or spec is None:
+        raise ResourceError(source, errors)
+    return resource, spec
+
+
+def validate(resource: PoolResource) -> tuple[list[FieldError], PoolSpec | None]:
+    errors: list[FieldError] = []
+    if resource.api_version != API_VERSION:
+        errors.append(FieldError("apiVersion", f"must be {API_VERSION}"))
+    if resource.kind != KIND:
+        errors.append(FieldError("kind", f"must be {KIND}"))
+    meta = resource.metadata
+    if not _DNS_LABEL.match(meta.name) or len(meta.name) > MAX_POOL_NAME:
+        errors.append(
+            FieldError(
+                "metadata.name",
+                f"use 1-{MAX_POOL_NAME} lowercase letters, digits or '-' (members add 6), e.g. de",
+            )
+        )
+    if not _DNS_LABEL.match(meta.namespace):
+        errors.append(FieldError("metadata.namespace", "use 1-63 lowercase letters, digits or '-'"))
+    doc = resource.spec
+    errors += _counts(doc)
+    template = doc.template
+    if POOL_ATTRIBUTE in template.attributes:
+        errors.append(
+            FieldError(
+                f"spec.template.attributes.{POOL_ATTRIBUTE}",
+                "set by the pool on every member (its name); remove it",
+            )
+        )
+    errors += _template(doc)
+    max_age = _max_age(doc.max_age, errors)
+    if errors:
+        return errors, None
+    return [], PoolSpec(
+        replicas=doc.replicas,
+        template=template,
+        spread=tuple(doc.spread),
+        max_age_seconds=max_age,
+        recycle_on_blocks=doc.recycle_on_blocks,
+        max_surge=doc.max_surge,
+    )
+
+
+def _counts(doc: PoolSpecDoc) -> list[FieldError]:
+    errors = []
+    for name, value, low, high in (
+        ("replicas", doc.replicas, 0, MAX_REPLICAS),
+        ("recycleOnBlocks", doc.recycle_on_blocks, 0, MAX_BLOCKS),
+        ("maxSurge", doc.max_surge, 1, MAX_SURGE),
+    ):
+        if not low <= value <= high:
+            errors.append(FieldError(f"spec.{name}", f"must be from {low} to {high}"))
+    return errors
+
+
+def _template(doc: PoolSpecDoc) -> list[FieldError]:
+    """The template is a Proxy spec; with ``spread`` its provider comes from the spread."""
+    errors = []
+    if len(doc.spread) > MAX_SPREAD:
+        errors.append(FieldError("spec.spread", f"at most {MAX_SPREAD} entries"))
+    seen: set[str] = set()
+    for index, entry in enumerate(doc.spread):
+        where = f"spec.spread[{index}]"
+        if not _PROVIDER.match(entry.provider):
+            errors.append(FieldError(f"{where}.provider", "the name of a provider instance"))
+        elif entry.provider in seen:
+            errors.append(FieldError(f"{where}.provider", f"{entry.provider} is listed twice"))
+        seen.add(entry.provider)
+        if not 1 <= entry.weight <= MAX_WEIGHT:
+            errors.append(FieldError(f"{where}.weight", f"must be from 1 to {MAX_WEIGHT}"))
+    template = doc.template
+    if doc.spread:
+        if template.provider:
+            errors.append(
+                FieldError(
+                    "spec.template.provider",
+                    "the spread names the providers; remove it or the spread",
+                )
+            )
+        # Checked with a provider filled in, so the rest of the template is held to the rules.
+        template = msgspec.structs.replace(template, provider=doc.spread[0].provider or "x")
+    if template.cloud_init is not None and template.cloud_init.secret_ref is not None:
+        errors.append(
+            FieldError(
+                "spec.template.cloudInit.secretRef",
+                "not yet for pools; put the cloud-init in spec.template.cloudInit.inline",
+            )
+        )
+    return errors + validate_spec(template, "spec.template")
+
+
+def _max_age(value: str | float, errors: list[FieldError]) -> float:
+    try:
+        seconds = parse_duration(value)
+    except ValueError as exc:
+        errors.append(FieldError("spec.maxAge", str(exc)))
+        return 0.0
+    if seconds != 0 and not 10 <= seconds <= MAX_AGE_SECONDS:
+        errors.append(FieldError("spec.maxAge", f"0 (never), or from 10s to 8760h; {EXAMPLES}"))
+    return seconds if math.isfinite(seconds) else 0.0

@@ -1,0 +1,198 @@
+"""The pool view: a fold of ``pool.<uid>.*`` (docs/architecture.md, "Pools").
+
+What the pool asks for (its spec, its replicas after a scale), which members its controller
+planned and which it retired, and its last decision with the figures behind it. Pure: every time
+is the JetStream timestamp of the event, so a rebuild equals the live view.
+
+The log is trusted for nothing: an event before the pool's declaration is ``Undeclared`` (the
+tolerant readers skip and count it), and a decision naming a member that could never be a Proxy
+(a name that is no DNS label, a uid that is no subject token, an ordinal out of range) has that
+member ignored and counted in ``unusable``.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timedelta
+
+import msgspec
+
+from events.pool import (
+    MAX_REPLICAS,
+    PoolDecided,
+    PoolDeclared,
+    PoolDeletionRequested,
+    PoolMember,
+    PoolRemoved,
+    PoolScaled,
+    PoolSpec,
+    PoolSpecChanged,
+)
+from events.store import Recorded
+from events.subjects import proxy_uid_of
+
+FAILURE_MEMORY = timedelta(minutes=10)
+"""How long a provider that failed a member is avoided when members are placed."""
+MAX_ORDINAL = 10**12
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_TOKEN = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+
+
+class Undeclared(ValueError):
+    """An event about a pool no ``PoolDeclared`` has introduced (skipped by tolerant readers)."""
+
+
+class Planned(msgspec.Struct, frozen=True, kw_only=True):
+    """A member as the pool keeps it."""
+
+    member: PoolMember
+    planned_at: datetime
+    generation: int
+    """The pool generation whose template the member was last declared with."""
+    retired_at: datetime | None = None
+
+
+class PoolView(msgspec.Struct, frozen=True, kw_only=True):
+    uid: str
+    namespace: str = ""
+    name: str = ""
+    spec: PoolSpec = msgspec.field(default_factory=PoolSpec)
+    generation: int = 0
+    replicas: int = 0
+    """What the pool asks for now: the spec's, or the last scale's since the spec changed."""
+    source: str = ""
+    deleting: bool = False
+    removed: bool = False
+    members: dict[str, Planned] = msgspec.field(default_factory=dict)
+    """uid -> member, retired ones included until the pool is removed; never changed in place."""
+    next_ordinal: int = 0
+    failures: dict[str, datetime] = msgspec.field(default_factory=dict)
+    """provider -> when a member on it was last retired as Failed."""
+    last_decision: PoolDecided | None = None
+    decided_at: datetime | None = None
+    decisions: int = 0
+    unusable: int = 0
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+    last_seq: int = 0
+
+    def active(self) -> list[Planned]:
+        """The members it wants, by ordinal."""
+        kept = (p for p in self.members.values() if p.retired_at is None)
+        return sorted(kept, key=lambda p: p.member.ordinal)
+
+    def retired(self) -> list[Planned]:
+        return sorted(
+            (p for p in self.members.values() if p.retired_at is not None),
+            key=lambda p: p.member.ordinal,
+        )
+
+    def failing(self, now: datetime) -> frozenset[str]:
+        """Providers avoided when placing members: one failed a member lately."""
+        return frozenset(p for p, at in self.failures.items() if now - at < FAILURE_MEMORY)
+
+
+def usable_member(member: PoolMember) -> bool:
+    return (
+        bool(_DNS_LABEL.match(member.name))
+        and bool(_TOKEN.match(member.uid))
+        and bool(_TOKEN.match(member.provider))
+        and 0 <= member.ordinal < MAX_ORDINAL
+    )
+
+
+def _decided(view: PoolView, event: PoolDecided, at: datetime) -> PoolView:
+    members = dict(view.members)
+    unusable = view.unusable
+    next_ordinal = view.next_ordinal
+    for member in event.added:
+        if not usable_member(member) or member.uid in members:
+            unusable += 1
+            continue
+        members[member.uid] = Planned(member=member, planned_at=at, generation=view.generation)
+        next_ordinal = max(next_ordinal, member.ordinal + 1)
+    failures = dict(view.failures)
+    for uid in event.retired:
+        planned = members.get(uid)
+        if planned is None or planned.retired_at is not None:
+            continue
+        members[uid] = msgspec.structs.replace(planned, retired_at=at)
+        if event.reason == "Failed":
+            failures[planned.member.provider] = at
+    for uid in event.rolled:
+        planned = members.get(uid)
+        if planned is not None and planned.retired_at is None:
+            members[uid] = msgspec.structs.replace(planned, generation=view.generation)
+    return msgspec.structs.replace(
+        view,
+        members=members,
+        next_ordinal=next_ordinal,
+        failures=failures,
+        last_decision=event,
+        decided_at=at,
+        decisions=view.decisions + 1,
+        unusable=unusable,
+    )
+
+
+def apply(view: PoolView | None, recorded: Recorded) -> PoolView:
+    event = recorded.event
+    at = recorded.timestamp
+    if isinstance(event, PoolDeclared):
+        if view is not None and not view.removed:
+            return _stamp(view, recorded)  # a second declaration changes nothing
+        fresh = PoolView(
+            uid=event.uid,
+            namespace=event.namespace,
+            name=event.name,
+            spec=event.spec,
+            generation=event.generation,
+            replicas=_bounded(event.spec.replicas),
+            source=event.source,
+            created_at=at,
+        )
+        return _stamp(fresh, recorded)
+    if view is None:
+        raise Undeclared(f"{type(event).__name__} on {recorded.subject} before its PoolDeclared")
+    match event:
+        case PoolSpecChanged(spec=spec, generation=generation):
+            view = msgspec.structs.replace(
+                view, spec=spec, generation=generation, replicas=_bounded(spec.replicas)
+            )
+        case PoolScaled(replicas=replicas):
+            if 0 <= replicas <= MAX_REPLICAS:
+                view = msgspec.structs.replace(view, replicas=replicas)
+            else:
+                view = msgspec.structs.replace(view, unusable=view.unusable + 1)
+        case PoolDeletionRequested():
+            view = msgspec.structs.replace(view, deleting=True)
+        case PoolRemoved():
+            view = msgspec.structs.replace(view, removed=True, deleting=False, members={})
+        case PoolDecided():
+            view = _decided(view, event, at)
+        case _:
+            return view
+    return _stamp(view, recorded)
+
+
+def _bounded(replicas: int) -> int:
+    return min(max(replicas, 0), MAX_REPLICAS)
+
+
+def _stamp(view: PoolView, recorded: Recorded) -> PoolView:
+    return msgspec.structs.replace(view, updated_at=recorded.timestamp, last_seq=recorded.seq)
+
+
+def fold(events: list[Recorded]) -> PoolView | None:
+    """The view after ``events`` (a pool's history); events before the pool's first declaration
+    are skipped, as the tolerant readers skip them (``Undeclared``)."""
+    view: PoolView | None = None
+    for recorded in events:
+        if view is None and not isinstance(recorded.event, PoolDeclared):
+            continue
+        view = apply(view, recorded)
+    return view
+
+
+def key(subject: str) -> str:
+    return proxy_uid_of(subject)

@@ -1,0 +1,195 @@
+"""One evaluation of every pool: decide, record the decision, carry it out (docs/architecture.md,
+"Pools").
+
+The decision is appended to the pool's aggregate with its expected last sequence, decided on the
+pool as the log holds it (``decide_and_append``), so two replicas deciding at once record one
+decision; the loser folds the winner's and finds nothing left to do. Carrying it out is
+level-triggered and idempotent: every evaluation declares each planned member that has no Proxy
+and deletes each retired member that still has one, so a ``kill -9`` between the decision and
+its declarations is finished by the next evaluation, on any replica.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import structlog
+
+from events import subjects
+from events.errors import ConcurrencyError
+from events.pool import PoolDecided, PoolRemoved
+from events.schemas import RotationRequested
+from events.store import EventStore, History, NewEvent, decide_and_append, derive_msg_id
+from projections import pool as pool_fold
+from projections.declaring import Declaration, apply, delete
+from projections.lease import LeaseView
+from projections.pool import PoolView
+from projections.proxy import ProxyView
+from projections.proxy import fold as fold_proxy
+from services.pools.pure.decide import Decision, decide
+from services.pools.pure.members import MemberState, member_spec, member_state
+
+log = structlog.get_logger("egress.pools")
+
+
+def source_of(pool: PoolView) -> str:
+    """What a member's ``ProxyDeclared.source`` says: the pool that owns it."""
+    return f"pool/{pool.namespace}/{pool.name}"
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What one evaluation of one pool did (for logs, metrics and tests)."""
+
+    decision: Decision | None = None
+    declared: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    rotated: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)
+    """Members whose name a Proxy of someone else's holds: not taken over."""
+
+
+def states_of(
+    pool: PoolView,
+    proxies: Mapping[str, ProxyView],
+    leases: Mapping[str, LeaseView],
+    now: datetime,
+) -> dict[str, MemberState]:
+    return {uid: member_state(uid, proxies.get(uid), leases.get(uid), now) for uid in pool.members}
+
+
+class Controller:
+    def __init__(self, store: EventStore) -> None:
+        self.store = store
+
+    async def evaluate(
+        self,
+        pool: PoolView,
+        proxies: Mapping[str, ProxyView],
+        leases: Mapping[str, LeaseView],
+        now: datetime,
+    ) -> Outcome:
+        outcome = Outcome()
+        states = states_of(pool, proxies, leases, now)
+        recorded = await self._record(pool.uid, states, now, outcome)
+        if recorded is None or recorded.removed:
+            return outcome
+        await self._carry_out(recorded, proxies, states, outcome)
+        return outcome
+
+    async def _record(
+        self, uid: str, states: Mapping[str, MemberState], now: datetime, outcome: Outcome
+    ) -> PoolView | None:
+        """Decide on the pool as the log holds it and append the decision; the pool as it
+        stands after (None if it is not in the log)."""
+        folded: list[PoolView | None] = [None]
+
+        def decide_on(history: History) -> list[NewEvent]:
+            view = pool_fold.fold(list(history.events))
+            folded[0] = view
+            outcome.decision = None
+            if view is None:
+                return []
+            decision = decide(view, states, now)
+            outcome.decision = decision
+            if decision is None:
+                return []
+            after = str(history.last_seq)
+            if decision.remove:
+                return [NewEvent(PoolRemoved(uid=uid), derive_msg_id(uid, "pool-removed", after))]
+            event = PoolDecided(
+                uid=uid,
+                reason=decision.reason,
+                message=decision.message,
+                added=decision.added,
+                retired=decision.retired,
+                recycled=decision.recycled,
+                rolled=decision.rolled,
+                figures=decision.figures,
+                generation=view.generation,
+            )
+            return [NewEvent(event, derive_msg_id(uid, "pool-decided", after))]
+
+        aggregate = subjects.pool(uid)
+        result = await decide_and_append(self.store, aggregate, decide_on)
+        if not result.seqs:
+            return folded[0]
+        # Carried out as the log now holds the pool (with its members' uids and generations).
+        return pool_fold.fold(list((await self.store.read(aggregate)).events))
+
+    async def _carry_out(
+        self,
+        pool: PoolView,
+        proxies: Mapping[str, ProxyView],
+        states: Mapping[str, MemberState],
+        outcome: Outcome,
+    ) -> None:
+        source = source_of(pool)
+        for planned in pool.active():
+            member = planned.member
+            proxy = proxies.get(member.uid)
+            if proxy is not None and not proxy.removed and proxy.source != source:
+                outcome.refused.append(member.name)
+                continue
+            state = states.get(member.uid)
+            spec = member_spec(pool.name, pool.spec, member)
+            # Declared with the template it was planned or rolled with: nothing to do. (A member
+            # of an older generation waits for a decision to roll it, within maxSurge.)
+            current = planned.generation < pool.generation or (
+                state is not None and state.spec == spec
+            )
+            if state is not None and state.declared and current:
+                continue
+            declaration = Declaration(
+                uid=member.uid,
+                namespace=pool.namespace,
+                name=member.name,
+                spec=spec,
+                source=source,
+                cloud_init=spec.cloud_init.inline if spec.cloud_init is not None else "",
+            )
+            applied = await apply(self.store, declaration)
+            if applied.result in ("created", "changed"):
+                outcome.declared.append(member.name)
+        for planned in pool.retired():
+            member = planned.member
+            state = states.get(member.uid)
+            proxy = proxies.get(member.uid)
+            if state is None or not state.declared or state.deleting:
+                continue
+            if proxy is not None and proxy.source != source:
+                continue
+            applied = await delete(self.store, pool.namespace, member.name, member.uid)
+            if applied.result == "deleted":
+                outcome.deleted.append(member.name)
+        if outcome.decision is not None:
+            for uid in outcome.decision.recycled:
+                if await self._rotate(uid, pool):
+                    outcome.rotated.append(uid)
+
+    async def _rotate(self, uid: str, pool: PoolView) -> bool:
+        """Ask for a fresh instance of a member, as a lease holder's ``rotate`` does; nothing if
+        a rotation is under way already."""
+        aggregate = subjects.proxy(uid)
+        for _ in range(20):
+            history = await self.store.read(aggregate)
+            proxy = fold_proxy(list(history.events))
+            if proxy is None or proxy.removed or proxy.deleting:
+                return False
+            if proxy.rotation is not None and proxy.rotation.in_progress:
+                return False
+            rotation_id = "rot-" + derive_msg_id("pool-rotation", uid, str(history.last_seq))[:20]
+            event = RotationRequested(uid=uid, rotation_id=rotation_id, client=source_of(pool))
+            try:
+                await self.store.append(
+                    aggregate,
+                    [NewEvent(event, derive_msg_id("rotation-requested", rotation_id))],
+                    expected_seq=history.last_seq,
+                )
+            except ConcurrencyError:
+                continue
+            return True
+        log.warning("a member kept changing while its rotation was asked for", uid=uid)
+        return False

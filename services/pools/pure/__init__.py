@@ -1,0 +1,1 @@
+"""The pool controller's pure code: the decider and what it reads of a member (no I/O)."""

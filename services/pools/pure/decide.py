@@ -1,0 +1,302 @@
+"""The pool controller's decider: which members to add, retire, recycle and roll
+(docs/architecture.md, "Pools").
+
+A function of the pool's view, what the shared views say of its members, and ``now``; level-
+triggered, so the same inputs give the same decision on every replica and after every crash.
+Nothing here takes a member a crawler holds: a leased member is never retired (it waits for its
+lease to end), and one that is aged, blocked or of an old template gets a fresh instance by the
+make-before-break rotation, whose lease switch the crawler does not notice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from events.pool import (
+    MAX_MEMBERS_PER_DECISION,
+    PoolFigures,
+    PoolMember,
+    SpreadEntry,
+)
+from events.poolresource import member_name
+from events.resource import cli_uid
+from projections.pool import Planned, PoolView
+from services.pools.pure.members import MemberState, member_spec
+from services.pools.pure.spread import next_provider, over_share
+
+_State = Callable[[Planned], MemberState]
+
+REASONS = ("Deleting", "Failed", "ScaleUp", "ScaleDown", "Spread", "MaxAge", "Blocked", "Template")
+"""A decision's reason is the first of these it did."""
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    reason: str
+    message: str
+    figures: PoolFigures
+    added: tuple[PoolMember, ...] = ()
+    retired: tuple[str, ...] = ()
+    recycled: tuple[str, ...] = ()
+    rolled: tuple[str, ...] = ()
+    remove: bool = False
+    """Every member is gone and the pool was being deleted: append ``PoolRemoved``."""
+
+
+@dataclass(slots=True)
+class _Draft:
+    reasons: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    added: list[PoolMember] = field(default_factory=list)
+    retired: list[str] = field(default_factory=list)
+    recycled: list[str] = field(default_factory=list)
+    rolled: list[str] = field(default_factory=list)
+
+    def note(self, reason: str, text: str) -> None:
+        if reason not in self.reasons:
+            self.reasons.append(reason)
+        self.notes.append(text)
+
+    def room(self) -> int:
+        return MAX_MEMBERS_PER_DECISION - len(self.added) - len(self.retired)
+
+
+def _member(pool: PoolView, ordinal: int, provider: str) -> PoolMember:
+    """A new member: its name from the pool's uid and its ordinal, its uid from its name (as the
+    CLI derives a Proxy's), so a decision made twice names the same Proxy."""
+    name = member_name(pool.name, pool.uid, ordinal)
+    return PoolMember(
+        ordinal=ordinal, name=name, uid=cli_uid(pool.namespace, name), provider=provider
+    )
+
+
+def placements(pool: PoolView, now: datetime) -> tuple[list[SpreadEntry], list[str]]:
+    """The providers new members may go to, and those left out because they failed a member
+    lately (all of them stay if every one did: a pool keeps trying somewhere)."""
+    entries = list(pool.spec.spread) or [SpreadEntry(provider=pool.spec.template.provider)]
+    failing = pool.failing(now)
+    usable = [e for e in entries if e.provider not in failing]
+    if not usable:
+        return entries, []
+    return usable, sorted(e.provider for e in entries if e.provider in failing)
+
+
+def figures(pool: PoolView, states: Mapping[str, MemberState]) -> PoolFigures:
+    active = [states.get(p.member.uid, MemberState(uid=p.member.uid)) for p in pool.active()]
+    return PoolFigures(
+        desired=pool.replicas,
+        members=len(active),
+        ready=sum(s.ready for s in active),
+        healthy=sum(s.ready and s.healthy for s in active),
+        leased=sum(s.leased for s in active),
+        rotating=sum(s.rotating for s in active),
+    )
+
+
+def decide(pool: PoolView, states: Mapping[str, MemberState], now: datetime) -> Decision | None:
+    if pool.removed:
+        return None
+    seen = figures(pool, states)
+
+    def state(planned: Planned) -> MemberState:
+        return states.get(planned.member.uid, MemberState(uid=planned.member.uid))
+
+    draft = _Draft()
+    if pool.deleting:
+        _delete(pool, state, draft)
+        if not draft.retired and not any(state(p).declared for p in pool.members.values()):
+            return Decision("Deleting", "every member is gone", seen, remove=True)
+    else:
+        _failed(pool, state, draft)
+        _scale(pool, state, draft, now)
+        _recycle(pool, state, draft, now)
+        _roll(pool, state, draft)
+    if not (draft.added or draft.retired or draft.recycled or draft.rolled):
+        return None
+    reason = min(draft.reasons, key=REASONS.index)
+    return Decision(
+        reason=reason,
+        message="; ".join(draft.notes),
+        figures=seen,
+        added=tuple(draft.added),
+        retired=tuple(draft.retired),
+        recycled=tuple(draft.recycled),
+        rolled=tuple(draft.rolled),
+    )
+
+
+def _delete(pool: PoolView, state: _State, draft: _Draft) -> None:
+    """Retire every member, leased ones too: the pool itself is going (their leases end with
+    their proxies, as when a person deletes a Proxy)."""
+    active = pool.active()[: draft.room()]
+    if active:
+        draft.retired += [p.member.uid for p in active]
+        draft.note("Deleting", f"retired {len(active)} of the pool being deleted")
+
+
+def _failed(pool: PoolView, state: _State, draft: _Draft) -> None:
+    """A member whose provider failed it for good is retired (and replaced elsewhere by the
+    scale step, its provider avoided for a while)."""
+    failed = [p for p in pool.active() if state(p).failed and not state(p).leased]
+    failed = failed[: draft.room()]
+    if failed:
+        draft.retired += [p.member.uid for p in failed]
+        where = ", ".join(sorted({p.member.provider for p in failed}))
+        draft.note("Failed", f"retired {len(failed)} failed on {where}")
+
+
+def _scale(pool: PoolView, state: _State, draft: _Draft, now: datetime) -> None:
+    active = [p for p in pool.active() if p.member.uid not in draft.retired]
+    desired = pool.replicas
+    entries, failing = placements(pool, now)
+    have: dict[str, int] = {}
+    for planned in active:
+        have[planned.member.provider] = have.get(planned.member.provider, 0) + 1
+    if len(active) < desired:
+        count = min(desired - len(active), draft.room())
+        for ordinal in range(pool.next_ordinal, pool.next_ordinal + count):
+            provider = next_provider(entries, have, desired)
+            have[provider] = have.get(provider, 0) + 1
+            draft.added.append(_member(pool, ordinal, provider))
+        avoided = f", avoiding {', '.join(failing)}" if failing else ""
+        draft.note(
+            "ScaleUp",
+            f"added {count} ({len(active)} -> {len(active) + count} of {desired}){avoided}",
+        )
+        return
+    surplus = len(active) - desired
+    if surplus <= 0:
+        _rebalance(pool, active, entries, have, draft)
+        return
+    _shrink(pool, active, entries=entries, have=have, surplus=surplus, state=state, draft=draft)
+
+
+def _rebalance(
+    pool: PoolView,
+    active: Sequence[Planned],
+    entries: Sequence[SpreadEntry],
+    have: Mapping[str, int],
+    draft: _Draft,
+) -> None:
+    """At the desired count but off the weights (they changed, or a provider failed): one new
+    member where a provider is short, within ``maxSurge``; the scale-down that follows takes the
+    surplus from a provider over its share once the new member is Ready."""
+    desired = pool.replicas
+    if not desired:
+        return
+    over = over_share(entries, have, desired)
+    if not over or len(active) >= desired + pool.spec.max_surge:
+        return
+    provider = next_provider(entries, have, desired)
+    if provider in over:
+        return
+    draft.added.append(_member(pool, pool.next_ordinal, provider))
+    draft.note("Spread", f"added 1 on {provider}, to take over from {over[0]}")
+
+
+def _shrink(
+    pool: PoolView,
+    active: Sequence[Planned],
+    *,
+    entries: Sequence[SpreadEntry],
+    have: Mapping[str, int],
+    surplus: int,
+    state: _State,
+    draft: _Draft,
+) -> None:
+    """Retire ``surplus`` members, never a leased one: those on a provider over its share first,
+    then the unready and unhealthy, then the oldest. A Ready member goes only while more are
+    Ready than wanted, so a rebalance or a scale-down never leaves the pool short."""
+    desired = pool.replicas
+    over = over_share(entries, have, desired)
+    rank = {p: i for i, p in enumerate(over)}
+
+    def order(planned: Planned) -> tuple[int, int, int, str, int]:
+        s = state(planned)
+        since = s.since.isoformat() if s.since is not None else planned.planned_at.isoformat()
+        usable = int(s.ready and s.healthy)
+        return (
+            rank.get(planned.member.provider, len(over)),
+            usable,
+            int(s.ready),
+            since,
+            planned.member.ordinal,
+        )
+
+    ready = sum(state(p).ready for p in active)
+    victims: list[Planned] = []
+    waiting = 0
+    for planned in sorted(active, key=order):
+        if len(victims) >= min(surplus, draft.room()):
+            break
+        s = state(planned)
+        if s.leased:
+            waiting += 1
+            continue
+        if s.ready:
+            if ready <= desired:
+                continue
+            ready -= 1
+        victims.append(planned)
+    if victims:
+        draft.retired += [p.member.uid for p in victims]
+        draft.note(
+            "ScaleDown",
+            f"retired {len(victims)} ({len(active)} -> {len(active) - len(victims)} of {desired})",
+        )
+
+
+def _recycle(pool: PoolView, state: _State, draft: _Draft, now: datetime) -> None:
+    """Members older than ``maxAge``, or blocked by ``recycleOnBlocks`` distinct targets, get a
+    fresh instance, at most ``maxSurge`` rotating at once."""
+    spec = pool.spec
+    if not spec.max_age_seconds and not spec.recycle_on_blocks:
+        return
+    active = [p for p in pool.active() if p.member.uid not in draft.retired]
+    budget = spec.max_surge - sum(state(p).rotating for p in active)
+    aged: list[Planned] = []
+    blocked: list[Planned] = []
+    for planned in active:
+        s = state(planned)
+        if not s.declared or not s.ready or s.rotating or s.deleting:
+            continue
+        if spec.recycle_on_blocks and s.blocked_targets >= spec.recycle_on_blocks:
+            blocked.append(planned)
+        elif (
+            spec.max_age_seconds
+            and s.since is not None
+            and (now - s.since).total_seconds() >= spec.max_age_seconds
+        ):
+            aged.append(planned)
+    for reason, group in (("Blocked", blocked), ("MaxAge", aged)):
+        group.sort(key=lambda p: (state(p).since or p.planned_at, p.member.ordinal))
+        taken = group[: max(budget, 0)]
+        budget -= len(taken)
+        if taken:
+            draft.recycled += [p.member.uid for p in taken]
+            what = "blocked by enough targets" if reason == "Blocked" else "past maxAge"
+            draft.note(reason, f"recycled {len(taken)} {what}")
+
+
+def _roll(pool: PoolView, state: _State, draft: _Draft) -> None:
+    """Members declared with an older template are declared again with the current one, at most
+    ``maxSurge`` not Ready or rotating at once (the reconciler replaces a leased one
+    make-before-break)."""
+    active = [p for p in pool.active() if p.member.uid not in draft.retired]
+    busy = sum(1 for p in active if state(p).declared and (state(p).rotating or not state(p).ready))
+    budget = pool.spec.max_surge - busy - len(draft.recycled)
+    stale = [
+        p
+        for p in active
+        if p.generation < pool.generation
+        and state(p).declared
+        and not state(p).deleting
+        and p.member.uid not in draft.recycled
+        and state(p).spec != member_spec(pool.name, pool.spec, p.member)
+    ]
+    taken = stale[: max(budget, 0)]
+    if taken:
+        draft.rolled += [p.member.uid for p in taken]
+        draft.note("Template", f"rolled {len(taken)} to generation {pool.generation}")
