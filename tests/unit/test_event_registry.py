@@ -17,6 +17,7 @@ from events.schemas import (
     DeadLettered,
     GcEvent,
     LeaseEvent,
+    PoolEvent,
     ProxyEvent,
 )
 
@@ -46,13 +47,23 @@ def test_the_registry_is_the_union_with_one_name_per_type() -> None:
 
 
 def test_the_families_partition_the_union() -> None:
-    families = [*get_args(ProxyEvent), *get_args(LeaseEvent), *get_args(GcEvent), DeadLettered]
+    families = [
+        *get_args(ProxyEvent),
+        *get_args(LeaseEvent),
+        *get_args(GcEvent),
+        *get_args(PoolEvent),
+        DeadLettered,
+    ]
     assert sorted(c.__name__ for c in families) == sorted(EVENT_TYPES)
 
 
 def test_each_family_names_the_category_of_its_stream() -> None:
     assert {cls.category for cls in get_args(LeaseEvent)} == {"lease"}
     assert {cls.category for cls in get_args(GcEvent)} == {"gc"}
+    assert set(subjects.POOL_CATEGORIES) == {cls.category for cls in get_args(PoolEvent)}
+    pool = subjects.pool("p1")
+    for cls in get_args(PoolEvent):
+        assert f"pool.p1.{cls.category}" in pool.literal_subjects
     assert set(subjects.PROXY_CATEGORIES) == {cls.category for cls in get_args(ProxyEvent)}
     # Every proxy event has a subject that its aggregate's concurrency check covers.
     aggregate = subjects.proxy("p1")

@@ -5,6 +5,7 @@ fails here; the fix is a step in events/upcasting.py, not a new expected file
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import datetime
 from typing import Any
@@ -200,11 +201,23 @@ def test_the_comparison_allows_new_keys_and_nothing_else(
         assert found[0].startswith(problem), found
 
 
-def test_the_generator_never_rewrites_a_released_log() -> None:
-    before = logs.log_path(SCHEMA_VERSION).read_bytes()
+def test_the_generator_never_rewrites_a_golden_log(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It may only append: the story as this build tells it begins with the file (else a line
+    that a version stored would have changed), and a story the file holds whole writes nothing."""
+    path = logs.log_path(SCHEMA_VERSION)
+    before = path.read_bytes()
+    generate.main(["log"])
+    assert "holds the whole story already" in capsys.readouterr().out
+    assert path.read_bytes() == before
+
+    told = generate.golden_log()
+    changed = dataclasses.replace(told[3], payload=told[3].payload + b" ")
+    monkeypatch.setattr(generate, "golden_log", lambda: [*told[:3], changed, *told[4:]])
     with pytest.raises(SystemExit, match="never rewritten"):
         generate.main(["log"])
-    assert logs.log_path(SCHEMA_VERSION).read_bytes() == before
+    assert path.read_bytes() == before
 
 
 def test_a_golden_line_keeps_the_payload_bytes_and_the_time_exactly() -> None:

@@ -55,6 +55,12 @@ MAIN_FIELDS: Mapping[str, tuple[str, ...]] = {
     "ReplacementPromoted": ("rotation_id", "provider_id", "retired_provider_id", "ip"),
     "RotationEnded": ("rotation_id", "outcome", "message"),
     "LeaseSwitched": ("lease_id", "rotation_id", "provider_id", "ip"),
+    "PoolDeclared": ("namespace", "name", "spec.replicas", "generation", "source"),
+    "PoolSpecChanged": ("spec.replicas", "generation"),
+    "PoolScaled": ("replicas",),
+    "PoolDeletionRequested": ("uid",),
+    "PoolRemoved": ("uid",),
+    "PoolDecided": ("reason", "message", "figures.members", "figures.ready", "figures.leased"),
 }
 
 
