@@ -44,7 +44,8 @@ DEFAULT_INTERVAL = 1.0
 class PoolMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         r = registry
-        labels = ["namespace", "pool"]
+        # Not "namespace": a Kubernetes scrape sets that label to the pod's namespace.
+        labels = ["pool_namespace", "pool"]
         self.desired = Gauge(
             "egress_proxies_pool_desired", "Members the pool asks for", labels, registry=r
         )
