@@ -1,5 +1,5 @@
 """The pool controller's decider: which members to add, retire, recycle and roll
-(docs/architecture.md, "Pools").
+(docs/architecture.md, "Pools"; docs/decisions/0105-a-pool-owns-proxies-and.md).
 
 A function of the pool's view, what the shared views say of its members, and ``now``; level-
 triggered, so the same inputs give the same decision on every replica and after every crash.
@@ -10,7 +10,7 @@ make-before-break rotation, whose lease switch the crawler does not notice.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -24,7 +24,7 @@ from events.poolresource import member_name
 from events.resource import cli_uid
 from projections.pool import Planned, PoolView
 from services.pools.pure.members import MemberState, member_spec
-from services.pools.pure.spread import next_provider, over_share
+from services.pools.pure.spread import next_provider, over_share, shares
 
 _State = Callable[[Planned], MemberState]
 
@@ -53,6 +53,8 @@ class _Draft:
     retired: list[str] = field(default_factory=list)
     recycled: list[str] = field(default_factory=list)
     rolled: list[str] = field(default_factory=list)
+    failed_on: set[str] = field(default_factory=set)
+    """Providers of the members this decision retires as failed."""
 
     def note(self, reason: str, text: str) -> None:
         if reason not in self.reasons:
@@ -72,11 +74,28 @@ def _member(pool: PoolView, ordinal: int, provider: str) -> PoolMember:
     )
 
 
-def placements(pool: PoolView, now: datetime) -> tuple[list[SpreadEntry], list[str]]:
+def _fresh(pool: PoolView, draft: _Draft, provider: str) -> PoolMember:
+    """The next new member, at the first ordinal after the pool's last (and this draft's) whose
+    name no member of the pool has: 5 characters hold 27**5 names, so about 4 ordinals in
+    10,000 name a member again, and the fold refuses a second member of one uid (the pool would
+    stay short, planning the same ordinal at every evaluation)."""
+    ordinal = max([pool.next_ordinal, *(m.ordinal + 1 for m in draft.added)])
+    taken = {m.uid for m in draft.added}
+    while True:
+        member = _member(pool, ordinal, provider)
+        if member.uid not in pool.members and member.uid not in taken:
+            return member
+        ordinal += 1
+
+
+def placements(
+    pool: PoolView, now: datetime, also: Collection[str] = ()
+) -> tuple[list[SpreadEntry], list[str]]:
     """The providers new members may go to, and those left out because they failed a member
-    lately (all of them stay if every one did: a pool keeps trying somewhere)."""
+    lately, or ``also`` (failed in the decision being made, not folded yet); all of them stay
+    if every one did: a pool keeps trying somewhere."""
     entries = list(pool.spec.spread) or [SpreadEntry(provider=pool.spec.template.provider)]
-    failing = pool.failing(now)
+    failing = pool.failing(now) | frozenset(also)
     usable = [e for e in entries if e.provider not in failing]
     if not usable:
         return entries, []
@@ -143,23 +162,29 @@ def _failed(pool: PoolView, state: _State, draft: _Draft) -> None:
     failed = failed[: draft.room()]
     if failed:
         draft.retired += [p.member.uid for p in failed]
+        draft.failed_on.update(p.member.provider for p in failed)
         where = ", ".join(sorted({p.member.provider for p in failed}))
         draft.note("Failed", f"retired {len(failed)} failed on {where}")
 
 
 def _scale(pool: PoolView, state: _State, draft: _Draft, now: datetime) -> None:
-    active = [p for p in pool.active() if p.member.uid not in draft.retired]
+    """Add the members short of ``replicas`` (on the providers furthest below their share), or
+    retire the surplus. A decision that retires failed members retires nothing else: the fold
+    takes the provider of every member a ``Failed`` decision retires as failing, so a scale-down
+    in it would have a sound provider avoided; the surplus goes at the next evaluation."""
+    retired = set(draft.retired)
+    active = [p for p in pool.active() if p.member.uid not in retired]
     desired = pool.replicas
-    entries, failing = placements(pool, now)
+    entries, failing = placements(pool, now, draft.failed_on)
     have: dict[str, int] = {}
     for planned in active:
         have[planned.member.provider] = have.get(planned.member.provider, 0) + 1
     if len(active) < desired:
         count = min(desired - len(active), draft.room())
-        for ordinal in range(pool.next_ordinal, pool.next_ordinal + count):
+        for _ in range(count):
             provider = next_provider(entries, have, desired)
             have[provider] = have.get(provider, 0) + 1
-            draft.added.append(_member(pool, ordinal, provider))
+            draft.added.append(_fresh(pool, draft, provider))
         avoided = f", avoiding {', '.join(failing)}" if failing else ""
         draft.note(
             "ScaleUp",
@@ -169,6 +194,8 @@ def _scale(pool: PoolView, state: _State, draft: _Draft, now: datetime) -> None:
     surplus = len(active) - desired
     if surplus <= 0:
         _rebalance(pool, active, entries, have, draft)
+        return
+    if draft.failed_on:
         return
     _shrink(pool, active, entries=entries, have=have, surplus=surplus, state=state, draft=draft)
 
@@ -192,7 +219,7 @@ def _rebalance(
     provider = next_provider(entries, have, desired)
     if provider in over:
         return
-    draft.added.append(_member(pool, pool.next_ordinal, provider))
+    draft.added.append(_fresh(pool, draft, provider))
     draft.note("Spread", f"added 1 on {provider}, to take over from {over[0]}")
 
 
@@ -208,10 +235,15 @@ def _shrink(
 ) -> None:
     """Retire ``surplus`` members, never a leased one: those on a provider over its share first,
     then the unready and unhealthy, then the oldest. A Ready member goes only while more are
-    Ready than wanted, so a rebalance or a scale-down never leaves the pool short."""
+    Ready than wanted, so a rebalance or a scale-down never leaves the pool short. Only a
+    provider's members beyond its share go (there are always ``surplus`` of them): the member a
+    rebalance added where a provider was short stays, unready as it is, until the one it takes
+    over from can go, instead of being retired and added again at every evaluation."""
     desired = pool.replicas
     over = over_share(entries, have, desired)
     rank = {p: i for i, p in enumerate(over)}
+    want = shares(desired, entries)
+    beyond = {p: n - want.get(p, 0) for p, n in have.items()}
 
     def order(planned: Planned) -> tuple[int, int, int, str, int]:
         s = state(planned)
@@ -226,11 +258,15 @@ def _shrink(
         )
 
     ready = sum(state(p).ready for p in active)
+    limit = min(surplus, draft.room())
     victims: list[Planned] = []
     waiting = 0
     for planned in sorted(active, key=order):
-        if len(victims) >= min(surplus, draft.room()):
+        if len(victims) >= limit:
             break
+        provider = planned.member.provider
+        if beyond.get(provider, 0) <= 0:
+            continue
         s = state(planned)
         if s.leased:
             waiting += 1
@@ -240,11 +276,15 @@ def _shrink(
                 continue
             ready -= 1
         victims.append(planned)
+        beyond[provider] -= 1
     if victims:
         draft.retired += [p.member.uid for p in victims]
+        leased = min(waiting, limit - len(victims))
+        wait = f", {leased} leased wait for their leases" if leased else ""
         draft.note(
             "ScaleDown",
-            f"retired {len(victims)} ({len(active)} -> {len(active) - len(victims)} of {desired})",
+            f"retired {len(victims)} ({len(active)} -> {len(active) - len(victims)} of {desired})"
+            + wait,
         )
 
 
