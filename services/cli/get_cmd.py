@@ -1,4 +1,5 @@
-"""``get``: the proxies with their phase, address, health and lease, rebuilt from the log."""
+"""``get``: the proxies with their phase, address, health and lease, rebuilt from the log
+(``get pools``: the pools, ``pools_cmd``)."""
 
 from __future__ import annotations
 
@@ -13,11 +14,13 @@ import yaml
 from rich.table import Table
 from rich.text import Text
 
+from events.poolresource import POOL_ATTRIBUTE
 from events.subjects import LEASE_STREAM
 from projections import lease as lease_fold
 from projections import lease_queries
 from projections.lease import LeaseView
 from projections.proxy import ProxyView
+from services.cli import pools_cmd
 from services.cli.common import (
     CliState,
     open_connection,
@@ -28,6 +31,7 @@ from services.cli.common import (
 )
 from services.cli.proxyviews import listed as listed_proxies
 from services.cli.pure.render import format_time, inert
+from services.cli.pure.selector import matches, parse_selector
 from services.cli.timetravel import as_of, instant_option
 from services.runtime.eventlog.projector import Projector
 
@@ -129,7 +133,31 @@ def _message(view: ProxyView) -> str:
     return view.message
 
 
+PROXY_KINDS = ("proxies", "proxy", "px")
+
+
+def _kind(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    del ctx, param
+    kind = value.lower()
+    if kind in PROXY_KINDS:
+        return "proxies"
+    if pools_cmd.pool_kind(kind):
+        return "pools"
+    raise click.BadParameter(f"{value!r}: write proxies (the default) or pools")
+
+
+def _selector(
+    ctx: click.Context, param: click.Parameter, values: tuple[str, ...]
+) -> dict[str, str]:
+    del ctx, param
+    try:
+        return parse_selector(values)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
 @click.command("get")
+@click.argument("kind", metavar="[proxies|pools]", default="proxies", callback=_kind)
 @click.option(
     "-o",
     "--output",
@@ -140,6 +168,15 @@ def _message(view: ProxyView) -> str:
     "(why a proxy is unhealthy or failed); json or yaml for tools.",
 )
 @click.option("-n", "--namespace", help="Only this namespace.")
+@click.option(
+    "-l",
+    "--selector",
+    multiple=True,
+    callback=_selector,
+    metavar="KEY=VALUE[,KEY=VALUE]",
+    help="Only proxies whose attributes match every KEY=VALUE; repeat -l for more. A pool's "
+    f"members: -l {POOL_ATTRIBUTE}=NAME.",
+)
 @click.option(
     "--at",
     "at",
@@ -153,12 +190,20 @@ def _message(view: ProxyView) -> str:
 def get_cmd(
     state: CliState,
     *,
+    kind: str,
     output: str,
     namespace: str | None,
+    selector: dict[str, str],
     at: datetime | None,
     nats_url: str | None,
 ) -> None:
-    """List proxies with their phase, address, health and lease (views rebuilt from the log)."""
+    """List proxies with their phase, address, health and lease (views rebuilt from the log);
+    `get pools`: the pools with their members' figures."""
+    if kind == "pools":
+        if selector:
+            raise click.UsageError("-l selects proxies by attribute; `get pools` lists every pool")
+        pools_cmd.show_pools(state, output=output, namespace=namespace, at=at, nats_url=nats_url)
+        return
     settings = settings_for(state, nats_url=nats_url)
 
     async def work() -> tuple[list[ProxyView], dict[str, LeaseView]]:
@@ -177,6 +222,7 @@ def get_cmd(
         return views, leases.views
 
     views, leases = run_until_signalled(work()) or ([], {})
+    views = [v for v in views if matches(v.spec.attributes, selector)]
     now = at or datetime.now(UTC)
     listed = [(v, LeaseState.of(leases.get(v.uid), now)) for v in views]
     if output == "json":
@@ -186,6 +232,9 @@ def get_cmd(
         click.echo(yaml.safe_dump({"items": items}, sort_keys=False))
     elif not listed:
         where = f" in namespace {namespace}" if namespace else ""
+        where += (
+            " matching " + ",".join(f"{k}={v}" for k, v in selector.items()) if selector else ""
+        )
         where += f" at {format_time(at)}" if at else ""
         stdout_console().print(inert(f"No proxies{where}."))
     else:

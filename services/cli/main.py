@@ -26,6 +26,7 @@ from services.cli.gc_cmd import gc
 from services.cli.get_cmd import get_cmd
 from services.cli.lease_cmd import lease
 from services.cli.lease_holder_cmd import renew  # noqa: F401  # registers renew and list on `lease`
+from services.cli.pools_cmd import describe_cmd, scale_cmd
 from services.cli.proxies_cmd import apply_cmd, delete_cmd
 from services.cli.pure.render import clean
 from services.cli.restore_cmd import restore
@@ -65,8 +66,9 @@ Exit codes:
   7  lease release / report / renew: unknown lease (never issued, released or expired)
   8  lease acquire: no proxy matches the selector at all (it lists the attribute keys)
   9  streams check: the log holds events no fold can use
- 10  apply --wait: a proxy ended Failed, or was not Ready and healthy within --timeout
-     (delete --wait: not removed within it); the error names each proxy and why
+ 10  apply --wait: a proxy ended Failed, or was not Ready and healthy within --timeout, or
+     a pool had not all its members so (delete --wait: not removed within it); the error
+     names each proxy and pool and why
  11  lease rotate --wait: the rotation failed, was cancelled, or had not ended in time
  12  gc run-once: a provider (or its leftovers) was skipped, a delete failed, or another
      sweep held the lock
@@ -156,6 +158,8 @@ main.add_command(streams)
 main.add_command(apply_cmd)
 main.add_command(delete_cmd)
 main.add_command(get_cmd)
+main.add_command(describe_cmd)
+main.add_command(scale_cmd)
 main.add_command(gc)
 main.add_command(lease)
 main.add_command(crd)

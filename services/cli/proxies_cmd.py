@@ -1,4 +1,4 @@
-"""``apply``, ``delete`` and ``get``: proxies declared and inspected without a cluster."""
+"""``apply`` and ``delete``: proxies (and pools, ``pools_cmd``) declared without a cluster."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-from events.resource import ProxyResource, ResourceError, cli_uid
+from events.resource import ResourceError, cli_uid
 from events.schemas import Phase
-from projections import declaring
+from projections import declaring, pooldeclaring
 from projections.proxy import ProxyView
-from services.cli import manifests
+from services.cli import manifests, pools_cmd
 from services.cli.common import (
     CliState,
     NotDone,
@@ -37,9 +37,10 @@ from services.runtime.eventlog.jetstream import JetStreamEventStore
 Done = Callable[[ProxyView | None], bool]
 
 
-def _resources(path: str, validate: str = "strict") -> list[ProxyResource]:
-    """The Proxy documents of ``-f``; any file that is not a YAML file of Proxies (unreadable,
-    binary, not UTF-8, not YAML, invalid, empty) is a one-line ``ConfigError`` naming it."""
+def _resources(path: str, validate: str = "strict") -> list[manifests.Document]:
+    """The Proxy and ProxyPool documents of ``-f``; any file that is not a YAML file of them
+    (unreadable, binary, not UTF-8, not YAML, invalid, empty) is a one-line ``ConfigError``
+    naming it."""
     if path == "-":
         text = decode_config_text(sys.stdin.buffer.read(), "-f - (standard input)")
     else:
@@ -49,23 +50,23 @@ def _resources(path: str, validate: str = "strict") -> list[ProxyResource]:
         Console(stderr=True, highlight=False).print(inert(f"warning: {message}", "yellow"))
 
     try:
-        resources = manifests.parse_resources(text, path, validate=validate, warn=warn)
+        resources = manifests.parse_documents(text, path, validate=validate, warn=warn)
     except ResourceError as exc:
         raise ConfigError(str(exc)) from exc
     if not resources:
-        raise ConfigError(f"-f {path}: no Proxy documents in it")
+        raise ConfigError(f"-f {path}: no Proxy documents in it, nor ProxyPool ones")
     return resources
 
 
-def _all_resources(paths: tuple[str, ...], validate: str) -> list[ProxyResource]:
-    """Every file's Proxies, in the order given; one bad file refuses them all (as one bad
-    document refuses its file, ``manifests.parse_resources``)."""
+def _all_resources(paths: tuple[str, ...], validate: str) -> list[manifests.Document]:
+    """Every file's Proxies and pools, in the order given; one bad file refuses them all (as one
+    bad document refuses its file, ``manifests.parse_documents``)."""
     if paths.count("-") > 1:
         raise ConfigError("-f -: standard input can be read once; give it one -f")
     return [r for path in paths for r in _resources(path, validate)]
 
 
-async def _provider_refusal(conn: Connection, resources: list[ProxyResource]) -> str | None:
+async def _provider_refusal(conn: Connection, resources: list[manifests.Document]) -> str | None:
     """Why a ``spec.provider`` is not one the running system has, or None (also when it cannot
     tell). A refusal is read twice, ``SETTLE_SECONDS`` apart: the first read may have fallen
     between two providers' summaries of one sweep
@@ -178,29 +179,31 @@ def _not_in_service(timeout: float, views: list[ProxyView | None]) -> NotDone | 
     "filenames",
     required=True,
     multiple=True,
-    help="YAML file with Proxy documents ('-': stdin); repeat for more (all are applied, or "
-    "none when one is invalid).",
+    help="YAML file with Proxy and ProxyPool documents ('-': stdin); repeat for more (all are "
+    "applied, or none when one is invalid).",
 )
 @click.option(
     "--validate",
     type=click.Choice(manifests.VALIDATIONS),
     default="strict",
     show_default=True,
-    help="A field the Proxy schema does not have (a typo such as spec.atributes): refuse the "
-    "file (strict), only warn, or ignore it.",
+    help="A field the Proxy or ProxyPool schema does not have (a typo such as "
+    "spec.atributes): refuse the file (strict), only warn, or ignore it.",
 )
 @click.option(
     "--wait/--no-wait",
     default=False,
-    help="Wait until every proxy is Ready and probed healthy; exit 10 as soon as one is "
-    "Failed, or when one is not Ready and healthy within --timeout.",
+    help="Wait until every proxy is Ready and probed healthy (and every pool has its members "
+    "so); exit 10 as soon as a proxy is Failed, or when one is not Ready and healthy within "
+    "--timeout.",
 )
 @click.option("--timeout", type=float, default=300.0, show_default=True, help="Seconds for --wait.")
 @click.option(
     "--provider-check/--no-provider-check",
     default=True,
-    help="Refuse a spec.provider that the running system does not have (the providers of its "
-    "last GC sweep; without one in the log nothing is checked).",
+    help="Refuse a spec.provider (a pool's template provider or spread) that the running "
+    "system does not have (the providers of its last GC sweep; without one in the log nothing "
+    "is checked).",
 )
 @settings_options()
 @click.pass_obj
@@ -214,11 +217,11 @@ def apply_cmd(
     provider_check: bool,
     nats_url: str | None,
 ) -> None:
-    """Declare the proxies in files; an unchanged proxy appends nothing."""
+    """Declare the proxies and pools in files; an unchanged one appends nothing."""
     resources = _all_resources(filenames, validate)
     settings = settings_for(state, nats_url=nats_url)
 
-    async def work() -> list[ProxyView | None] | None:
+    async def work() -> NotDone | None:
         conn = await open_connection(settings.nats_url)
         try:
             refused = await _provider_refusal(conn, resources) if provider_check else None
@@ -227,38 +230,80 @@ def apply_cmd(
             store = JetStreamEventStore(conn.nc, conn.js)
             console = stdout_console()
             uids = []
+            pools: list[tuple[str, str]] = []
             for resource in resources:
+                if isinstance(resource, manifests.PoolDocument):
+                    ns, name = resource.namespace, resource.name
+                    applied = await pooldeclaring.apply_pool(store, ns, name, resource.spec)
+                    pools.append((ns, name))
+                    console.print(inert(f"proxypool {ns}/{name} {applied.result}"))
+                    continue
                 applied = await declaring.apply(store, resource)
                 uids.append(applied.uid)
                 console.print(inert(f"proxy {applied.namespace}/{applied.name} {applied.result}"))
             if not wait:
                 return None
-            return await _wait(conn, uids, _in_service, "waiting for Ready and healthy", timeout)
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + timeout
+            if uids:
+                views = await _wait(
+                    conn, uids, _in_service, "waiting for Ready and healthy", timeout
+                )
+                problem = _not_in_service(timeout, views)
+                if problem is not None or not pools:
+                    return problem
+            left = max(deadline - loop.time(), 0.0)
+            return await pools_cmd.wait_in_service(conn, pools, left, timeout)
         finally:
             await conn.close()
 
-    views = run_until_signalled(work())
-    problem = _not_in_service(timeout, views) if views is not None else None
-    if problem is not None:
+    problem = run_until_signalled(work())
+    if isinstance(problem, NotDone):
         raise problem
+
+
+def _delete_targets(
+    target: str | None, filenames: tuple[str, ...], *, everything: bool, namespace: str | None
+) -> tuple[list[tuple[str, str, str]], list[manifests.PoolDocument]]:
+    """The proxies (namespace, name, uid) and the pools ``delete`` names, before ``--all``."""
+    if sum((target is not None, bool(filenames), everything)) != 1:
+        raise click.UsageError("give one of NAMESPACE/NAME, -f FILE, --all or pool NAME")
+    if namespace is not None and not everything:
+        raise click.UsageError(
+            "--namespace goes with --all or pool NAME; NAMESPACE/NAME names one proxy"
+        )
+    if filenames:
+        documents = _all_resources(filenames, "ignore")
+        return manifests.targets(documents), manifests.pools(documents)
+    if target is not None:
+        ns, sep, name = target.partition("/")
+        if not sep or not ns or not name:
+            raise click.UsageError(f"{target!r}: write NAMESPACE/NAME, e.g. crawl/de-1")
+        return [(ns, name, cli_uid(ns, name))], []
+    return [], []
 
 
 @click.command("delete")
 @click.argument("target", required=False)
+@click.argument("pool_name", metavar="[NAME]", required=False)
 @click.option(
     "-f",
     "--filename",
     "filenames",
     multiple=True,
-    help="Delete the proxies declared in this YAML file; repeat for more.",
+    help="Delete the proxies (and pools) declared in this YAML file; repeat for more.",
 )
 @click.option(
     "--all",
     "everything",
     is_flag=True,
-    help="Delete every proxy (with --namespace: every proxy of that namespace).",
+    help="Delete every proxy and pool (with --namespace: those of that namespace).",
 )
-@click.option("-n", "--namespace", help="With --all: only this namespace.")
+@click.option(
+    "-n",
+    "--namespace",
+    help="With --all: only this namespace. With pool NAME: the pool's (default: default).",
+)
 @click.option("--wait/--no-wait", default=False, help="Wait until the instances are gone.")
 @click.option("--timeout", type=float, default=300.0, show_default=True, help="Seconds for --wait.")
 @settings_options()
@@ -267,6 +312,7 @@ def delete_cmd(
     state: CliState,
     *,
     target: str | None,
+    pool_name: str | None,
     filenames: tuple[str, ...],
     everything: bool,
     namespace: str | None,
@@ -275,42 +321,60 @@ def delete_cmd(
     nats_url: str | None,
 ) -> None:
     """Delete proxies: NAMESPACE/NAME, -f FILE, or --all. The instance goes first, then the
-    proxy (a local proxy's Squid stops)."""
-    if sum((target is not None, bool(filenames), everything)) != 1:
-        raise click.UsageError("give one of NAMESPACE/NAME, -f FILE or --all")
-    if namespace is not None and not everything:
-        raise click.UsageError("--namespace goes with --all; NAMESPACE/NAME names one proxy")
-    targets: list[tuple[str, str, str]] = []
-    if filenames:
-        targets = manifests.targets(_all_resources(filenames, "ignore"))
-    elif target is not None:
-        ns, sep, name = target.partition("/")
-        if not sep or not ns or not name:
-            raise click.UsageError(f"{target!r}: write NAMESPACE/NAME, e.g. crawl/de-1")
-        targets = [(ns, name, cli_uid(ns, name))]
+    proxy (a local proxy's Squid stops). `delete pool NAME [-n NS]` deletes a pool: its members
+    go first, then the pool."""
+    if target is not None and pools_cmd.pool_kind(target):
+        if pool_name is None or filenames or everything:
+            raise click.UsageError("write `delete pool NAME [-n NAMESPACE]`, e.g. delete pool de")
+        pools_cmd.delete_pool(
+            state,
+            name=pool_name,
+            namespace=namespace or pools_cmd.DEFAULT_NAMESPACE,
+            wait=wait,
+            timeout=timeout,
+            nats_url=nats_url,
+        )
+        return
+    if pool_name is not None:
+        raise click.UsageError(f"{pool_name!r}: give one NAMESPACE/NAME (or `pool NAME`)")
+    targets, pools = _delete_targets(target, filenames, everything=everything, namespace=namespace)
     settings = settings_for(state, nats_url=nats_url)
 
-    async def work() -> list[ProxyView | None]:
+    async def work() -> tuple[list[ProxyView | None], str]:
         conn = await open_connection(settings.nats_url)
         try:
             store = JetStreamEventStore(conn.nc, conn.js)
             console = stdout_console()
-            chosen = targets
+            chosen, doomed = targets, [(p.namespace, p.name) for p in pools]
             if everything:
                 chosen = [(v.namespace, v.name, v.uid) for v in await listed(conn, namespace)]
-                if not chosen:
+                # Their pools too: a member deleted alone is declared again by its pool.
+                doomed = await pools_cmd.listed(conn, namespace)
+                if not chosen and not doomed:
                     console.print(Text("No proxies to delete."))
             for ns, name, uid in chosen:
                 result = await declaring.delete(store, ns, name, uid)
                 console.print(inert(f"proxy {ns}/{name} {result.result}"))
-            if not wait or not chosen:
-                return []
-            uids = [uid for _, _, uid in chosen]
-            views = await _wait(conn, uids, _removed, "waiting for removal", timeout)
-            return [view for view in views if not _removed(view)]
+            for ns, name in doomed:
+                result = await pooldeclaring.delete_pool(store, ns, name)
+                console.print(inert(f"proxypool {ns}/{name} {result.result}"))
+            if not wait:
+                return [], ""
+            deadline = asyncio.get_running_loop().time() + timeout
+            views: list[ProxyView | None] = []
+            if chosen:
+                uids = [uid for _, _, uid in chosen]
+                views = await _wait(conn, uids, _removed, "waiting for removal", timeout)
+                views = [view for view in views if not _removed(view)]
+            left = max(deadline - asyncio.get_running_loop().time(), 0.0)
+            if views or not doomed:
+                return views, ""
+            return [], await pools_cmd.wait_removed(conn, doomed, left)
         finally:
             await conn.close()
 
-    pending = run_until_signalled(work())
+    pending, pools_left = run_until_signalled(work()) or ([], "")
     if pending:
         raise _not_within("not removed", timeout, pending)
+    if pools_left:
+        raise NotDone(f"not removed within {timeout:g}s: {pools_left}")
