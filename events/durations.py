@@ -12,6 +12,8 @@ import re
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
 EXAMPLES = "e.g. 30s, 5m, 1h, 1h30m or 250ms"
+_SHOWN = 40
+"""At most this much of a bad value is quoted back: a megabyte of input is not echoed."""
 
 
 def parse_duration(text: str | float) -> float:
@@ -19,7 +21,10 @@ def parse_duration(text: str | float) -> float:
     if isinstance(text, bool):
         raise ValueError(f"{text!r} is not a duration; use {EXAMPLES}")
     if isinstance(text, int | float):
-        seconds = float(text)
+        try:
+            seconds = float(text)
+        except OverflowError:  # an int past any float: no duration either
+            raise ValueError(f"a number that large is not a duration; use {EXAMPLES}") from None
     else:
         value = text.strip().lower()
         if not value:
@@ -35,10 +40,16 @@ def parse_duration(text: str | float) -> float:
                 seconds += float(match.group(1)) * _UNITS[match.group(2)]
                 pos = match.end()
             if pos != len(value) or pos == 0:
-                raise ValueError(f"{text!r} is not a duration; use {EXAMPLES}") from None
+                raise ValueError(f"{_shown(text)} is not a duration; use {EXAMPLES}") from None
     if seconds < 0 or not math.isfinite(seconds):
-        raise ValueError(f"{text!r} is not a duration; use {EXAMPLES}")
+        raise ValueError(f"{_shown(text)} is not a duration; use {EXAMPLES}")
     return seconds
+
+
+def _shown(value: str | float) -> str:
+    if isinstance(value, str) and len(value) > _SHOWN:
+        return f"{value[:_SHOWN]!r}... ({len(value)} characters)"
+    return repr(value)
 
 
 def format_duration(seconds: float) -> str:
