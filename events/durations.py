@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import re
+from decimal import Decimal
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
@@ -53,8 +54,17 @@ def _shown(value: str | float) -> str:
 
 
 def format_duration(seconds: float) -> str:
+    """``seconds`` as ``parse_duration`` reads it back, to the same float: whole hours or minutes
+    in those units, else seconds with every digit they need and no exponent."""
     if seconds and seconds % 3600 == 0:
-        return f"{seconds / 3600:g}h"
+        return f"{_digits(seconds / 3600)}h"
     if seconds and seconds % 60 == 0:
-        return f"{seconds / 60:g}m"
-    return f"{seconds:g}s"
+        return f"{_digits(seconds / 60)}m"
+    return f"{_digits(seconds)}s"
+
+
+def _digits(number: float) -> str:
+    """The shortest decimal that is ``number`` (``repr``), written out: ``%g`` keeps only six
+    digits (31535999 became ``3.1536e+07``) and writes exponents no parser here reads."""
+    text = format(Decimal(repr(float(number) + 0.0)), "f")  # + 0.0: no "-0"
+    return text.removesuffix(".0") if "." in text else text
