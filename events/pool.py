@@ -23,6 +23,7 @@ MAX_REPLICAS = 10_000
 """The most members a pool may ask for: a bound on the work of one decision and one event."""
 MAX_SPREAD = 16
 MAX_WEIGHT = 1000
+MIN_AGE_SECONDS = 10.0
 MAX_AGE_SECONDS = 365 * 24 * 3600.0
 MAX_SURGE = 100
 MAX_BLOCKS = 1000

@@ -7,7 +7,10 @@ is the JetStream timestamp of the event, so a rebuild equals the live view.
 The log is trusted for nothing: an event before the pool's declaration is ``Undeclared`` (the
 tolerant readers skip and count it), and a decision naming a member that could never be a Proxy
 (a name that is no DNS label, a uid that is no subject token, an ordinal out of range) has that
-member ignored and counted in ``unusable``.
+member ignored and counted in ``unusable``. So has a spec the decider could not act on
+(``usable_spec``): a change to one is left, a declaration of one declares a pool of nothing, and
+a scale of a pool with no usable spec is left too, so the decider only ever sees a spec the
+resource's validation would have let through.
 """
 
 from __future__ import annotations
@@ -18,7 +21,13 @@ from datetime import datetime, timedelta
 import msgspec
 
 from events.pool import (
+    MAX_AGE_SECONDS,
+    MAX_BLOCKS,
     MAX_REPLICAS,
+    MAX_SPREAD,
+    MAX_SURGE,
+    MAX_WEIGHT,
+    MIN_AGE_SECONDS,
     PoolDecided,
     PoolDeclared,
     PoolDeletionRequested,
@@ -28,6 +37,7 @@ from events.pool import (
     PoolSpec,
     PoolSpecChanged,
 )
+from events.spec import ProxyMode
 from events.store import Recorded
 from events.subjects import proxy_uid_of
 
@@ -36,6 +46,7 @@ FAILURE_MEMORY = timedelta(minutes=10)
 MAX_ORDINAL = 10**12
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _TOKEN = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+_PROVIDER = re.compile(r"^[A-Za-z0-9_-]{1,63}$")
 
 
 class Undeclared(ValueError):
@@ -101,6 +112,27 @@ def usable_member(member: PoolMember) -> bool:
     )
 
 
+def usable_spec(spec: PoolSpec) -> bool:
+    """Within the bounds ``events.poolresource`` holds a ProxyPool to, and with a provider to
+    place members on: a weight of 0 would divide by zero, a negative ``maxAge`` or
+    ``recycleOnBlocks`` recycle every member at every evaluation, and a member with no provider
+    is refused by this fold, planned again at every evaluation."""
+    spread = spec.spread
+    providers = [e.provider for e in spread] or [spec.template.provider]
+    age = spec.max_age_seconds
+    return (
+        0 <= spec.replicas <= MAX_REPLICAS
+        and 1 <= spec.max_surge <= MAX_SURGE
+        and 0 <= spec.recycle_on_blocks <= MAX_BLOCKS
+        and (age == 0 or MIN_AGE_SECONDS <= age <= MAX_AGE_SECONDS)  # NaN is neither
+        and len(spread) <= MAX_SPREAD
+        and all(1 <= e.weight <= MAX_WEIGHT for e in spread)
+        and all(_PROVIDER.match(p) for p in providers)
+        and len(set(providers)) == len(providers)
+        and spec.template.mode is ProxyMode.MANAGED
+    )
+
+
 def _decided(view: PoolView, event: PoolDecided, at: datetime) -> PoolView:
     members = dict(view.members)
     unusable = view.unusable
@@ -141,14 +173,17 @@ def apply(view: PoolView | None, recorded: Recorded) -> PoolView:
     if isinstance(event, PoolDeclared):
         if view is not None and not view.removed:
             return _stamp(view, recorded)  # a second declaration changes nothing
+        usable = usable_spec(event.spec)
+        spec = event.spec if usable else PoolSpec()
         fresh = PoolView(
             uid=event.uid,
             namespace=event.namespace,
             name=event.name,
-            spec=event.spec,
+            spec=spec,
             generation=event.generation,
-            replicas=_bounded(event.spec.replicas),
+            replicas=spec.replicas,
             source=event.source,
+            unusable=0 if usable else 1,
             created_at=at,
         )
         return _stamp(fresh, recorded)
@@ -156,11 +191,14 @@ def apply(view: PoolView | None, recorded: Recorded) -> PoolView:
         raise Undeclared(f"{type(event).__name__} on {recorded.subject} before its PoolDeclared")
     match event:
         case PoolSpecChanged(spec=spec, generation=generation):
-            view = msgspec.structs.replace(
-                view, spec=spec, generation=generation, replicas=_bounded(spec.replicas)
-            )
+            if usable_spec(spec):
+                view = msgspec.structs.replace(
+                    view, spec=spec, generation=generation, replicas=spec.replicas
+                )
+            else:
+                view = msgspec.structs.replace(view, unusable=view.unusable + 1)
         case PoolScaled(replicas=replicas):
-            if 0 <= replicas <= MAX_REPLICAS:
+            if 0 <= replicas <= MAX_REPLICAS and usable_spec(view.spec):
                 view = msgspec.structs.replace(view, replicas=replicas)
             else:
                 view = msgspec.structs.replace(view, unusable=view.unusable + 1)
@@ -173,10 +211,6 @@ def apply(view: PoolView | None, recorded: Recorded) -> PoolView:
         case _:
             return view
     return _stamp(view, recorded)
-
-
-def _bounded(replicas: int) -> int:
-    return min(max(replicas, 0), MAX_REPLICAS)
 
 
 def _stamp(view: PoolView, recorded: Recorded) -> PoolView:
