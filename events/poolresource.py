@@ -22,6 +22,7 @@ from events.pool import (
     MAX_SPREAD,
     MAX_SURGE,
     MAX_WEIGHT,
+    MIN_AGE_SECONDS,
     PoolSpec,
     SpreadEntry,
 )
@@ -37,7 +38,7 @@ from events.resource import (
     unknown_in_struct,
     validate_spec,
 )
-from events.spec import ProxySpec
+from events.spec import ProxyMode, ProxySpec
 
 KIND = "ProxyPool"
 PLURAL = "proxypools"
@@ -202,6 +203,16 @@ def _template(doc: PoolSpecDoc) -> list[FieldError]:
         if not 1 <= entry.weight <= MAX_WEIGHT:
             errors.append(FieldError(f"{where}.weight", f"must be from 1 to {MAX_WEIGHT}"))
     template = doc.template
+    if template.mode is not ProxyMode.MANAGED:
+        errors.append(
+            FieldError(
+                "spec.template.mode",
+                "a pool runs Managed proxies on its providers; remove it (declare an External "
+                "proxy on its own, kind Proxy)",
+            )
+        )
+        # The rest of the template held to a Managed proxy's rules.
+        template = msgspec.structs.replace(template, mode=ProxyMode.MANAGED)
     if doc.spread:
         if template.provider:
             errors.append(
@@ -228,6 +239,6 @@ def _max_age(value: str | float, errors: list[FieldError]) -> float:
     except ValueError as exc:
         errors.append(FieldError("spec.maxAge", str(exc)))
         return 0.0
-    if seconds != 0 and not 10 <= seconds <= MAX_AGE_SECONDS:
+    if seconds != 0 and not MIN_AGE_SECONDS <= seconds <= MAX_AGE_SECONDS:
         errors.append(FieldError("spec.maxAge", f"0 (never), or from 10s to 8760h; {EXAMPLES}"))
     return seconds if math.isfinite(seconds) else 0.0
