@@ -52,6 +52,7 @@ MAX_POOL_NAME = 57
 SUFFIX_LENGTH = 5
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _PROVIDER = re.compile(r"^[A-Za-z0-9_-]{1,63}$")
+_SPREAD_FIELDS = frozenset(f.encode_name for f in msgspec.structs.fields(SpreadEntry))
 _ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 """Member suffixes as Kubernetes' generateName makes them: no vowels, so no words."""
 
@@ -114,6 +115,13 @@ def unknown_pool_fields(obj: Any) -> list[FieldError]:
                 ),
             ]
         errors += unknown_in_struct(spec, msgspec.inspect.type_info(PoolSpecDoc), "spec.")
+        spread = spec.get("spread")
+        if isinstance(spread, list):
+            # A list of structs is not looked into by unknown_in_struct: a misspelt ``wieght``
+            # would leave the weight 1.
+            for index, entry in enumerate(spread):
+                if isinstance(entry, dict):
+                    errors += unknown_in(entry, _SPREAD_FIELDS, f"spec.spread[{index}].")
     return errors
 
 
@@ -126,6 +134,9 @@ def from_object(obj: Any, source: str = "proxypool") -> tuple[PoolResource, Pool
     except msgspec.ValidationError as exc:
         message, _, path = str(exc).partition(" - at `")
         where = path.rstrip("`") or "$"
+        if where.startswith("key` in `"):  # a mapping with a key that is no string
+            where = where.removeprefix("key` in `")
+            message = f"keys must be strings ({message})"
         raise ResourceError(
             source, [FieldError(where, f"{message}; see the ProxyPool schema in docs/pools.md")]
         ) from exc
@@ -196,7 +207,13 @@ def _template(doc: PoolSpecDoc) -> list[FieldError]:
     for index, entry in enumerate(doc.spread):
         where = f"spec.spread[{index}]"
         if not _PROVIDER.match(entry.provider):
-            errors.append(FieldError(f"{where}.provider", "the name of a provider instance"))
+            errors.append(
+                FieldError(
+                    f"{where}.provider",
+                    "the name of a provider instance from --providers-config (1-63 letters, "
+                    "digits, '_' or '-'), e.g. local",
+                )
+            )
         elif entry.provider in seen:
             errors.append(FieldError(f"{where}.provider", f"{entry.provider} is listed twice"))
         seen.add(entry.provider)
@@ -221,8 +238,9 @@ def _template(doc: PoolSpecDoc) -> list[FieldError]:
                     "the spread names the providers; remove it or the spread",
                 )
             )
-        # Checked with a provider filled in, so the rest of the template is held to the rules.
-        template = msgspec.structs.replace(template, provider=doc.spread[0].provider or "x")
+        # Checked with a provider filled in, so the rest of the template is held to the rules
+        # (a valid one: the spread's own errors are named above, not as the template's).
+        template = msgspec.structs.replace(template, provider="spread")
     if template.cloud_init is not None and template.cloud_init.secret_ref is not None:
         errors.append(
             FieldError(
