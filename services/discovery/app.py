@@ -9,6 +9,7 @@ Routes (the reference is ``docs/api.md``; the schema is served at ``/schema``):
   ``POST /v1/leases/{lease_id}/rotate`` (202: a fresh instance, make-before-break),
   ``GET /v1/leases/{lease_id}/rotation`` (its progress)
 - ``GET /v1/leases?holder=X``, ``DELETE /v1/leases?holder=X``: a holder's own leases
+- ``GET /v1/pools[?namespace=X]``, ``GET /v1/pools/{namespace}/{name}`` (``pools``)
 
 Each ``/v1`` route names the scope it needs (``opt={"scope": ...}``); the guard of ``access``
 identifies the client, and a lease route serves only the client that acquired the lease.
@@ -26,7 +27,6 @@ from litestar import Litestar, Request, Response, Router, delete, get, patch, po
 from litestar.di import NamedDependency, Provide
 from litestar.exceptions import HTTPException
 from litestar.openapi.config import OpenAPIConfig
-from litestar.openapi.datastructures import ResponseSpec
 from litestar.openapi.spec import Components, SecurityScheme
 from litestar.params import FromPath, FromQuery, HeaderParameter, JSONBody
 from litestar.types import ExceptionHandlersMap, Guard
@@ -48,9 +48,9 @@ from services.discovery.console.session import Sessions
 from services.discovery.credentials import LeaseCredentials
 from services.discovery.errors import (
     ApiError,
-    ErrorBody,
     Unavailable,
     UnknownProxy,
+    error_responses,
     on_api_error,
     on_http_exception,
     on_store_unavailable,
@@ -73,8 +73,9 @@ from services.discovery.models import (
     proxy_detail,
     proxy_out,
 )
+from services.discovery.pools import ROUTES as POOL_ROUTES
+from services.discovery.pools import checked_pool, known_pool
 from services.discovery.pure.clients import LEASE, READ, Client
-from services.discovery.pure.errorcodes import describe
 from services.discovery.pure.policy import Granted
 from services.discovery.queries import (
     IDEMPOTENCY_KEY,
@@ -106,11 +107,7 @@ class DiscoveryApi:
 Api = NamedDependency[DiscoveryApi]
 
 
-def _errors(*statuses: int) -> dict[int, ResponseSpec]:
-    return {
-        status: ResponseSpec(data_container=ErrorBody, description=describe(status))
-        for status in statuses
-    }
+_errors = error_responses
 
 
 IdempotencyKey = Annotated[
@@ -214,7 +211,7 @@ async def get_proxy(api: Api, uid: FromPath[str]) -> ProxyDetail:
     "/leases",
     tags=["leases"],
     status_code=201,
-    responses=_errors(400, 401, 403, 409, 413, 422, 429, 503),
+    responses=_errors(400, 401, 403, 404, 409, 413, 422, 429, 503),
     before_request=strict_body(AcquireRequest),
     opt={"scope": LEASE},
 )
@@ -231,11 +228,16 @@ async def acquire(
     but none can be leased now. With an ``Idempotency-Key``, a retry gets the same lease.
     With ``target``, proxies in back-off for that host are skipped; with ``waitSeconds``, a
     request waits up to that long for a proxy to become free. 403 when the client may not use
-    that selector, 429 ``lease_limit`` when it holds its ``maxLeases``."""
+    that selector, 429 ``lease_limit`` when it holds its ``maxLeases``. With ``pool``
+    (``NAMESPACE/NAME``), only that pool's members: 404 ``unknown_pool`` when there is none,
+    and a 503 says whether the pool is scaling."""
     client = caller(request)
-    check_acquire(client, data.selector, _held(api, client), access_metrics(api.metrics.registry))
+    pool, selector = checked_pool(data.pool, data.selector)
+    check_acquire(client, selector, _held(api, client), access_metrics(api.metrics.registry))
+    if pool is not None:
+        await known_pool(api.views, pool, api.leases.policy.view_timeout)
     granted = await api.leases.acquire(
-        data.selector,
+        selector,
         data.ttl_seconds,
         data.holder,
         key=checked_key(idempotency_key),
@@ -244,6 +246,7 @@ async def acquire(
         target=checked_target(data.target),
         wait=data.wait_seconds,
         client=client.name,
+        pool=pool,
     )
     return _lease(api, granted)
 
@@ -419,6 +422,7 @@ def create_app(
             report,
             rotate_lease,
             get_rotation,
+            *POOL_ROUTES,
         ],
         guards=guards,
         security=[{"bearer": []}],
@@ -445,7 +449,10 @@ def create_app(
     )
     return Litestar(
         route_handlers=[healthz, metrics, v1, console_router(api.views, sessions)],
-        dependencies={"api": Provide(lambda: api, sync_to_thread=False)},
+        dependencies={
+            "api": Provide(lambda: api, sync_to_thread=False),
+            "views": Provide(lambda: api.views, sync_to_thread=False),
+        },
         exception_handlers=EXCEPTION_HANDLERS,
         request_max_body_size=max_body_size,
         openapi_config=openapi,

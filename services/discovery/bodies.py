@@ -25,6 +25,8 @@ HINTS = {
     "ttlSeconds": "a number of seconds from 1 to 604800, which is 7 days; null for the default",
     "exclude": "a list of at most 1000 proxy uids, each a string of 1 to 253 characters",
     "proxyUid": "a proxy uid, a string of 1 to 253 characters; null for any proxy",
+    "pool": "a pool as NAMESPACE/NAME (crawl/de), or NAME in the namespace default; null for "
+    "any proxy",
 }
 """Said after the error of a field, so the client learns the rule and not only the breach."""
 

@@ -13,8 +13,9 @@ import msgspec
 import structlog
 from litestar import MediaType, Request, Response
 from litestar.exceptions import HTTPException, ValidationException
+from litestar.openapi.datastructures import ResponseSpec
 
-from services.discovery.pure.errorcodes import FOR_STATUS, STATUS, ErrorCode
+from services.discovery.pure.errorcodes import FOR_STATUS, STATUS, ErrorCode, describe
 
 log = structlog.get_logger("egress.discovery")
 
@@ -54,8 +55,23 @@ class UnknownProxy(ApiError):
     code = ErrorCode.UNKNOWN_PROXY
 
 
+class UnknownPool(ApiError):
+    code = ErrorCode.UNKNOWN_POOL
+
+
 class NoProxyAvailable(ApiError):
     code = ErrorCode.NO_PROXY_AVAILABLE
+
+
+class PoolBusy(NoProxyAvailable):
+    """A 503 for a request naming a pool, which says whether the pool is scaling (more members
+    coming, or some not Ready yet): then waiting is likely to help."""
+
+    def __init__(
+        self, message: str, *, scaling: bool, headers: dict[str, str] | None = None
+    ) -> None:
+        super().__init__(message, headers=headers)
+        self.scaling = scaling
 
 
 class NoMatchingProxy(ApiError):
@@ -78,6 +94,14 @@ class IdempotencyKeyMismatch(ApiError):
 
 class Unavailable(ApiError):
     code = ErrorCode.UNAVAILABLE
+
+
+def error_responses(*statuses: int) -> dict[int, ResponseSpec]:
+    """A route's error answers for the OpenAPI document: each status with its codes' meaning."""
+    return {
+        status: ResponseSpec(data_container=ErrorBody, description=describe(status))
+        for status in statuses
+    }
 
 
 STORE_RETRY_AFTER = "2"

@@ -28,11 +28,13 @@ from events.store import EventStore, NewEvent
 from projections.lease import LeaseView
 from projections.lease_queries import active, find, is_available
 from projections.proxy import ProxyView
-from services.discovery.errors import ApiError, IdempotencyKeyMismatch, LeaseEnded
+from services.discovery.errors import ApiError, IdempotencyKeyMismatch, LeaseEnded, PoolBusy
 from services.discovery.held_leases import HeldLeases
 from services.discovery.metrics import DiscoveryMetrics
+from services.discovery.pools import members_only
 from services.discovery.pure.candidates import leasable, narrowed, random_order
 from services.discovery.pure.policy import Claim, Granted, LeasePolicy, Stored
+from services.discovery.pure.pools import PoolRef
 from services.discovery.refusals import refusal
 from services.discovery.views import Views
 from services.discovery.waiting import Queue, Waiter
@@ -77,10 +79,12 @@ class Leases(HeldLeases):
         target: str = "",
         wait: float = 0.0,
         client: str = "",
+        pool: PoolRef | None = None,
     ) -> Granted:
         """A lease on a proxy matching ``selector``, none of ``exclude``, ``proxy_uid`` if given
         (a sticky session: that proxy or none), and not in back-off for ``target``; waiting up
-        to ``wait`` seconds for one to become free (``waiting``)."""
+        to ``wait`` seconds for one to become free (``waiting``). With a ``pool`` (whose
+        attribute ``selector`` holds, ``pools.checked_pool``), only in the pool's namespace."""
         ttl = self.policy.grant_ttl(requested_ttl)
         claim = Claim(dict(selector), ttl, requested_ttl or 0.0, holder, key or "", target, client)
         with self.metrics.acquire_seconds.time():
@@ -91,10 +95,13 @@ class Leases(HeldLeases):
                     return found
 
             def candidates() -> list[str]:
-                return narrowed(self.views.candidates.matching(selector), exclude, proxy_uid)
+                matching = members_only(self.views, self.views.candidates.matching(selector), pool)
+                return narrowed(matching, exclude, proxy_uid)
 
             def refused() -> ApiError:
-                return refusal(self.views, selector, exclude=exclude, only=proxy_uid, target=target)
+                return refusal(
+                    self.views, selector, exclude=exclude, only=proxy_uid, target=target, pool=pool
+                )
 
             async def attempt() -> Granted | None:
                 matching = candidates()
@@ -114,6 +121,8 @@ class Leases(HeldLeases):
                 self.metrics.acquisitions.labels(
                     "busy" if error.status == 503 else "no_match"
                 ).inc()
+                if isinstance(error, PoolBusy):
+                    self.metrics.pool_busy.labels(str(error.scaling).lower()).inc()
                 raise error
             self.metrics.acquisitions.labels("acquired").inc()
             return granted

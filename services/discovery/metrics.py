@@ -22,6 +22,13 @@ class DiscoveryMetrics:
             ["result"],
             registry=r,
         )
+        self.pool_busy = Counter(
+            "egress_lease_pool_busy_total",
+            "Lease requests naming a pool answered 503 (also counted busy above), by whether the "
+            "pool was scaling (true: fewer members than desired, or some not Ready yet)",
+            ["scaling"],
+            registry=r,
+        )
         self.conflicts = Counter(
             "egress_lease_conflicts_total",
             "Lease claims (and renewals: reason renewal) that lost an optimistic-concurrency race "

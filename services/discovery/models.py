@@ -18,6 +18,7 @@ from projections.lease_queries import available_at, is_available, is_free
 from projections.outcomes import Reports, active_backoffs
 from projections.proxy import ProxyView
 from services.discovery.credentials import LeaseCredentials
+from services.discovery.pure.pools import MAX_POOL_REF
 
 AttributeKey = Annotated[str, Meta(min_length=1, max_length=63)]
 AttributeValue = Annotated[str, Meta(max_length=256)]
@@ -70,6 +71,10 @@ class AcquireRequest(_In, frozen=True, kw_only=True):
     wait_seconds: Annotated[float, Meta(ge=0, le=MAX_WAIT_SECONDS)] = 0.0
     """When no proxy is free: how long to wait for one (0 to 60 s; 0, the default, answers 503
     at once). Waiting requests of one replica are served first come, first served."""
+    pool: Annotated[str, Meta(max_length=MAX_POOL_REF)] | None = None
+    """A ProxyPool, ``NAMESPACE/NAME`` (``crawl/de``; ``NAME`` alone: the namespace ``default``):
+    only its members, the proxies carrying its ``pool`` attribute in its namespace, besides the
+    selector. Unknown: 404 ``unknown_pool``; a 503 says whether the pool is scaling."""
 
 
 class RenewRequest(_In, frozen=True, kw_only=True):

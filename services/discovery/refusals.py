@@ -10,6 +10,10 @@ Two answers, told apart by whether any proxy *has* the attributes asked for, lea
   and how many are leased, cooling down, unhealthy (with what the last probe said), not Ready or
   being deleted. A proxy that is provisioning or failing its probes exists and may serve soon: a
   request for it is right, only early.
+
+A request naming a pool counts only the pool's members, and its answer says what the pool is
+doing: a 503 whether it is scaling (members still coming or not Ready: waiting will likely
+help), and a pool whose members do not exist yet is a 503 while it scales, not a 422.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from collections import Counter
 from collections.abc import Collection, Mapping
 from datetime import datetime
 
+from events.poolresource import POOL_ATTRIBUTE
 from events.schemas import Phase
 from projections.lease_queries import available_at, is_available, is_free
 from projections.proxy import ProxyView
@@ -28,9 +33,12 @@ from services.discovery.errors import (
     InvalidRequest,
     NoMatchingProxy,
     NoProxyAvailable,
+    PoolBusy,
     UnknownProxy,
 )
+from services.discovery.pools import members_only, summary, unknown
 from services.discovery.pure.candidates import leasable
+from services.discovery.pure.pools import PoolRef, scaling_note, template_misses
 from services.discovery.views import Views
 
 UNKNOWN_WAIT = 5
@@ -54,31 +62,46 @@ def refusal(
     exclude: Collection[str] = (),
     only: str | None = None,
     target: str = "",
+    pool: PoolRef | None = None,
 ) -> ApiError:
     """The error for a request that got no proxy, from the views as they are now. Proxies in
     ``exclude`` do not count; with ``only`` (a sticky request) nothing else does. With a
     ``target``, ``Retry-After`` counts its back-offs too: it is the time until the earliest
     matching proxy can be leased for it, as far as the log knows (an early release makes it
-    sooner)."""
+    sooner). With a ``pool`` (whose attribute ``selector`` holds), only its members count."""
+    error = _refusal(views, selector, exclude=exclude, only=only, target=target, pool=pool)
+    if pool is None:
+        return error
+    return _for_pool(views, pool, selector, error, sticky=only is not None)
+
+
+def _refusal(
+    views: Views,
+    selector: Mapping[str, str],
+    *,
+    exclude: Collection[str],
+    only: str | None,
+    target: str,
+    pool: PoolRef | None,
+) -> ApiError:
     excluded = set(exclude)
+    existing = members_only(views, views.candidates.existing(selector), pool)
+    having = _having(selector, pool)
     if only is not None:
         proxy = views.proxy(only)
         if proxy is None or proxy.removed:
             return UnknownProxy(f"proxyUid: no proxy {only!r}; list them with GET /v1/proxies")
         if only in excluded:
             return InvalidRequest(f"proxyUid: {only!r} is also in exclude; leave it out of one")
-        if only not in views.candidates.existing(selector):
-            return NoMatchingProxy(
-                f"proxyUid: the proxy {only!r} does not have the attributes {dict(selector)}"
-            )
+        if only not in existing:
+            return NoMatchingProxy(f"proxyUid: the proxy {only!r} does not have {having}")
         uids = [only]
     else:
-        found = views.candidates.existing(selector)
-        uids = [uid for uid in found if uid not in excluded]
-        if found and not uids:
+        uids = [uid for uid in existing if uid not in excluded]
+        if existing and not uids:
             return NoMatchingProxy(
-                f"every proxy with the attributes {dict(selector)} is in exclude "
-                f"({len(found)} of them); waiting will not help"
+                f"every proxy with {having} is in exclude "
+                f"({len(existing)} of them); waiting will not help"
             )
     if not uids:
         return NoMatchingProxy(_nothing_has(views, selector))
@@ -94,7 +117,7 @@ def refusal(
         wait = max(1, math.ceil((soonest - now).total_seconds()))
     else:
         wait = 1 if reasons[CLAIMED] else UNKNOWN_WAIT
-    told = f"{n} {match} the selector {dict(selector)}, but none can be leased now"
+    told = f"{n} {match} {_asked(selector, pool)}, but none can be leased now"
     if target:
         told += f" for the target {target!r}"
     if only is not None:
@@ -105,6 +128,65 @@ def refusal(
         f"{told}: {counts}",
         headers={"Retry-After": str(wait)},
     )
+
+
+def _having(selector: Mapping[str, str], pool: PoolRef | None) -> str:
+    if pool is None:
+        return f"the attributes {dict(selector)}"
+    return f"the pool {pool}'s attribute in its namespace" + _rest(selector)
+
+
+def _asked(selector: Mapping[str, str], pool: PoolRef | None) -> str:
+    if pool is None:
+        return f"the selector {dict(selector)}"
+    return f"the pool {pool}" + _rest(selector)
+
+
+def _rest(selector: Mapping[str, str]) -> str:
+    """The selector besides the pool's attribute, as a pool request's message names it."""
+    rest = {k: v for k, v in selector.items() if k != POOL_ATTRIBUTE}
+    return f" and the selector {rest}" if rest else ""
+
+
+def _for_pool(
+    views: Views, ref: PoolRef, selector: Mapping[str, str], error: ApiError, *, sticky: bool
+) -> ApiError:
+    """The refusal of a pool request, told with what the pool is doing: a 503 says whether it
+    is scaling; a pool none of whose members exists yet, while it scales, is a 503 too (they
+    are on their way), and one whose members can never match the selector a 422."""
+    pool = views.pool(ref.namespace, ref.name)
+    if pool is None:
+        return unknown(views, ref)  # removed while the request ran
+    got = summary(views, pool)
+    if isinstance(error, NoProxyAvailable):
+        return PoolBusy(
+            f"{error.message}; {scaling_note(ref, got)}", scaling=got.scaling, headers=error.headers
+        )
+    if not isinstance(error, NoMatchingProxy) or sticky:
+        return error
+    misses = template_misses(pool, selector)
+    if misses:
+        attributes = {**pool.spec.template.attributes, POOL_ATTRIBUTE: pool.name}
+        return NoMatchingProxy(
+            f"no member of the pool {ref} has {misses}: its members have the attributes "
+            f"{attributes}; waiting will not help"
+        )
+    if pool.deleting:
+        return NoMatchingProxy(f"the pool {ref} is being deleted; waiting will not help")
+    if members_only(views, views.candidates.existing(selector), ref):
+        return error  # members exist, and the request excluded every one
+    if got.scaling:
+        return PoolBusy(
+            f"no member of the pool {ref} can be leased yet: {scaling_note(ref, got)}",
+            scaling=True,
+            headers={"Retry-After": str(UNKNOWN_WAIT)},
+        )
+    if not got.figures.desired:
+        return NoMatchingProxy(
+            f"the pool {ref} has no members (replicas 0); scale it "
+            "(`egress-proxies scale pool NAME --replicas N`)"
+        )
+    return error
 
 
 def _tally(

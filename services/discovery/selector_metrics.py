@@ -21,6 +21,7 @@ from services.discovery.leases import Leases
 from services.discovery.metrics import DiscoveryMetrics
 from services.discovery.pure.errorcodes import ErrorCode
 from services.discovery.pure.policy import Granted, LeasePolicy
+from services.discovery.pure.pools import PoolRef
 from services.discovery.views import Views
 from services.runtime.metrics import metric_set
 
@@ -90,6 +91,7 @@ class MeasuredLeases(Leases):
         target: str = "",
         wait: float = 0.0,
         client: str = "",
+        pool: PoolRef | None = None,
     ) -> Granted:
         started = time.monotonic()
         result = "refused"
@@ -104,6 +106,7 @@ class MeasuredLeases(Leases):
                 target=target,
                 wait=wait,
                 client=client,
+                pool=pool,
             )
             result = "acquired"
             return granted

@@ -1,9 +1,12 @@
-"""The projections discovery answers from, kept current by two projectors.
+"""The projections discovery answers from, kept current by three projectors.
 
 ``proxies`` folds ``proxy.*.*`` into ``ProxyView``s (the shared fold, whose last verdict also
 gives the probe latency and message the API shows); ``leases`` folds ``lease.*`` into
 ``LeaseView``s and keeps the lease-id index. Both record the newest JetStream timestamp they
-applied, which bounds this replica's idea of "now" from below (``now``).
+applied, which bounds this replica's idea of "now" from below (``now``). ``pools`` folds
+``pool.*.*`` into ``PoolView``s (the pool controller's fold), indexed by namespace and name; a
+pool's member figures are read off the other two (``pools.py``). Pools are few and small, so
+they are folded from the stream at start-up, without snapshots.
 """
 
 from __future__ import annotations
@@ -25,8 +28,10 @@ from events.errors import EventStoreError, StoreUnavailable
 from events.store import EventStore, Recorded
 from projections import lease as lease_fold
 from projections import lease_queries, versions
+from projections import pool as pool_fold
 from projections import proxy as proxy_fold
 from projections.lease import LeaseRecord, LeaseView
+from projections.pool import PoolView
 from projections.proxy import ProxyView
 from services.discovery.pure.candidates import CandidateIndex
 from services.runtime.aio import raise_if_cancelled
@@ -130,6 +135,11 @@ class Views:
             else None,
             restored=self._restored_lease,
         )
+        self.pools: Projector[PoolView] = Projector(
+            js, subjects.POOL_STREAM, "pool.*.*", self._on_pool, batch=batch
+        )
+        self.pool_index: dict[tuple[str, str], str] = {}
+        """(namespace, name) -> uid of the pool of that name not removed."""
         self.batch = batch
         self.caught_up = False
 
@@ -151,6 +161,15 @@ class Views:
         self.on_change()
         return after
 
+    def _on_pool(self, view: PoolView | None, recorded: Recorded) -> PoolView:
+        after = pool_fold.apply(view, recorded)
+        where = (after.namespace, after.name)
+        if not after.removed:
+            self.pool_index[where] = after.uid
+        elif self.pool_index.get(where) == after.uid:
+            del self.pool_index[where]
+        return after
+
     def _restored_proxy(self, uid: str, view: ProxyView) -> None:
         del uid
         self.candidates.update(view)
@@ -166,6 +185,7 @@ class Views:
     async def catch_up(self) -> None:
         await self.proxies.catch_up()
         await self.leases.catch_up()
+        await self.pools.catch_up()
         self.caught_up = True
 
     async def run(self, snapshot_interval: float = 30.0) -> None:
@@ -173,9 +193,11 @@ class Views:
             if self.nc is not None:
                 group.create_task(self.proxies.follow(self.nc), name="discovery-proxies")
                 group.create_task(self.leases.follow(self.nc), name="discovery-leases")
+                group.create_task(self.pools.follow(self.nc), name="discovery-pools")
             else:
                 group.create_task(follow(self.proxies, self.batch), name="discovery-proxies")
                 group.create_task(follow(self.leases, self.batch), name="discovery-leases")
+                group.create_task(follow(self.pools, self.batch), name="discovery-pools")
             if snapshot_interval > 0:
                 group.create_task(_snapshots(self.proxies, snapshot_interval))
                 group.create_task(_snapshots(self.leases, snapshot_interval))
@@ -183,6 +205,7 @@ class Views:
     async def close(self) -> None:
         await self.proxies.close()
         await self.leases.close()
+        await self.pools.close()
 
     # ---------------------------------------------------------------------------- questions
 
@@ -204,6 +227,22 @@ class Views:
 
     def all_proxies(self) -> list[ProxyView]:
         return list(self.proxies.views.values())
+
+    def pool(self, namespace: str, name: str) -> PoolView | None:
+        uid = self.pool_index.get((namespace, name))
+        return self.pools.views.get(uid) if uid is not None else None
+
+    def all_pools(self) -> list[PoolView]:
+        """Every pool not removed, by namespace and name."""
+        found = (self.pools.views.get(uid) for uid in self.pool_index.values())
+        return sorted((p for p in found if p is not None), key=lambda p: (p.namespace, p.name))
+
+    async def reach_pool_log_end(self, timeout: float) -> None:
+        """Bring the pool views to the POOL stream's end as it is now (bounded by ``timeout``):
+        what a 404 for a pool is answered after, so a pool declared a moment ago is found."""
+        end = await self._log_seq(subjects.POOL_STREAM)
+        with contextlib.suppress(TimeoutError):
+            await self.pools.wait_for(end, timeout)
 
     def lease_view(self, uid: str) -> LeaseView | None:
         return self.leases.views.get(uid)

@@ -39,11 +39,15 @@ async def ready_proxy(
     port: int = 3128,
     phase: Phase = Phase.READY,
     healthy: bool | None = True,
+    namespace: str = "crawl",
+    name: str = "",
+    provider: str = "local",
 ) -> int:
     """A proxy as the reconciler leaves it once its instance runs and, unless ``healthy`` is
-    None, as the health service then finds it; returns the last sequence."""
-    spec = ProxySpec(provider="local", attributes=attributes or {})
-    declared = ProxyDeclared(uid=uid, namespace="crawl", name=f"px-{uid}", spec=spec)
+    None, as the health service then finds it; returns the last sequence. ``name`` defaults to
+    ``px-<uid>``."""
+    spec = ProxySpec(provider=provider, attributes=attributes or {})
+    declared = ProxyDeclared(uid=uid, namespace=namespace, name=name or f"px-{uid}", spec=spec)
     ready = PhaseChanged(
         phase=phase,
         reason="InstanceRunning",

@@ -20,6 +20,7 @@ from egress_proxies_client.errors import (
     NoMatchingProxy,
     NoProxyAvailable,
     UnknownLease,
+    UnknownPool,
     UnknownProxy,
 )
 from egress_proxies_client.errors import Unavailable as ClientUnavailable
@@ -43,6 +44,7 @@ CLIENT_TYPES: dict[ErrorCode, type[EgressError]] = {
     ErrorCode.UNKNOWN_LEASE: UnknownLease,
     ErrorCode.LEASE_ENDED: LeaseEnded,
     ErrorCode.UNKNOWN_PROXY: UnknownProxy,
+    ErrorCode.UNKNOWN_POOL: UnknownPool,
     ErrorCode.UNAUTHORIZED: AuthError,
     ErrorCode.FORBIDDEN: Forbidden,
     ErrorCode.NOT_YOUR_LEASE: Forbidden,

@@ -17,6 +17,7 @@ from egress_proxies_client.errors import (
     RotationFailed,
     Unavailable,
     UnknownLease,
+    UnknownPool,
     UnknownProxy,
 )
 from egress_proxies_client.models import Lease, Outcome, Proxy, Report, Rotation
@@ -42,5 +43,6 @@ __all__ = [
     "RotationFailed",
     "Unavailable",
     "UnknownLease",
+    "UnknownPool",
     "UnknownProxy",
 ]

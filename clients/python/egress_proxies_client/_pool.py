@@ -86,9 +86,12 @@ class LeasePool:
         acquire_timeout: float,
         concurrency: int = 1,
         count: Callable[[str], None] = lambda key: None,
+        pool: str | None = None,
     ) -> None:
         self.client = client
         self.selector = dict(selector)
+        self.pool = pool
+        """A ProxyPool (``NAMESPACE/NAME``) every lease is taken from, besides the selector."""
         self.ttl = ttl
         self.size = size
         self.acquire_timeout = acquire_timeout
@@ -282,6 +285,7 @@ class LeasePool:
                 wait=wait,
                 exclude=exclude,
                 proxy_uid=want,
+                pool=self.pool,
             )
             await held.open()
             self.count("acquired")

@@ -26,6 +26,7 @@ from egress_proxies_client.errors import (
     RotationFailed,
     Unavailable,
     UnknownLease,
+    UnknownPool,
     UnknownProxy,
 )
 from egress_proxies_client.models import Lease, Proxy, Rotation
@@ -68,6 +69,8 @@ class LeaseRequest:
     holder: str | None
     exclude: tuple[str, ...]
     proxy_uid: str | None
+    pool: str | None = None
+    """A ProxyPool, ``NAMESPACE/NAME`` (``NAME`` alone: in the namespace ``default``)."""
 
     def call(self, holder: str, key: str | None = None) -> Call:
         """``holder`` is the client's, used unless the request names one; ``key`` the
@@ -81,6 +84,7 @@ class LeaseRequest:
             exclude=self.exclude,
             proxy_uid=self.proxy_uid,
             key=key or str(uuid.uuid4()),
+            pool=self.pool,
         )
 
 
@@ -141,6 +145,7 @@ def acquire(
     exclude: Iterable[str],
     proxy_uid: str | None,
     key: str,
+    pool: str | None = None,
 ) -> Call:
     """``key`` is the ``Idempotency-Key``: the same for every attempt of one logical acquire,
     so a retry after a lost answer gets the lease the first attempt got, never a second one."""
@@ -156,6 +161,8 @@ def acquire(
         body["exclude"] = excluded
     if proxy_uid:
         body["proxyUid"] = proxy_uid
+    if pool is not None:
+        body["pool"] = pool
     return Call("POST", "/v1/leases", body, {"Idempotency-Key": key}, extra_timeout=wait or 0.0)
 
 
@@ -255,6 +262,7 @@ def error(status: int, headers: Mapping[str, str], content: bytes, base: str) ->
         "unknown_lease": UnknownLease,
         "lease_ended": LeaseEnded,
         "unknown_proxy": UnknownProxy,
+        "unknown_pool": UnknownPool,
         "unauthorized": AuthError,
         "forbidden": Forbidden,
         "not_your_lease": Forbidden,

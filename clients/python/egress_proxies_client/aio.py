@@ -90,11 +90,13 @@ class AsyncClient:
         exclude: Iterable[str] = (),
         proxy_uid: str | None = None,
         idempotency_key: str | None = None,
+        pool: str | None = None,
     ) -> Lease:
-        """A lease on a proxy whose attributes include ``selector``. Prefer ``lease()``, which
-        renews and releases it. Every attempt of this call carries one ``Idempotency-Key``."""
+        """A lease on a proxy whose attributes include ``selector`` and, with ``pool``
+        (``"crawl/de"``), that is a member of that ProxyPool. Prefer ``lease()``, which renews
+        and releases it. Every attempt of this call carries one ``Idempotency-Key``."""
         request = protocol.LeaseRequest(
-            selector, ttl, target, wait, holder, tuple(exclude), proxy_uid
+            selector, ttl, target, wait, holder, tuple(exclude), proxy_uid, pool
         )
         return Lease.from_json(await self._call(request.call(self.holder, idempotency_key)))
 
@@ -164,12 +166,15 @@ class AsyncClient:
         holder: str | None = None,
         exclude: Iterable[str] = (),
         proxy_uid: str | None = None,
+        pool: str | None = None,
     ) -> AsyncHeldLease:
         """``async with client.lease({"country": "de"}, 60, target="shop.example") as lease``:
         acquired on entry, renewed in the background, released on exit (also on an exception)."""
         return AsyncHeldLease(
             self,
-            protocol.LeaseRequest(selector, ttl, target, wait, holder, tuple(exclude), proxy_uid),
+            protocol.LeaseRequest(
+                selector, ttl, target, wait, holder, tuple(exclude), proxy_uid, pool
+            ),
         )
 
 

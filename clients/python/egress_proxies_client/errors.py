@@ -59,6 +59,11 @@ class UnknownProxy(EgressError):
     """404 ``unknown_proxy``: the ``proxy_uid`` asked for does not exist (any more)."""
 
 
+class UnknownPool(EgressError):
+    """404 ``unknown_pool``: the ``pool`` asked for does not exist (the message names the pools
+    of that name in other namespaces)."""
+
+
 class AuthError(EgressError):
     """401 ``unauthorized``: the token is missing or wrong."""
 

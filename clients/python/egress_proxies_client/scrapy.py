@@ -7,7 +7,8 @@ proxy URL into the ``Proxy-Authorization`` header::
     EGRESS_API_URL = "http://discovery:8080"
 
 Settings: ``EGRESS_API_URL`` (required), ``EGRESS_TOKEN``, ``EGRESS_SELECTOR`` (a dict or its
-JSON), ``EGRESS_POOL_SIZE`` (leases held at once, 8), ``EGRESS_BLOCK_CODES`` (statuses meaning
+JSON), ``EGRESS_PROXY_POOL`` (a ProxyPool, ``NAMESPACE/NAME``, to lease members of),
+``EGRESS_POOL_SIZE`` (leases held at once, 8), ``EGRESS_BLOCK_CODES`` (statuses meaning
 "this address is blocked", 403 and 429), ``EGRESS_LEASE_TTL`` (seconds, 300; leases are renewed
 in the background), ``EGRESS_HOLDER`` (the leases' holder, unique per crawl by default),
 ``EGRESS_ACQUIRE_TIMEOUT`` (how long a request waits for a proxy, 60 s),
@@ -74,6 +75,16 @@ def selector_setting(value: Any) -> dict[str, str]:
     return dict(value)
 
 
+def pool_setting(value: Any) -> str | None:
+    """``EGRESS_PROXY_POOL`` as the API's ``pool`` (``NAMESPACE/NAME``; the API checks the
+    rest), or None when unset."""
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise ValueError(f"EGRESS_PROXY_POOL: {value!r} is not a string; write crawl/de")
+    return value
+
+
 class LeaseMiddleware:
     """See the module docstring."""
 
@@ -123,6 +134,7 @@ class LeaseMiddleware:
         self.pool = LeasePool(
             client,
             selector=selector_setting(settings.get("EGRESS_SELECTOR")),
+            pool=pool_setting(settings.get("EGRESS_PROXY_POOL")),
             ttl=ttl,
             size=size,
             acquire_timeout=timeout,

@@ -92,9 +92,10 @@ class Client:
         exclude: Iterable[str] = (),
         proxy_uid: str | None = None,
         idempotency_key: str | None = None,
+        pool: str | None = None,
     ) -> Lease:
         request = protocol.LeaseRequest(
-            selector, ttl, target, wait, holder, tuple(exclude), proxy_uid
+            selector, ttl, target, wait, holder, tuple(exclude), proxy_uid, pool
         )
         return Lease.from_json(self._call(request.call(self.holder, idempotency_key)))
 
@@ -153,12 +154,15 @@ class Client:
         holder: str | None = None,
         exclude: Iterable[str] = (),
         proxy_uid: str | None = None,
+        pool: str | None = None,
     ) -> HeldLease:
         """``with client.lease(...) as lease``: acquired on entry, renewed by a background
         thread, released on exit (also on an exception)."""
         return HeldLease(
             self,
-            protocol.LeaseRequest(selector, ttl, target, wait, holder, tuple(exclude), proxy_uid),
+            protocol.LeaseRequest(
+                selector, ttl, target, wait, holder, tuple(exclude), proxy_uid, pool
+            ),
         )
 
 

@@ -20,6 +20,7 @@ class ErrorCode(StrEnum):
     NOT_FOUND = "not_found"
     UNKNOWN_PROXY = "unknown_proxy"
     UNKNOWN_LEASE = "unknown_lease"
+    UNKNOWN_POOL = "unknown_pool"
     NO_ROTATION = "no_rotation"
     METHOD_NOT_ALLOWED = "method_not_allowed"
     NOT_ACCEPTABLE = "not_acceptable"
@@ -46,6 +47,7 @@ STATUS: dict[ErrorCode, int] = {
     ErrorCode.NOT_FOUND: 404,
     ErrorCode.UNKNOWN_PROXY: 404,
     ErrorCode.UNKNOWN_LEASE: 404,
+    ErrorCode.UNKNOWN_POOL: 404,
     ErrorCode.NO_ROTATION: 404,
     ErrorCode.METHOD_NOT_ALLOWED: 405,
     ErrorCode.NOT_ACCEPTABLE: 406,
@@ -92,6 +94,7 @@ MEANING: dict[ErrorCode, str] = {
     ErrorCode.NOT_FOUND: "no such route",
     ErrorCode.UNKNOWN_PROXY: "no such proxy (for a lease request, the `proxyUid` asked for)",
     ErrorCode.UNKNOWN_LEASE: "no such lease: never issued, released or expired",
+    ErrorCode.UNKNOWN_POOL: "no such pool (for a lease request, the `pool` asked for)",
     ErrorCode.NO_ROTATION: "the lease never asked for a rotation",
     ErrorCode.METHOD_NOT_ALLOWED: "the route exists, the method does not",
     ErrorCode.NOT_ACCEPTABLE: "the `Accept` header asks for a type the route cannot answer",

@@ -1,0 +1,172 @@
+"""Pools as the discovery API shows them, and the ``pool`` of a lease request
+(docs/api.md, "Pools").
+
+A pool's figures are counted as the pool controller counts them (``projections.pool_members``),
+off the same shared views, so ``GET /v1/pools`` and the controller's decisions agree. A lease
+request naming a pool asks for a proxy carrying the pool's attribute in the pool's namespace:
+the members, and nothing of the same name elsewhere. Pure: the caller passes the member states.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+
+from events.pool import PoolFigures
+from events.poolresource import MAX_POOL_NAME, POOL_ATTRIBUTE
+from events.schemas import Condition
+from projections.pool import PoolView
+from projections.pool_members import MemberState, figures
+
+DEFAULT_NAMESPACE = "default"
+"""The namespace of a ``pool`` written without one: a ProxyPool applied without
+``metadata.namespace`` is in it (``events.resource.ObjectMeta``)."""
+MAX_NAMESPACE = 63
+MAX_POOL_REF = MAX_NAMESPACE + 1 + MAX_POOL_NAME
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+SHOWN = 100
+"""Characters of a refused value quoted back in a message at most."""
+HOW = f"write NAMESPACE/NAME (crawl/de), or NAME for a pool in the namespace {DEFAULT_NAMESPACE}"
+
+
+@dataclass(frozen=True, slots=True)
+class PoolRef:
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def parse_pool_ref(text: str) -> PoolRef:
+    """``crawl/de`` -> the pool ``de`` of ``crawl``; ``de`` -> ``default/de``. ValueError, with
+    the rule, for anything that cannot name a pool (more than one ``/``, an empty part, a part
+    that is no DNS label): the request would otherwise match no proxy and look like a busy pool.
+    """
+    shown = repr(text[:SHOWN]) + ("..." if len(text) > SHOWN else "")
+    namespace, slash, name = text.rpartition("/")
+    if not slash:
+        namespace = DEFAULT_NAMESPACE
+    if "/" in namespace:
+        raise ValueError(f"{shown} has more than one '/'; {HOW}")
+    if not _DNS_LABEL.fullmatch(namespace):
+        raise ValueError(
+            f"{shown}: the namespace is 1-{MAX_NAMESPACE} lowercase letters, digits or '-'; {HOW}"
+        )
+    if not _DNS_LABEL.fullmatch(name) or len(name) > MAX_POOL_NAME:
+        raise ValueError(
+            f"{shown}: the name is 1-{MAX_POOL_NAME} lowercase letters, digits or '-'; {HOW}"
+        )
+    return PoolRef(namespace, name)
+
+
+def check_namespace(text: str) -> str:
+    """A namespace of a query, or ValueError with the rule."""
+    if not _DNS_LABEL.fullmatch(text):
+        shown = repr(text[:SHOWN])
+        raise ValueError(f"{shown} is no namespace: use 1-63 lowercase letters, digits or '-'")
+    return text
+
+
+def pool_selector(selector: Mapping[str, str], pool: PoolRef) -> dict[str, str]:
+    """The selector a pool request leases with: the pool's attribute added (the lease records
+    it, and a client's allowed selectors are checked against it). ValueError when the selector
+    names another pool already."""
+    named = selector.get(POOL_ATTRIBUTE)
+    if named is not None and named != pool.name:
+        raise ValueError(
+            f"the selector's {POOL_ATTRIBUTE!r} is {named[:SHOWN]!r} but pool names "
+            f"{pool.name!r}; leave {POOL_ATTRIBUTE!r} out of the selector"
+        )
+    return {**selector, POOL_ATTRIBUTE: pool.name}
+
+
+def template_misses(pool: PoolView, selector: Mapping[str, str]) -> dict[str, str]:
+    """Selector pairs no member of ``pool`` can have: its template's attributes (and the pool's
+    own) are every member's, so waiting for the pool will not bring them."""
+    attributes = {**pool.spec.template.attributes, POOL_ATTRIBUTE: pool.name}
+    return {k: v for k, v in selector.items() if attributes.get(k) != v}
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderCount:
+    members: int
+    ready: int
+
+
+@dataclass(frozen=True, slots=True)
+class PoolSummary:
+    figures: PoolFigures
+    available: int
+    """Members a lease request could get now (``candidates.leasable``, free, not cooling)."""
+    providers: dict[str, ProviderCount]
+    scaling: bool
+
+
+def is_scaling(seen: PoolFigures) -> bool:
+    """More members are coming, or some are not Ready yet: a request refused now may be served
+    once they are (a pool shrinking to its size is not scaling in this sense)."""
+    return seen.members < seen.desired or seen.ready < seen.members
+
+
+def summarize(
+    pool: PoolView, states: Mapping[str, MemberState], available: Collection[str]
+) -> PoolSummary:
+    """The pool's figures from its members' states; ``available``: the uids of members a lease
+    request could get now."""
+    seen = figures(pool, states)
+    providers: dict[str, ProviderCount] = {}
+    for planned in pool.active():
+        member = planned.member
+        state = states.get(member.uid)
+        had = providers.get(member.provider, ProviderCount(0, 0))
+        ready = int(state is not None and state.ready)
+        providers[member.provider] = ProviderCount(had.members + 1, had.ready + ready)
+    wanted = {p.member.uid for p in pool.active()}
+    return PoolSummary(
+        figures=seen,
+        available=sum(1 for uid in set(available) if uid in wanted),
+        providers=dict(sorted(providers.items())),
+        scaling=not pool.deleting and is_scaling(seen),
+    )
+
+
+def _size(seen: PoolFigures) -> str:
+    return f"{seen.members} of {seen.desired} members, {seen.ready} Ready"
+
+
+def conditions(pool: PoolView, summary: PoolSummary) -> list[Condition]:
+    """``Ready``: every member it wants is there and Ready; ``Scaling``: members are being
+    added or are not Ready yet (``is_scaling``)."""
+    seen = summary.figures
+    size = _size(seen)
+    if pool.deleting:
+        return [
+            Condition(type="Ready", status="False", reason="Deleting", message=size),
+            Condition(type="Scaling", status="False", reason="Deleting", message=size),
+        ]
+    ready = not summary.scaling and seen.ready >= seen.desired
+    if summary.scaling:
+        reason = "ScaleUp" if seen.members < seen.desired else "MembersNotReady"
+        scaling = Condition(type="Scaling", status="True", reason=reason, message=size)
+    else:
+        reason = "ScaleDown" if seen.members > seen.desired else "AtSize"
+        scaling = Condition(type="Scaling", status="False", reason=reason, message=size)
+    return [
+        Condition(
+            type="Ready",
+            status=str(ready),
+            reason="MembersReady" if ready else "Scaling",
+            message=size,
+        ),
+        scaling,
+    ]
+
+
+def scaling_note(pool: PoolRef, summary: PoolSummary) -> str:
+    """What a 503 for a pool request adds: whether waiting brings more members."""
+    size = _size(summary.figures)
+    if summary.scaling:
+        return f"the pool {pool} is scaling ({size}): more may be leasable soon"
+    return f"the pool {pool} is not scaling ({size})"
