@@ -50,8 +50,8 @@ POOL_ATTRIBUTE = "pool"
 MAX_POOL_NAME = 57
 """A member is ``<pool>-<5 characters>``, a DNS label of at most 63."""
 SUFFIX_LENGTH = 5
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-_PROVIDER = re.compile(r"^[A-Za-z0-9_-]{1,63}$")
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
+_PROVIDER = re.compile(r"^[A-Za-z0-9_-]{1,63}\Z")
 _SPREAD_FIELDS = frozenset(f.encode_name for f in msgspec.structs.fields(SpreadEntry))
 _ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 """Member suffixes as Kubernetes' generateName makes them: no vowels, so no words."""

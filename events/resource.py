@@ -31,9 +31,9 @@ SHORT_NAME = "px"
 # uuid5 namespace for proxies declared without a cluster (no apiserver to hand out uids).
 CLI_UID_NAMESPACE = uuid.UUID("6f1c1c55-3f55-4a0e-9a55-7a2f3c1d9e01")
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-_ATTR_KEY = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._/-]{0,61}[A-Za-z0-9])?$")
-_PROVIDER = re.compile(r"^[A-Za-z0-9_-]{1,63}$")
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
+_ATTR_KEY = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._/-]{0,61}[A-Za-z0-9])?\Z")
+_PROVIDER = re.compile(r"^[A-Za-z0-9_-]{1,63}\Z")
 
 MAX_PROBE_INTERVAL = 3600.0
 MAX_PROBE_TIMEOUT = 300.0

@@ -24,7 +24,7 @@ PROXY_CATEGORIES = tuple(dict.fromkeys(cls.category for cls in get_args(ProxyEve
 # The subjects of a pool's aggregate, likewise.
 POOL_CATEGORIES = tuple(dict.fromkeys(cls.category for cls in get_args(PoolEvent)))
 
-_TOKEN = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+_TOKEN = re.compile(r"^[A-Za-z0-9_-]{1,128}\Z")
 
 
 class InvalidToken(ValueError):

@@ -44,9 +44,9 @@ from events.subjects import proxy_uid_of
 FAILURE_MEMORY = timedelta(minutes=10)
 """How long a provider that failed a member is avoided when members are placed."""
 MAX_ORDINAL = 10**12
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-_TOKEN = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
-_PROVIDER = re.compile(r"^[A-Za-z0-9_-]{1,63}$")
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
+_TOKEN = re.compile(r"^[A-Za-z0-9_-]{1,128}\Z")
+_PROVIDER = re.compile(r"^[A-Za-z0-9_-]{1,63}\Z")
 
 
 class Undeclared(ValueError):

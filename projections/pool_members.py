@@ -40,6 +40,9 @@ class MemberState(msgspec.Struct, frozen=True, kw_only=True):
     """When its current instance took over (or was created); None before it has one."""
     blocked_targets: int = 0
     spec: ProxySpec | None = None
+    settling: bool = False
+    """Its latest declaration is not yet reconciled (``observedGeneration`` behind): a member
+    just rolled is busy before the reconciler has even marked it rotating."""
 
 
 def member_state(
@@ -73,6 +76,7 @@ def member_state(
         since=since,
         blocked_targets=blocked,
         spec=proxy.spec,
+        settling=proxy.generation > proxy.observed_generation,
     )
 
 

@@ -41,7 +41,7 @@ DEFAULT_NAMESPACE = "default"
 """A pool's namespace when neither the manifest nor ``-n`` names one (as ``metadata``'s)."""
 POOL_KINDS = ("pool", "pools", "proxypool", "proxypools", "ppl")
 """What ``get``, ``describe``, ``scale`` and ``delete`` accept for a pool, as kubectl does."""
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
 
 
 def check_name(name: str, what: str = "NAME") -> str:

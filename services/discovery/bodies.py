@@ -19,7 +19,7 @@ from litestar import Request
 
 from services.discovery.errors import InvalidRequest
 
-_PATH = re.compile(r"^(?P<text>.*?) - at `\$\.?(?P<path>[^`]*)`$")
+_PATH = re.compile(r"^(?P<text>.*?) - at `\$\.?(?P<path>[^`]*)`\Z")
 
 HINTS = {
     "ttlSeconds": "a number of seconds from 1 to 604800, which is 7 days; null for the default",

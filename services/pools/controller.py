@@ -26,10 +26,11 @@ from projections import pool as pool_fold
 from projections.declaring import Declaration, apply, delete
 from projections.lease import LeaseView
 from projections.pool import PoolView
+from projections.pool_members import MemberState, member_state
 from projections.proxy import ProxyView
 from projections.proxy import fold as fold_proxy
 from services.pools.pure.decide import Decision, decide
-from services.pools.pure.members import MemberState, member_spec, member_state
+from services.pools.pure.members import member_spec
 
 log = structlog.get_logger("egress.pools")
 

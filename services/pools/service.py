@@ -26,9 +26,9 @@ from projections import pool as pool_fold
 from projections import proxy as proxy_fold
 from projections.lease import LeaseView
 from projections.pool import PoolView
+from projections.pool_members import figures
 from projections.proxy import ProxyView
 from services.pools.controller import Controller, Outcome, states_of
-from services.pools.pure.decide import figures
 from services.runtime.aio import raise_if_cancelled
 from services.runtime.config import Settings
 from services.runtime.eventlog.projector import Projector

@@ -49,7 +49,7 @@ log = structlog.get_logger("egress.providers")
 
 Factory = Callable[[str, Any], Provider]
 # The same rule as spec.provider (events.resource), or no Proxy could ever refer to the entry.
-_NAME = re.compile(r"^[A-Za-z0-9_-]{1,63}$")
+_NAME = re.compile(r"^[A-Za-z0-9_-]{1,63}\Z")
 _FLAG = "--providers-config"
 _OWN_PACKAGES = frozenset({"events", "projections", "services"})
 AUTH_LEASE = "lease"

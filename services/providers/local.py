@@ -50,7 +50,7 @@ META_FILE = "meta.json"
 BACKEND_LABEL = "egress-proxies/backend"
 SPEC_HASH_LABEL = "egress-proxies/spec-hash"
 # Names become directory names: no separators, no dot-only names.
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
 _PORT_RANGE = r"^\d{1,5}-\d{1,5}$"
 
 

@@ -24,8 +24,9 @@ from events.poolresource import pool_uid
 from events.schemas import Event, ProxySpec
 from events.store import Recorded
 from projections.pool import Planned, PoolView, apply
+from projections.pool_members import MemberState
 from services.pools.pure.decide import Decision, decide
-from services.pools.pure.members import MemberState, member_spec
+from services.pools.pure.members import member_spec
 
 NAMESPACE = "ns"
 NAME = "de"

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-import msgspec
 import pytest
 
 from events.pool import PoolDecided, PoolDeclared, PoolMember, PoolScaled, PoolSpec
@@ -23,7 +22,6 @@ from services.discovery.pure.pools import (
     summarize,
     template_misses,
 )
-from services.pools.pure import decide, members
 from tests.support.hand_views import Fleet
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)
@@ -114,9 +112,9 @@ def test_scaling_is_members_to_come_or_not_ready_yet() -> None:
     assert conditions(shrunk, less)[1].reason == "ScaleDown"
 
 
-def test_discovery_counts_members_as_the_pool_controller_does() -> None:
-    """Two copies until the controller reads ``projections.pool_members`` too: they must agree,
-    or ``GET /v1/pools`` and the controller's decisions would tell two stories."""
+def test_members_are_counted_from_the_shared_views() -> None:
+    """One count (``projections.pool_members``) for discovery and the pool controller: a leased
+    member, an unhealthy one and one not declared yet."""
     now = datetime.now(UTC)
     fleet = (
         Fleet()
@@ -125,13 +123,9 @@ def test_discovery_counts_members_as_the_pool_controller_does() -> None:
         .lease("u0", LeaseAcquired(lease_id="l", proxy_uid="u0", ttl_seconds=60), now)
     )
     views = fleet.views
-    ours, theirs = {}, {}
+    ours = {}
     for uid in ("u0", "u1", "u2"):
-        proxy, lease = views.proxy(uid), views.lease_view(uid)
-        ours[uid] = pool_members.member_state(uid, proxy, lease, now)
-        theirs[uid] = members.member_state(uid, proxy, lease, now)
-        assert msgspec.structs.asdict(ours[uid]) == msgspec.structs.asdict(theirs[uid]), uid
+        ours[uid] = pool_members.member_state(uid, views.proxy(uid), views.lease_view(uid), now)
     assert (ours["u0"].leased, ours["u1"].healthy, ours["u2"].declared) == (True, False, False)
     seen = pool_members.figures(pool(), ours)
-    assert seen == decide.figures(pool(), theirs)
     assert (seen.members, seen.ready, seen.healthy, seen.leased) == (3, 2, 1, 1)

@@ -7,9 +7,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from events.durations import parse_duration
 from events.schemas import InstanceState, ProxySpec
 from services.gc.pure.rules import moment
-from services.gc.service import parse_duration
 from services.gc.sweep import EPOCH, Verdict, orphans, sweep_once, verdict
 from services.providers.base import CreateRequest, Instance, Permanent, Transient
 from services.providers.testing import FakeProvider

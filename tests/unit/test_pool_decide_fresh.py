@@ -123,6 +123,24 @@ def test_members_not_ready_count_against_max_surge() -> None:
     assert decision.rolled == (m[0],)
 
 
+def test_a_rolled_member_is_busy_until_its_proxy_shows_the_new_spec_reconciled() -> None:
+    """Between the roll and the reconciler's answer the member is Ready, not rotating: without
+    counting it busy, the next evaluation would roll another and exceed maxSurge."""
+    story = changed_template(3, surge=1)
+    m = story.active()
+    decision = story.step()
+    assert decision is not None
+    assert decision.rolled == (m[0],)
+    assert story.decide() is None  # its Proxy still shows the old spec: the roll is under way
+    story.states.pop(m[0])
+    story.run(m[0]).set(m[0], settling=True)  # re-declared, not yet reconciled
+    assert story.decide() is None
+    story.set(m[0], settling=False)
+    decision = story.step()
+    assert decision is not None
+    assert decision.rolled == (m[1],)
+
+
 def test_a_spec_change_that_leaves_the_members_spec_rolls_nothing() -> None:
     story = running(pool_spec(2))
     story.change(pool_spec(3))

@@ -29,8 +29,8 @@ from events.schemas import Event, ProxyMode, ProxySpec
 from events.skips import UNDECODABLE
 from events.store import Recorded, Unreadable
 from projections.pool import FAILURE_MEMORY, MAX_ORDINAL, Undeclared, apply, fold, usable_spec
+from projections.pool_members import MemberState
 from services.pools.pure.decide import decide
-from services.pools.pure.members import MemberState
 from tests.support.pool_stories import NAME, NAMESPACE, T0, UID, PoolStory, pool_spec
 
 SPEC = pool_spec(2)

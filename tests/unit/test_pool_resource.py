@@ -19,7 +19,8 @@ from events.poolresource import (
     unknown_pool_fields,
 )
 from events.poolresource import from_object as pool_from_object
-from events.resource import ResourceError
+from events.resource import API_VERSION, ResourceError
+from events.resource import from_object as proxy_from_object
 from projections.pool import usable_spec
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -384,3 +385,16 @@ def test_member_names_over_the_most_replicas() -> None:
     names = [member_name("de", uid, ordinal) for ordinal in range(10_000)]
     assert all(DNS_LABEL.match(n) for n in names)
     assert len(set(names)) >= 10_000 - 20
+
+
+@pytest.mark.parametrize("name", ["de\n", "de\r\n"])
+def test_a_name_with_a_trailing_line_break_is_refused(name: str) -> None:
+    """A pattern ending in ``$`` let "de\\n" through (``$`` matches before a final newline)."""
+    obj = {"apiVersion": API_VERSION, "kind": "ProxyPool", "metadata": {"name": name}}
+    obj["spec"] = {"replicas": 1, "template": {"provider": "local"}}
+    with pytest.raises(ResourceError, match=r"metadata\.name"):
+        pool_from_object(obj)
+    proxy = {"apiVersion": API_VERSION, "kind": "Proxy", "metadata": {"name": name}}
+    proxy["spec"] = {"provider": "local"}
+    with pytest.raises(ResourceError, match=r"metadata\.name"):
+        proxy_from_object(proxy)

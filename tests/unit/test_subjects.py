@@ -37,3 +37,11 @@ def test_values_that_cannot_be_tokens_are_refused_with_the_fix(bad: str) -> None
 )
 def test_subject_matching(pattern: str, subject: str, match: bool) -> None:
     assert subject_matches(pattern, subject) is match
+
+
+@pytest.mark.parametrize("value", ["abc\n", "abc\r\n", "\nabc", "a\nb"])
+def test_a_line_break_is_no_part_of_a_subject_token(value: str) -> None:
+    """``$`` also matches before a final line break; a token must end where its text ends, or a
+    newline would reach a NATS subject."""
+    with pytest.raises(subjects.InvalidToken):
+        subjects.check_token("proxy uid", value)

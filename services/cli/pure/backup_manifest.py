@@ -331,7 +331,7 @@ def records_of(chunks: Iterable[bytes], file: str) -> Iterable[Record]:
     reader.close()
 
 
-_RFC3339 = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?(Z|[+-]\d\d:\d\d)$")
+_RFC3339 = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?(Z|[+-]\d\d:\d\d)\Z")
 
 
 def parse_rfc3339_ns(text: str) -> int:

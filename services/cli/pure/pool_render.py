@@ -2,7 +2,7 @@
 views to rows, items and rich renderables (docs/architecture.md, "Pools").
 
 A member's state is judged exactly as the pool controller judges it
-(``services.pools.pure.members.member_state`` and ``decide.figures``), so READY or LEASED here
+(``projections.pool_members``), so READY or LEASED here
 are the figures its next decision will see. Every name and message from the log goes through
 ``inert``, like every other table of the CLI.
 """
@@ -23,10 +23,9 @@ from events.durations import format_duration
 from events.pool import PoolDecided, PoolFigures
 from projections.lease import LeaseView
 from projections.pool import Planned, PoolView
+from projections.pool_members import MemberState, figures, member_state
 from projections.proxy import ProxyView
 from services.cli.pure.render import format_time, inert
-from services.pools.pure.decide import figures
-from services.pools.pure.members import MemberState, member_state
 
 POOL_COLUMNS = ("NAMESPACE", "NAME", "DESIRED", "MEMBERS", "READY", "HEALTHY", "LEASED", "AGE")
 WIDE_COLUMNS = ("GEN", "STATUS", "UID", "LAST DECISION")

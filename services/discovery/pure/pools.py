@@ -24,7 +24,7 @@ DEFAULT_NAMESPACE = "default"
 ``metadata.namespace`` is in it (``events.resource.ObjectMeta``)."""
 MAX_NAMESPACE = 63
 MAX_POOL_REF = MAX_NAMESPACE + 1 + MAX_POOL_NAME
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
 SHOWN = 100
 """Characters of a refused value quoted back in a message at most."""
 HOW = f"write NAMESPACE/NAME (crawl/de), or NAME for a pool in the namespace {DEFAULT_NAMESPACE}"

@@ -23,7 +23,8 @@ from events.pool import (
 from events.poolresource import member_name
 from events.resource import cli_uid
 from projections.pool import Planned, PoolView
-from services.pools.pure.members import MemberState, member_spec
+from projections.pool_members import MemberState, figures
+from services.pools.pure.members import member_spec
 from services.pools.pure.spread import next_provider, over_share, shares
 
 _State = Callable[[Planned], MemberState]
@@ -100,18 +101,6 @@ def placements(
     if not usable:
         return entries, []
     return usable, sorted(e.provider for e in entries if e.provider in failing)
-
-
-def figures(pool: PoolView, states: Mapping[str, MemberState]) -> PoolFigures:
-    active = [states.get(p.member.uid, MemberState(uid=p.member.uid)) for p in pool.active()]
-    return PoolFigures(
-        desired=pool.replicas,
-        members=len(active),
-        ready=sum(s.ready for s in active),
-        healthy=sum(s.ready and s.healthy for s in active),
-        leased=sum(s.leased for s in active),
-        rotating=sum(s.rotating for s in active),
-    )
 
 
 def decide(pool: PoolView, states: Mapping[str, MemberState], now: datetime) -> Decision | None:
@@ -325,8 +314,18 @@ def _roll(pool: PoolView, state: _State, draft: _Draft) -> None:
     ``maxSurge`` not Ready or rotating at once (the reconciler replaces a leased one
     make-before-break)."""
     active = [p for p in pool.active() if p.member.uid not in draft.retired]
-    busy = sum(1 for p in active if state(p).declared and (state(p).rotating or not state(p).ready))
-    budget = pool.spec.max_surge - busy - len(draft.recycled)
+
+    def busy(planned: Planned) -> bool:
+        """Rotating, not Ready, not yet reconciled, or rolled and not yet seen re-declared."""
+        s = state(planned)
+        rolling = (
+            planned.generation == pool.generation
+            and planned.generation > 1
+            and (s.spec != member_spec(pool.name, pool.spec, planned.member))
+        )
+        return s.declared and (s.rotating or not s.ready or s.settling or rolling)
+
+    budget = pool.spec.max_surge - sum(busy(p) for p in active) - len(draft.recycled)
     stale = [
         p
         for p in active

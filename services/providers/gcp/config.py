@@ -14,10 +14,10 @@ from urllib.parse import urlparse
 import msgspec
 
 # Project ids: 6-30 characters; a domain-scoped project ("example.com:name") keeps its prefix.
-PROJECT = re.compile(r"^([a-z0-9.-]+:)?[a-z][a-z0-9-]{4,28}[a-z0-9]$")
+PROJECT = re.compile(r"^([a-z0-9.-]+:)?[a-z][a-z0-9-]{4,28}[a-z0-9]\Z")
 # Zones, machine types, network tags and instance names share GCE's RFC 1035 rule.
-RFC1035 = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
-_RESOURCE_PATH = re.compile(r"^[A-Za-z0-9._/:-]+$")
+RFC1035 = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?\Z")
+_RESOURCE_PATH = re.compile(r"^[A-Za-z0-9._/:-]+\Z")
 DEFAULT_IMAGE = "projects/debian-cloud/global/images/family/debian-12"
 DEFAULT_MACHINE_TYPE = "e2-small"
 

@@ -31,9 +31,9 @@ from urllib.parse import parse_qs, urlsplit
 
 KINDS = ("insert", "get", "delete", "aggregatedList", "operations", "any")
 _BASE = "/compute/v1/projects/"
-_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
-_LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
-_LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")
+_NAME = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?\Z")
+_LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}\Z")
+_LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}\Z")
 _FILTER_TERM = re.compile(r'\(\s*labels\.([a-z0-9_-]+)\s*=\s*"?([^")]*?)"?\s*\)')
 # GCE reports times in the project's local offset; UTC conversion is the provider's job.
 _GCE_TZ = timezone(timedelta(hours=-7))

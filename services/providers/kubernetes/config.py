@@ -30,9 +30,9 @@ import msgspec
 DEFAULT_IMAGE = "ubuntu/squid:6.6-24.04_edge"
 # Who may use the proxies: cluster-internal addresses (pods, nodes), never the whole internet.
 DEFAULT_CLIENTS = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "fc00::/7")
-_QUANTITY = re.compile(r"^([0-9]+(\.[0-9]+)?)(m|k|M|G|T|Ki|Mi|Gi|Ti)?$")
-_IMAGE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9._/:@-]*$")
-_LABEL_KEY = re.compile(r"^([a-z0-9.-]{1,253}/)?[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?$")
+_QUANTITY = re.compile(r"^([0-9]+(\.[0-9]+)?)(m|k|M|G|T|Ki|Mi|Gi|Ti)?\Z")
+_IMAGE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9._/:@-]*\Z")
+_LABEL_KEY = re.compile(r"^([a-z0-9.-]{1,253}/)?[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?\Z")
 
 
 class KubernetesConfig(

@@ -53,7 +53,7 @@ __all__ = [
 log = structlog.get_logger("egress.provider.kvm")
 
 _MARKER_MAX = 256
-_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_SHA256 = re.compile(r"^[0-9a-f]{64}\Z")
 # Removing what a failed download left must not wait on a deadline that has already passed; a
 # holder's lock lasts this much longer than its deadline, so the cleanup still holds it.
 _CLEANUP_SECONDS = 30.0

@@ -64,8 +64,8 @@ log = structlog.get_logger("egress.provider.kvm")
 
 T = TypeVar("T")
 HOST_LABEL = "egress-proxies/kvm-host"
-_PROVIDER_ID = re.compile(r"^hosts/(?P<host>[^/]+)/domains/(?P<name>[^/]+)$")
-_VOLUME_ID = re.compile(r"^hosts/(?P<host>[^/]+)/volumes/(?P<pool>[^/]+)/(?P<volume>[^/]+)$")
+_PROVIDER_ID = re.compile(r"^hosts/(?P<host>[^/]+)/domains/(?P<name>[^/]+)\Z")
+_VOLUME_ID = re.compile(r"^hosts/(?P<host>[^/]+)/volumes/(?P<pool>[^/]+)/(?P<volume>[^/]+)\Z")
 VOLUME_KIND = "volume"
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 GIB = 1 << 30

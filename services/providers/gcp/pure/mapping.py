@@ -25,9 +25,9 @@ TO_GCP: dict[str, str] = {
 }
 FROM_GCP: dict[str, str] = {gcp: ours for ours, gcp in TO_GCP.items()}
 
-_LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}$")
-LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
-_PROVIDER_ID = re.compile(r"^zones/([a-z][-a-z0-9]{0,62})/instances/([a-z][-a-z0-9]{0,62})$")
+_LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}\Z")
+LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}\Z")
+_PROVIDER_ID = re.compile(r"^zones/([a-z][-a-z0-9]{0,62})/instances/([a-z][-a-z0-9]{0,62})\Z")
 
 _STATES: dict[str, InstanceState] = {
     "PROVISIONING": InstanceState.PENDING,

@@ -38,8 +38,8 @@ runcmd:
   - [systemctl, start, qemu-guest-agent]
 """
 
-_SHA256 = re.compile(r"^[0-9a-fA-F]{64}$")
-_LABEL = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")
+_SHA256 = re.compile(r"^[0-9a-fA-F]{64}\Z")
+_LABEL = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)\Z")
 _ADDRESS_EXAMPLE = "use host:port, e.g. hv1.lan:22, 192.0.2.10:22 or [2001:db8::10]:22"
 
 

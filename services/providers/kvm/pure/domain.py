@@ -39,10 +39,10 @@ MARKER_SUFFIX = "-sha256"
 GUEST_AGENT_CHANNEL = "org.qemu.guest_agent.0"
 
 # A VM name is also the guest's hostname and part of volume names: one DNS label.
-VM_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
+VM_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\Z")
 # What services.reconciler names instances: px-<owner uid>-<spec hash prefix>.
-RECONCILER_NAME = re.compile(r"^px-(?P<uid>[a-z0-9][a-z0-9-]*)-[0-9a-f]{8}$")
-_MAC = re.compile(r"^[0-9a-f]{2}(?::[0-9a-f]{2}){5}$")
+RECONCILER_NAME = re.compile(r"^px-(?P<uid>[a-z0-9][a-z0-9-]*)-[0-9a-f]{8}\Z")
+_MAC = re.compile(r"^[0-9a-f]{2}(?::[0-9a-f]{2}){5}\Z")
 _TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 
 
