@@ -19,7 +19,6 @@ import structlog
 
 from events import subjects
 from events.errors import ConcurrencyError
-from events.pool import PoolDecided, PoolRemoved
 from events.schemas import RotationRequested
 from events.store import EventStore, History, NewEvent, decide_and_append, derive_msg_id
 from projections import pool as pool_fold
@@ -29,7 +28,7 @@ from projections.pool import PoolView
 from projections.pool_members import MemberState, member_state
 from projections.proxy import ProxyView
 from projections.proxy import fold as fold_proxy
-from services.pools.pure.decide import Decision, decide
+from services.pools.pure.decide import Decision, decide, recorded_as
 from services.pools.pure.members import member_spec
 
 log = structlog.get_logger("egress.pools")
@@ -98,20 +97,9 @@ class Controller:
             if decision is None:
                 return []
             after = str(history.last_seq)
-            if decision.remove:
-                return [NewEvent(PoolRemoved(uid=uid), derive_msg_id(uid, "pool-removed", after))]
-            event = PoolDecided(
-                uid=uid,
-                reason=decision.reason,
-                message=decision.message,
-                added=decision.added,
-                retired=decision.retired,
-                recycled=decision.recycled,
-                rolled=decision.rolled,
-                figures=decision.figures,
-                generation=view.generation,
-            )
-            return [NewEvent(event, derive_msg_id(uid, "pool-decided", after))]
+            event = recorded_as(decision, view)
+            what = "pool-removed" if decision.remove else "pool-decided"
+            return [NewEvent(event, derive_msg_id(uid, what, after))]
 
         aggregate = subjects.pool(uid)
         result = await decide_and_append(self.store, aggregate, decide_on)

@@ -11,10 +11,8 @@ from datetime import UTC, datetime, timedelta
 import msgspec
 
 from events.pool import (
-    PoolDecided,
     PoolDeclared,
     PoolDeletionRequested,
-    PoolRemoved,
     PoolScaled,
     PoolSpec,
     PoolSpecChanged,
@@ -25,7 +23,7 @@ from events.schemas import Event, ProxySpec
 from events.store import Recorded
 from projections.pool import Planned, PoolView, apply
 from projections.pool_members import MemberState
-from services.pools.pure.decide import Decision, decide
+from services.pools.pure.decide import Decision, decide, recorded_as
 from services.pools.pure.members import member_spec
 
 NAMESPACE = "ns"
@@ -56,23 +54,6 @@ def pool_spec(
         max_age_seconds=max_age,
         recycle_on_blocks=blocks,
         max_surge=surge,
-    )
-
-
-def decided(decision: Decision, view: PoolView) -> Event:
-    """The event the controller appends for ``decision`` (services/pools/controller.py)."""
-    if decision.remove:
-        return PoolRemoved(uid=view.uid)
-    return PoolDecided(
-        uid=view.uid,
-        reason=decision.reason,
-        message=decision.message,
-        added=decision.added,
-        retired=decision.retired,
-        recycled=decision.recycled,
-        rolled=decision.rolled,
-        figures=decision.figures,
-        generation=view.generation,
     )
 
 
@@ -118,7 +99,7 @@ class PoolStory:
         view = self.view
         decision = decide(view, self.states, self.now)
         if decision is not None:
-            self.add(decided(decision, view))
+            self.add(recorded_as(decision, view))
         return decision
 
     def scale(self, replicas: int) -> PoolStory:

@@ -16,8 +16,10 @@ from datetime import datetime
 
 from events.pool import (
     MAX_MEMBERS_PER_DECISION,
+    PoolDecided,
     PoolFigures,
     PoolMember,
+    PoolRemoved,
     SpreadEntry,
 )
 from events.poolresource import member_name
@@ -101,6 +103,23 @@ def placements(
     if not usable:
         return entries, []
     return usable, sorted(e.provider for e in entries if e.provider in failing)
+
+
+def recorded_as(decision: Decision, pool: PoolView) -> PoolDecided | PoolRemoved:
+    """The event that records ``decision`` on the pool's aggregate."""
+    if decision.remove:
+        return PoolRemoved(uid=pool.uid)
+    return PoolDecided(
+        uid=pool.uid,
+        reason=decision.reason,
+        message=decision.message,
+        added=decision.added,
+        retired=decision.retired,
+        recycled=decision.recycled,
+        rolled=decision.rolled,
+        figures=decision.figures,
+        generation=pool.generation,
+    )
 
 
 def decide(pool: PoolView, states: Mapping[str, MemberState], now: datetime) -> Decision | None:
