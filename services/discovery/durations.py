@@ -13,6 +13,8 @@ from services.runtime.errors import ConfigError
 __all__ = ["EXAMPLES", "duration_option", "format_duration", "parse_duration", "seconds_of"]
 
 DurationCallback = Callable[[click.Context, click.Parameter, object], float]
+
+
 def seconds_of(
     flag: str, value: float | str, *, positive: bool = False, maximum: float | None = None
 ) -> float:

@@ -29,6 +29,8 @@ log = structlog.get_logger("egress.gc")
 
 DEFAULT_INTERVAL = 300.0
 DEFAULT_GRACE = 600.0
+
+
 class Duration(click.ParamType[float]):
     """A click type for durations, so ``--gc-grace 10m`` and ``GC_GRACE=600`` both work."""
 
