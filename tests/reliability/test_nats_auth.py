@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import asyncio
 from pathlib import Path
+from typing import get_args
 
 import nats
 import nats.errors
@@ -20,7 +21,7 @@ from nats.js.errors import NotFoundError
 
 from events import subjects
 from events.errors import StoreUnavailable
-from events.schemas import Event, HealthChanged
+from events.schemas import Event, HealthChanged, PoolEvent
 from events.store import NewEvent
 from services.discovery.views import VIEWS_BUCKET
 from services.gc.lock import LOCK_BUCKET, SweepLock
@@ -115,7 +116,12 @@ def event_classes() -> dict[str, str]:
     return found
 
 
-def subject_of(category: str, service: str) -> str:
+POOL_EVENTS = frozenset(cls.__name__ for cls in get_args(PoolEvent))
+
+
+def subject_of(name: str, category: str, service: str) -> str:
+    if name in POOL_EVENTS:
+        return f"pool.*.{category}"
     if category in subjects.PROXY_CATEGORIES:
         return f"proxy.*.{category}"
     return f"deadletter.{service}" if category == "deadletter" else f"{category}.*"
@@ -125,7 +131,9 @@ def subject_of(category: str, service: str) -> str:
 def test_each_user_may_write_what_its_service_appends(service: str) -> None:
     package = sorted((ROOT / "services" / service).rglob("*.py"))
     runtime = ROOT / "services" / "runtime"
-    extra = [ROOT / "projections" / "declaring.py"] if service == "watcher" else []
+    # The watcher and the pool controller declare Proxies through the shared declaring code.
+    declares = service in ("watcher", "pools")
+    extra = [ROOT / "projections" / "declaring.py"] if declares else []
     loops = any("ConsumerLoop(" in p.read_text() for p in package)
     assert loops == (service in CONSUMERS)
     if loops:
@@ -135,7 +143,9 @@ def test_each_user_may_write_what_its_service_appends(service: str) -> None:
             for p in package
         )
     events = event_classes()
-    writes = {subject_of(events[n], service) for n in constructed(package + extra) if n in events}
+    writes = {
+        subject_of(n, events[n], service) for n in constructed(package + extra) if n in events
+    }
     assert writes, "the code scan found no appended event"
     granted = set(WRITES[service]) | ({f"deadletter.{service}"} if loops else set())
     assert writes == granted, f"code writes {sorted(writes)}; the table grants {sorted(granted)}"

@@ -14,6 +14,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, KeyValueConfig
 from nats.js.errors import KeyNotFoundError
 
 from services.runtime.connection import Connection
+from services.runtime.eventlog.streams import STREAMS
 from services.runtime.natsserver import EmbeddedNatsServer
 from services.runtime.natsusers import CONSUMERS, READER, permissions
 from tests.support.natscli import NatsCli
@@ -23,6 +24,7 @@ from tests.support.waiting import until
 pytestmark = pytest.mark.integration
 
 DURABLES = sorted(CONSUMERS)
+STREAM_NAMES = tuple(spec.name for spec in STREAMS)
 VIEW_START = "Subject: proxy.p1.declared Received: "
 
 
@@ -34,7 +36,7 @@ async def state(conn: Connection) -> dict[str, Any]:
     """What a reader must not change: every stream's configuration and messages, and each
     service durable's configuration and position."""
     found: dict[str, Any] = {}
-    for name in ("PROXY", "LEASE", "GC", "DEADLETTER"):
+    for name in STREAM_NAMES:
         info = await conn.js.stream_info(name)
         found[name] = (info.config.as_dict(), info.state.messages, info.state.last_seq)
     for durable in DURABLES:
@@ -80,7 +82,7 @@ async def test_the_reader_reads_everything_with_the_nats_cli(
     nats = NatsCli(context, tmp_path / "home")
     before = await state(log)
 
-    assert set(await nats.json("stream", "ls")) == {"PROXY", "LEASE", "GC", "DEADLETTER"}
+    assert set(await nats.json("stream", "ls")) == set(STREAM_NAMES)
     assert "Information for Stream PROXY" in await nats.ok("stream", "info", "PROXY")
     assert (await nats.json("stream", "info", "PROXY"))["state"]["messages"] == 3
     got = await nats.json("stream", "get", "PROXY", "2")

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
+from services.cli.backup_io import Target
 from services.cli.main import main
 
 # Nothing listens here: a refusal that reached for the server would say so instead.
@@ -29,3 +30,17 @@ def test_a_file_in_the_way_is_refused(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["backup", str(in_the_way), "--nats-url", NOWHERE])
     assert result.exit_code == 2, result.output
     assert in_the_way.read_text() == "a file"
+
+
+def test_a_log_is_held_by_any_stream_but_a_first_orphan_sweep_alone() -> None:
+    """A restore refuses a server that holds a log; the one sweep an `up` started once on a new
+    data dir writes to GC is not one (the procedure in docs/operations.md runs that `up`)."""
+
+    def target(**messages: int) -> Target:
+        return Target(streams={n: {"state": {"messages": m}} for n, m in messages.items()})
+
+    assert target(PROXY=0, LEASE=0, GC=1, DEADLETTER=0, POOL=0).holding() == {}
+    assert target(PROXY=3, GC=1).holding() == {"PROXY": 3, "GC": 1}
+    assert target(POOL=1).holding() == {"POOL": 1}
+    assert target(DEADLETTER=2).holding() == {"DEADLETTER": 2}
+    assert target(KV_x=5).holding() == {}
