@@ -136,7 +136,10 @@ async def test_a_retargeted_filter_is_noticed_and_nothing_appended_meanwhile_is_
     await conn.js.add_consumer(STREAM, config)
     await handled_meanwhile(jetstream_store, handled)
     assert sum(r.drifts("filter") for r in running) >= 1
-    assert sum(r.drifts("vanished") for r in running) == 0
+    # A restore deletes, then creates: a sibling checking in between finds it gone and restores
+    # it from its own floor, which the assertions above show loses and repeats nothing. Only a
+    # sibling can see that, never the replica that restores.
+    assert sum(r.drifts("vanished") for r in running) <= len(running) - 1
     await declared_again(conn)
 
 
