@@ -112,6 +112,12 @@ def usable_member(member: PoolMember) -> bool:
     )
 
 
+def named_usably(view: PoolView) -> bool:
+    """Whether members can be named after the pool: its namespace a DNS label, its name one that
+    leaves room for a member's suffix. A hand-written ``PoolDeclared`` may hold anything."""
+    return bool(_DNS_LABEL.match(view.namespace)) and bool(_DNS_LABEL.match(f"{view.name}-bbbbb"))
+
+
 def usable_spec(spec: PoolSpec) -> bool:
     """Within the bounds ``events.poolresource`` holds a ProxyPool to, and with a provider to
     place members on: a weight of 0 would divide by zero, a negative ``maxAge`` or

@@ -24,7 +24,7 @@ from events.pool import (
 )
 from events.poolresource import member_name
 from events.resource import cli_uid
-from projections.pool import Planned, PoolView
+from projections.pool import Planned, PoolView, named_usably
 from projections.pool_members import MemberState, figures
 from services.pools.pure.members import member_spec
 from services.pools.pure.spread import next_provider, over_share, shares
@@ -123,8 +123,8 @@ def recorded_as(decision: Decision, pool: PoolView) -> PoolDecided | PoolRemoved
 
 
 def decide(pool: PoolView, states: Mapping[str, MemberState], now: datetime) -> Decision | None:
-    if pool.removed:
-        return None
+    if pool.removed or not named_usably(pool):
+        return None  # a pool no resource would pass plans nothing (the fold keeps it to be seen)
     seen = figures(pool, states)
 
     def state(planned: Planned) -> MemberState:
