@@ -10,6 +10,7 @@ retried append is stored once and a repeat after the dedupe window is caught by 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 
 import msgspec
 
@@ -25,7 +26,7 @@ from events.pool import (
 from events.poolresource import pool_uid
 from events.store import EventStore, History, NewEvent, decide_and_append, derive_msg_id
 from projections.declaring import Applied
-from projections.pool import fold
+from projections.pool import PoolView, fold
 
 __all__ = ["Applied", "ReplicasOutOfRange", "apply_pool", "delete_pool", "scale_pool"]
 
@@ -90,32 +91,36 @@ async def scale_pool(store: EventStore, namespace: str, name: str, replicas: int
         raise ReplicasOutOfRange(
             f"replicas: {replicas} is out of range; use 0 to {MAX_REPLICAS} members"
         )
-    uid = pool_uid(namespace, name)
-    results: list[str] = []
 
-    def decide(history: History) -> list[NewEvent]:
-        view = fold(list(history.events))
-        results.clear()
-        if view is None or view.removed:
-            results.append("absent")
-            return []
-        if view.deleting:
-            results.append("deleting")
-            return []
+    def scale(view: PoolView, history: History) -> tuple[str, list[NewEvent]]:
         if view.replicas == replicas:
-            results.append("unchanged")
-            return []
-        results.append("scaled")
+            return "unchanged", []
+        uid = view.uid
         msg_id = derive_msg_id(uid, "pool-scaled", str(history.last_seq), str(replicas))
-        return [NewEvent(PoolScaled(uid=uid, replicas=replicas), msg_id)]
+        return "scaled", [NewEvent(PoolScaled(uid=uid, replicas=replicas), msg_id)]
 
-    await decide_and_append(store, subjects.pool(uid), decide)
-    return Applied(uid, namespace, name, results[-1])
+    return await _standing(store, namespace, name, scale)
 
 
 async def delete_pool(store: EventStore, namespace: str, name: str) -> Applied:
     """Request a pool's deletion; its controller retires every member, then appends
     ``PoolRemoved``. ``deleted``, ``deleting`` (asked already) or ``absent``."""
+
+    def delete(view: PoolView, history: History) -> tuple[str, list[NewEvent]]:
+        msg_id = derive_msg_id(view.uid, "pool-delete", str(history.last_seq))
+        return "deleted", [NewEvent(PoolDeletionRequested(uid=view.uid), msg_id)]
+
+    return await _standing(store, namespace, name, delete)
+
+
+async def _standing(
+    store: EventStore,
+    namespace: str,
+    name: str,
+    change: Callable[[PoolView, History], tuple[str, list[NewEvent]]],
+) -> Applied:
+    """Decide ``change`` on a pool that stands (declared, not being deleted); a pool that does
+    not is ``absent`` or ``deleting``, and nothing is appended."""
     uid = pool_uid(namespace, name)
     results: list[str] = []
 
@@ -128,9 +133,9 @@ async def delete_pool(store: EventStore, namespace: str, name: str) -> Applied:
         if view.deleting:
             results.append("deleting")
             return []
-        results.append("deleted")
-        msg_id = derive_msg_id(uid, "pool-delete", str(history.last_seq))
-        return [NewEvent(PoolDeletionRequested(uid=uid), msg_id)]
+        result, new = change(view, history)
+        results.append(result)
+        return new
 
     await decide_and_append(store, subjects.pool(uid), decide)
     return Applied(uid, namespace, name, results[-1])
