@@ -7,7 +7,6 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from events.durations import parse_duration
 from events.schemas import InstanceState, ProxySpec
 from services.gc.pure.rules import moment
 from services.gc.sweep import EPOCH, Verdict, orphans, sweep_once, verdict
@@ -62,20 +61,6 @@ def test_orphans_keeps_listing_order() -> None:
         instance("gone-3", 7200, "d"),
     ]
     assert [i.provider_id for i in orphans(listed, {"live"}, NOW, GRACE)] == ["a", "d"]
-
-
-@pytest.mark.parametrize(
-    ("text", "seconds"),
-    [("30s", 30), ("5m", 300), ("1h30m", 5400), ("250ms", 0.25), ("90", 90), ("0", 0)],
-)
-def test_durations(text: str, seconds: float) -> None:
-    assert parse_duration(text) == seconds
-
-
-@pytest.mark.parametrize("text", ["", "5x", "m5", "-1", "5m garbage", "inf"])
-def test_bad_durations(text: str) -> None:
-    with pytest.raises(ValueError, match="duration"):
-        parse_duration(text)
 
 
 async def _made(provider: FakeProvider, name: str, owner: str) -> str:
