@@ -13,10 +13,12 @@ import pytest
 
 from events import subjects
 from events.pool import PoolDeclared, PoolDeletionRequested, PoolScaled, PoolSpec, SpreadEntry
-from events.poolresource import POOL_ATTRIBUTE, pool_uid
+from events.poolresource import POOL_ATTRIBUTE, member_name, pool_uid
+from events.resource import cli_uid
 from events.schemas import Phase, ProxySpec
 from events.store import NewEvent, derive_msg_id
 from projections import pool as pool_fold
+from projections.declaring import Declaration, apply
 from projections.pool import PoolView
 from projections.proxy import ProxyView
 from services.pools.service import PoolsService
@@ -184,3 +186,32 @@ async def test_a_deleted_pool_takes_its_members_and_ends(
     history = await jetstream_store.read(subjects.pool(uid))
     assert type(history.events[-1].event).__name__ == "PoolRemoved"
     await asyncio.sleep(0)
+
+
+async def test_a_proxy_someone_else_declared_under_a_members_name_is_not_taken_over(
+    nats_server: object, jetstream_store: JetStreamEventStore
+) -> None:
+    """Another party's Proxy that happens to hold a member's name (and so its uid) keeps its
+    spec and its source: the pool refuses it and stays short, nothing of it changed."""
+    url = nats_server.url  # type: ignore[attr-defined]
+    uid = pool_uid(NS, "taken")
+    squatted = member_name("taken", uid, 0)
+    mine = ProxySpec(provider="fake", attributes={"owner": "someone"})
+    await apply(
+        jetstream_store,
+        Declaration(uid=cli_uid(NS, squatted), namespace=NS, name=squatted, spec=mine),
+    )
+    fake = FakeProvider("fake")
+    async with fleet(url, {"fake": fake}) as tasks:
+        await start(url, PoolsService(interval=0.05), tasks)
+        await declare(jetstream_store, "taken", spec(2))
+
+        async def planned() -> bool:
+            pool = await pool_view(jetstream_store, uid)
+            return len(pool.active()) == 2 and len(await members(jetstream_store, uid)) == 2
+
+        await until(planned, timeout=30.0, what="both members planned")
+        await asyncio.sleep(0.5)  # several evaluations over the squatted name
+    theirs = await view(jetstream_store, cli_uid(NS, squatted))
+    assert theirs is not None
+    assert (theirs.source, theirs.spec, theirs.generation) == ("cli", mine, 1)

@@ -48,6 +48,7 @@ SERVICES = sorted(WRITES)
 # acks, and the JetStream API calls that delete or rewrite what is stored.
 PROBES = (
     *(f"proxy.p1.{category}" for category in subjects.PROXY_CATEGORIES),
+    *(f"pool.p1.{category}" for category in subjects.POOL_CATEGORIES),
     "lease.p1",
     "gc.local",
     *(f"deadletter.{service}" for service in SERVICES),
@@ -185,6 +186,8 @@ async def test_each_user_is_refused_outside_its_subjects(
         assert "proxy.p1.declared" in denied
     if user == "executor":
         assert "lease.p1" in denied
+    if user != "pools":  # a pool's log is the CLI's (admin) and its controller's alone
+        assert {f"pool.p1.{c}" for c in subjects.POOL_CATEGORIES} <= set(denied)
     async with client(nats_server.url_for(user)) as c:
         for subject in denied:
             await c.nc.publish(subject, b"{}")
