@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import nats.errors
+import nats.js.errors
 from nats.aio.client import Client as NATS
 from nats.js.api import StreamConfig
 
@@ -304,6 +305,16 @@ class Target:
         return int(info["state"]["last_seq"]) if info else 0
 
 
+async def _live_keys(nc: NATS, bucket: str) -> bool:
+    """Whether ``bucket`` holds a key: a replica that stopped cleanly deleted its own, but the
+    delete marker is a message too, and counting messages refused every restore after it."""
+    try:
+        kv = await nc.jetstream().key_value(bucket)
+        return bool(await kv.keys())
+    except nats.js.errors.NoKeysError:
+        return False
+
+
 async def inspect(nc: NATS) -> Target:
     """Our streams and buckets on the server, and whether anything reads them now: a consumer
     with a pull request waiting or a subscriber bound (a service's durable, a view's follower,
@@ -330,7 +341,8 @@ async def inspect(nc: NATS) -> Target:
             if not consumers or offset >= int(page.get("total", 0)):
                 break
     members = target.streams.get(f"KV_{KV_BUCKETS['health']}")
-    if members is not None and int(members["state"]["messages"]):
+    held = members is not None and int(members["state"]["messages"])
+    if held and await _live_keys(nc, KV_BUCKETS["health"]):
         target.busy.append("health replicas are registered")
     return target
 
