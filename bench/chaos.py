@@ -380,6 +380,14 @@ def render(result: Result, console: Console) -> None:
     for key, figure in rows.items():
         figures.add_row(key, shown(figure))
     console.print(figures)
+    # Last, so that a log cut to its tail (a CI summary) still says what failed and how to rerun.
+    for c in result.checks:
+        if not c.ok:
+            console.print(f"FAILED {c.name}: {shown(c.value)} (target {c.target})", soft_wrap=True)
+            for line in c.evidence:
+                console.print(f"  {line}", soft_wrap=True, markup=False)
+    if not result.ok:
+        console.print(f"rerun with --seed {result.seed}", soft_wrap=True)
 
 
 def main() -> None:
