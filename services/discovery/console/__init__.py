@@ -1,5 +1,5 @@
 """The operator's console: read-only HTML pages of the fleet, served by discovery under ``/ui``."""
 
-from services.discovery.console.routes import console_router
+from services.discovery.console.router import console_router
 
 __all__ = ["console_router"]

@@ -1,7 +1,8 @@
-"""What the console reads from the log itself: a proxy's events, and the fleet at an instant.
+"""What the console reads from the log itself: a proxy's events, a pool's events, and the fleet
+(its pools too) at an instant.
 
-The live fleet page needs no read: it shows the replica's views. A time travel folds the PROXY
-and LEASE streams up to the instant into fresh views with the services' own folds
+The live fleet and pools pages need no read: they show the replica's views. A time travel folds
+the POOL, PROXY and LEASE streams up to the instant into fresh views with the services' own folds
 (``services.runtime.eventlog.asof``). That costs a replay of the log up to then, so a replica
 runs one at a time, at most ``QUEUE`` wait their turn, and one client has at most
 ``PER_CLIENT`` reads of the log under way (``Busy`` beyond: the page answers 429 with
@@ -23,9 +24,12 @@ from datetime import datetime
 from nats.js import JetStreamContext
 
 from events import subjects
+from events.store import Recorded
 from projections import lease as lease_fold
+from projections import pool as pool_fold
 from projections import proxy as proxy_fold
 from projections.lease import LeaseView
+from projections.pool import PoolView
 from projections.proxy import ProxyView
 from services.discovery.console.pure.timeline import Line, line
 from services.runtime.eventlog.asof import MAX_EVENTS, ByProxy, read_until
@@ -112,6 +116,14 @@ class FleetAt:
     proxies: dict[str, ProxyView]
     leases: dict[str, LeaseView]
     cost: Cost
+    pools: dict[str, PoolView] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class PoolHistory:
+    events: list[Recorded]
+    """Every event of the pool's aggregate up to the instant, in stream order."""
+    cost: Cost
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,12 +161,17 @@ class History:
         return int(info.state.first_seq or 1)
 
     async def fleet_at(self, at: datetime, client: str = "") -> FleetAt:
-        """Every proxy and lease view as folded from the log up to ``at``. Raises ``Busy`` when
-        the replica's queue or ``client``'s share is full."""
+        """Every pool, proxy and lease view as folded from the log up to ``at`` (the pools
+        say which proxies are whose members). Raises ``Busy`` when the replica's queue or
+        ``client``'s share is full."""
         async with self.admission.admit(client, travel=True):
             started = time.monotonic()
+            pools = ByProxy(pool_fold.apply, subjects.POOL_STREAM)
             proxies = ByProxy(proxy_fold.apply, subjects.PROXY_STREAM)
             leases = ByProxy(lease_fold.apply, subjects.LEASE_STREAM)
+            read_pools = await read_until(
+                self.js, subjects.POOL_STREAM, "pool.*.*", at, limit=self.limit, each=pools.fold
+            )
             read_proxies = await read_until(
                 self.js, subjects.PROXY_STREAM, "proxy.*.*", at, limit=self.limit, each=proxies.fold
             )
@@ -163,9 +180,11 @@ class History:
             )
             first = await self._first_seq(subjects.LEASE_STREAM)
             cost = Cost(
-                read_proxies.read + read_leases.read, time.monotonic() - started, _aged_out(first)
+                read_pools.read + read_proxies.read + read_leases.read,
+                time.monotonic() - started,
+                _aged_out(first),
             )
-            return FleetAt(proxies.views, leases.views, cost)
+            return FleetAt(proxies.views, leases.views, cost, pools.views)
 
     async def proxy(self, uid: str, until: datetime | None, client: str = "") -> ProxyHistory:
         """One proxy's events up to ``until`` (None: all of them), and its views then.
@@ -200,3 +219,20 @@ class History:
                 lines.append(line(stored.recorded, stream, stored.trace_id))
         cost = Cost(sum(read.read for read in got), time.monotonic() - started, _aged_out(first))
         return ProxyHistory(proxies.views.get(uid), leases.views.get(uid), lines, cost)
+
+    async def pool(self, uid: str, until: datetime | None, client: str = "") -> PoolHistory:
+        """Every event of one pool's aggregate up to ``until`` (None: all of them), in stream
+        order: its scaling timeline. Each literal subject is read on its own, as for a proxy
+        (docs/architecture.md, "Reads"); counts in ``client``'s share."""
+        async with self.admission.admit(client, travel=False):
+            started = time.monotonic()
+            reads = [
+                read_until(self.js, subjects.POOL_STREAM, subject, until, limit=self.limit)
+                for subject in subjects.pool(uid).literal_subjects
+            ]
+            got = await asyncio.gather(*reads)
+            events = sorted(
+                (item.recorded for read in got for item in read.items), key=lambda r: r.seq
+            )
+            cost = Cost(sum(read.read for read in got), time.monotonic() - started)
+            return PoolHistory(events, cost)

@@ -12,9 +12,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
+
+from services.discovery.console.pure.pools import age
 
 TIME = "%Y-%m-%d %H:%M:%S"
 INPUT_TIME = "%Y-%m-%dT%H:%M:%S"
@@ -60,6 +62,18 @@ def query(pairs: Iterable[tuple[str, str]]) -> str:
     return "?" + urlencode(kept) if kept else ""
 
 
+def pool_path(namespace: str, name: str) -> str:
+    """A pool page's path, each part quoted whole (a ``/`` too: only a hand-written log holds
+    one, and it must not make another path)."""
+    return f"/ui/pools/{quote(namespace, safe='')}/{quote(name, safe='')}"
+
+
+def pool_href(ref: str) -> str:
+    """The page of the pool ``namespace/name`` a fleet row names."""
+    namespace, _, name = ref.partition("/")
+    return pool_path(namespace, name)
+
+
 ENV = Environment(
     loader=PackageLoader("services.discovery.console", "templates"),
     autoescape=True,
@@ -67,8 +81,10 @@ ENV = Environment(
     trim_blocks=True,
     lstrip_blocks=True,
 )
-ENV.filters.update(when=when, local_input=local_input, until=until, ms=ms)
-ENV.globals.update(query=query)
+ENV.filters.update(
+    when=when, local_input=local_input, until=until, ms=ms, pool_href=pool_href, age=age
+)
+ENV.globals.update(query=query, pool_path=pool_path)
 
 
 def page(template: str, **context: Any) -> str:

@@ -1,8 +1,9 @@
 """The console's routes under ``/ui``: server-rendered, read-only pages (docs/console.md).
 
-- ``GET /ui[?phase=&health=&provider=&attrs=&at=]``: the fleet; ``GET /ui/live``: its table
-  alone, which ``console.js`` fetches every 2 s to update the page without a reload
+- ``GET /ui[?phase=&health=&provider=&pool=&attrs=&at=]``: the fleet; ``GET /ui/live``: its
+  table alone, which ``console.js`` fetches every 2 s to update the page without a reload
 - ``GET /ui/proxies/{uid}[?at=]``: one proxy and its timeline; ``.../live``: the same, in part
+- ``GET /ui/pools...``: the pools pages (``pool_pages``)
 - ``GET|POST /ui/login``, ``POST /ui/logout``: a client's session (``login``, ``session``)
 - ``GET /ui/static/{name}``: the stylesheet and the script, served from the package
 
@@ -24,9 +25,9 @@ from typing import Any, TypeVar
 from urllib.parse import urlencode
 
 import structlog
-from litestar import MediaType, Request, Response, Router, get
+from litestar import MediaType, Request, Response, get
 from litestar.datastructures import Cookie
-from litestar.di import NamedDependency, Provide
+from litestar.di import NamedDependency
 from litestar.params import FromPath
 from litestar.response import Redirect
 from markupsafe import escape
@@ -35,7 +36,6 @@ from events.errors import EventStoreError
 from events.subjects import InvalidToken, check_token
 from services.discovery.console.headers import SECURITY_HEADERS
 from services.discovery.console.history import Busy, Cost, History
-from services.discovery.console.login import login, login_form, logout
 from services.discovery.console.pure.fleet import (
     HEALTHS,
     PHASES,
@@ -45,6 +45,7 @@ from services.discovery.console.pure.fleet import (
     row,
     rows,
 )
+from services.discovery.console.pure.pools import listed, membership, pool_ref
 from services.discovery.console.pure.timeline import merged
 from services.discovery.console.render import local_input, page, query
 from services.discovery.console.session import Sessions
@@ -167,11 +168,21 @@ async def _fleet(console: Console, request: AnyRequest) -> dict[str, Any]:
         raise _Refused(400, str(exc)) from None
     if at is None:
         now, cost = console.views.now(), LIVE
-        every = rows(console.views.all_proxies(), console.views.leases.views, now)
+        pools = listed(console.views.all_pools())
+        member_of = membership(pools)
+        every = rows(console.views.all_proxies(), console.views.leases.views, now, member_of)
     else:
         now = at
         got = await _travel(request, console.history.fleet_at(at, _client_key(console, request)))
-        every, cost = rows(got.proxies.values(), got.leases, at), got.cost
+        pools = listed(got.pools.values())
+        every = rows(got.proxies.values(), got.leases, at, membership(pools))
+        cost = got.cost
+    choices = [pool_ref(p) for p in pools]
+    if filters.pool and filters.pool not in choices:
+        when = " at that time" if at else ""
+        known = ", ".join(choices[:10]) + (" ..." if len(choices) > 10 else "")
+        hint = f"the pools are {known}" if choices else "there are no pools"
+        raise _Refused(400, f"pool: no pool {filters.pool!r}{when}; {hint}")
     shown = [r for r in every if filters.matches(r)]
     summary = counts(shown, every)
     return {
@@ -315,24 +326,4 @@ async def static(name: FromPath[str]) -> Response[bytes]:
     return Response(FILES[name], media_type=STATIC[name], headers=headers)
 
 
-def console_router(views: Views, sessions: Sessions) -> Router:
-    """The ``/ui`` routes, reading ``views`` (live) and the log (time travel, timelines)."""
-    console = Console(views, History(views.js), sessions)
-    return Router(
-        "/ui",
-        route_handlers=[
-            fleet_page,
-            fleet_live,
-            proxy_page,
-            proxy_live,
-            login_form,
-            login,
-            logout,
-            static,
-        ],
-        dependencies={
-            "console": Provide(lambda: console, sync_to_thread=False),
-            "sessions": Provide(lambda: sessions, sync_to_thread=False),
-        },
-        include_in_schema=False,
-    )
+ROUTES = [fleet_page, fleet_live, proxy_page, proxy_live, static]

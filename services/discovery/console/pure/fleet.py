@@ -18,6 +18,7 @@ from projections.lease import LeaseView
 from projections.outcomes import active_backoffs
 from projections.proxy import ProxyView
 from services.discovery.pure.candidates import leasable
+from services.discovery.pure.pools import parse_pool_ref
 
 HEALTHY = "healthy"
 UNHEALTHY = "unhealthy"
@@ -56,13 +57,15 @@ class Row:
     available: bool
     deleting: bool
     message: str
+    pool: str = ""
+    """``namespace/name`` of the pool whose member it is (``pure.pools.membership``), or ""."""
 
 
 def health_of(proxy: ProxyView) -> str:
     return UNKNOWN if proxy.healthy is None else (HEALTHY if proxy.healthy else UNHEALTHY)
 
 
-def row(proxy: ProxyView, lease: LeaseView | None, now: datetime) -> Row:
+def row(proxy: ProxyView, lease: LeaseView | None, now: datetime, pool: str = "") -> Row:
     leased = not lease_queries.is_free(lease, now)
     rest = None if leased else lease_queries.available_at(lease)
     current = lease.current if leased and lease is not None else None
@@ -87,14 +90,22 @@ def row(proxy: ProxyView, lease: LeaseView | None, now: datetime) -> Row:
         available=leasable(proxy) and lease_queries.is_available(lease, now),
         deleting=proxy.deleting,
         message=proxy.health_message if proxy.healthy is False else proxy.message,
+        pool=pool,
     )
 
 
-def rows(proxies: Iterable[ProxyView], leases: Mapping[str, LeaseView], now: datetime) -> list[Row]:
-    """Every declared proxy not removed, by namespace and name."""
+def rows(
+    proxies: Iterable[ProxyView],
+    leases: Mapping[str, LeaseView],
+    now: datetime,
+    pools: Mapping[str, str] | None = None,
+) -> list[Row]:
+    """Every declared proxy not removed, by namespace and name; ``pools``: uid -> the pool it
+    is a member of."""
     listed = [p for p in proxies if p.name and not p.removed]
     listed.sort(key=lambda p: (p.namespace, p.name, p.uid))
-    return [row(p, leases.get(p.uid), now) for p in listed]
+    member_of = pools or {}
+    return [row(p, leases.get(p.uid), now, member_of.get(p.uid, "")) for p in listed]
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,8 +116,13 @@ class Filters:
     health: str = ""
     provider: str = ""
     attributes: tuple[tuple[str, str], ...] = ()
+    pool: str = ""
+    """``namespace/name``: its members only (the proxies the pool planned, not every proxy
+    carrying its attribute)."""
 
     def matches(self, r: Row) -> bool:
+        if self.pool and r.pool != self.pool:
+            return False
         if self.phase and r.phase != self.phase:
             return False
         if self.health and r.health != self.health:
@@ -126,6 +142,8 @@ class Filters:
         out = [(k, v) for k, v in (("phase", self.phase), ("health", self.health)) if v]
         if self.provider:
             out.append(("provider", self.provider))
+        if self.pool:
+            out.append(("pool", self.pool))
         if self.attributes:
             out.append(("attrs", self.attributes_text))
         return out
@@ -145,10 +163,11 @@ def _attributes(text: str) -> list[tuple[str, str]]:
 
 
 def parse_filters(query: Iterable[tuple[str, str]], *, allowed: Iterable[str] = ()) -> Filters:
-    """``phase=Ready&health=unhealthy&provider=local&attrs=country=de`` -> filters; also the
-    API's ``attr.<key>=<value>``. An unknown parameter is an error, not ignored: a misspelt
-    filter would otherwise show every proxy. Empty values (a form's "any") are no filter."""
-    phase = health = provider = ""
+    """``phase=Ready&health=unhealthy&provider=local&pool=crawl/de&attrs=country=de`` -> filters;
+    also the API's ``attr.<key>=<value>``. An unknown parameter is an error, not ignored: a
+    misspelt filter would otherwise show every proxy. Empty values (a form's "any") are no
+    filter."""
+    phase = health = provider = pool = ""
     attributes: list[tuple[str, str]] = []
     other = set(allowed)
     for key, raw in query:
@@ -171,12 +190,23 @@ def parse_filters(query: Iterable[tuple[str, str]], *, allowed: Iterable[str] = 
             health = value.lower()
         elif key == "provider":
             provider = value
+        elif key == "pool":
+            pool = _pool(value)
         else:
             raise FilterError(
-                f"unknown query parameter {key[:60]!r}; filter with phase=, health=, provider= "
-                "and attrs=key=value"
+                f"unknown query parameter {key[:60]!r}; filter with phase=, health=, provider=, "
+                "pool=NAMESPACE/NAME and attrs=key=value"
             )
-    return Filters(phase, health, provider, tuple(attributes))
+    return Filters(phase, health, provider, tuple(attributes), pool)
+
+
+def _pool(value: str) -> str:
+    if not value:
+        return ""
+    try:
+        return str(parse_pool_ref(value))
+    except ValueError as exc:
+        raise FilterError(f"pool: {exc}") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +224,8 @@ class Counts:
     cooling: int = 0
     providers: tuple[str, ...] = ()
     """Every provider in the fleet, for the filter's choices."""
+    pools: tuple[str, ...] = ()
+    """Every pool with a member in the fleet, for the filter's choices."""
 
 
 def counts(shown: list[Row], every: list[Row]) -> Counts:
@@ -210,4 +242,5 @@ def counts(shown: list[Row], every: list[Row]) -> Counts:
         available=sum(r.available for r in shown),
         cooling=sum(r.cooldown_until is not None for r in shown),
         providers=tuple(sorted({r.provider for r in every if r.provider})),
+        pools=tuple(sorted({r.pool for r in every if r.pool})),
     )
