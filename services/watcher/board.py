@@ -16,6 +16,9 @@ from services.watcher.pure.objects import Problem, ProxyObject
 class Board:
     objects: dict[str, ProxyObject] = field(default_factory=dict)
     problems: dict[str, Problem] = field(default_factory=dict)
+    mirrors: dict[str, ProxyObject] = field(default_factory=dict)
+    """Member uid in the log -> the Proxy object mirroring it (``mirrors``): its uid in the
+    cluster is not the member's, so the status writer finds it here."""
     dirty: set[str] = field(default_factory=set)
     changed: asyncio.Event = field(default_factory=asyncio.Event)
 

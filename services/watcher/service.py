@@ -1,4 +1,5 @@
-"""The watcher service: Proxy custom resources → ``declared`` events; the log → ``.status``.
+"""The watcher service: Proxy and ProxyPool custom resources → ``declared`` events; the log →
+their ``.status``, and the Proxy objects that mirror pool members.
 
 Only the leader works (Lease-based election; ``--no-leader-election`` for a single replica).
 Each term starts from nothing: it lists the cluster and folds the log again, so what a previous
@@ -13,6 +14,12 @@ from dataclasses import dataclass, field
 import structlog
 from kubernetes_asyncio import client as k8s
 
+from events import subjects
+from projections import lease as lease_fold
+from projections import pool as pool_fold
+from projections.lease import LeaseView
+from projections.pool import PoolView
+from services.runtime.eventlog.projector import Projector
 from services.runtime.kubeclient import (
     KubeSettings,
     new_api_client,
@@ -23,6 +30,9 @@ from services.watcher.kube import ProxyApi
 from services.watcher.leader import LeaderSettings, Leadership
 from services.watcher.logview import LogView
 from services.watcher.metrics import watcher_metrics
+from services.watcher.mirrors import Mirrors
+from services.watcher.poolkube import PoolApi
+from services.watcher.poolsync import PoolSync
 from services.watcher.sync import ProxySync
 from services.watcher.writer import StatusWriter
 
@@ -36,6 +46,7 @@ class Term:
     sync: ProxySync
     writer: StatusWriter
     board: Board
+    pools: PoolSync
 
 
 @dataclass
@@ -45,6 +56,8 @@ class WatcherService:
     """None: no election, this replica always works (one replica only)."""
     resync: float = 300.0
     retry_delay: float = 1.0
+    pool_interval: float = 1.0
+    """How often pool statuses and mirrors are brought up to date without a watch event."""
     name: str = "watcher"
     term: Term | None = None
     leadership: Leadership | None = None
@@ -61,7 +74,8 @@ class WatcherService:
             await api_client.close()
 
     async def work(self, ctx: ServiceContext, api_client: k8s.ApiClient) -> None:
-        """One term: the proxy watch, the Secret watch and the status writer, together."""
+        """One term: the Proxy, ProxyPool and Secret watches, the status writer and the pool
+        keeper (statuses and mirrors), together."""
         api = ProxyApi(api_client)
         logview = LogView(ctx.conn.js)
         board = Board()
@@ -76,14 +90,39 @@ class WatcherService:
             metrics=metrics,
         )
         writer = StatusWriter(api, logview, board, sync, retry_delay=self.retry_delay)
-        self.term = Term(sync, writer, board)
+        js = ctx.conn.js
+        pool_views: Projector[PoolView] = Projector(
+            js, subjects.POOL_STREAM, "pool.*.*", pool_fold.apply, idle_timeout=0.5
+        )
+        leases: Projector[LeaseView] = Projector(
+            js, subjects.LEASE_STREAM, "lease.*", lease_fold.apply, idle_timeout=0.5
+        )
+        pool_api = PoolApi(api_client)
+        mirrors = Mirrors(ctx.store, pool_api, board)
+        pools = PoolSync(
+            ctx.store,
+            pool_api,
+            logview,
+            pool_views,
+            leases,
+            mirrors=mirrors,
+            resync=self.resync,
+            retry_delay=self.retry_delay,
+            interval=self.pool_interval,
+        )
+        sync.mirrors, sync.pools = mirrors, pools
+        self.term = Term(sync, writer, board, pools)
         metrics.leader.set(1)
         try:
             async with asyncio.TaskGroup() as group:
                 group.create_task(sync.run(), name="watcher.proxies")
                 group.create_task(sync.run_secrets(), name="watcher.secrets")
                 group.create_task(writer.run(), name="watcher.status")
+                group.create_task(pools.run(), name="watcher.pools")
+                group.create_task(pools.run_keeper(), name="watcher.pools.keeper")
         finally:
             metrics.leader.set(0)
             self.term = None
             await logview.close()
+            await pool_views.close()
+            await leases.close()

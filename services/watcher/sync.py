@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 from opentelemetry import trace
@@ -37,6 +37,10 @@ from services.watcher.pure.objects import (
     resolve_cloud_init,
 )
 from services.watcher.pure.tracked import vanished
+
+if TYPE_CHECKING:
+    from services.watcher.mirrors import Mirrors
+    from services.watcher.poolsync import PoolSync
 
 log = structlog.get_logger("egress.watcher")
 _tracer = trace.get_tracer("egress_proxies.watcher")
@@ -66,10 +70,19 @@ class ProxySync:
         self.synced: dict[str, int] = {}
         """The generation last brought into the log, per uid: a watch event that changes no
         generation (our own status patches, mostly) costs no log read, no Secret read."""
+        self.mirrors: Mirrors | None = None
+        """Where the Proxy objects that mirror pool members go instead (``mirrors``): they are
+        no Proxies of their own, and are never declared."""
+        self.pools: PoolSync | None = None
 
     # ------------------------------------------------------------------ one object
 
     async def observe(self, raw: Raw) -> None:
+        if self.mirrors is not None and self.mirrors.claims(raw):
+            self.mirrors.observed(raw)
+            if self.pools is not None:
+                self.pools.wake.set()
+            return
         obj = parse_proxy(raw)
         if obj.uid:
             await self.sync_object(obj)
@@ -185,6 +198,14 @@ class ProxySync:
     async def gone(self, raw: Raw) -> None:
         """The object left the cluster. With our finalizer that happens only after removal,
         unless someone removed the finalizer by hand: then deletion is requested now."""
+        if self.mirrors is not None and self.mirrors.claims(raw):
+            try:
+                await self.mirrors.gone(raw)
+            except EventStoreError as exc:
+                log.warning("member not replaced after its mirror's deletion", error=str(exc))
+            if self.pools is not None:
+                self.pools.wake.set()
+            return
         obj = parse_proxy(raw)
         self.forget(obj.uid)
         try:
@@ -215,6 +236,12 @@ class ProxySync:
         self.relists += 1
         self.metrics.relists.inc()
         await self.logview.sync()
+        if self.mirrors is not None:
+            mirrors = self.mirrors
+            self.mirrors.listed(raw for raw in items if mirrors.claims(raw))
+            items = [raw for raw in items if not mirrors.claims(raw)]
+        if self.pools is not None:
+            self.pools.listed_proxies()
         listed = [parse_proxy(raw) for raw in items]
         for obj in listed:
             if obj.uid:

@@ -104,7 +104,7 @@ class StatusWriter:
 
     async def write(self, uid: str) -> None:
         view = self.logview.views.get(uid)
-        obj = self.board.objects.get(uid)
+        obj = self.board.objects.get(uid) or self.board.mirrors.get(uid)
         if view is not None and view.removed:
             await self.sync.released_in_log(uid)
             return
@@ -113,7 +113,8 @@ class StatusWriter:
             return  # not a custom resource we know (e.g. declared by the CLI), or gone
         if obj.deleting and view is None:
             return
-        previous = self.written.get(uid) or obj.status
+        # By the object's uid: a member's mirror deleted and made again is a new object.
+        previous = self.written.get(obj.uid) or obj.status
         now = view.updated_at if view is not None and view.updated_at else datetime.now(UTC)
         desired = desired_status(
             view,
@@ -122,6 +123,9 @@ class StatusWriter:
             previous=previous,
             now=now,
         )
+        if uid != obj.uid:
+            # A mirror shows its member's status for the spec it is kept at, its own.
+            desired["observedGeneration"] = obj.generation
         if not differs(desired, previous):
             return
         parent = propagate.extract(self.logview.carriers.get(uid, {}))
@@ -140,7 +144,7 @@ class StatusWriter:
             ):
                 self.metrics.status_patches.labels("gone").inc()
                 return  # the object is gone; its DELETED event does the rest
-            self.written[uid] = desired
+            self.written[obj.uid] = desired
             self.patches += 1
             self.metrics.status_patches.labels("ok").inc()
             cause = str(view.last_seq) if view is not None else "cluster"

@@ -41,6 +41,7 @@ pytestmark = pytest.mark.integration
 DEPLOY = ROOT / "deploy"
 COPIES = {
     CHART / "crds" / "proxies.yaml": DEPLOY / "crd" / "proxies.yaml",
+    CHART / "crds" / "proxypools.yaml": DEPLOY / "crd" / "proxypools.yaml",
     CHART / "files" / "alerts.yaml": DEPLOY / "monitoring" / "alerts.yaml",
     CHART / "files" / "dashboard.json": DEPLOY / "monitoring" / "dashboard.json",
 }

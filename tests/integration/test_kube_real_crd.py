@@ -112,6 +112,7 @@ def test_kustomize_base_is_applied(apiserver: ApiServer) -> None:
         "clusterrole.rbac.authorization.k8s.io/egress-proxies-watcher",
         "role.rbac.authorization.k8s.io/egress-proxies-leader-election",
         "deployment.apps/egress-watcher",
+        "customresourcedefinition.apiextensions.k8s.io/proxypools.crawl.example.com",
     ):
         assert kind_name in done.stdout, done.stdout
     accounts = apiserver.kubectl("get", "sa", "-n", SYSTEM_NAMESPACE, "-o", "name").stdout
@@ -129,9 +130,16 @@ def test_kustomize_base_is_applied(apiserver: ApiServer) -> None:
                 "patch proxies.crawl.example.com/status -n default",
                 "create events -n default",
                 "update leases.coordination.k8s.io -n egress-proxies",
+                "watch proxypools.crawl.example.com --all-namespaces",
+                "patch proxypools.crawl.example.com/status -n default",
+                # The Proxies that mirror pool members.
+                "create proxies.crawl.example.com -n default",
+                "delete proxies.crawl.example.com -n default",
             ],
             [
-                "delete proxies.crawl.example.com -n default",
+                "delete proxypools.crawl.example.com -n default",
+                "create proxypools.crawl.example.com -n default",
+                "update proxies.crawl.example.com -n default",
                 "create pods -n default",
                 "update leases.coordination.k8s.io -n default",
             ],

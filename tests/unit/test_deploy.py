@@ -45,6 +45,7 @@ KINDS = {
     ("rbac.authorization.k8s.io/v1", "RoleBinding"),
     ("apiextensions.k8s.io/v1", "CustomResourceDefinition"),
     ("crawl.example.com/v1alpha1", "Proxy"),
+    ("crawl.example.com/v1alpha1", "ProxyPool"),
     ("kustomize.config.k8s.io/v1beta1", "Kustomization"),
 }
 # Variables the code reads outside click parameters: leader identity, the API token.
@@ -326,16 +327,37 @@ _RESOURCES = {
 Need = set[tuple[str, str, str]]  # (apiGroup, resource, verb)
 
 
+def _arguments(source: str, start: int) -> str:
+    """The text of the call whose name ends at ``start``: up to its closing parenthesis."""
+    depth, end = 0, start
+    for end in range(start, len(source)):
+        depth += {"(": 1, ")": -1}.get(source[end], 0)
+        if depth == 0 and end > start:
+            break
+    return source[start : end + 1]
+
+
+def _resource(noun: str, arguments: str) -> tuple[str, str]:
+    """A custom object call names its resource by plural: ``POOL_PLURAL`` is ProxyPools."""
+    group, resource = _RESOURCES[noun]
+    if noun.startswith("custom_object") and "POOL_PLURAL" in arguments:
+        resource = resource.replace("proxies", "proxypools")
+    return group, resource
+
+
 def needs_of(source: str) -> Need:
     needs: Need = set()
-    for verb, found in _CALL.findall(source):
+    for match in _CALL.finditer(source):
+        verb, found = match.groups()
         noun = found.removesuffix("_for_all_namespaces")
         if noun in _RESOURCES:
-            needs.add((*_RESOURCES[noun], _VERBS[verb]))
-    for found in _STREAMED.findall(source):
-        noun = found.removesuffix("_for_all_namespaces")
+            arguments = _arguments(source, source.find("(", match.end()))
+            needs.add((*_resource(noun, arguments), _VERBS[verb]))
+    for match in _STREAMED.finditer(source):
+        noun = match.group(1).removesuffix("_for_all_namespaces")
         if noun in _RESOURCES:
-            needs.add((*_RESOURCES[noun], "watch"))
+            arguments = _arguments(source, match.start() + source[match.start() :].find("("))
+            needs.add((*_resource(noun, arguments), "watch"))
     if "LeaseLock(" in source:  # kubernetes_asyncio's lock reads, creates and replaces
         needs |= {("coordination.k8s.io", "leases", v) for v in ("get", "create", "update")}
     return needs
@@ -359,13 +381,15 @@ def code_needs(service: str) -> Need:
     return set()
 
 
-# Events may be patched (a count) by either Events API; the finalizers subresource is checked
-# only by the OwnerReferencesPermissionEnforcement admission plugin.
+# Events may be patched (a count) by either Events API; the finalizers subresources are checked
+# only by the OwnerReferencesPermissionEnforcement admission plugin (a finalizer, and a mirror's
+# ownerReference with blockOwnerDeletion).
 LENIENCY: Need = {
     ("", "events", "patch"),
     ("events.k8s.io", "events", "create"),
     ("events.k8s.io", "events", "patch"),
     ("crawl.example.com", "proxies/finalizers", "update"),
+    ("crawl.example.com", "proxypools/finalizers", "update"),
 }
 
 
@@ -405,3 +429,13 @@ def test_the_code_scan_finds_calls() -> None:
     assert code_needs("gc") == {("", "pods", "list"), ("", "pods", "delete")}
     assert ("crawl.example.com", "proxies/status", "patch") in code_needs("watcher")
     assert ("coordination.k8s.io", "leases", "update") in code_needs("watcher")
+    watcher = code_needs("watcher")
+    pools = {(g, r, v) for g, r, v in watcher if r.startswith("proxypools")}
+    assert pools == {
+        ("crawl.example.com", "proxypools", "list"),
+        ("crawl.example.com", "proxypools", "watch"),
+        ("crawl.example.com", "proxypools", "get"),
+        ("crawl.example.com", "proxypools", "patch"),
+        ("crawl.example.com", "proxypools/status", "patch"),
+    }
+    assert {("crawl.example.com", "proxies", v) for v in ("create", "delete", "watch")} <= watcher

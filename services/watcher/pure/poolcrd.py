@@ -54,9 +54,10 @@ class DecisionStatus(msgspec.Struct, kw_only=True, omit_defaults=True):
     """RFC 3339 time the decision was recorded."""
 
 
-class PoolStatus(msgspec.Struct, kw_only=True, rename="camel", omit_defaults=True):
+class PoolStatus(msgspec.Struct, kw_only=True, rename="camel"):
     """``.status`` of a ProxyPool: figures counted from the log as the pool controller counts
-    them (``projections.pool_members.figures``)."""
+    them (``projections.pool_members.figures``). Every field is written, zeros too: a column
+    shows 0, not <none>."""
 
     observed_generation: int = 0
     desired: int = 0
