@@ -279,6 +279,8 @@ async def test_markup_from_the_log_renders_inert(
             path + "/live": await ui.get(path + "/live"),
             "/ui": await ui.get("/ui"),
         }
+        now = {"at": datetime.now(UTC).isoformat()}
+        pages["travel"] = await ui.get(path, params=now)
         for where, response in pages.items():
             assert response.status_code == 200, (where, response.text)
             body = response.text

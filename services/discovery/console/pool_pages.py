@@ -20,7 +20,7 @@ from typing import Any
 from litestar import Response, get
 from litestar.params import FromPath
 
-from events.subjects import InvalidToken
+from events.subjects import InvalidToken, check_token
 from projections.lease import LeaseView
 from projections.pool import PoolView
 from projections.proxy import ProxyView
@@ -28,7 +28,6 @@ from services.discovery.console.history import Cost
 from services.discovery.console.pure.pools import (
     age,
     by_state,
-    listed,
     members,
     pool_line,
     pool_lines,
@@ -68,18 +67,19 @@ def _only_at(request: AnyRequest) -> None:
             raise _Refused(400, f"unknown query parameter {key[:60]!r}; the pools pages take at=")
 
 
-Views3 = tuple[list[PoolView], dict[str, ProxyView], dict[str, LeaseView]]
+Views3 = tuple[dict[str, PoolView], dict[str, ProxyView], dict[str, LeaseView]]
 
 
 async def _views_at(
     console: Console, request: AnyRequest, at: datetime | None
 ) -> tuple[Views3, datetime, Cost]:
-    """The pools, proxies and leases now (the replica's views) or as folded up to ``at``."""
+    """The pools (by the token of their subjects), proxies and leases now (the replica's views)
+    or as folded up to ``at``."""
     views = console.views
     if at is None:
-        return (views.all_pools(), views.proxies.views, views.leases.views), views.now(), LIVE
+        return (views.pools.views, views.proxies.views, views.leases.views), views.now(), LIVE
     got = await _travel(request, console.history.fleet_at(at, _client_key(console, request)))
-    return (list(got.pools.values()), got.proxies, got.leases), at, got.cost
+    return (got.pools, got.proxies, got.leases), at, got.cost
 
 
 def _common(console: Console, at: datetime | None, now: datetime, cost: Cost) -> dict[str, Any]:
@@ -97,7 +97,7 @@ async def _pools(console: Console, request: AnyRequest) -> dict[str, Any]:
     at = _at(console, request)
     (pools, proxies, leases), now, cost = await _views_at(console, request, at)
     return {
-        "lines": pool_lines(pools, proxies, leases, now),
+        "lines": pool_lines(pools.values(), proxies, leases, now),
         "live_url": "/ui/pools/live",
         **_common(console, at, now, cost),
     }
@@ -115,11 +115,12 @@ async def _found(console: Console, request: AnyRequest, namespace: str, name: st
     return pool
 
 
-def _found_then(pools: list[PoolView], namespace: str, name: str) -> PoolView:
-    """The pool of that namespace and name among the pools folded up to an instant."""
-    for pool in listed(pools):
-        if (pool.namespace, pool.name) == (namespace, name):
-            return pool
+def _found_then(pools: dict[str, PoolView], namespace: str, name: str) -> tuple[str, PoolView]:
+    """The pool of that namespace and name among the pools folded up to an instant, with the
+    token of its subjects (a hand-written event may give the pool another uid in its body)."""
+    for key, pool in sorted(pools.items()):
+        if (pool.namespace, pool.name) == (namespace, name) and not pool.removed:
+            return key, pool
     raise _Refused(404, f"no pool {namespace[:SHOWN]}/{name[:SHOWN]} in the log at that time")
 
 
@@ -129,13 +130,14 @@ async def _pool(console: Console, request: AnyRequest, namespace: str, name: str
     (pools, proxies, leases), now, cost = await _views_at(console, request, at)
     if at is None:
         pool = await _found(console, request, namespace, name)
+        key = pool.uid  # the replica indexes a pool under the uid its subjects carry
     else:
-        pool = _found_then(pools, namespace, name)
+        key, pool = _found_then(pools, namespace, name)
     try:
-        read = console.history.pool(pool.uid, at, _client_key(console, request))
-    except InvalidToken as exc:  # a pool keyed by its subject's token has a usable one
+        check_token("pool uid", key)
+    except InvalidToken as exc:  # a key read off a subject is a token: never, but say so
         raise _Refused(404, str(exc)) from None
-    history = await _travel(request, read)
+    history = await _travel(request, console.history.pool(key, at, _client_key(console, request)))
     entries, left_out = timeline(history.events)
     line = pool_line(pool, proxies, leases, now)
     rows = members(pool, proxies, leases, now)
