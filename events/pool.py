@@ -27,6 +27,8 @@ MIN_AGE_SECONDS = 10.0
 MAX_AGE_SECONDS = 365 * 24 * 3600.0
 MAX_SURGE = 100
 MAX_BLOCKS = 1000
+MAX_AUTOSCALE_WAIT_SECONDS = 7 * 24 * 3600.0
+"""The longest ``scaleUpAfter`` or ``scaleDownAfter``: a week."""
 MAX_MEMBERS_PER_DECISION = 100
 """A decision adds, retires or recycles at most this many members, so one event stays small and
 a pool of 10,000 grows in steps the log and the reconciler can follow."""
@@ -35,6 +37,19 @@ a pool of 10,000 grows in steps the log and the reconciler can follow."""
 class SpreadEntry(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     provider: str
     weight: int = 1
+
+
+class Autoscale(msgspec.Struct, frozen=True, kw_only=True, rename="camel", omit_defaults=True):
+    """The pool sizes itself between ``min`` and ``max`` by its load (docs/pools.md,
+    "Autoscale"): unserved lease requests (waiting, or refused) or more leased than
+    ``target_leased`` of its members for ``scale_up_after_seconds`` add members; fewer for
+    ``scale_down_after_seconds`` remove unleased ones."""
+
+    min: int = 1
+    max: int = 10
+    target_leased: float = 0.8
+    scale_up_after_seconds: float = 30.0
+    scale_down_after_seconds: float = 600.0
 
 
 class PoolSpec(msgspec.Struct, frozen=True, kw_only=True, rename="camel", omit_defaults=True):
@@ -49,6 +64,8 @@ class PoolSpec(msgspec.Struct, frozen=True, kw_only=True, rename="camel", omit_d
     recycle_on_blocks: int = 0
     """0: blocks never replace a member."""
     max_surge: int = 1
+    autoscale: Autoscale | None = None
+    """None: ``replicas`` is the size, changed by people (or an outside autoscaler)."""
 
 
 class PoolMember(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -69,6 +86,12 @@ class PoolFigures(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True)
     healthy: int = 0
     leased: int = 0
     rotating: int = 0
+    waiting: int = 0
+    """Lease requests naming the pool waiting for a member, on every discovery replica."""
+    refused: dict[str, int] = msgspec.field(default_factory=dict)
+    """Lease requests naming the pool answered 503 lately, by why (``busy``, ``scaling``)."""
+    unserved: int = 0
+    """Distinct holders among those waiting or refused: the members the load lacks."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -139,3 +162,37 @@ class PoolDecided(Event, frozen=True, kw_only=True):
     figures: PoolFigures = msgspec.field(default_factory=PoolFigures)
     generation: int = 0
     """The pool generation decided on."""
+    scaled_to: int | None = None
+    """An autoscaled pool's new size (reason ``Autoscale``)."""
+
+
+class PoolPressure(Event, frozen=True, kw_only=True):
+    """An autoscaled pool's load changed direction: ``up`` (it wants more members), ``down``
+    (fewer) or ``steady``. Recorded so that every controller replica counts ``scaleUpAfter`` and
+    ``scaleDownAfter`` from the same instant, and a replay says when the load turned."""
+
+    category: ClassVar[str] = "decision"
+    uid: str
+    pressure: str
+    wanted: int = 0
+    """The size the load asked for when it turned."""
+    figures: PoolFigures = msgspec.field(default_factory=PoolFigures)
+
+
+# --------------------------------------------------------------------------------------------
+# demand.<pool uid>: what discovery replicas could not serve (the DEMAND stream)
+
+
+class PoolDemand(Event, frozen=True, kw_only=True):
+    """One discovery replica's unserved lease requests naming a pool, over ``interval_seconds``
+    (sent while there are any, and once more when they end). Kept on a stream of its own, with
+    an age limit, so that the pool's aggregate stays small and its decisions uncontested."""
+
+    category: ClassVar[str] = "demand"
+    uid: str
+    """The pool's."""
+    replica: str
+    waiting: int = 0
+    refused: dict[str, int] = msgspec.field(default_factory=dict)
+    unserved: int = 0
+    interval_seconds: float = 0.0

@@ -17,12 +17,14 @@ import msgspec
 from events.durations import EXAMPLES, parse_duration
 from events.pool import (
     MAX_AGE_SECONDS,
+    MAX_AUTOSCALE_WAIT_SECONDS,
     MAX_BLOCKS,
     MAX_REPLICAS,
     MAX_SPREAD,
     MAX_SURGE,
     MAX_WEIGHT,
     MIN_AGE_SECONDS,
+    Autoscale,
     PoolSpec,
     SpreadEntry,
 )
@@ -57,6 +59,16 @@ _ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 """Member suffixes as Kubernetes' generateName makes them: no vowels, so no words."""
 
 
+class AutoscaleDoc(msgspec.Struct, kw_only=True, rename="camel", omit_defaults=True):
+    """``spec.autoscale`` as written (docs/pools.md, "Autoscale")."""
+
+    min: int = 1
+    max: int = 10
+    target_leased: float = 0.8
+    scale_up_after: str | float = "30s"
+    scale_down_after: str | float = "10m"
+
+
 class PoolSpecDoc(msgspec.Struct, kw_only=True, rename="camel", omit_defaults=True):
     """The spec as written; ``to_spec`` turns it into the ``PoolSpec`` the log keeps."""
 
@@ -66,6 +78,7 @@ class PoolSpecDoc(msgspec.Struct, kw_only=True, rename="camel", omit_defaults=Tr
     max_age: str | float = 0
     recycle_on_blocks: int = 0
     max_surge: int = 1
+    autoscale: AutoscaleDoc | None = None
 
 
 class PoolResource(msgspec.Struct, kw_only=True, rename="camel", omit_defaults=True):
@@ -104,16 +117,6 @@ def unknown_pool_fields(obj: Any) -> list[FieldError]:
         errors += unknown_in(meta, OBJECT_META, "metadata.")
     spec = obj.get("spec")
     if isinstance(spec, dict):
-        if "autoscale" in spec:
-            # Named on its own: the issue's field, not a typo, and not built yet.
-            return [
-                *errors,
-                FieldError(
-                    "spec.autoscale",
-                    "autoscaling is not supported by this version; set spec.replicas "
-                    "(or scale with `egress-proxies scale pool NAME --replicas N`)",
-                ),
-            ]
         errors += unknown_in_struct(spec, msgspec.inspect.type_info(PoolSpecDoc), "spec.")
         spread = spec.get("spread")
         if isinstance(spread, list):
@@ -174,6 +177,7 @@ def validate(resource: PoolResource) -> tuple[list[FieldError], PoolSpec | None]
         )
     errors += _template(doc)
     max_age = _max_age(doc.max_age, errors)
+    autoscale = _autoscale(doc.autoscale, errors)
     if errors:
         return errors, None
     return [], PoolSpec(
@@ -183,6 +187,7 @@ def validate(resource: PoolResource) -> tuple[list[FieldError], PoolSpec | None]
         max_age_seconds=max_age,
         recycle_on_blocks=doc.recycle_on_blocks,
         max_surge=doc.max_surge,
+        autoscale=autoscale,
     )
 
 
@@ -260,3 +265,47 @@ def _max_age(value: str | float, errors: list[FieldError]) -> float:
     if seconds != 0 and not MIN_AGE_SECONDS <= seconds <= MAX_AGE_SECONDS:
         errors.append(FieldError("spec.maxAge", f"0 (never), or from 10s to 8760h; {EXAMPLES}"))
     return seconds if math.isfinite(seconds) else 0.0
+
+
+def _autoscale(doc: AutoscaleDoc | None, errors: list[FieldError]) -> Autoscale | None:
+    if doc is None:
+        return None
+    where = "spec.autoscale"
+    before = len(errors)
+    if not 0 <= doc.min <= MAX_REPLICAS:
+        errors.append(FieldError(f"{where}.min", f"must be from 0 to {MAX_REPLICAS}"))
+    if not 1 <= doc.max <= MAX_REPLICAS:
+        errors.append(FieldError(f"{where}.max", f"must be from 1 to {MAX_REPLICAS}"))
+    elif doc.min > doc.max:
+        errors.append(FieldError(f"{where}.max", f"must be at least min ({doc.min})"))
+    target = doc.target_leased
+    if not (math.isfinite(target) and 0 < target <= 1):
+        errors.append(
+            FieldError(
+                f"{where}.targetLeased",
+                "the share of healthy members the pool aims to have leased: above 0, at most 1 "
+                "(e.g. 0.8)",
+            )
+        )
+    waits = []
+    for name, value in (
+        ("scaleUpAfter", doc.scale_up_after),
+        ("scaleDownAfter", doc.scale_down_after),
+    ):
+        try:
+            seconds = parse_duration(value)
+        except ValueError as exc:
+            errors.append(FieldError(f"{where}.{name}", str(exc)))
+            seconds = 0.0
+        if seconds > MAX_AUTOSCALE_WAIT_SECONDS:
+            errors.append(FieldError(f"{where}.{name}", f"at most 168h; {EXAMPLES}"))
+        waits.append(seconds)
+    if len(errors) > before:
+        return None
+    return Autoscale(
+        min=doc.min,
+        max=doc.max,
+        target_leased=float(target),
+        scale_up_after_seconds=waits[0],
+        scale_down_after_seconds=waits[1],
+    )

@@ -36,6 +36,8 @@ from events.pool import (
     PoolDecided,
     PoolDeclared,
     PoolDeletionRequested,
+    PoolDemand,
+    PoolPressure,
     PoolRemoved,
     PoolScaled,
     PoolSpecChanged,
@@ -70,6 +72,7 @@ __all__ = [
     "CreateInstance",
     "DeadLettered",
     "DeleteInstance",
+    "DemandEvent",
     "ErrorClass",
     "Event",
     "External",
@@ -96,7 +99,9 @@ __all__ = [
     "PoolDecided",
     "PoolDeclared",
     "PoolDeletionRequested",
+    "PoolDemand",
     "PoolEvent",
+    "PoolPressure",
     "PoolRemoved",
     "PoolScaled",
     "PoolSpecChanged",
@@ -331,9 +336,16 @@ LeaseEvent = (
 )
 GcEvent = OrphanFound | OrphanDeleted | SweepCompleted
 PoolEvent = (
-    PoolDeclared | PoolSpecChanged | PoolScaled | PoolDeletionRequested | PoolRemoved | PoolDecided
+    PoolDeclared
+    | PoolSpecChanged
+    | PoolScaled
+    | PoolDeletionRequested
+    | PoolRemoved
+    | PoolDecided
+    | PoolPressure
 )
-AnyEvent = ProxyEvent | LeaseEvent | GcEvent | PoolEvent | DeadLettered
+DemandEvent = PoolDemand
+AnyEvent = ProxyEvent | LeaseEvent | GcEvent | PoolEvent | DemandEvent | DeadLettered
 
 # Derived from the union, never listed beside it: an event added to the union is known to every
 # reader the day it is written (tests/unit/test_event_registry.py holds the rest to it).

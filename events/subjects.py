@@ -17,6 +17,7 @@ PROXY_STREAM = "PROXY"
 LEASE_STREAM = "LEASE"
 GC_STREAM = "GC"
 POOL_STREAM = "POOL"
+DEMAND_STREAM = "DEMAND"
 DEADLETTER_STREAM = "DEADLETTER"
 
 # The subjects of a proxy's stream, one per category its events name, in the union's order.
@@ -79,6 +80,12 @@ def pool(uid: str) -> Aggregate:
     return Aggregate(
         POOL_STREAM, uid, f"pool.{uid}.>", per_category=True, categories=POOL_CATEGORIES
     )
+
+
+def demand(pool_uid: str) -> Aggregate:
+    """One pool's unserved lease requests, as discovery replicas report them."""
+    check_token("pool uid", pool_uid)
+    return Aggregate(DEMAND_STREAM, pool_uid, f"demand.{pool_uid}", per_category=False)
 
 
 def lease(proxy_uid: str) -> Aggregate:

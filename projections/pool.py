@@ -22,6 +22,7 @@ import msgspec
 
 from events.pool import (
     MAX_AGE_SECONDS,
+    MAX_AUTOSCALE_WAIT_SECONDS,
     MAX_BLOCKS,
     MAX_REPLICAS,
     MAX_SPREAD,
@@ -32,6 +33,7 @@ from events.pool import (
     PoolDeclared,
     PoolDeletionRequested,
     PoolMember,
+    PoolPressure,
     PoolRemoved,
     PoolScaled,
     PoolSpec,
@@ -41,6 +43,8 @@ from events.spec import ProxyMode
 from events.store import Recorded
 from events.subjects import proxy_uid_of
 
+PRESSURES = ("steady", "up", "down")
+"""An autoscaled pool's load: as it should be, wanting more members, wanting fewer."""
 FAILURE_MEMORY = timedelta(minutes=10)
 """How long a provider that failed a member is avoided when members are placed."""
 MAX_ORDINAL = 10**12
@@ -82,6 +86,10 @@ class PoolView(msgspec.Struct, frozen=True, kw_only=True):
     last_decision: PoolDecided | None = None
     decided_at: datetime | None = None
     decisions: int = 0
+    pressure: str = "steady"
+    """An autoscaled pool's load as last recorded (``PRESSURES``)."""
+    pressure_since: datetime | None = None
+    """Since when; a scale by the autoscaler starts the count again."""
     unusable: int = 0
     created_at: datetime | None = None
     updated_at: datetime | None = None
@@ -136,6 +144,22 @@ def usable_spec(spec: PoolSpec) -> bool:
         and all(_PROVIDER.match(p) for p in providers)
         and len(set(providers)) == len(providers)
         and spec.template.mode is ProxyMode.MANAGED
+        and (spec.autoscale is None or usable_autoscale(spec))
+    )
+
+
+def usable_autoscale(spec: PoolSpec) -> bool:
+    """Bounds the decider can act on: ``min <= max`` within the replicas' bounds, a target
+    leased share in (0, 1], waits within a week (NaN is none of these)."""
+    a = spec.autoscale
+    if a is None:
+        return False
+    waits = (a.scale_up_after_seconds, a.scale_down_after_seconds)
+    return (
+        0 <= a.min <= a.max <= MAX_REPLICAS
+        and a.max >= 1
+        and 0 < a.target_leased <= 1
+        and all(0 <= w <= MAX_AUTOSCALE_WAIT_SECONDS for w in waits)
     )
 
 
@@ -161,6 +185,13 @@ def _decided(view: PoolView, event: PoolDecided, at: datetime) -> PoolView:
         planned = members.get(uid)
         if planned is not None and planned.retired_at is None:
             members[uid] = msgspec.structs.replace(planned, generation=view.generation)
+    replicas, pressure, since = view.replicas, view.pressure, view.pressure_since
+    if event.scaled_to is not None:
+        if view.spec.autoscale is not None and 0 <= event.scaled_to <= MAX_REPLICAS:
+            # The count starts again: the members just asked for get their time to serve.
+            replicas, pressure, since = event.scaled_to, "steady", at
+        else:
+            unusable += 1
     return msgspec.structs.replace(
         view,
         members=members,
@@ -170,6 +201,9 @@ def _decided(view: PoolView, event: PoolDecided, at: datetime) -> PoolView:
         decided_at=at,
         decisions=view.decisions + 1,
         unusable=unusable,
+        replicas=replicas,
+        pressure=pressure,
+        pressure_since=since,
     )
 
 
@@ -214,6 +248,12 @@ def apply(view: PoolView | None, recorded: Recorded) -> PoolView:
             view = msgspec.structs.replace(view, removed=True, deleting=False, members={})
         case PoolDecided():
             view = _decided(view, event, at)
+        case PoolPressure(pressure=pressure):
+            if pressure in PRESSURES and view.spec.autoscale is not None:
+                if pressure != view.pressure:
+                    view = msgspec.structs.replace(view, pressure=pressure, pressure_since=at)
+            else:
+                view = msgspec.structs.replace(view, unusable=view.unusable + 1)
         case _:
             return view
     return _stamp(view, recorded)

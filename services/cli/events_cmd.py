@@ -6,10 +6,8 @@ from datetime import datetime
 
 import click
 
-from events.schemas import DeadLettered, OrphanDeleted, OrphanFound
+from events.schemas import DeadLettered, OrphanDeleted, OrphanFound, PoolDecided
 from events.subjects import (
-    DEADLETTER_STREAM,
-    GC_STREAM,
     LEASE_STREAM,
     PROXY_STREAM,
     InvalidToken,
@@ -31,7 +29,8 @@ from services.cli.reader import FoldCheck, LogReader
 from services.cli.timetravel import instant_option
 from services.runtime.eventlog.streams import STREAMS
 
-STREAM_NAMES = (PROXY_STREAM, LEASE_STREAM, GC_STREAM, DEADLETTER_STREAM)
+STREAM_NAMES = tuple(spec.name for spec in STREAMS)
+"""Every stream of the log: derived, so a stream added is one ``events`` can show."""
 _ALL_SUBJECTS = {spec.name: spec.subjects[0] for spec in STREAMS}
 
 
@@ -57,6 +56,9 @@ def concerns(entry: LogEntry, proxy_uid: str) -> bool:
                 return proxy_uid_of(subject) == proxy_uid
             except InvalidToken:
                 return False
+        case PoolDecided(added=added, retired=retired, recycled=recycled, rolled=rolled):
+            named = {m.uid for m in added}.union(retired, recycled, rolled)
+            return proxy_uid in named
     return False
 
 

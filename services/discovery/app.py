@@ -234,8 +234,9 @@ async def acquire(
     client = caller(request)
     pool, selector = checked_pool(data.pool, data.selector)
     check_acquire(client, selector, _held(api, client), access_metrics(api.metrics.registry))
+    pool_uid = ""
     if pool is not None:
-        await known_pool(api.views, pool, api.leases.policy.view_timeout)
+        pool_uid = (await known_pool(api.views, pool, api.leases.policy.view_timeout)).uid
     granted = await api.leases.acquire(
         selector,
         data.ttl_seconds,
@@ -247,6 +248,7 @@ async def acquire(
         wait=data.wait_seconds,
         client=client.name,
         pool=pool,
+        pool_uid=pool_uid,
     )
     return _lease(api, granted)
 

@@ -28,6 +28,7 @@ from events.store import EventStore, NewEvent
 from projections.lease import LeaseView
 from projections.lease_queries import active, find, is_available
 from projections.proxy import ProxyView
+from services.discovery.demand import DemandReporter
 from services.discovery.errors import ApiError, IdempotencyKeyMismatch, LeaseEnded, PoolBusy
 from services.discovery.held_leases import HeldLeases
 from services.discovery.metrics import DiscoveryMetrics
@@ -66,6 +67,7 @@ class Leases(HeldLeases):
         self._trying: Counter[str] = Counter()
         self.queue: Queue[Granted] = Queue(views, self._give_back)
         views.on_change = self.queue.changed
+        self.demand = DemandReporter(store)
 
     async def acquire(
         self,
@@ -80,11 +82,13 @@ class Leases(HeldLeases):
         wait: float = 0.0,
         client: str = "",
         pool: PoolRef | None = None,
+        pool_uid: str = "",
     ) -> Granted:
         """A lease on a proxy matching ``selector``, none of ``exclude``, ``proxy_uid`` if given
         (a sticky session: that proxy or none), and not in back-off for ``target``; waiting up
         to ``wait`` seconds for one to become free (``waiting``). With a ``pool`` (whose
-        attribute ``selector`` holds, ``pools.checked_pool``), only in the pool's namespace."""
+        attribute ``selector`` holds, ``pools.checked_pool``), only in the pool's namespace; a
+        request for the pool ``pool_uid`` that waits or is refused counts as its demand."""
         ttl = self.policy.grant_ttl(requested_ttl)
         claim = Claim(dict(selector), ttl, requested_ttl or 0.0, holder, key or "", target, client)
         with self.metrics.acquire_seconds.time():
@@ -114,7 +118,13 @@ class Leases(HeldLeases):
                 granted = await attempt()  # released on another replica a moment ago
                 error = refused() if granted is None else None
             if error and error.status == 503 and wait > 0 and not self.queue.full:
-                granted = await self._wait(candidates, attempt, claim.target, wait)
+                if pool_uid:
+                    self.demand.waiting(pool_uid, holder, 1)
+                try:
+                    granted = await self._wait(candidates, attempt, claim.target, wait)
+                finally:
+                    if pool_uid:
+                        self.demand.waiting(pool_uid, holder, -1)
                 error = refused() if granted is None else None
             if granted is None:
                 error = error or refused()
@@ -123,6 +133,9 @@ class Leases(HeldLeases):
                 ).inc()
                 if isinstance(error, PoolBusy):
                     self.metrics.pool_busy.labels(str(error.scaling).lower()).inc()
+                    if pool_uid:
+                        why = "scaling" if error.scaling else "busy"
+                        self.demand.refused(pool_uid, holder, why)
                 raise error
             self.metrics.acquisitions.labels("acquired").inc()
             return granted

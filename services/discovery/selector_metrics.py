@@ -92,6 +92,7 @@ class MeasuredLeases(Leases):
         wait: float = 0.0,
         client: str = "",
         pool: PoolRef | None = None,
+        pool_uid: str = "",
     ) -> Granted:
         started = time.monotonic()
         result = "refused"
@@ -107,6 +108,7 @@ class MeasuredLeases(Leases):
                 wait=wait,
                 client=client,
                 pool=pool,
+                pool_uid=pool_uid,
             )
             result = "acquired"
             return granted

@@ -195,6 +195,7 @@ class DiscoveryService:
                 group.create_task(sweep.run(self.expiry_interval), name="lease-expiry")
                 group.create_task(self._serve(_Server(config), sock), name="discovery-http")
                 group.create_task(fleet.run(), name="fleet-metrics")
+                group.create_task(leases.demand.run(), name="pool-demand")
         finally:
             sock.close()
             await views.close()

@@ -23,9 +23,11 @@ from events import subjects
 from events.errors import EventStoreError
 from projections import lease as lease_fold
 from projections import pool as pool_fold
+from projections import pool_demand as demand_fold
 from projections import proxy as proxy_fold
 from projections.lease import LeaseView
 from projections.pool import PoolView
+from projections.pool_demand import DemandView
 from projections.pool_members import figures
 from projections.proxy import ProxyView
 from services.pools.controller import Controller, Outcome, states_of
@@ -101,7 +103,10 @@ class PoolViews:
         self.leases: Projector[LeaseView] = Projector(
             js, subjects.LEASE_STREAM, "lease.*", lease_fold.apply
         )
-        self.all = (self.pools, self.proxies, self.leases)
+        self.demand: Projector[DemandView] = Projector(
+            js, subjects.DEMAND_STREAM, "demand.*", demand_fold.apply
+        )
+        self.all = (self.pools, self.proxies, self.leases, self.demand)
 
     async def catch_up(self) -> None:
         for projector in self.all:
@@ -129,8 +134,10 @@ class PoolsService:
                 raise_if_cancelled()
                 if follower.done():
                     follower.result()  # a follower that ended ends the service, loudly
-                await tick(controller, views, metrics)
-                await asyncio.sleep(self.interval)
+                outcomes = await tick(controller, views, metrics)
+                # A decision cut at its bound is followed at once: a pool of 1,000 is not left
+                # to grow by 100 members a tick.
+                await asyncio.sleep(0 if any(o.more for o in outcomes) else self.interval)
         finally:
             follower.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -146,7 +153,9 @@ async def tick(controller: Controller, views: PoolViews, metrics: PoolMetrics) -
             metrics.show(pool, proxies, leases)
             continue
         try:
-            outcome = await controller.evaluate(pool, proxies, leases, datetime.now(UTC))
+            now = datetime.now(UTC)
+            demand = demand_fold.current(views.demand.views.get(pool.uid), now)
+            outcome = await controller.evaluate(pool, proxies, leases, now, demand)
         except EventStoreError as exc:
             metrics.errors.inc()
             log.warning("pool evaluation failed; trying again", pool=pool.name, error=str(exc))

@@ -24,7 +24,9 @@ and can neither write nor delete, purge, edit or reset anything
 (docs/decisions/0077-operators-read-the-log-as.md)."""
 
 WRITES: Mapping[str, tuple[str, ...]] = {
-    "watcher": ("proxy.*.declared",),
+    # `pool.*.declared` for the ProxyPools it declares, scales and deletes; `rotate` for the
+    # fresh instance a member gets when its Proxy object is deleted by hand.
+    "watcher": ("proxy.*.declared", "pool.*.declared", "proxy.*.rotate"),
     # `declared` for ProxyRemoved, the end of a deletion it decides; `lease.*` for the switch
     # of a lease to a rotation's replacement (LeaseSwitched,
     # docs/decisions/0085-a-fresh-ip-without-downtime.md).
@@ -32,8 +34,9 @@ WRITES: Mapping[str, tuple[str, ...]] = {
     "executor": ("proxy.*.instance",),
     "health": ("proxy.*.health",),
     "gc": ("gc.*",),
-    # `rotate` for RotationRequested, a lease holder's ask for a fresh instance (D85).
-    "discovery": ("lease.*", "proxy.*.rotate"),
+    # `rotate` for RotationRequested, a lease holder's ask for a fresh instance (D85); `demand`
+    # for the lease requests naming a pool that it could not serve (docs/pools.md, "Autoscale").
+    "discovery": ("lease.*", "proxy.*.rotate", "demand.*"),
     # Its decisions and a deleted pool's end on the pool's subjects; its members' declarations
     # and their rotations (a fresh instance for an aged or blocked member) on theirs
     # (docs/architecture.md, "Pools").

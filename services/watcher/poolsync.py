@@ -128,7 +128,14 @@ class PoolSync:
             return
         uid = pool_uid(obj.namespace, obj.name)
         view = fold(list((await self.store.read(subjects.pool(uid))).events))
-        if log_change(obj.spec, view) == "scale":
+        change = log_change(obj.spec, view)
+        if change == "scale" and obj.spec.autoscale is not None and obj.uid not in self.synced:
+            # An autoscaled pool sizes itself: an object first seen this term (a re-list, a
+            # new leader) does not undo its size; a `kubectl scale` seen happen still sets it,
+            # within the autoscaler's bounds (docs/pools.md, "Autoscale").
+            self.synced[obj.uid] = obj.generation
+            return
+        if change == "scale":
             applied = await scale_pool(self.store, obj.namespace, obj.name, obj.spec.replicas)
         else:
             applied = await apply_pool(self.store, obj.namespace, obj.name, obj.spec, SOURCE)

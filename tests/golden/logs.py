@@ -30,9 +30,10 @@ from events.reading import apply_tolerantly
 from events.schemas import Event
 from events.skips import Skip
 from events.store import Recorded, Unreadable
-from events.subjects import LEASE_STREAM, POOL_STREAM, PROXY_STREAM, proxy_uid_of
+from events.subjects import DEMAND_STREAM, LEASE_STREAM, POOL_STREAM, PROXY_STREAM, proxy_uid_of
 from projections import lease as lease_fold
 from projections import pool as pool_fold
+from projections import pool_demand
 from projections import proxy as proxy_fold
 from services.reconciler.pure import view as reconciler_state
 
@@ -124,13 +125,15 @@ def decoded(messages: Iterable[Message]) -> list[dict[str, Any]]:
 def views(messages: Iterable[Message]) -> dict[str, Any]:
     """The views services fold from the log, per aggregate: the shared proxy view
     (``projections.proxy``: the CLI, discovery, health, GC, the watcher), the reconciler's own
-    state, the lease view (``projections.lease``: discovery, health) and the pool view
-    (``projections.pool``: the pool controller, the CLI, discovery); plus every event a fold
+    state, the lease view (``projections.lease``: discovery, health), the pool view
+    (``projections.pool``: the pool controller, the CLI, discovery) and the pool's demand
+    (``projections.pool_demand``: the pool controller); plus every event a fold
     could not use."""
     proxies: dict[str, proxy_fold.ProxyView] = {}
     states: dict[str, reconciler_state.ProxyState] = {}
     leases: dict[str, lease_fold.LeaseView] = {}
     pools: dict[str, pool_fold.PoolView] = {}
+    demand: dict[str, pool_demand.DemandView] = {}
     skipped: list[dict[str, object]] = []
     for m in messages:
         item, skip = m.read()
@@ -159,11 +162,19 @@ def views(messages: Iterable[Message]) -> dict[str, Any]:
                 pools[uid] = pool
             if unusable is not None:
                 skipped.append(unusable.fields())
+        elif m.stream == DEMAND_STREAM:
+            uid = proxy_uid_of(m.subject)
+            seen, unusable = apply_tolerantly(pool_demand.apply, demand.get(uid), item, m.stream)
+            if seen is not None:
+                demand[uid] = seen
+            if unusable is not None:
+                skipped.append(unusable.fields())
     return {
         "proxies": {uid: builtins(v) for uid, v in sorted(proxies.items())},
         "reconciler": {uid: builtins(s) for uid, s in sorted(states.items())},
         "leases": {uid: builtins(v) for uid, v in sorted(leases.items())},
         "pools": {uid: builtins(v) for uid, v in sorted(pools.items())},
+        "demand": {uid: builtins(v) for uid, v in sorted(demand.items())},
         "skipped": skipped,
     }
 

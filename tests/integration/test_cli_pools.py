@@ -127,6 +127,9 @@ async def test_a_pool_applied_beside_a_proxy_is_listed_described_and_scaled(
         "healthy": 2,
         "leased": 1,
         "rotating": 0,
+        "waiting": 0,
+        "refused": {},
+        "unserved": 0,
     }
     assert item["spec"]["maxAgeSeconds"] == 6 * 3600
     assert [m["name"] for m in item["members"]] == [first.name, second.name]

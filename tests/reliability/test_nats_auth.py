@@ -50,6 +50,7 @@ PROBES = (
     *(f"proxy.p1.{category}" for category in subjects.PROXY_CATEGORIES),
     *(f"pool.p1.{category}" for category in subjects.POOL_CATEGORIES),
     "lease.p1",
+    "demand.p1",
     "gc.local",
     *(f"deadletter.{service}" for service in SERVICES),
     *(f"$KV.{bucket}.k" for bucket in KV_BUCKETS.values()),
@@ -135,6 +136,8 @@ def test_each_user_may_write_what_its_service_appends(service: str) -> None:
     # The watcher and the pool controller declare Proxies through the shared declaring code.
     declares = service in ("watcher", "pools")
     extra = [ROOT / "projections" / "declaring.py"] if declares else []
+    if service == "watcher":  # ProxyPool objects, through the CLI's pool declaring code
+        extra.append(ROOT / "projections" / "pooldeclaring.py")
     loops = any("ConsumerLoop(" in p.read_text() for p in package)
     assert loops == (service in CONSUMERS)
     if loops:
@@ -186,8 +189,14 @@ async def test_each_user_is_refused_outside_its_subjects(
         assert "proxy.p1.declared" in denied
     if user == "executor":
         assert "lease.p1" in denied
-    if user != "pools":  # a pool's log is the CLI's (admin) and its controller's alone
+    if user not in ("pools", "watcher"):
+        # A pool's log is the CLI's (admin), its controller's and, for ProxyPool objects,
+        # the watcher's alone.
         assert {f"pool.p1.{c}" for c in subjects.POOL_CATEGORIES} <= set(denied)
+    if user == "watcher":  # what people ask of a pool; never its controller's decisions
+        assert "pool.p1.decision" in denied
+    if user != "discovery":  # a pool's demand is what discovery could not serve
+        assert "demand.p1" in denied
     async with client(nats_server.url_for(user)) as c:
         for subject in denied:
             await c.nc.publish(subject, b"{}")

@@ -22,6 +22,7 @@ from events.poolresource import pool_uid
 from events.schemas import Event, ProxySpec
 from events.store import Recorded
 from projections.pool import Planned, PoolView, apply
+from projections.pool_demand import Demand
 from projections.pool_members import MemberState
 from services.pools.pure.decide import Decision, decide, recorded_as
 from services.pools.pure.members import member_spec
@@ -65,6 +66,8 @@ class PoolStory:
         self._view: PoolView | None = None
         self.now = T0
         self.states: dict[str, MemberState] = {}
+        self.demand = Demand()
+        """What discovery could not serve, as the controller reads it (autoscale)."""
         self.spec = spec or pool_spec()
         self.generation = 1
         if spec is not None:
@@ -92,12 +95,12 @@ class PoolStory:
         return self._view
 
     def decide(self) -> Decision | None:
-        return decide(self.view, self.states, self.now)
+        return decide(self.view, self.states, self.now, self.demand)
 
     def step(self) -> Decision | None:
         """Decide and append the decision, as one evaluation of the controller records it."""
         view = self.view
-        decision = decide(view, self.states, self.now)
+        decision = decide(view, self.states, self.now, self.demand)
         if decision is not None:
             self.add(recorded_as(decision, view))
         return decision

@@ -15,6 +15,7 @@ from events.schemas import (
     EVENT_TYPES,
     AnyEvent,
     DeadLettered,
+    DemandEvent,
     GcEvent,
     LeaseEvent,
     PoolEvent,
@@ -52,6 +53,7 @@ def test_the_families_partition_the_union() -> None:
         *get_args(LeaseEvent),
         *get_args(GcEvent),
         *get_args(PoolEvent),
+        DemandEvent,
         DeadLettered,
     ]
     assert sorted(c.__name__ for c in families) == sorted(EVENT_TYPES)
@@ -60,6 +62,8 @@ def test_the_families_partition_the_union() -> None:
 def test_each_family_names_the_category_of_its_stream() -> None:
     assert {cls.category for cls in get_args(LeaseEvent)} == {"lease"}
     assert {cls.category for cls in get_args(GcEvent)} == {"gc"}
+    assert DemandEvent.category == "demand"
+    assert subjects.demand("p1").literal_subjects == ("demand.p1",)
     assert set(subjects.POOL_CATEGORIES) == {cls.category for cls in get_args(PoolEvent)}
     pool = subjects.pool("p1")
     for cls in get_args(PoolEvent):

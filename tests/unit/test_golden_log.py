@@ -213,10 +213,28 @@ def test_the_generator_never_rewrites_a_golden_log(
     assert path.read_bytes() == before
 
     told = generate.golden_log()
-    changed = dataclasses.replace(told[3], payload=told[3].payload + b" ")
+    assert told[3].payload != told[4].payload
+    changed = dataclasses.replace(told[3], payload=told[4].payload)
     monkeypatch.setattr(generate, "golden_log", lambda: [*told[:3], changed, *told[4:]])
     with pytest.raises(SystemExit, match="never rewritten"):
         generate.main(["log"])
+    assert path.read_bytes() == before
+
+
+def test_a_field_added_since_keeps_the_stored_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A field added with its default makes the story write an old message longer; it reads
+    back as the same event, so the stored line is kept, never rewritten."""
+    path = logs.log_path(SCHEMA_VERSION)
+    before = path.read_bytes()
+    told = generate.golden_log()
+    longer = json.loads(told[3].payload)
+    longer["addedSince"] = None
+    changed = dataclasses.replace(told[3], payload=json.dumps(longer).encode())
+    monkeypatch.setattr(generate, "golden_log", lambda: [*told[:3], changed, *told[4:]])
+    generate.main(["log"])
+    assert "holds the whole story already" in capsys.readouterr().out
     assert path.read_bytes() == before
 
 

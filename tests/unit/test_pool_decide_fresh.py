@@ -195,12 +195,14 @@ def test_the_reasons_are_in_the_documented_order() -> None:
     assert REASONS == (
         "Deleting",
         "Failed",
+        "Autoscale",
         "ScaleUp",
         "ScaleDown",
         "Spread",
         "MaxAge",
         "Blocked",
         "Template",
+        "Pressure",
     )
 
 

@@ -116,13 +116,12 @@ def test_a_misspelt_pool_field_is_refused_with_the_closest_name_unless_told_to_w
     assert "ignored" in warned[0]
 
 
-@pytest.mark.parametrize("validate", ["strict", "warn", "ignore"])
-def test_autoscale_is_refused_whatever_validate_says(tmp_path: Path, validate: str) -> None:
-    text = POOL.replace("maxAge: 6h", "maxAge: 6h\n  autoscale: {min: 1, max: 5}")
-    got = apply(tmp_path, text, "--validate", validate)
+def test_a_misspelt_autoscale_field_is_refused_with_the_closest(tmp_path: Path) -> None:
+    text = POOL.replace("maxAge: 6h", "maxAge: 6h\n  autoscale: {min: 1, mx: 5}")
+    got = apply(tmp_path, text)
     assert got.exit_code == 2, got.output
-    assert "spec.autoscale: autoscaling is not supported by this version" in got.output
-    assert "scale pool NAME --replicas N" in got.output
+    assert "spec.autoscale.mx" in got.output
+    assert "spec.autoscale.max" in got.output
 
 
 def test_one_bad_pool_refuses_the_proxies_beside_it_before_any_connection(tmp_path: Path) -> None:

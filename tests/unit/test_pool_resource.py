@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from events.pool import MAX_AGE_SECONDS, PoolSpec, SpreadEntry
+from events.pool import MAX_AGE_SECONDS, Autoscale, PoolSpec, SpreadEntry
 from events.poolresource import (
     MAX_POOL_NAME,
     member_name,
@@ -262,7 +262,8 @@ def test_kind_and_api_version(obj: dict[str, Any], path: str) -> None:
             "spec.spread[0].wieght",
             "spec.spread[0].weight",
         ),
-        ({"autoscale": {"min": 1}}, "spec.autoscale", "spec.replicas"),
+        ({"autoscale": {"mni": 1}}, "spec.autoscale.mni", "spec.autoscale.min"),
+        ({"autoscale": {"scaleUpAfterr": "1m"}}, "spec.autoscale.scaleUpAfterr", "scaleUpAfter"),
     ],
 )
 def test_unknown_fields_are_named_with_the_closest_valid_one(
@@ -398,3 +399,83 @@ def test_a_name_with_a_trailing_line_break_is_refused(name: str) -> None:
     proxy["spec"] = {"provider": "local"}
     with pytest.raises(ResourceError, match=r"metadata\.name"):
         proxy_from_object(proxy)
+
+
+# ------------------------------------------------------------------------------- autoscale
+
+
+def test_autoscale_is_read_as_people_write_it() -> None:
+    spec = accepted(
+        pool(
+            autoscale={
+                "min": 5,
+                "max": 100,
+                "targetLeased": 0.8,
+                "scaleUpAfter": "30s",
+                "scaleDownAfter": "10m",
+            }
+        )
+    )
+    assert spec.autoscale == Autoscale(
+        min=5,
+        max=100,
+        target_leased=0.8,
+        scale_up_after_seconds=30.0,
+        scale_down_after_seconds=600.0,
+    )
+    assert accepted(pool(autoscale={})).autoscale == Autoscale()
+    assert accepted(pool()).autoscale is None
+
+
+@pytest.mark.parametrize(
+    ("autoscale", "path", "hint"),
+    [
+        ({"min": -1}, "spec.autoscale.min", "from 0 to 10000"),
+        ({"max": 0}, "spec.autoscale.max", "from 1 to 10000"),
+        ({"max": 10_001}, "spec.autoscale.max", "from 1 to 10000"),
+        ({"min": 6, "max": 5}, "spec.autoscale.max", "at least min (6)"),
+        ({"targetLeased": 0}, "spec.autoscale.targetLeased", "above 0, at most 1"),
+        ({"targetLeased": 1.5}, "spec.autoscale.targetLeased", "above 0, at most 1"),
+        ({"targetLeased": float("nan")}, "spec.autoscale.targetLeased", "above 0"),
+        ({"targetLeased": float("inf")}, "spec.autoscale.targetLeased", "above 0"),
+        ({"scaleUpAfter": "soon"}, "spec.autoscale.scaleUpAfter", "e.g. 30s"),
+        ({"scaleDownAfter": "-1m"}, "spec.autoscale.scaleDownAfter", "e.g. 30s"),
+        ({"scaleDownAfter": "200h"}, "spec.autoscale.scaleDownAfter", "at most 168h"),
+        ({"scaleUpAfter": float("nan")}, "spec.autoscale.scaleUpAfter", "not a duration"),
+    ],
+)
+def test_bad_autoscale_bounds_name_the_field_and_the_fix(
+    autoscale: dict[str, Any], path: str, hint: str
+) -> None:
+    error = refused(pool(autoscale=autoscale))
+    assert [e.path for e in error.errors] == [path], error.errors
+    assert hint in error.errors[0].message
+
+
+@given(
+    st.fixed_dictionaries(
+        {},
+        optional={
+            "min": st.integers(-5, 20_000),
+            "max": st.integers(-5, 20_000),
+            "targetLeased": st.floats(allow_nan=True, allow_infinity=True),
+            "scaleUpAfter": st.one_of(st.text(max_size=8), st.floats()),
+            "scaleDownAfter": st.one_of(st.text(max_size=8), st.floats()),
+        },
+    )
+)
+@settings(max_examples=200, deadline=None)
+def test_any_autoscale_is_usable_or_refused(autoscale: dict[str, Any]) -> None:
+    """What validation lets through, the fold takes: no bound of the one is missing from the
+    other."""
+    spec: PoolSpec | None = None
+    errors: list[str] = []
+    try:
+        _, spec = pool_from_object(pool(autoscale=autoscale))
+    except ResourceError as exc:
+        errors = [e.path for e in exc.errors]
+    if spec is None:
+        assert errors
+        assert all(path.startswith("spec.autoscale.") for path in errors), errors
+    else:
+        assert usable_spec(spec)

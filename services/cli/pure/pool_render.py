@@ -172,9 +172,9 @@ def pool_item(row: PoolRow) -> dict[str, object]:
     }
 
 
-def figures_item(seen: PoolFigures) -> dict[str, int]:
+def figures_item(seen: PoolFigures) -> dict[str, object]:
     """Every figure, zeros included (the log's encoding leaves them out)."""
-    return {f: getattr(seen, f) for f in seen.__struct_fields__}
+    return {f: msgspec.to_builtins(getattr(seen, f)) for f in seen.__struct_fields__}
 
 
 def _yes(value: bool) -> str:
@@ -182,10 +182,14 @@ def _yes(value: bool) -> str:
 
 
 def _figures(seen: PoolFigures) -> str:
-    return (
+    text = (
         f"desired {seen.desired}, members {seen.members}, ready {seen.ready}, "
         f"healthy {seen.healthy}, leased {seen.leased}, rotating {seen.rotating}"
     )
+    if seen.unserved or seen.waiting or seen.refused:
+        refused = ", ".join(f"{n} {why}" for why, n in sorted(seen.refused.items())) or "none"
+        text += f"; unserved {seen.unserved} (waiting {seen.waiting}, refused {refused})"
+    return text
 
 
 def _fields(pairs: Sequence[tuple[str, str]]) -> Table:
@@ -203,6 +207,15 @@ def _spec(row: PoolRow) -> list[tuple[str, str]]:
     attributes = ", ".join(f"{k}={v}" for k, v in sorted(template.attributes.items()))
     spread = ", ".join(f"{e.provider} (weight {e.weight})" for e in spec.spread)
     scaled = "" if view.replicas == spec.replicas else f" (scaled; the spec says {spec.replicas})"
+    auto = spec.autoscale
+    if auto is not None:
+        since = format_time(view.pressure_since) if view.pressure_since else "-"
+        scaled = (
+            f" (autoscaled {auto.min}..{auto.max}, target {auto.target_leased:g} leased, up "
+            f"after {format_duration(auto.scale_up_after_seconds)}, down after "
+            f"{format_duration(auto.scale_down_after_seconds)}; load {view.pressure} since "
+            f"{since})"
+        )
     return [
         ("  Replicas", f"{view.replicas}{scaled}"),
         ("  Provider", template.provider or "-"),

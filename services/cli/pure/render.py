@@ -61,6 +61,8 @@ MAIN_FIELDS: Mapping[str, tuple[str, ...]] = {
     "PoolDeletionRequested": ("uid",),
     "PoolRemoved": ("uid",),
     "PoolDecided": ("reason", "message", "figures.members", "figures.ready", "figures.leased"),
+    "PoolPressure": ("pressure", "wanted", "figures.leased", "figures.unserved"),
+    "PoolDemand": ("replica", "waiting", "unserved", "refused"),
 }
 
 

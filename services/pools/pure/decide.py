@@ -14,24 +14,40 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
+import msgspec
+
 from events.pool import (
     MAX_MEMBERS_PER_DECISION,
     PoolDecided,
     PoolFigures,
     PoolMember,
+    PoolPressure,
     PoolRemoved,
     SpreadEntry,
 )
 from events.poolresource import member_name
 from events.resource import cli_uid
 from projections.pool import Planned, PoolView, named_usably
+from projections.pool_demand import Demand
 from projections.pool_members import MemberState, figures
+from services.pools.pure import autoscale
 from services.pools.pure.members import member_spec
 from services.pools.pure.spread import next_provider, over_share, shares
 
 _State = Callable[[Planned], MemberState]
 
-REASONS = ("Deleting", "Failed", "ScaleUp", "ScaleDown", "Spread", "MaxAge", "Blocked", "Template")
+REASONS = (
+    "Deleting",
+    "Failed",
+    "Autoscale",
+    "ScaleUp",
+    "ScaleDown",
+    "Spread",
+    "MaxAge",
+    "Blocked",
+    "Template",
+    "Pressure",
+)
 """A decision's reason is the first of these it did."""
 
 
@@ -46,6 +62,11 @@ class Decision:
     rolled: tuple[str, ...] = ()
     remove: bool = False
     """Every member is gone and the pool was being deleted: append ``PoolRemoved``."""
+    scaled_to: int | None = None
+    """An autoscaled pool's new size."""
+    pressure: str | None = None
+    """An autoscaled pool's load turned (the decision is only that: ``PoolPressure``)."""
+    wanted: int = 0
 
 
 @dataclass(slots=True)
@@ -105,10 +126,17 @@ def placements(
     return usable, sorted(e.provider for e in entries if e.provider in failing)
 
 
-def recorded_as(decision: Decision, pool: PoolView) -> PoolDecided | PoolRemoved:
+def recorded_as(decision: Decision, pool: PoolView) -> PoolDecided | PoolRemoved | PoolPressure:
     """The event that records ``decision`` on the pool's aggregate."""
     if decision.remove:
         return PoolRemoved(uid=pool.uid)
+    if decision.pressure is not None:
+        return PoolPressure(
+            uid=pool.uid,
+            pressure=decision.pressure,
+            wanted=decision.wanted,
+            figures=decision.figures,
+        )
     return PoolDecided(
         uid=pool.uid,
         reason=decision.reason,
@@ -119,28 +147,53 @@ def recorded_as(decision: Decision, pool: PoolView) -> PoolDecided | PoolRemoved
         rolled=decision.rolled,
         figures=decision.figures,
         generation=pool.generation,
+        scaled_to=decision.scaled_to,
     )
 
 
-def decide(pool: PoolView, states: Mapping[str, MemberState], now: datetime) -> Decision | None:
+def decide(
+    pool: PoolView, states: Mapping[str, MemberState], now: datetime, demand: Demand | None = None
+) -> Decision | None:
+    """The next decision on ``pool``, or None. ``demand``: the lease requests naming it that
+    discovery could not serve lately (``projections.pool_demand``), which only an autoscaled
+    pool acts on."""
     if pool.removed or not named_usably(pool):
         return None  # a pool no resource would pass plans nothing (the fold keeps it to be seen)
-    seen = figures(pool, states)
+    demand = demand or Demand()
+    seen = msgspec.structs.replace(
+        figures(pool, states),
+        waiting=demand.waiting,
+        refused=dict(demand.refused),
+        unserved=demand.unserved,
+    )
 
     def state(planned: Planned) -> MemberState:
         return states.get(planned.member.uid, MemberState(uid=planned.member.uid))
 
     draft = _Draft()
+    scaled_to = None
     if pool.deleting:
         _delete(pool, state, draft)
         if not draft.retired and not any(state(p).declared for p in pool.members.values()):
             return Decision("Deleting", "every member is gone", seen, remove=True)
     else:
+        auto = autoscale.step(pool, seen, demand, now)
+        if auto.pressure is not None:
+            # Only the turn, so that every replica counts from one recorded instant; the rest
+            # of the evaluation is done at the next one, a tick later.
+            message = f"load turned {auto.pressure}: {auto.wanted} wanted of {pool.replicas}"
+            return Decision("Pressure", message, seen, pressure=auto.pressure, wanted=auto.wanted)
+        if auto.scaled_to is not None and auto.scaled_to != pool.replicas:
+            scaled_to = auto.scaled_to
+            draft.note("Autoscale", auto.note)
+            pool = msgspec.structs.replace(pool, replicas=scaled_to)
         _failed(pool, state, draft)
         _scale(pool, state, draft, now)
         _recycle(pool, state, draft, now)
         _roll(pool, state, draft)
-    if not (draft.added or draft.retired or draft.recycled or draft.rolled):
+    if not (
+        draft.added or draft.retired or draft.recycled or draft.rolled or scaled_to is not None
+    ):
         return None
     reason = min(draft.reasons, key=REASONS.index)
     return Decision(
@@ -151,6 +204,8 @@ def decide(pool: PoolView, states: Mapping[str, MemberState], now: datetime) -> 
         retired=tuple(draft.retired),
         recycled=tuple(draft.recycled),
         rolled=tuple(draft.rolled),
+        scaled_to=scaled_to,
+        wanted=scaled_to or 0,
     )
 
 

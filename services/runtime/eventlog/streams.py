@@ -15,6 +15,7 @@ from nats.js.errors import NotFoundError
 from events.errors import StreamConfigMismatch
 from events.subjects import (
     DEADLETTER_STREAM,
+    DEMAND_STREAM,
     GC_STREAM,
     LEASE_STREAM,
     POOL_STREAM,
@@ -68,6 +69,12 @@ STREAMS: tuple[StreamSpec, ...] = (
         POOL_STREAM,
         ("pool.*.*",),
         description="Proxy pools: declared, and the pool controller's decisions",
+    ),
+    StreamSpec(
+        DEMAND_STREAM,
+        ("demand.*",),
+        max_age=1 * DAY,
+        description="Lease requests naming a pool that discovery could not serve, per replica",
     ),
     StreamSpec(
         DEADLETTER_STREAM,
