@@ -179,7 +179,9 @@ async def _steady_tick(size: int) -> tuple[Controller, Any, PoolMetrics]:
     def views(found: dict[str, Any]) -> SimpleNamespace:
         return SimpleNamespace(views=found)
 
-    held = SimpleNamespace(pools=views({pool.uid: pool}), proxies=views(proxies), leases=views({}))
+    held = SimpleNamespace(
+        pools=views({pool.uid: pool}), proxies=views(proxies), leases=views({}), demand=views({})
+    )
     return Controller(store), held, PoolMetrics(CollectorRegistry())
 
 

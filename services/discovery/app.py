@@ -233,7 +233,8 @@ async def acquire(
     and a 503 says whether the pool is scaling."""
     client = caller(request)
     pool, selector = checked_pool(data.pool, data.selector)
-    check_acquire(client, selector, _held(api, client), access_metrics(api.metrics.registry))
+    held = _held(api, client)
+    check_acquire(client, selector, held, access_metrics(api.metrics.registry))
     pool_uid = ""
     if pool is not None:
         pool_uid = (await known_pool(api.views, pool, api.leases.policy.view_timeout)).uid
@@ -249,6 +250,8 @@ async def acquire(
         client=client.name,
         pool=pool,
         pool_uid=pool_uid,
+        # A client counts as a pool's demand for at most the leases it may still hold.
+        demand_limit=None if client.max_leases is None else max(client.max_leases - held, 0),
     )
     return _lease(api, granted)
 

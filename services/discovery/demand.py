@@ -6,7 +6,9 @@ refused (``busy``: every member taken; ``scaling``: the pool is still growing). 
 ``INTERVAL`` seconds, each pool with any gets a ``PoolDemand`` on ``demand.<pool uid>`` with the
 figures of the interval, and a pool whose demand ended gets one more, of nothing, so the
 controller need not wait for the report to go stale. ``unserved`` counts distinct holders, so a
-crawler retrying every second is one crawler short of a member, not five.
+crawler retrying every second is one crawler short of a member, not five; and each client for
+at most the leases it may still hold (its ``maxLeases``), so a client inventing holder names
+cannot grow a pool beyond what it could lease.
 
 Bounded: at most ``MAX_HOLDERS`` holders are remembered per pool and interval (the count
 saturates), and only pools that exist reach here (the route answers 404 for the others).
@@ -42,18 +44,39 @@ def default_replica() -> str:
     return _UNSAFE.sub("-", raw)[:128]
 
 
+@dataclass(frozen=True, slots=True)
+class Asker:
+    """Who a request is for: its client, its holder, and how many more leases the client may
+    hold (None: no limit)."""
+
+    client: str
+    holder: str
+    limit: int | None = None
+
+    @property
+    def who(self) -> tuple[str, str]:
+        return (self.client, self.holder)
+
+
 @dataclass
 class _Pool:
-    waiting: Counter[str] = field(default_factory=Counter)
-    """holder -> its requests waiting now."""
+    waiting: Counter[tuple[str, str]] = field(default_factory=Counter)
+    """(client, holder) -> its requests waiting now."""
     refused: Counter[str] = field(default_factory=Counter)
     """reason -> 503s this interval."""
-    holders: set[str] = field(default_factory=set)
-    """Holders refused this interval."""
+    holders: set[tuple[str, str]] = field(default_factory=set)
+    """(client, holder) refused this interval."""
+    limits: dict[str, int | None] = field(default_factory=dict)
+    """client -> the leases it may still hold, as its latest request said."""
 
     def unserved(self) -> int:
-        waiting = {h for h, n in self.waiting.items() if n > 0}
-        return len(waiting | self.holders)
+        waiting = {who for who, n in self.waiting.items() if n > 0}
+        per_client = Counter(client for client, _ in waiting | self.holders)
+        total = 0
+        for client, count in per_client.items():
+            limit = self.limits.get(client)
+            total += count if limit is None else min(count, limit)
+        return total
 
     def empty(self) -> bool:
         return not +self.waiting and not self.refused
@@ -72,19 +95,22 @@ class DemandReporter:
     def _pool(self, uid: str) -> _Pool:
         return self.pools.setdefault(uid, _Pool())
 
-    def waiting(self, uid: str, holder: str, delta: int) -> None:
+    def waiting(self, uid: str, asker: Asker, delta: int) -> None:
         pool = self._pool(uid)
-        if delta > 0 and holder not in pool.waiting and len(pool.waiting) >= MAX_HOLDERS:
-            holder = ""  # saturated: still counted as waiting, as one more holder at most
-        pool.waiting[holder] += delta
-        if pool.waiting[holder] <= 0:
-            del pool.waiting[holder]
+        pool.limits[asker.client] = asker.limit
+        who = asker.who
+        if who not in pool.waiting and (delta < 0 or len(pool.waiting) >= MAX_HOLDERS):
+            who = (asker.client, "")  # saturated: counted as waiting, as one more holder at most
+        pool.waiting[who] += delta
+        if pool.waiting[who] <= 0:
+            del pool.waiting[who]
 
-    def refused(self, uid: str, holder: str, reason: str) -> None:
+    def refused(self, uid: str, asker: Asker, reason: str) -> None:
         pool = self._pool(uid)
+        pool.limits[asker.client] = asker.limit
         pool.refused[reason] += 1
         if len(pool.holders) < MAX_HOLDERS:
-            pool.holders.add(holder)
+            pool.holders.add(asker.who)
 
     def take(self) -> list[PoolDemand]:
         """The reports of the interval that ends now; the refusals start again from nothing
@@ -111,6 +137,7 @@ class DemandReporter:
                 self.reported.add(uid)
                 pool.refused.clear()
                 pool.holders.clear()
+                pool.limits = {c: pool.limits.get(c) for c, _ in pool.waiting}
         return reports
 
     async def report_once(self) -> int:

@@ -28,7 +28,7 @@ from events.store import EventStore, NewEvent
 from projections.lease import LeaseView
 from projections.lease_queries import active, find, is_available
 from projections.proxy import ProxyView
-from services.discovery.demand import DemandReporter
+from services.discovery.demand import Asker, DemandReporter
 from services.discovery.errors import ApiError, IdempotencyKeyMismatch, LeaseEnded, PoolBusy
 from services.discovery.held_leases import HeldLeases
 from services.discovery.metrics import DiscoveryMetrics
@@ -83,12 +83,14 @@ class Leases(HeldLeases):
         client: str = "",
         pool: PoolRef | None = None,
         pool_uid: str = "",
+        demand_limit: int | None = None,
     ) -> Granted:
         """A lease on a proxy matching ``selector``, none of ``exclude``, ``proxy_uid`` if given
         (a sticky session: that proxy or none), and not in back-off for ``target``; waiting up
         to ``wait`` seconds for one to become free (``waiting``). With a ``pool`` (whose
         attribute ``selector`` holds, ``pools.checked_pool``), only in the pool's namespace; a
-        request for the pool ``pool_uid`` that waits or is refused counts as its demand."""
+        request for the pool ``pool_uid`` that waits or is refused counts as its demand, each
+        client for at most ``demand_limit`` holders (the leases it may still hold)."""
         ttl = self.policy.grant_ttl(requested_ttl)
         claim = Claim(dict(selector), ttl, requested_ttl or 0.0, holder, key or "", target, client)
         with self.metrics.acquire_seconds.time():
@@ -118,13 +120,14 @@ class Leases(HeldLeases):
                 granted = await attempt()  # released on another replica a moment ago
                 error = refused() if granted is None else None
             if error and error.status == 503 and wait > 0 and not self.queue.full:
+                asker = Asker(client, holder, demand_limit)
                 if pool_uid:
-                    self.demand.waiting(pool_uid, holder, 1)
+                    self.demand.waiting(pool_uid, asker, 1)
                 try:
                     granted = await self._wait(candidates, attempt, claim.target, wait)
                 finally:
                     if pool_uid:
-                        self.demand.waiting(pool_uid, holder, -1)
+                        self.demand.waiting(pool_uid, asker, -1)
                 error = refused() if granted is None else None
             if granted is None:
                 error = error or refused()
@@ -135,7 +138,7 @@ class Leases(HeldLeases):
                     self.metrics.pool_busy.labels(str(error.scaling).lower()).inc()
                     if pool_uid:
                         why = "scaling" if error.scaling else "busy"
-                        self.demand.refused(pool_uid, holder, why)
+                        self.demand.refused(pool_uid, Asker(client, holder, demand_limit), why)
                 raise error
             self.metrics.acquisitions.labels("acquired").inc()
             return granted

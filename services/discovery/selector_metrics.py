@@ -93,6 +93,7 @@ class MeasuredLeases(Leases):
         client: str = "",
         pool: PoolRef | None = None,
         pool_uid: str = "",
+        demand_limit: int | None = None,
     ) -> Granted:
         started = time.monotonic()
         result = "refused"
@@ -109,6 +110,7 @@ class MeasuredLeases(Leases):
                 client=client,
                 pool=pool,
                 pool_uid=pool_uid,
+                demand_limit=demand_limit,
             )
             result = "acquired"
             return granted

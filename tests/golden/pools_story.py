@@ -26,7 +26,7 @@ from projections import pool as pool_fold
 from projections import pool_demand
 from projections import proxy as proxy_fold
 from projections.proxy import ProxyView
-from services.discovery.demand import DemandReporter
+from services.discovery.demand import Asker, DemandReporter
 from services.pools.controller import Controller
 from tests.golden.writers import GoldenLog, reconcile
 
@@ -121,16 +121,16 @@ def the_autoscaled_pool_busy(log: GoldenLog) -> None:
     _pool_event(log, uid, declared, "declared")
     assert len(_evaluate(log, uid)) == 1  # Autoscale: held within 1..3, one member
     reporter = DemandReporter(log, replica="discovery-golden", interval=5.0)
-    reporter.waiting(uid, "crawler-1", 1)
-    reporter.waiting(uid, "crawler-2", 1)
-    reporter.refused(uid, "crawler-3", "busy")
+    reporter.waiting(uid, Asker("", "crawler-1"), 1)
+    reporter.waiting(uid, Asker("", "crawler-2"), 1)
+    reporter.refused(uid, Asker("", "crawler-3"), "busy")
     log.later(1.0)
     assert asyncio.run(reporter.report_once()) == 1
     assert _evaluate(log, uid) == []  # Pressure: up
     log.later(10.0)
     assert len(_evaluate(log, uid)) == 2  # Autoscale: 1 -> 3
-    reporter.waiting(uid, "crawler-1", -1)
-    reporter.waiting(uid, "crawler-2", -1)
+    reporter.waiting(uid, Asker("", "crawler-1"), -1)
+    reporter.waiting(uid, Asker("", "crawler-2"), -1)
     log.later(1.0)
     assert asyncio.run(reporter.report_once()) == 1  # unserved now none
     pool = pool_fold.fold(list(log.history(subjects.pool(uid)).events))

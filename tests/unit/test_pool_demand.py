@@ -16,7 +16,7 @@ from events.pool import PoolDemand
 from events.store import Recorded
 from projections import pool_demand
 from projections.pool_demand import MAX_REPLICAS, Demand, DemandView, current
-from services.discovery.demand import MAX_HOLDERS, DemandReporter
+from services.discovery.demand import MAX_HOLDERS, Asker, DemandReporter
 from services.runtime.eventlog.memory import InMemoryEventStore
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -129,14 +129,14 @@ def test_any_reports_fold_into_a_bounded_demand(reports: list[PoolDemand]) -> No
 def test_holders_are_counted_once_and_refusals_start_again_each_interval() -> None:
     reporter = DemandReporter(InMemoryEventStore(), replica="d1")
     for _ in range(5):
-        reporter.refused(POOL, "crawler-1", "busy")  # one crawler retrying
-    reporter.waiting(POOL, "crawler-2", 1)
-    reporter.waiting(POOL, "crawler-2", 1)  # two requests of one holder
+        reporter.refused(POOL, Asker("c", "crawler-1"), "busy")  # one crawler retrying
+    reporter.waiting(POOL, Asker("c", "crawler-2"), 1)
+    reporter.waiting(POOL, Asker("c", "crawler-2"), 1)  # two requests of one holder
     [first] = reporter.take()
     assert (first.waiting, first.unserved, first.refused) == (2, 2, {"busy": 5})
     [second] = reporter.take()  # the waiting go on; the refusals were the interval's
     assert (second.waiting, second.unserved, second.refused) == (2, 1, {})
-    reporter.waiting(POOL, "crawler-2", -2)
+    reporter.waiting(POOL, Asker("c", "crawler-2"), -2)
     [last] = reporter.take()  # the end of the demand is reported once
     assert (last.waiting, last.unserved, last.refused) == (0, 0, {})
     assert reporter.take() == []
@@ -144,16 +144,16 @@ def test_holders_are_counted_once_and_refusals_start_again_each_interval() -> No
 
 def test_a_pool_nobody_waited_for_is_never_reported() -> None:
     reporter = DemandReporter(InMemoryEventStore(), replica="d1")
-    reporter.waiting(POOL, "h", 1)
-    reporter.waiting(POOL, "h", -1)
+    reporter.waiting(POOL, Asker("c", "h"), 1)
+    reporter.waiting(POOL, Asker("c", "h"), -1)
     assert reporter.take() == []
 
 
 def test_holders_remembered_are_bounded() -> None:
     reporter = DemandReporter(InMemoryEventStore(), replica="d1")
     for i in range(MAX_HOLDERS + 100):
-        reporter.refused(POOL, f"h{i}", "scaling")
-        reporter.waiting(POOL, f"w{i}", 1)
+        reporter.refused(POOL, Asker("c", f"h{i}"), "scaling")
+        reporter.waiting(POOL, Asker("c", f"w{i}"), 1)
     [got] = reporter.take()
     assert got.refused == {"scaling": MAX_HOLDERS + 100}
     assert got.waiting == MAX_HOLDERS + 100
@@ -163,7 +163,7 @@ def test_holders_remembered_are_bounded() -> None:
 async def test_reports_reach_the_pools_demand_subject() -> None:
     store = InMemoryEventStore()
     reporter = DemandReporter(store, replica="d1", interval=5.0)
-    reporter.refused(POOL, "h", "busy")
+    reporter.refused(POOL, Asker("c", "h"), "busy")
     assert await reporter.report_once() == 1
     history = await store.read(subjects.demand(POOL))
     [item] = history.events
@@ -172,3 +172,29 @@ async def test_reports_reach_the_pools_demand_subject() -> None:
     )
     assert await reporter.report_once() == 1  # the end of it
     assert await reporter.report_once() == 0
+
+
+def test_a_client_counts_for_at_most_the_leases_it_may_still_hold() -> None:
+    """A client inventing holder names cannot grow a pool past what it could lease."""
+    reporter = DemandReporter(InMemoryEventStore(), replica="d1")
+    for i in range(50):
+        reporter.refused(POOL, Asker("greedy", f"h{i}", limit=3), "busy")
+    reporter.waiting(POOL, Asker("open", "w1"), 1)
+    reporter.waiting(POOL, Asker("open", "w2"), 1)
+    [got] = reporter.take()
+    assert got.unserved == 3 + 2
+    assert got.refused == {"busy": 50}
+
+
+def test_a_saturated_waiter_is_counted_and_ends() -> None:
+    reporter = DemandReporter(InMemoryEventStore(), replica="d1")
+    askers = [Asker("c", f"w{i}") for i in range(MAX_HOLDERS + 5)]
+    for asker in askers:
+        reporter.waiting(POOL, asker, 1)
+    [got] = reporter.take()
+    assert got.waiting == MAX_HOLDERS + 5
+    for asker in askers:
+        reporter.waiting(POOL, asker, -1)
+    [last] = reporter.take()
+    assert last.waiting == 0
+    assert reporter.take() == []
