@@ -19,9 +19,7 @@ from datetime import datetime
 import structlog
 
 from events import subjects
-from events.errors import ConcurrencyError
 from events.pool import MAX_MEMBERS_PER_DECISION, PoolMember
-from events.schemas import RotationRequested
 from events.store import EventStore, History, NewEvent, decide_and_append, derive_msg_id
 from projections import pool as pool_fold
 from projections.declaring import Declaration, apply, delete
@@ -30,7 +28,7 @@ from projections.pool import PoolView
 from projections.pool_demand import Demand
 from projections.pool_members import MemberState, member_state
 from projections.proxy import ProxyView
-from projections.proxy import fold as fold_proxy
+from projections.rotating import request_rotation
 from services.pools.pure.decide import Decision, decide, recorded_as
 from services.pools.pure.members import member_spec
 
@@ -194,27 +192,12 @@ class Controller:
     async def _rotate(self, uid: str, pool: PoolView) -> bool:
         """Ask for a fresh instance of a member, as a lease holder's ``rotate`` does; nothing if
         a rotation is under way already."""
-        aggregate = subjects.proxy(uid)
-        for _ in range(20):
-            history = await self.store.read(aggregate)
-            proxy = fold_proxy(list(history.events))
-            if proxy is None or proxy.removed or proxy.deleting:
-                return False
-            if proxy.rotation is not None and proxy.rotation.in_progress:
-                return False
-            rotation_id = "rot-" + derive_msg_id("pool-rotation", uid, str(history.last_seq))[:20]
-            event = RotationRequested(uid=uid, rotation_id=rotation_id, client=source_of(pool))
-            try:
-                await self.store.append(
-                    aggregate,
-                    [NewEvent(event, derive_msg_id("rotation-requested", rotation_id))],
-                    expected_seq=history.last_seq,
-                )
-            except ConcurrencyError:
-                continue
-            return True
-        log.warning("a member kept changing while its rotation was asked for", uid=uid)
-        return False
+        requested = await request_rotation(
+            self.store, uid, cause="pool-rotation", client=source_of(pool)
+        )
+        if requested == "contended":
+            log.warning("a member kept changing while its rotation was asked for", uid=uid)
+        return requested == "requested"
 
 
 async def _bounded(writes: Sequence[Awaitable[None]]) -> None:

@@ -7,9 +7,9 @@ Custom objects come back as plain dicts (no generated models), which is what the
 from __future__ import annotations
 
 import hashlib
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import aiohttp
 from kubernetes_asyncio import client as k8s
@@ -24,7 +24,7 @@ from services.runtime.kubeclient import (
     KubeUnavailable,
     classify_api_error,
 )
-from services.watcher.pure.objects import CLOUD_INIT_LABEL, ProxyObject
+from services.watcher.pure.objects import CLOUD_INIT_LABEL, KubeObject, ProxyObject
 from services.watcher.pure.status import COMPONENT, Notice, rfc3339
 
 MERGE_PATCH = "application/merge-patch+json"
@@ -39,125 +39,152 @@ def _wrap(exc: Exception, what: str) -> KubeApiError:
     return KubeUnavailable(f"{what}: {type(exc).__name__}: {exc}")
 
 
-class ProxyApi:
-    def __init__(self, api_client: k8s.ApiClient, *, request_timeout: float = 30.0) -> None:
+T = TypeVar("T")
+_FAILURES = (ApiException, aiohttp.ClientError, TimeoutError)
+Absent = tuple[type[KubeApiError], ...]
+"""The errors that tell a caller the object is not there (any more), or is another one now."""
+
+
+async def answer(call: Awaitable[T], what: str, *, absent: Absent = ()) -> T | None:
+    """The call's answer; None for an error in ``absent``, any other raised as ours."""
+    try:
+        return await call
+    except _FAILURES as exc:
+        error = _wrap(exc, what)
+        if isinstance(error, absent):
+            return None
+        raise error from exc
+
+
+async def succeeded(call: Awaitable[object], what: str, *, absent: Absent = ()) -> bool:
+    """Whether the call succeeded; False for an error in ``absent``, any other raised as ours."""
+    return await answer(_done(call), what, absent=absent) is not None
+
+
+async def _done(call: Awaitable[object]) -> bool:
+    await call
+    return True
+
+
+async def watch_stream(
+    list_call: Callable[..., Any], *args: Any, what: str, **kwargs: Any
+) -> AsyncGenerator[Raw, None]:
+    """Watch events of ``list_call``, bookmarks included; errors raised as ours.
+
+    kubernetes_asyncio's ``Watch`` resumes a dropped connection from the latest
+    resourceVersion it saw (bookmarks count); what it cannot resume (410 Gone) is raised as
+    ``KubeGone`` for the caller to list again. (The RBAC test reads ``stream(<list call>`` as a
+    watch.)
+    """
+    async with Watch() as watch:
+        stream = watch.stream(list_call, *args, allow_watch_bookmarks=True, **kwargs)
+        try:
+            async for event in stream:
+                yield event
+        except _FAILURES as exc:
+            raise _wrap(exc, what) from exc
+
+
+class CustomObjectApi:
+    """The calls on one kind of custom object, named by its plural (``kind`` names one in
+    errors). The RBAC test in tests/unit/test_deploy.py counts these calls once for each
+    ``plural=`` an API is built with."""
+
+    def __init__(
+        self, api_client: k8s.ApiClient, *, plural: str, kind: str, request_timeout: float
+    ) -> None:
         self.api_client = api_client
         self.custom = k8s.CustomObjectsApi(api_client)
-        self.core = k8s.CoreV1Api(api_client)
+        self.plural = plural
+        self.kind = kind
         self.timeout = request_timeout
 
-    async def list_proxies(self) -> tuple[list[Raw], str]:
-        """Every Proxy in the cluster and the list's resourceVersion (where a watch resumes)."""
+    async def list_objects(self) -> tuple[list[Raw], str]:
+        """Every object in the cluster and the list's resourceVersion (where a watch resumes)."""
         try:
             listing = await self.custom.list_cluster_custom_object(
-                GROUP, VERSION, PLURAL, _request_timeout=self.timeout
+                GROUP, VERSION, self.plural, _request_timeout=self.timeout
             )
-        except (ApiException, aiohttp.ClientError, TimeoutError) as exc:
-            raise _wrap(exc, "list proxies") from exc
+        except _FAILURES as exc:
+            raise _wrap(exc, f"list {self.plural}") from exc
         return list(listing.get("items") or []), str(listing["metadata"]["resourceVersion"])
 
-    async def watch_proxies(self, resource_version: str) -> AsyncGenerator[Raw, None]:
-        """Watch events from ``resource_version`` on, bookmarks included.
+    def watch_objects(self, resource_version: str) -> AsyncGenerator[Raw, None]:
+        """Watch events from ``resource_version`` on; 410 Gone is raised as ``KubeGone``."""
+        return watch_stream(
+            self.custom.list_cluster_custom_object,
+            GROUP,
+            VERSION,
+            self.plural,
+            resource_version=resource_version,
+            what=f"watch {self.plural}",
+        )
 
-        kubernetes_asyncio's ``Watch`` resumes a dropped connection from the latest
-        resourceVersion it saw (bookmarks count); what it cannot resume (410 Gone) is raised as
-        ``KubeGone`` for the caller to list again.
-        """
-        async with Watch() as watch:
-            stream = watch.stream(
-                self.custom.list_cluster_custom_object,
-                GROUP,
-                VERSION,
-                PLURAL,
-                resource_version=resource_version,
-                allow_watch_bookmarks=True,
-            )
-            try:
-                async for event in stream:
-                    yield event
-            except (ApiException, aiohttp.ClientError, TimeoutError) as exc:
-                raise _wrap(exc, "watch proxies") from exc
+    async def get_object(self, namespace: str, name: str) -> Raw | None:
+        """None: it is gone."""
+        call = self.custom.get_namespaced_custom_object(
+            GROUP, VERSION, namespace, self.plural, name, _request_timeout=self.timeout
+        )
+        found: Raw | None = await answer(
+            call, f"get {self.kind} {namespace}/{name}", absent=(KubeNotFound,)
+        )
+        return found
 
-    async def watch_secrets(self) -> AsyncGenerator[Raw, None]:
-        """Labelled Secrets (the only ones usable as cloud-init), from now on."""
-        async with Watch() as watch:
-            stream = watch.stream(
-                self.core.list_secret_for_all_namespaces,
-                label_selector=f"{CLOUD_INIT_LABEL}=true",
-                allow_watch_bookmarks=True,
-            )
-            try:
-                async for event in stream:
-                    yield event
-            except (ApiException, aiohttp.ClientError, TimeoutError) as exc:
-                raise _wrap(exc, "watch secrets") from exc
-
-    async def read_secret(self, namespace: str, name: str) -> Raw | None:
-        try:
-            secret = await self.core.read_namespaced_secret(
-                name, namespace, _request_timeout=self.timeout
-            )
-        except (ApiException, aiohttp.ClientError, TimeoutError) as exc:
-            error = _wrap(exc, f"read Secret {namespace}/{name}")
-            if isinstance(error, KubeNotFound):
-                return None
-            raise error from exc
-        data: Raw = self.api_client.sanitize_for_serialization(secret)
-        return data
-
-    async def get_proxy(self, namespace: str, name: str) -> Raw | None:
-        try:
-            result: Raw = await self.custom.get_namespaced_custom_object(
-                GROUP, VERSION, namespace, PLURAL, name, _request_timeout=self.timeout
-            )
-        except (ApiException, aiohttp.ClientError, TimeoutError) as exc:
-            error = _wrap(exc, f"get Proxy {namespace}/{name}")
-            if isinstance(error, KubeNotFound):
-                return None
-            raise error from exc
-        return result
-
-    async def set_finalizers(self, obj: ProxyObject, finalizers: list[str]) -> Raw | None:
-        """Replace the finalizer list, guarded by the resourceVersion we decided on: a 409 means
-        the object moved, and its next watch event brings the decision back. None: it is gone."""
+    async def set_finalizers(self, obj: KubeObject, finalizers: list[str]) -> Raw | None:
+        """Replace the finalizer list, guarded by the resourceVersion we decided on. None: the
+        object moved (409) or is gone, and its next watch event brings the decision back."""
         body = {"metadata": {"finalizers": finalizers, "resourceVersion": obj.resource_version}}
-        try:
-            result: Raw = await self.custom.patch_namespaced_custom_object(
-                GROUP,
-                VERSION,
-                obj.namespace,
-                PLURAL,
-                obj.name,
-                body,
-                **_MERGE,
-                _request_timeout=self.timeout,
-            )
-        except (ApiException, aiohttp.ClientError, TimeoutError) as exc:
-            error = _wrap(exc, f"set finalizers of Proxy {obj.namespace}/{obj.name}")
-            if isinstance(error, KubeNotFound | KubeConflict):
-                return None
-            raise error from exc
-        return result
+        call = self.custom.patch_namespaced_custom_object(
+            GROUP,
+            VERSION,
+            obj.namespace,
+            self.plural,
+            obj.name,
+            body,
+            **_MERGE,
+            _request_timeout=self.timeout,
+        )
+        what = f"set finalizers of {self.kind} {obj.namespace}/{obj.name}"
+        updated: Raw | None = await answer(call, what, absent=(KubeNotFound, KubeConflict))
+        return updated
 
     async def patch_status(self, namespace: str, name: str, status: Raw) -> bool:
         """Merge-patch ``.status`` through the status subresource; False: the object is gone."""
-        try:
-            await self.custom.patch_namespaced_custom_object_status(
-                GROUP,
-                VERSION,
-                namespace,
-                PLURAL,
-                name,
-                {"status": status},
-                **_MERGE,
-                _request_timeout=self.timeout,
-            )
-        except (ApiException, aiohttp.ClientError, TimeoutError) as exc:
-            error = _wrap(exc, f"patch status of Proxy {namespace}/{name}")
-            if isinstance(error, KubeNotFound):
-                return False
-            raise error from exc
-        return True
+        call = self.custom.patch_namespaced_custom_object_status(
+            GROUP,
+            VERSION,
+            namespace,
+            self.plural,
+            name,
+            {"status": status},
+            **_MERGE,
+            _request_timeout=self.timeout,
+        )
+        what = f"patch status of {self.kind} {namespace}/{name}"
+        return await succeeded(call, what, absent=(KubeNotFound,))
+
+
+class ProxyApi(CustomObjectApi):
+    def __init__(self, api_client: k8s.ApiClient, *, request_timeout: float = 30.0) -> None:
+        super().__init__(api_client, plural=PLURAL, kind=KIND, request_timeout=request_timeout)
+        self.core = k8s.CoreV1Api(api_client)
+
+    def watch_secrets(self) -> AsyncGenerator[Raw, None]:
+        """Labelled Secrets (the only ones usable as cloud-init), from now on."""
+        return watch_stream(
+            self.core.list_secret_for_all_namespaces,
+            label_selector=f"{CLOUD_INIT_LABEL}=true",
+            what="watch secrets",
+        )
+
+    async def read_secret(self, namespace: str, name: str) -> Raw | None:
+        call = self.core.read_namespaced_secret(name, namespace, _request_timeout=self.timeout)
+        what = f"read Secret {namespace}/{name}"
+        secret = await answer(call, what, absent=(KubeNotFound,))
+        if secret is None:
+            return None
+        data: Raw = self.api_client.sanitize_for_serialization(secret)
+        return data
 
     async def record_event(self, obj: ProxyObject, notice: Notice, cause: str) -> None:
         """One core/v1 Event per transition; its name derives from the transition (``cause``),
@@ -184,12 +211,8 @@ class ProxyApi:
             "lastTimestamp": now,
             "count": 1,
         }
-        try:
-            await self.core.create_namespaced_event(
-                obj.namespace, cast(Any, body), _request_timeout=self.timeout
-            )
-        except (ApiException, aiohttp.ClientError, TimeoutError) as exc:
-            error = _wrap(exc, f"record event for Proxy {obj.namespace}/{obj.name}")
-            if isinstance(error, KubeConflict):
-                return
-            raise error from exc
+        call = self.core.create_namespaced_event(
+            obj.namespace, cast(Any, body), _request_timeout=self.timeout
+        )
+        what = f"record event for Proxy {obj.namespace}/{obj.name}"
+        await answer(call, what, absent=(KubeConflict,))

@@ -23,12 +23,9 @@ from typing import Any
 
 import structlog
 
-from events import subjects
-from events.errors import ConcurrencyError
-from events.schemas import RotationRequested
-from events.store import EventStore, NewEvent, derive_msg_id
+from events.store import EventStore
 from projections.proxy import ProxyView
-from projections.proxy import fold as fold_proxy
+from projections.rotating import request_rotation
 from services.watcher.board import Board
 from services.watcher.kube import Raw
 from services.watcher.poolkube import PoolApi
@@ -181,24 +178,9 @@ class Mirrors:
     async def rotate(self, uid: str) -> bool:
         """Ask for a fresh instance of a member, as the pool controller does for an aged one;
         nothing if it is going, or a rotation is under way already."""
-        aggregate = subjects.proxy(uid)
-        for _ in range(20):
-            history = await self.store.read(aggregate)
-            proxy = fold_proxy(list(history.events))
-            if proxy is None or proxy.removed or proxy.deleting:
-                return False
-            if proxy.rotation is not None and proxy.rotation.in_progress:
-                return False
-            rotation_id = "rot-" + derive_msg_id("mirror-deleted", uid, str(history.last_seq))[:20]
-            event = RotationRequested(uid=uid, rotation_id=rotation_id, client=REQUESTER)
-            try:
-                await self.store.append(
-                    aggregate,
-                    [NewEvent(event, derive_msg_id("rotation-requested", rotation_id))],
-                    expected_seq=history.last_seq,
-                )
-            except ConcurrencyError:
-                continue
-            return True
-        log.warning("a member kept changing while its replacement was asked for", uid=uid)
-        return False
+        requested = await request_rotation(
+            self.store, uid, cause="mirror-deleted", client=REQUESTER
+        )
+        if requested == "contended":
+            log.warning("a member kept changing while its replacement was asked for", uid=uid)
+        return requested == "requested"

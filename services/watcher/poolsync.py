@@ -9,10 +9,10 @@ member and the log says the pool is removed. An object the CLI's parser refuses 
 ``InvalidSpec`` condition naming the field; nothing is appended for it.
 
 As ``ProxySync`` does for Proxies: handling an object, an event or a listing is finite and
-idempotent, the loop lists, watches from the listing, and lists again on 410 Gone or every
-``resync`` seconds. ``run_keeper`` brings the log's side into the cluster: mirrors and status,
-on every change the watches report and every ``interval`` seconds (the figures follow the
-members' Proxies and leases, which no watch of ours reports).
+idempotent, the loop (``watchloop.ListWatch``) lists, watches from the listing, and lists again
+on 410 Gone or every ``resync`` seconds. ``run_keeper`` brings the log's side into the cluster:
+mirrors and status, on every change the watches report and every ``interval`` seconds (the
+figures follow the members' Proxies and leases, which no watch of ours reports).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+from collections.abc import AsyncGenerator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -35,13 +36,12 @@ from projections.pool_members import member_state
 from projections.pooldeclaring import apply_pool, delete_pool, scale_pool
 from services.runtime.aio import raise_if_cancelled
 from services.runtime.eventlog.projector import Projector
-from services.runtime.kubeclient import KubeApiError, KubeGone, pause_after
+from services.runtime.kubeclient import KubeApiError, pause_after
 from services.watcher.kube import Raw
 from services.watcher.logview import LogView
 from services.watcher.mirrors import Mirrors
 from services.watcher.poolkube import PoolApi
-from services.watcher.pure.crd import FINALIZER
-from services.watcher.pure.objects import SOURCE
+from services.watcher.pure.objects import SOURCE, finalizers_with, finalizers_without
 from services.watcher.pure.pools import (
     PoolObject,
     available,
@@ -50,11 +50,15 @@ from services.watcher.pure.pools import (
     pool_status,
     status_patch,
 )
+from services.watcher.watchloop import ListWatch
 
 log = structlog.get_logger("egress.watcher.pools")
 
 
-class PoolSync:
+class PoolSync(ListWatch):
+    WATCH = "pool watch"
+    log = log
+
     def __init__(
         self,
         store: EventStore,
@@ -68,21 +72,18 @@ class PoolSync:
         retry_delay: float = 1.0,
         interval: float = 1.0,
     ) -> None:
+        super().__init__(resync=resync, retry_delay=retry_delay)
         self.store = store
         self.api = api
         self.logview = logview
         self.pools = pools
         self.leases = leases
         self.mirrors = mirrors
-        self.resync = resync
-        self.retry_delay = retry_delay
         self.interval = interval
         self.objects: dict[str, PoolObject] = {}
         self.synced: dict[str, int] = {}
         """The generation last brought into the log, per object uid."""
         self.written: dict[str, dict[str, Any]] = {}
-        self.resource_version = ""
-        self.relists = 0
         self.complete = False
         """Pools and Proxies listed at least once this term: a mirror nobody wants is stale."""
         self.proxies_listed = False
@@ -117,7 +118,7 @@ class PoolSync:
             await self._deleting(obj)
             return
         if not obj.has_finalizer:
-            updated = await self.api.set_pool_finalizers(obj, [*obj.finalizers, FINALIZER])
+            updated = await self.api.set_finalizers(obj, finalizers_with(obj))
             if updated is None:
                 return  # moved or gone: its next watch event brings it back
             obj = parse_pool(updated)
@@ -162,8 +163,7 @@ class PoolSync:
 
     async def _release(self, obj: PoolObject) -> None:
         """Drop our finalizer: the log says the pool is removed."""
-        rest = [f for f in obj.finalizers if f != FINALIZER]
-        if await self.api.set_pool_finalizers(obj, rest) is not None:
+        if await self.api.set_finalizers(obj, finalizers_without(obj)) is not None:
             log.info("pool finalizer released", namespace=obj.namespace, name=obj.name)
 
     async def gone(self, raw: Raw) -> None:
@@ -182,23 +182,12 @@ class PoolSync:
         self.synced.pop(uid, None)
         self.written.pop(uid, None)
 
-    # ------------------------------------------------------------------ one event, one listing
-
-    async def handle(self, event: dict[str, Any]) -> None:
-        kind = str(event.get("type", "")).upper()
-        raw = event.get("raw_object") or event.get("object") or {}
-        version = (raw.get("metadata") or {}).get("resourceVersion")
-        if version:
-            self.resource_version = str(version)
-        if kind in ("ADDED", "MODIFIED"):
-            await self.observe(raw)
-        elif kind == "DELETED":
-            await self.gone(raw)
+    # ------------------------------------------------------------------ one listing
 
     async def relist(self) -> str:
         """Sync every object; request deletion of the pools Kubernetes declared whose object
         vanished while no watcher ran. The listing's resourceVersion."""
-        items, version = await self.api.list_pools()
+        items, version = await self.api.list_objects()
         self.relists += 1
         await self.catch_up()
         listed = [parse_pool(raw) for raw in items]
@@ -225,25 +214,8 @@ class PoolSync:
         self.complete = self.pools_listed
         self.wake.set()
 
-    async def run(self) -> None:
-        while True:
-            raise_if_cancelled()
-            try:
-                version = await self.relist()
-                async with (
-                    asyncio.timeout(self.resync if self.resync > 0 else None),
-                    contextlib.aclosing(self.api.watch_pools(version)) as events,
-                ):
-                    async for event in events:
-                        await self.handle(event)
-                        raise_if_cancelled()
-            except TimeoutError:
-                continue
-            except KubeGone:
-                log.info("pool watch expired (410 Gone), listing again")
-            except (KubeApiError, EventStoreError) as exc:
-                log.warning("pool watch failed, listing again", error=str(exc))
-                await asyncio.sleep(pause_after(exc, self.retry_delay))
+    def watch(self, resource_version: str) -> AsyncGenerator[Raw, None]:
+        return self.api.watch_objects(resource_version)
 
     # ------------------------------------------------------------------ the log's side
 
@@ -308,5 +280,5 @@ class PoolSync:
         patch = status_patch(desired, previous)
         if patch is None:
             return
-        if await self.api.patch_pool_status(obj.namespace, obj.name, patch):
+        if await self.api.patch_status(obj.namespace, obj.name, patch):
             self.written[obj.uid] = desired

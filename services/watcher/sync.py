@@ -1,9 +1,9 @@
 """Proxy objects → ``declared`` events, and the finalizer that makes deletion wait for the log.
 
 Every step here is finite and idempotent: handling one object (``observe``), one watch event
-(``handle``), one listing (``relist``). The loop in ``run`` only strings them together: list,
-watch from the list's resourceVersion, list again when the watch cannot resume (410 Gone) or
-every ``resync`` seconds. Appends are decided on the folded aggregate
+(``handle``), one listing (``relist``). The loop in ``run`` (``watchloop.ListWatch``) only
+strings them together: list, watch from the list's resourceVersion, list again when the watch
+cannot resume (410 Gone) or every ``resync`` seconds. Appends are decided on the folded aggregate
 (``projections.declaring``), so handling an object twice, or by two watchers, stores nothing twice.
 """
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncGenerator, Iterable
+from typing import TYPE_CHECKING
 
 import structlog
 from opentelemetry import trace
@@ -22,7 +22,7 @@ from events.errors import EventStoreError
 from events.store import EventStore
 from projections.declaring import Declaration, apply, delete
 from services.runtime.aio import raise_if_cancelled
-from services.runtime.kubeclient import KubeApiError, KubeGone, pause_after
+from services.runtime.kubeclient import KubeApiError, pause_after
 from services.watcher.board import Board
 from services.watcher.kube import ProxyApi, Raw
 from services.watcher.logview import LogView
@@ -37,6 +37,7 @@ from services.watcher.pure.objects import (
     resolve_cloud_init,
 )
 from services.watcher.pure.tracked import vanished
+from services.watcher.watchloop import ListWatch
 
 if TYPE_CHECKING:
     from services.watcher.mirrors import Mirrors
@@ -46,7 +47,10 @@ log = structlog.get_logger("egress.watcher")
 _tracer = trace.get_tracer("egress_proxies.watcher")
 
 
-class ProxySync:
+class ProxySync(ListWatch):
+    WATCH = "watch"
+    log = log
+
     def __init__(
         self,
         store: EventStore,
@@ -58,15 +62,12 @@ class ProxySync:
         retry_delay: float = 1.0,
         metrics: WatcherMetrics | None = None,
     ) -> None:
+        super().__init__(resync=resync, retry_delay=retry_delay)
         self.metrics = metrics or WatcherMetrics(CollectorRegistry())
         self.store = store
         self.api = api
         self.logview = logview
         self.board = board
-        self.resync = resync
-        self.retry_delay = retry_delay
-        self.resource_version = ""
-        self.relists = 0
         self.synced: dict[str, int] = {}
         """The generation last brought into the log, per uid: a watch event that changes no
         generation (our own status patches, mostly) costs no log read, no Secret read."""
@@ -187,7 +188,7 @@ class ProxySync:
         obj = self.board.objects.get(uid)
         if obj is None or not obj.deleting:
             return
-        fresh = await self.api.get_proxy(obj.namespace, obj.name)
+        fresh = await self.api.get_object(obj.namespace, obj.name)
         if fresh is None:
             self.forget(uid)
             return
@@ -217,22 +218,11 @@ class ProxySync:
         self.board.forget(uid)
         self.synced.pop(uid, None)
 
-    # ------------------------------------------------------------------ one event, one listing
-
-    async def handle(self, event: dict[str, Any]) -> None:
-        kind = str(event.get("type", "")).upper()
-        raw = event.get("raw_object") or event.get("object") or {}
-        version = (raw.get("metadata") or {}).get("resourceVersion")
-        if version:
-            self.resource_version = str(version)
-        if kind in ("ADDED", "MODIFIED"):
-            await self.observe(raw)
-        elif kind == "DELETED":
-            await self.gone(raw)
+    # ------------------------------------------------------------------ one listing
 
     async def relist(self) -> str:
         """Sync every object, request deletion of what vanished; the list's resourceVersion."""
-        items, version = await self.api.list_proxies()
+        items, version = await self.api.list_objects()
         self.relists += 1
         self.metrics.relists.inc()
         await self.logview.sync()
@@ -263,32 +253,10 @@ class ProxySync:
             except EventStoreError as exc:
                 log.warning("deletion not recorded, the next listing retries", error=str(exc))
 
-    # ------------------------------------------------------------------ the loop
+    def watch(self, resource_version: str) -> AsyncGenerator[Raw, None]:
+        return self.api.watch_objects(resource_version)
 
-    async def run(self) -> None:
-        while True:
-            raise_if_cancelled()  # nats-py can swallow a cancellation inside an append
-            try:
-                version = await self.relist()
-                # aclosing: a watch left by the resync's timeout, a cancellation or an error
-                # closes its connection now, not whenever the abandoned generator is collected.
-                async with (
-                    asyncio.timeout(self.resync if self.resync > 0 else None),
-                    contextlib.aclosing(self.api.watch_proxies(version)) as events,
-                ):
-                    async for event in events:
-                        await self.handle(event)
-                        # A cancellation swallowed inside the append would otherwise wait for
-                        # the next watch event, which may never come.
-                        raise_if_cancelled()
-            except TimeoutError:
-                continue  # periodic resync: list again
-            except KubeGone:
-                log.info("watch expired (410 Gone), listing again", after=self.resource_version)
-            except (KubeApiError, EventStoreError) as exc:
-                # The apiserver or NATS away for a moment: list again once it answers.
-                log.warning("watch failed, listing again", error=str(exc))
-                await asyncio.sleep(pause_after(exc, self.retry_delay))
+    # ------------------------------------------------------------------ Secrets
 
     async def run_secrets(self) -> None:
         """A labelled Secret changed: re-resolve the proxies that use it (a rotation replaces

@@ -141,7 +141,7 @@ def relists(replica: Replica) -> int:
 async def watch_error(api: ProxyApi, resource_version: str) -> KubeApiError:
     """What a watch from ``resource_version`` fails with (an event instead fails the test)."""
     try:
-        async for event in api.watch_proxies(resource_version):
+        async for event in api.watch_objects(resource_version):
             pytest.fail(f"a watch from {resource_version} gave {event['type']}, not an error")
     except KubeApiError as exc:
         return exc
@@ -175,7 +175,7 @@ async def test_a_real_410_makes_the_watcher_list_again_and_carry_on(
 ) -> None:
     admin = await new_api_client(KubeSettings(kubeconfig=str(cluster.apiserver.kubeconfig)))
     async with admin:
-        _, stale = await ProxyApi(admin).list_proxies()
+        _, stale = await ProxyApi(admin).list_objects()
     await cluster.create("old")
     # etcd forgets the history, and the restarted server's watch cache starts after ``stale``:
     # a watch from it (a resume after the watcher lost its connection) is refused for real.
@@ -199,11 +199,11 @@ async def test_a_real_410_makes_the_watcher_list_again_and_carry_on(
     resumed: list[str] = []
 
     class ResumingFromStale(ProxyApi):
-        def watch_proxies(self, resource_version: str) -> AsyncGenerator[Raw, None]:
+        def watch_objects(self, resource_version: str) -> AsyncGenerator[Raw, None]:
             if not resumed:
                 resumed.append(resource_version)
                 resource_version = stale
-            return super().watch_proxies(resource_version)
+            return super().watch_objects(resource_version)
 
     monkeypatch.setattr(watcher_service, "ProxyApi", ResumingFromStale)
     with capture_logs() as logs:

@@ -133,9 +133,11 @@ def subject_of(name: str, category: str, service: str) -> str:
 def test_each_user_may_write_what_its_service_appends(service: str) -> None:
     package = sorted((ROOT / "services" / service).rglob("*.py"))
     runtime = ROOT / "services" / "runtime"
-    # The watcher and the pool controller declare Proxies through the shared declaring code.
+    # The watcher and the pool controller declare Proxies, and ask for fresh instances of pool
+    # members, through the shared declaring and rotating code.
     declares = service in ("watcher", "pools")
-    extra = [ROOT / "projections" / "declaring.py"] if declares else []
+    shared = [ROOT / "projections" / "declaring.py", ROOT / "projections" / "rotating.py"]
+    extra = shared if declares else []
     if service == "watcher":  # ProxyPool objects, through the CLI's pool declaring code
         extra.append(ROOT / "projections" / "pooldeclaring.py")
     loops = any("ConsumerLoop(" in p.read_text() for p in package)

@@ -3,7 +3,7 @@ as ``events.resource.validate`` where a schema can be."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,20 +27,18 @@ from services.watcher.pure.crd import (
     render_yaml,
     structural,
 )
+from tests.support.crd_schema import openapi_schema, schema_nodes, validator
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMITTED = ROOT / "deploy" / "crd" / "proxies.yaml"
 
 
 def _schema() -> dict[str, Any]:
-    version = proxy_crd()["spec"]["versions"][0]
-    schema: dict[str, Any] = version["schema"]["openAPIV3Schema"]
-    return schema
+    return openapi_schema(proxy_crd())
 
 
 def _validator() -> jsonschema.Draft4Validator:
-    # openAPIV3Schema is OpenAPI 3.0's JSON Schema dialect: draft 4 (boolean exclusiveMinimum).
-    return jsonschema.Draft4Validator(_schema())
+    return validator(proxy_crd())
 
 
 def _examples() -> list[dict[str, Any]]:
@@ -68,20 +66,8 @@ def test_the_cli_prints_the_crd() -> None:
     assert yaml.safe_load(result.output) == proxy_crd()
 
 
-def _walk(node: Any, path: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
-    """Every schema node outside logical junctors (where Kubernetes forbids types)."""
-    if not isinstance(node, dict):
-        return
-    yield path, node
-    for name, sub in node.get("properties", {}).items():
-        yield from _walk(sub, f"{path}.{name}")
-    for key in ("items", "additionalProperties"):
-        if isinstance(node.get(key), dict):
-            yield from _walk(node[key], f"{path}[{key}]")
-
-
 def test_the_schema_is_structural() -> None:
-    for path, node in _walk(_schema()):
+    for path, node in schema_nodes(_schema()):
         assert "type" in node, f"{path or '$'} has no type"
         assert not {"$ref", "title", "default"} & set(node), path
         for junctor in ("anyOf", "oneOf", "allOf", "not"):

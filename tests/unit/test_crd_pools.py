@@ -4,7 +4,6 @@ as ``events.poolresource`` where a schema can be."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +25,7 @@ from services.watcher.pure.poolcrd import (
     proxypool_crd,
     render_pool_yaml,
 )
+from tests.support.crd_schema import openapi_schema, schema_nodes, validator, version
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMITTED = ROOT / "deploy" / "crd" / "proxypools.yaml"
@@ -33,17 +33,15 @@ CHART_COPY = ROOT / "deploy" / "helm" / "egress-proxies" / "crds" / "proxypools.
 
 
 def _version() -> dict[str, Any]:
-    version: dict[str, Any] = proxypool_crd()["spec"]["versions"][0]
-    return version
+    return version(proxypool_crd())
 
 
 def _schema() -> dict[str, Any]:
-    schema: dict[str, Any] = _version()["schema"]["openAPIV3Schema"]
-    return schema
+    return openapi_schema(proxypool_crd())
 
 
 def _validator() -> jsonschema.Draft4Validator:
-    return jsonschema.Draft4Validator(_schema())
+    return validator(proxypool_crd())
 
 
 def pool(**spec: Any) -> dict[str, Any]:
@@ -68,19 +66,8 @@ def test_the_cli_prints_the_pool_crd() -> None:
     assert yaml.safe_load(result.output) == proxypool_crd()
 
 
-def _walk(node: Any, path: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
-    if not isinstance(node, dict):
-        return
-    yield path, node
-    for name, sub in node.get("properties", {}).items():
-        yield from _walk(sub, f"{path}.{name}")
-    for key in ("items", "additionalProperties"):
-        if isinstance(node.get(key), dict):
-            yield from _walk(node[key], f"{path}[{key}]")
-
-
 def test_the_schema_is_structural() -> None:
-    for path, node in _walk(_schema()):
+    for path, node in schema_nodes(_schema()):
         assert "$ref" not in node, path
         assert "anyOf" not in node, path
         assert "default" not in node, path

@@ -337,27 +337,39 @@ def _arguments(source: str, start: int) -> str:
     return source[start : end + 1]
 
 
-def _resource(noun: str, arguments: str) -> tuple[str, str]:
-    """A custom object call names its resource by plural: ``POOL_PLURAL`` is ProxyPools."""
+# An API built on the watcher's generic custom-object layer names its plural so; the layer's calls
+# name ``self.plural``.
+_BUILT_FOR = re.compile(r"\bplural=(POOL_PLURAL|PLURAL)\b")
+
+
+def _resources(noun: str, arguments: str, built_for: set[str]) -> set[tuple[str, str]]:
+    """A custom object call names its resource by plural: ``POOL_PLURAL`` is ProxyPools, and the
+    generic layer's ``self.plural`` each plural an API is built with."""
     group, resource = _RESOURCES[noun]
-    if noun.startswith("custom_object") and "POOL_PLURAL" in arguments:
-        resource = resource.replace("proxies", "proxypools")
-    return group, resource
+    if not noun.startswith("custom_object"):
+        return {(group, resource)}
+    if "self.plural" in arguments:
+        plurals = built_for
+    else:
+        plurals = {"POOL_PLURAL" if "POOL_PLURAL" in arguments else "PLURAL"}
+    pools = resource.replace("proxies", "proxypools")
+    return {(group, pools if plural == "POOL_PLURAL" else resource) for plural in plurals}
 
 
-def needs_of(source: str) -> Need:
+def needs_of(source: str, built_for: set[str] | None = None) -> Need:
+    built_for = set(_BUILT_FOR.findall(source)) if built_for is None else built_for
     needs: Need = set()
     for match in _CALL.finditer(source):
         verb, found = match.groups()
         noun = found.removesuffix("_for_all_namespaces")
         if noun in _RESOURCES:
             arguments = _arguments(source, source.find("(", match.end()))
-            needs.add((*_resource(noun, arguments), _VERBS[verb]))
+            needs |= {(*r, _VERBS[verb]) for r in _resources(noun, arguments, built_for)}
     for match in _STREAMED.finditer(source):
         noun = match.group(1).removesuffix("_for_all_namespaces")
         if noun in _RESOURCES:
             arguments = _arguments(source, match.start() + source[match.start() :].find("("))
-            needs.add((*_resource(noun, arguments), "watch"))
+            needs |= {(*r, "watch") for r in _resources(noun, arguments, built_for)}
     if "LeaseLock(" in source:  # kubernetes_asyncio's lock reads, creates and replaces
         needs |= {("coordination.k8s.io", "leases", v) for v in ("get", "create", "update")}
     return needs
@@ -366,8 +378,9 @@ def needs_of(source: str) -> Need:
 def code_needs(service: str) -> Need:
     provider = ROOT / "services" / "providers" / "kubernetes"
     if service == "watcher":
-        files = sorted((ROOT / "services" / "watcher").rglob("*.py"))
-        return set().union(*(needs_of(f.read_text()) for f in files))
+        sources = [f.read_text() for f in sorted((ROOT / "services" / "watcher").rglob("*.py"))]
+        built_for = set(_BUILT_FOR.findall("\n".join(sources)))
+        return set().union(*(needs_of(source, built_for) for source in sources))
     if service == "executor":
         return set().union(*(needs_of(f.read_text()) for f in provider.glob("*.py")))
     if service == "gc":  # gc calls list_by_tag and delete, nothing else of the provider

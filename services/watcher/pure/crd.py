@@ -18,6 +18,7 @@ same struct. Pure: no I/O.
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterable
 from typing import Any
 
 import msgspec
@@ -235,14 +236,9 @@ def spec_schema() -> Schema:
 
 
 def status_schema() -> Schema:
-    schema = structural(msgspec.json.schema(ProxyStatus))
-    schema["description"] = "Observed state, written by the watcher from the event log."
+    schema = watcher_status(ProxyStatus)
     # The writer leaves empty fields out rather than writing null; an enum would refuse null.
     schema["properties"]["phase"].pop("nullable", None)
-    conditions = schema["properties"]["conditions"]
-    conditions["x-kubernetes-list-type"] = "map"
-    conditions["x-kubernetes-list-map-keys"] = ["type"]
-    conditions["items"]["properties"]["status"]["enum"] = ["True", "False", "Unknown"]
     schema["properties"]["health"]["enum"] = [
         "",
         HEALTH_HEALTHY,
@@ -252,24 +248,44 @@ def status_schema() -> Schema:
     return schema
 
 
-def proxy_schema() -> Schema:
-    """The whole object's openAPIV3Schema."""
+def watcher_status(struct: type[msgspec.Struct]) -> Schema:
+    """The schema of a ``.status`` the watcher writes from ``struct``: its conditions a map
+    keyed by type, as ``kubectl`` and server-side apply expect of metav1.Conditions."""
+    schema = structural(msgspec.json.schema(struct))
+    schema["description"] = "Observed state, written by the watcher from the event log."
+    conditions = schema["properties"]["conditions"]
+    conditions["x-kubernetes-list-type"] = "map"
+    conditions["x-kubernetes-list-map-keys"] = ["type"]
+    conditions["items"]["properties"]["status"]["enum"] = ["True", "False", "Unknown"]
+    return schema
+
+
+def object_schema(description: str, *, name: Schema, spec: Schema, status: Schema) -> Schema:
+    """The whole object's openAPIV3Schema; ``name`` constrains ``metadata.name`` (only name and
+    generateName may be constrained)."""
     return {
         "type": "object",
-        "description": "An egress proxy for crawlers: one Squid instance on a provider.",
+        "description": description,
         "required": ["spec"],
         "properties": {
             "apiVersion": {"type": "string"},
             "kind": {"type": "string"},
-            # Only name and generateName may be constrained; the watcher needs a DNS label.
-            "metadata": {
-                "type": "object",
-                "properties": {"name": {"type": "string", "maxLength": 63, "pattern": _DNS_LABEL}},
-            },
-            "spec": spec_schema(),
-            "status": status_schema(),
+            "metadata": {"type": "object", "properties": {"name": name}},
+            "spec": spec,
+            "status": status,
         },
     }
+
+
+def proxy_schema() -> Schema:
+    """The whole object's openAPIV3Schema."""
+    return object_schema(
+        "An egress proxy for crawlers: one Squid instance on a provider.",
+        # The watcher needs a DNS label.
+        name={"type": "string", "maxLength": 63, "pattern": _DNS_LABEL},
+        spec=spec_schema(),
+        status=status_schema(),
+    )
 
 
 PRINTER_COLUMNS: tuple[Schema, ...] = (
@@ -285,22 +301,42 @@ PRINTER_COLUMNS: tuple[Schema, ...] = (
 
 def proxy_crd() -> Schema:
     """The CustomResourceDefinition for ``proxies.crawl.example.com``."""
+    return definition(
+        kind=KIND,
+        plural=PLURAL,
+        short_name=SHORT_NAME,
+        subresources={"status": {}},
+        columns=PRINTER_COLUMNS,
+        schema=proxy_schema(),
+    )
+
+
+def definition(
+    *,
+    kind: str,
+    plural: str,
+    short_name: str,
+    subresources: Schema,
+    columns: Iterable[Schema],
+    schema: Schema,
+) -> Schema:
+    """A namespaced CustomResourceDefinition in ``GROUP``, served and stored as ``VERSION``."""
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
         "metadata": {
-            "name": CRD_NAME,
+            "name": f"{plural}.{GROUP}",
             "labels": {"app.kubernetes.io/part-of": "egress-proxies"},
         },
         "spec": {
             "group": GROUP,
             "scope": "Namespaced",
             "names": {
-                "kind": KIND,
-                "listKind": f"{KIND}List",
-                "plural": PLURAL,
-                "singular": KIND.lower(),
-                "shortNames": [SHORT_NAME],
+                "kind": kind,
+                "listKind": f"{kind}List",
+                "plural": plural,
+                "singular": kind.lower(),
+                "shortNames": [short_name],
                 "categories": list(CATEGORIES),
             },
             "versions": [
@@ -308,9 +344,9 @@ def proxy_crd() -> Schema:
                     "name": VERSION,
                     "served": True,
                     "storage": True,
-                    "subresources": {"status": {}},
-                    "additionalPrinterColumns": [dict(c) for c in PRINTER_COLUMNS],
-                    "schema": {"openAPIV3Schema": proxy_schema()},
+                    "subresources": subresources,
+                    "additionalPrinterColumns": [dict(c) for c in columns],
+                    "schema": {"openAPIV3Schema": schema},
                 }
             ],
         },
@@ -319,8 +355,14 @@ def proxy_crd() -> Schema:
 
 def render_yaml() -> str:
     """The text of ``deploy/crd/proxies.yaml``."""
+    return render(proxy_crd(), "egress-proxies crd > deploy/crd/proxies.yaml")
+
+
+def render(crd: Schema, regenerate: str) -> str:
+    """A generated CRD's file: a header saying how to ``regenerate`` it, then the YAML."""
+    kind = crd["spec"]["names"]["kind"]
     header = (
-        f"# The {KIND} CRD ({API_VERSION}). Generated from the code's structs: do not edit.\n"
-        "# Regenerate with: egress-proxies crd > deploy/crd/proxies.yaml\n"
+        f"# The {kind} CRD ({API_VERSION}). Generated from the code's structs: do not edit.\n"
+        f"# Regenerate with: {regenerate}\n"
     )
-    return header + yaml.safe_dump(proxy_crd(), sort_keys=False, width=100)
+    return header + yaml.safe_dump(crd, sort_keys=False, width=100)

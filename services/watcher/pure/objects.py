@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 import msgspec
 
@@ -18,7 +19,16 @@ from events.resource import ProxyResource
 from events.schemas import ProxySpec
 from services.watcher.pure.crd import CLOUD_INIT_LABEL, FINALIZER
 
-__all__ = ["CLOUD_INIT_LABEL", "FINALIZER", "SOURCE", "Problem", "ProxyObject", "parse_proxy"]
+__all__ = [
+    "CLOUD_INIT_LABEL",
+    "FINALIZER",
+    "SOURCE",
+    "KubeObject",
+    "Problem",
+    "ProxyObject",
+    "metadata",
+    "parse_proxy",
+]
 
 SOURCE = "kubernetes"
 
@@ -34,7 +44,9 @@ class Problem:
 
 
 @dataclass(frozen=True, slots=True)
-class ProxyObject:
+class KubeObject:
+    """What the watcher reads from any object's metadata (a Proxy, a ProxyPool)."""
+
     uid: str
     namespace: str
     name: str
@@ -42,13 +54,48 @@ class ProxyObject:
     resource_version: str = ""
     deleting: bool = False
     finalizers: tuple[str, ...] = ()
-    spec: ProxySpec | None = None
-    invalid: Problem | None = None
     status: dict[str, Any] = field(default_factory=dict)
 
     @property
     def has_finalizer(self) -> bool:
         return FINALIZER in self.finalizers
+
+
+class Metadata(TypedDict):
+    uid: str
+    namespace: str
+    name: str
+    generation: int
+    resource_version: str
+    deleting: bool
+    finalizers: tuple[str, ...]
+    status: dict[str, Any]
+
+
+def metadata(raw: Mapping[str, Any]) -> Metadata:
+    """The ``KubeObject`` fields of an object as the API returned it; what is missing or
+    malformed reads as an object that has none (the apiserver always sends them)."""
+    meta = raw.get("metadata") or {}
+    if not isinstance(meta, Mapping):
+        meta = {}
+    generation = meta.get("generation")
+    status = raw.get("status")
+    return Metadata(
+        uid=str(meta.get("uid") or ""),
+        namespace=str(meta.get("namespace") or "default"),
+        name=str(meta.get("name") or ""),
+        generation=generation if isinstance(generation, int) and generation > 0 else 1,
+        resource_version=str(meta.get("resourceVersion") or ""),
+        deleting=bool(meta.get("deletionTimestamp")),
+        finalizers=tuple(str(f) for f in meta.get("finalizers") or ()),
+        status=dict(status) if isinstance(status, Mapping) else {},
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyObject(KubeObject):
+    spec: ProxySpec | None = None
+    invalid: Problem | None = None
 
     @property
     def secret_name(self) -> str:
@@ -56,9 +103,8 @@ class ProxyObject:
         return ci.secret_ref.name if ci is not None and ci.secret_ref is not None else ""
 
 
-def parse_proxy(raw: dict[str, Any]) -> ProxyObject:
+def parse_proxy(raw: Mapping[str, Any]) -> ProxyObject:
     """A Proxy as the API returned it; a spec that does not even convert is kept as a problem."""
-    meta = raw.get("metadata") or {}
     spec: ProxySpec | None = None
     invalid: Problem | None = None
     try:
@@ -72,26 +118,14 @@ def parse_proxy(raw: dict[str, Any]) -> ProxyObject:
         invalid = Problem(
             "InvalidSpec", "InvalidSpec", f"{where}: {message}; see the Proxy CRD's schema"
         )
-    status = raw.get("status")
-    return ProxyObject(
-        uid=str(meta.get("uid") or ""),
-        namespace=str(meta.get("namespace") or "default"),
-        name=str(meta.get("name") or ""),
-        generation=int(meta.get("generation") or 1),
-        resource_version=str(meta.get("resourceVersion") or ""),
-        deleting=bool(meta.get("deletionTimestamp")),
-        finalizers=tuple(meta.get("finalizers") or ()),
-        spec=spec,
-        invalid=invalid,
-        status=status if isinstance(status, dict) else {},
-    )
+    return ProxyObject(**metadata(raw), spec=spec, invalid=invalid)
 
 
-def finalizers_with(obj: ProxyObject) -> list[str]:
+def finalizers_with(obj: KubeObject) -> list[str]:
     return [*obj.finalizers, FINALIZER] if not obj.has_finalizer else list(obj.finalizers)
 
 
-def finalizers_without(obj: ProxyObject) -> list[str]:
+def finalizers_without(obj: KubeObject) -> list[str]:
     return [f for f in obj.finalizers if f != FINALIZER]
 
 

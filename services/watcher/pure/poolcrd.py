@@ -20,12 +20,19 @@ import copy
 from typing import Any
 
 import msgspec
-import yaml
 
 from events.pool import MAX_BLOCKS, MAX_REPLICAS, MAX_SPREAD, MAX_SURGE, MAX_WEIGHT
 from events.poolresource import KIND, PLURAL, POOL_ATTRIBUTE, SHORT_NAME, PoolSpecDoc
-from events.resource import API_VERSION, GROUP, VERSION
-from services.watcher.pure.crd import CATEGORIES, StatusCondition, spec_schema, structural
+from events.resource import GROUP
+from services.watcher.pure.crd import (
+    StatusCondition,
+    definition,
+    object_schema,
+    render,
+    spec_schema,
+    structural,
+    watcher_status,
+)
 
 Schema = dict[str, Any]
 
@@ -176,40 +183,15 @@ def template_schema() -> Schema:
     return schema
 
 
-def pool_status_schema() -> Schema:
-    schema = structural(msgspec.json.schema(PoolStatus))
-    schema["description"] = "Observed state, written by the watcher from the event log."
-    conditions = schema["properties"]["conditions"]
-    conditions["x-kubernetes-list-type"] = "map"
-    conditions["x-kubernetes-list-map-keys"] = ["type"]
-    conditions["items"]["properties"]["status"]["enum"] = ["True", "False", "Unknown"]
-    return schema
-
-
 def proxypool_schema() -> Schema:
-    return {
-        "type": "object",
-        "description": "A pool of egress proxies kept at a count, spread over providers and "
-        "fresh (docs/pools.md).",
-        "required": ["spec"],
-        "properties": {
-            "apiVersion": {"type": "string"},
-            "kind": {"type": "string"},
-            # Members add six characters and stay DNS labels.
-            "metadata": {
-                "type": "object",
-                "properties": {
-                    "name": {
-                        "type": "string",
-                        "maxLength": 57,
-                        "pattern": "^[a-z0-9]([-a-z0-9]{0,55}[a-z0-9])?$",
-                    }
-                },
-            },
-            "spec": pool_spec_schema(),
-            "status": pool_status_schema(),
-        },
-    }
+    return object_schema(
+        "A pool of egress proxies kept at a count, spread over providers and fresh "
+        "(docs/pools.md).",
+        # Members add six characters and stay DNS labels.
+        name={"type": "string", "maxLength": 57, "pattern": "^[a-z0-9]([-a-z0-9]{0,55}[a-z0-9])?$"},
+        spec=pool_spec_schema(),
+        status=watcher_status(PoolStatus),
+    )
 
 
 POOL_PRINTER_COLUMNS: tuple[Schema, ...] = (
@@ -231,49 +213,24 @@ POOL_PRINTER_COLUMNS: tuple[Schema, ...] = (
 
 def proxypool_crd() -> Schema:
     """The CustomResourceDefinition for ``proxypools.crawl.example.com``."""
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {
-            "name": POOL_CRD_NAME,
-            "labels": {"app.kubernetes.io/part-of": "egress-proxies"},
-        },
-        "spec": {
-            "group": GROUP,
-            "scope": "Namespaced",
-            "names": {
-                "kind": KIND,
-                "listKind": f"{KIND}List",
-                "plural": PLURAL,
-                "singular": KIND.lower(),
-                "shortNames": [SHORT_NAME],
-                "categories": list(CATEGORIES),
-            },
-            "versions": [
-                {
-                    "name": VERSION,
-                    "served": True,
-                    "storage": True,
-                    "subresources": {
-                        "status": {},
-                        "scale": {
-                            "specReplicasPath": ".spec.replicas",
-                            "statusReplicasPath": ".status.replicas",
-                            "labelSelectorPath": ".status.selector",
-                        },
-                    },
-                    "additionalPrinterColumns": [dict(c) for c in POOL_PRINTER_COLUMNS],
-                    "schema": {"openAPIV3Schema": proxypool_schema()},
-                }
-            ],
-        },
+    scale = {
+        "specReplicasPath": ".spec.replicas",
+        "statusReplicasPath": ".status.replicas",
+        "labelSelectorPath": ".status.selector",
     }
+    return definition(
+        kind=KIND,
+        plural=PLURAL,
+        short_name=SHORT_NAME,
+        subresources={"status": {}, "scale": scale},
+        columns=POOL_PRINTER_COLUMNS,
+        schema=proxypool_schema(),
+    )
 
 
 def render_pool_yaml() -> str:
     """The text of ``deploy/crd/proxypools.yaml``."""
-    header = (
-        f"# The {KIND} CRD ({API_VERSION}). Generated from the code's structs: do not edit.\n"
-        "# Regenerate with: egress-proxies crd --kind ProxyPool > deploy/crd/proxypools.yaml\n"
+    return render(
+        proxypool_crd(),
+        "egress-proxies crd --kind ProxyPool > deploy/crd/proxypools.yaml",
     )
-    return header + yaml.safe_dump(proxypool_crd(), sort_keys=False, width=100)

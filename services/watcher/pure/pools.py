@@ -12,7 +12,7 @@ member's uid in the log, which differs from the mirror's own uid.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -28,8 +28,8 @@ from projections.lease_queries import is_available
 from projections.pool import PoolView
 from projections.pool_members import MemberState, figures
 from projections.proxy import ProxyView
-from services.watcher.pure.crd import FINALIZER, StatusCondition
-from services.watcher.pure.objects import Problem
+from services.watcher.pure.crd import StatusCondition
+from services.watcher.pure.objects import KubeObject, Problem, metadata
 from services.watcher.pure.poolcrd import (
     INVALID_SPEC,
     MIRROR_ANNOTATION,
@@ -45,30 +45,15 @@ CONDITION_ORDER = (READY, SCALING, INVALID_SPEC)
 
 
 @dataclass(frozen=True, slots=True)
-class PoolObject:
-    uid: str
-    namespace: str
-    name: str
-    generation: int = 1
-    resource_version: str = ""
-    deleting: bool = False
-    finalizers: tuple[str, ...] = ()
+class PoolObject(KubeObject):
     spec: PoolSpec | None = None
     problem: Problem | None = None
-    status: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def has_finalizer(self) -> bool:
-        return FINALIZER in self.finalizers
 
 
 def parse_pool(raw: Mapping[str, Any]) -> PoolObject:
     """A ProxyPool as the API returned it; one the parser refuses keeps the reason."""
-    meta = raw.get("metadata") or {}
-    if not isinstance(meta, Mapping):
-        meta = {}
-    namespace = str(meta.get("namespace") or "default")
-    name = str(meta.get("name") or "")
+    fields = metadata(raw)
+    namespace, name = fields["namespace"], fields["name"]
     spec: PoolSpec | None = None
     problem: Problem | None = None
     doc = {
@@ -84,20 +69,7 @@ def parse_pool(raw: Mapping[str, Any]) -> PoolObject:
         _, spec = from_object(doc, source=f"ProxyPool {namespace}/{name}")
     except ResourceError as exc:
         problem = Problem(INVALID_SPEC, INVALID_SPEC, _message(exc.errors))
-    status = raw.get("status")
-    generation = meta.get("generation")
-    return PoolObject(
-        uid=str(meta.get("uid") or ""),
-        namespace=namespace,
-        name=name,
-        generation=generation if isinstance(generation, int) and generation > 0 else 1,
-        resource_version=str(meta.get("resourceVersion") or ""),
-        deleting=bool(meta.get("deletionTimestamp")),
-        finalizers=tuple(str(f) for f in meta.get("finalizers") or ()),
-        spec=spec,
-        problem=problem,
-        status=dict(status) if isinstance(status, Mapping) else {},
-    )
+    return PoolObject(**fields, spec=spec, problem=problem)
 
 
 def _message(errors: list[FieldError]) -> str:
