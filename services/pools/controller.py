@@ -29,11 +29,16 @@ from projections.pool_demand import Demand
 from projections.pool_members import MemberState, member_state
 from projections.proxy import ProxyView
 from projections.rotating import request_rotation
-from services.pools.pure.decide import Decision, decide, recorded_as
+from services.pools.pure.decide import Decision, decide
 from services.pools.pure.members import member_spec
+from services.pools.pure.record import recorded_as
 
 log = structlog.get_logger("egress.pools")
 
+GROWTH_DECISIONS = 10
+"""Decisions one evaluation records while a pool grows (each adds at most
+``MAX_MEMBERS_PER_DECISION``) before it declares their members together: a pool of 1,000 is
+planned in one evaluation, not ten, each waiting for the last one's declarations."""
 CONCURRENT_WRITES = 16
 """Member declarations and deletions one evaluation has in flight at once: each is a read and an
 optimistic append on its own aggregate, so they do not meet; one at a time, a pool of 1,000
@@ -56,6 +61,16 @@ class Outcome:
     rotated: list[str] = field(default_factory=list)
     refused: list[str] = field(default_factory=list)
     """Members whose name a Proxy of someone else's holds: not taken over."""
+
+    @property
+    def growing(self) -> bool:
+        """The decision only added members, as many as one may: the pool is growing."""
+        d = self.decision
+        return (
+            d is not None
+            and len(d.added) >= MAX_MEMBERS_PER_DECISION
+            and not (d.retired or d.recycled or d.rolled)
+        )
 
     @property
     def more(self) -> bool:
@@ -89,6 +104,12 @@ class Controller:
         outcome = Outcome()
         states = states_of(pool, proxies, leases, now)
         recorded = await self._record(pool.uid, states, now, outcome, demand)
+        for _ in range(GROWTH_DECISIONS - 1):
+            if recorded is None or recorded.removed or not outcome.growing:
+                break
+            # Pure growth cut at its bound: plan the next members now, and declare them all
+            # together below, instead of one decision's members per evaluation.
+            recorded = await self._record(pool.uid, states, now, outcome, demand)
         if recorded is None or recorded.removed:
             return outcome
         await self._carry_out(recorded, proxies, states, outcome)

@@ -134,14 +134,32 @@ class PoolsService:
                 raise_if_cancelled()
                 if follower.done():
                     follower.result()  # a follower that ended ends the service, loudly
+                views.pools.changed.clear()
                 outcomes = await tick(controller, views, metrics)
                 # A decision cut at its bound is followed at once: a pool of 1,000 is not left
                 # to grow by 100 members a tick.
-                await asyncio.sleep(0 if any(o.more for o in outcomes) else self.interval)
+                if not any(o.more for o in outcomes):
+                    await pause(views, self.interval)
         finally:
             follower.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await follower
+
+
+WAKE_CHECK = 0.05
+"""How often a pause looks for a pool event: the delay a declaration or a scale waits at most."""
+
+
+async def pause(views: PoolViews, interval: float) -> None:
+    """Until the next evaluation: ``interval``, or less when a pool's log moved (a pool
+    declared, scaled, changed or deleted; a decision of another replica), so what people ask
+    is acted on within ``WAKE_CHECK``, not at the next tick."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + interval
+    while (left := deadline - loop.time()) > 0:
+        if views.pools.changed:
+            return
+        await asyncio.sleep(min(WAKE_CHECK, left))
 
 
 async def tick(controller: Controller, views: PoolViews, metrics: PoolMetrics) -> list[Outcome]:

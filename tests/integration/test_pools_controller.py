@@ -21,6 +21,7 @@ from projections import pool as pool_fold
 from projections.declaring import Declaration, apply
 from projections.pool import PoolView
 from projections.proxy import ProxyView
+from services.pools.controller import Controller
 from services.pools.service import PoolsService
 from services.providers.base import Permanent
 from services.providers.testing import FakeProvider
@@ -215,3 +216,22 @@ async def test_a_proxy_someone_else_declared_under_a_members_name_is_not_taken_o
     theirs = await view(jetstream_store, cli_uid(NS, squatted))
     assert theirs is not None
     assert (theirs.source, theirs.spec, theirs.generation) == ("cli", mine, 1)
+
+
+async def test_one_evaluation_plans_and_declares_a_growing_pool_in_bounded_decisions(
+    jetstream_store: JetStreamEventStore,
+) -> None:
+    """250 members: three decisions of at most 100 recorded in one evaluation, then every
+    member declared (concurrently), so the pool does not grow by 100 per tick."""
+    uid = await declare(jetstream_store, "big", spec(250))
+    pool = await pool_view(jetstream_store, uid)
+    outcome = await Controller(jetstream_store).evaluate(pool, {}, {}, datetime.now(UTC))
+    assert len(outcome.declared) == 250
+    after = await pool_view(jetstream_store, uid)
+    assert after.decisions == 3
+    assert len(after.active()) == 250
+    assert not outcome.more  # the last decision added 50: nothing left to plan
+    for planned in after.active()[:5]:
+        declared = await view(jetstream_store, planned.member.uid)
+        assert declared is not None
+        assert declared.spec.attributes[POOL_ATTRIBUTE] == "big"

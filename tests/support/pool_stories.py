@@ -24,8 +24,9 @@ from events.store import Recorded
 from projections.pool import Planned, PoolView, apply
 from projections.pool_demand import Demand
 from projections.pool_members import MemberState
-from services.pools.pure.decide import Decision, decide, recorded_as
+from services.pools.pure.decide import Decision, decide
 from services.pools.pure.members import member_spec
+from services.pools.pure.record import recorded_as
 
 NAMESPACE = "ns"
 NAME = "de"

@@ -19,8 +19,8 @@ from events.pool import (
 from events.poolresource import member_name
 from events.resource import cli_uid
 from projections.pool import FAILURE_MEMORY, fold
-from services.pools.pure.decide import decide, placements
-from services.pools.pure.spread import next_provider, over_share, shares
+from services.pools.pure.decide import decide
+from services.pools.pure.spread import next_provider, over_share, placements, shares
 from tests.support.pool_stories import (
     NAME,
     NAMESPACE,

@@ -10,7 +10,7 @@ make-before-break rotation, whose lease switch the crawler does not notice.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -18,11 +18,8 @@ import msgspec
 
 from events.pool import (
     MAX_MEMBERS_PER_DECISION,
-    PoolDecided,
     PoolFigures,
     PoolMember,
-    PoolPressure,
-    PoolRemoved,
     SpreadEntry,
 )
 from events.poolresource import member_name
@@ -32,7 +29,7 @@ from projections.pool_demand import Demand
 from projections.pool_members import MemberState, figures
 from services.pools.pure import autoscale
 from services.pools.pure.members import member_spec
-from services.pools.pure.spread import next_provider, over_share, shares
+from services.pools.pure.spread import next_provider, over_share, placements, shares
 
 _State = Callable[[Planned], MemberState]
 
@@ -110,45 +107,6 @@ def _fresh(pool: PoolView, draft: _Draft, provider: str) -> PoolMember:
         if member.uid not in pool.members and member.uid not in taken:
             return member
         ordinal += 1
-
-
-def placements(
-    pool: PoolView, now: datetime, also: Collection[str] = ()
-) -> tuple[list[SpreadEntry], list[str]]:
-    """The providers new members may go to, and those left out because they failed a member
-    lately, or ``also`` (failed in the decision being made, not folded yet); all of them stay
-    if every one did: a pool keeps trying somewhere."""
-    entries = list(pool.spec.spread) or [SpreadEntry(provider=pool.spec.template.provider)]
-    failing = pool.failing(now) | frozenset(also)
-    usable = [e for e in entries if e.provider not in failing]
-    if not usable:
-        return entries, []
-    return usable, sorted(e.provider for e in entries if e.provider in failing)
-
-
-def recorded_as(decision: Decision, pool: PoolView) -> PoolDecided | PoolRemoved | PoolPressure:
-    """The event that records ``decision`` on the pool's aggregate."""
-    if decision.remove:
-        return PoolRemoved(uid=pool.uid)
-    if decision.pressure is not None:
-        return PoolPressure(
-            uid=pool.uid,
-            pressure=decision.pressure,
-            wanted=decision.wanted,
-            figures=decision.figures,
-        )
-    return PoolDecided(
-        uid=pool.uid,
-        reason=decision.reason,
-        message=decision.message,
-        added=decision.added,
-        retired=decision.retired,
-        recycled=decision.recycled,
-        rolled=decision.rolled,
-        figures=decision.figures,
-        generation=pool.generation,
-        scaled_to=decision.scaled_to,
-    )
 
 
 def decide(
@@ -255,18 +213,24 @@ def _scale(pool: PoolView, state: _State, draft: _Draft, now: datetime) -> None:
         )
         return
     surplus = len(active) - desired
+    # Shares are judged against every provider of the spread, a failing one included: its
+    # members that run stay (only new members avoid it), so a provider that fails creates does
+    # not get its running members rebalanced away.
+    every = list(pool.spec.spread) or [SpreadEntry(provider=pool.spec.template.provider)]
     if surplus <= 0:
-        _rebalance(pool, active, entries, have, draft)
+        _rebalance(pool, active, every, usable=entries, have=have, draft=draft)
         return
     if draft.failed_on:
         return
-    _shrink(pool, active, entries=entries, have=have, surplus=surplus, state=state, draft=draft)
+    _shrink(pool, active, entries=every, have=have, surplus=surplus, state=state, draft=draft)
 
 
 def _rebalance(
     pool: PoolView,
     active: Sequence[Planned],
     entries: Sequence[SpreadEntry],
+    *,
+    usable: Sequence[SpreadEntry],
     have: Mapping[str, int],
     draft: _Draft,
 ) -> None:
@@ -279,7 +243,7 @@ def _rebalance(
     over = over_share(entries, have, desired)
     if not over or len(active) >= desired + pool.spec.max_surge:
         return
-    provider = next_provider(entries, have, desired)
+    provider = next_provider(usable, have, desired)
     if provider in over:
         return
     draft.added.append(_fresh(pool, draft, provider))

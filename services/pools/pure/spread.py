@@ -6,9 +6,11 @@ its exact share. Ties go to the provider listed first, so every replica places a
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
+from datetime import datetime
 
 from events.pool import SpreadEntry
+from projections.pool import PoolView
 
 
 def shares(total: int, entries: Sequence[SpreadEntry]) -> dict[str, int]:
@@ -46,3 +48,17 @@ def over_share(entries: Sequence[SpreadEntry], have: Mapping[str, int], total: i
     over = [(have.get(p, 0) - n, p) for p, n in want.items() if have.get(p, 0) > n]
     over += [(n, p) for p, n in have.items() if p not in want and n > 0]
     return [p for _, p in sorted(over, key=lambda x: (-x[0], x[1]))]
+
+
+def placements(
+    pool: PoolView, now: datetime, also: Collection[str] = ()
+) -> tuple[list[SpreadEntry], list[str]]:
+    """The providers new members may go to, and those left out because they failed a member
+    lately, or ``also`` (failed in the decision being made, not folded yet); all of them stay
+    if every one did: a pool keeps trying somewhere."""
+    entries = list(pool.spec.spread) or [SpreadEntry(provider=pool.spec.template.provider)]
+    failing = pool.failing(now) | frozenset(also)
+    usable = [e for e in entries if e.provider not in failing]
+    if not usable:
+        return entries, []
+    return usable, sorted(e.provider for e in entries if e.provider in failing)
