@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -129,54 +129,37 @@ def views(messages: Iterable[Message]) -> dict[str, Any]:
     (``projections.pool``: the pool controller, the CLI, discovery) and the pool's demand
     (``projections.pool_demand``: the pool controller); plus every event a fold
     could not use."""
-    proxies: dict[str, proxy_fold.ProxyView] = {}
+    folds: dict[str, tuple[str, Callable[[Any, Recorded], Any]]] = {
+        PROXY_STREAM: ("proxies", proxy_fold.apply),
+        LEASE_STREAM: ("leases", lease_fold.apply),
+        POOL_STREAM: ("pools", pool_fold.apply),
+        DEMAND_STREAM: ("demand", pool_demand.apply),
+    }
+    found: dict[str, dict[str, Any]] = {name: {} for name, _ in folds.values()}
     states: dict[str, reconciler_state.ProxyState] = {}
-    leases: dict[str, lease_fold.LeaseView] = {}
-    pools: dict[str, pool_fold.PoolView] = {}
-    demand: dict[str, pool_demand.DemandView] = {}
     skipped: list[dict[str, object]] = []
     for m in messages:
         item, skip = m.read()
         if skip is not None:
             skipped.append(skip.fields())
-        if m.stream == PROXY_STREAM:
-            uid = proxy_uid_of(m.subject)
-            view, unusable = apply_tolerantly(proxy_fold.apply, proxies.get(uid), item, m.stream)
-            if view is not None:
-                proxies[uid] = view
-            if unusable is not None:
-                skipped.append(unusable.fields())
-            if not isinstance(item.event, Unreadable):  # aggregate reads leave these out
-                states[uid] = reconciler_state.fold(uid, [item], states.get(uid))
-        elif m.stream == LEASE_STREAM:
-            uid = proxy_uid_of(m.subject)
-            lease, unusable = apply_tolerantly(lease_fold.apply, leases.get(uid), item, m.stream)
-            if lease is not None:
-                leases[uid] = lease
-            if unusable is not None:
-                skipped.append(unusable.fields())
-        elif m.stream == POOL_STREAM:
-            uid = proxy_uid_of(m.subject)
-            pool, unusable = apply_tolerantly(pool_fold.apply, pools.get(uid), item, m.stream)
-            if pool is not None:
-                pools[uid] = pool
-            if unusable is not None:
-                skipped.append(unusable.fields())
-        elif m.stream == DEMAND_STREAM:
-            uid = proxy_uid_of(m.subject)
-            seen, unusable = apply_tolerantly(pool_demand.apply, demand.get(uid), item, m.stream)
-            if seen is not None:
-                demand[uid] = seen
-            if unusable is not None:
-                skipped.append(unusable.fields())
-    return {
-        "proxies": {uid: builtins(v) for uid, v in sorted(proxies.items())},
-        "reconciler": {uid: builtins(s) for uid, s in sorted(states.items())},
-        "leases": {uid: builtins(v) for uid, v in sorted(leases.items())},
-        "pools": {uid: builtins(v) for uid, v in sorted(pools.items())},
-        "demand": {uid: builtins(v) for uid, v in sorted(demand.items())},
-        "skipped": skipped,
+        if m.stream not in folds:
+            continue
+        name, apply = folds[m.stream]
+        uid = proxy_uid_of(m.subject)
+        view, unusable = apply_tolerantly(apply, found[name].get(uid), item, m.stream)
+        if view is not None:
+            found[name][uid] = view
+        if unusable is not None:
+            skipped.append(unusable.fields())
+        if m.stream == PROXY_STREAM and not isinstance(item.event, Unreadable):
+            # The reconciler's own state; aggregate reads leave unreadable events out.
+            states[uid] = reconciler_state.fold(uid, [item], states.get(uid))
+    out = {
+        name: {uid: builtins(v) for uid, v in sorted(views.items())}
+        for name, views in found.items()
     }
+    out["reconciler"] = {uid: builtins(s) for uid, s in sorted(states.items())}
+    return {**out, "skipped": skipped}
 
 
 def mismatches(expected: Any, actual: Any, path: str = "$") -> Iterator[str]:
