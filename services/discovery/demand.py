@@ -147,7 +147,16 @@ class DemandReporter:
         for report in self.take():
             msg_id = derive_msg_id("pool-demand", self.replica, report.uid, str(self._round))
             try:
-                await self.store.append(subjects.demand(report.uid), [NewEvent(report, msg_id)])
+                aggregate = subjects.demand(report.uid)
+            except subjects.InvalidToken:
+                # A pool whose declaration carries a uid no subject can hold (written by hand
+                # into the log): its demand cannot be reported, and must not stop the others.
+                log.warning("pool demand not reported: its uid is no subject token")
+                self.reported.discard(report.uid)
+                self.pools.pop(report.uid, None)
+                continue
+            try:
+                await self.store.append(aggregate, [NewEvent(report, msg_id)])
             except EventStoreError as exc:
                 log.warning("pool demand not reported", pool=report.uid, error=str(exc))
                 self._again(report)

@@ -198,3 +198,16 @@ def test_a_saturated_waiter_is_counted_and_ends() -> None:
     [last] = reporter.take()
     assert last.waiting == 0
     assert reporter.take() == []
+
+
+async def test_a_pool_uid_no_subject_can_hold_is_dropped_and_the_others_reported() -> None:
+    """A hand-written PoolDeclared may carry any uid; discovery's reporter must not die of it."""
+    store = InMemoryEventStore()
+    reporter = DemandReporter(store, replica="d1")
+    reporter.refused("a b.>", Asker("c", "h"), "busy")
+    reporter.refused(POOL, Asker("c", "h"), "busy")
+    assert await reporter.report_once() == 1
+    [stored] = (await store.read(subjects.demand(POOL))).events
+    assert isinstance(stored.event, PoolDemand)
+    assert stored.event.uid == POOL
+    assert "a b.>" not in reporter.pools
