@@ -211,6 +211,10 @@ def apply(view: PoolView | None, recorded: Recorded) -> PoolView:
     event = recorded.event
     at = recorded.timestamp
     if isinstance(event, PoolDeclared):
+        if event.uid != key(recorded.subject):
+            # Its uid names the pool everywhere (its subjects, its members' names, its
+            # demand): one that is not its own subject's token could be no subject at all.
+            raise Undeclared(f"PoolDeclared of {event.uid!r} on {recorded.subject}")
         if view is not None and not view.removed:
             return _stamp(view, recorded)  # a second declaration changes nothing
         usable = usable_spec(event.spec)

@@ -5,7 +5,7 @@ makes of events no writer of this version would append."""
 from __future__ import annotations
 
 import math
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import msgspec
 import pytest
@@ -381,3 +381,14 @@ def test_any_log_folds_and_the_decider_decides_on_it(
     after = apply(view, Recorded(event, 99, f"pool.{UID}.decision", T0))
     assert after.unusable == view.unusable
     assert len(after.active()) == len(view.active()) + len(decision.added)
+
+
+@pytest.mark.parametrize("uid", ["a b", "x.>", "", "other-pool"])
+def test_a_declaration_whose_uid_is_not_its_subjects_is_skipped(uid: str) -> None:
+    """The uid names the pool's subjects, members and demand: a hand-written PoolDeclared
+    carrying another (or one no subject can hold) is no pool."""
+    event = PoolDeclared(uid=uid, namespace="ns", name="de", spec=PoolSpec(replicas=1))
+    recorded = Recorded(event, 1, "pool.pool-1.declared", datetime(2026, 1, 1, tzinfo=UTC))
+    view, skip = apply_tolerantly(apply, None, recorded, "POOL")
+    assert view is None
+    assert skip is not None
