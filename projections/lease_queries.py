@@ -8,9 +8,27 @@ from __future__ import annotations
 from collections.abc import Callable, MutableMapping
 from datetime import datetime
 
+from events.schemas import Phase
 from events.store import Recorded
 from projections.lease import ACTIVE, EXPIRED, LeaseRecord, LeaseView, apply, plus_seconds
 from projections.outcomes import blocked_until
+from projections.proxy import ProxyView
+
+
+def leasable(proxy: ProxyView) -> bool:
+    """Ready, not being deleted, with an address, and found healthy by the health service.
+
+    A proxy not probed yet (``healthy`` None) is not leased: the probe is what tells a proxy
+    that is up from one that forwards traffic, and the health service records its first verdict
+    about a second after the proxy turns Ready.
+    """
+    return (
+        proxy.phase is Phase.READY
+        and not proxy.deleting
+        and not proxy.removed
+        and bool(proxy.url)
+        and proxy.healthy is True
+    )
 
 
 def is_free(view: LeaseView | None, now: datetime) -> bool:

@@ -12,7 +12,7 @@ targets that blocked it since that instance took over (a fresh address starts cl
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 
 import msgspec
@@ -20,8 +20,8 @@ import msgspec
 from events.pool import PoolFigures
 from events.schemas import Phase, ProxySpec
 from projections.lease import LeaseView
-from projections.lease_queries import is_free
-from projections.pool import PoolView
+from projections.lease_queries import is_available, is_free, leasable
+from projections.pool import Planned, PoolView
 from projections.proxy import COMPLETED, ProxyView
 
 
@@ -78,6 +78,38 @@ def member_state(
         spec=proxy.spec,
         settling=proxy.generation > proxy.observed_generation,
     )
+
+
+def member_states(
+    planned: Iterable[Planned],
+    proxies: Mapping[str, ProxyView],
+    leases: Mapping[str, LeaseView],
+    now: datetime,
+) -> dict[str, MemberState]:
+    """uid -> state of each of ``planned`` (``pool.members.values()``, ``pool.active()``)."""
+    return {
+        p.member.uid: member_state(
+            p.member.uid, proxies.get(p.member.uid), leases.get(p.member.uid), now
+        )
+        for p in planned
+    }
+
+
+def available_members(
+    pool: PoolView,
+    proxies: Mapping[str, ProxyView],
+    leases: Mapping[str, LeaseView],
+    now: datetime,
+) -> list[str]:
+    """The active members a lease request naming the pool could get now: leasable (Ready,
+    healthy, with an address, not being deleted) and free, past any cooldown."""
+    found = []
+    for planned in pool.active():
+        uid = planned.member.uid
+        proxy = proxies.get(uid)
+        if proxy is not None and leasable(proxy) and is_available(leases.get(uid), now):
+            found.append(uid)
+    return found
 
 
 def _instance_since(proxy: ProxyView) -> datetime | None:

@@ -31,9 +31,8 @@ from prometheus_client.registry import Collector
 from events import subjects
 from events.schemas import Phase
 from projections.lease import LeaseView
-from projections.lease_queries import available_at
+from projections.lease_queries import available_at, leasable
 from projections.proxy import ProxyView
-from services.discovery.pure.candidates import leasable
 from services.discovery.views import Views
 from services.runtime.aio import raise_if_cancelled
 from services.runtime.metrics import metric_set

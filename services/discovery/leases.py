@@ -26,14 +26,14 @@ from events.errors import ConcurrencyError, StoreUnavailable
 from events.schemas import LeaseAcquired
 from events.store import EventStore, NewEvent
 from projections.lease import LeaseView
-from projections.lease_queries import active, find, is_available
+from projections.lease_queries import active, find, is_available, leasable
 from projections.proxy import ProxyView
 from services.discovery.demand import Asker, DemandReporter
 from services.discovery.errors import ApiError, IdempotencyKeyMismatch, LeaseEnded, PoolBusy
 from services.discovery.held_leases import HeldLeases
 from services.discovery.metrics import DiscoveryMetrics
 from services.discovery.pools import members_only
-from services.discovery.pure.candidates import leasable, narrowed, random_order
+from services.discovery.pure.candidates import narrowed, random_order
 from services.discovery.pure.policy import Claim, Granted, LeasePolicy, Stored
 from services.discovery.pure.pools import PoolRef
 from services.discovery.refusals import refusal

@@ -18,12 +18,10 @@ from litestar.di import NamedDependency
 from litestar.params import FromPath, FromQuery
 
 from events.pool import PoolFigures
-from projections.lease_queries import is_available
 from projections.pool import PoolView
-from projections.pool_members import MemberState, member_state
+from projections.pool_members import available_members, member_states
 from services.discovery.errors import InvalidRequest, UnknownPool, error_responses
 from services.discovery.models import ConditionOut
-from services.discovery.pure.candidates import leasable
 from services.discovery.pure.clients import READ
 from services.discovery.pure.pools import (
     PoolRef,
@@ -114,14 +112,9 @@ def _figures(seen: PoolFigures) -> FiguresOut:
 def summary(views: Views, pool: PoolView) -> PoolSummary:
     """The pool's figures now, from the proxy and lease views."""
     now = views.now()
-    states: dict[str, MemberState] = {}
-    available: list[str] = []
-    for planned in pool.active():
-        uid = planned.member.uid
-        proxy, lease = views.proxy(uid), views.lease_view(uid)
-        states[uid] = member_state(uid, proxy, lease, now)
-        if proxy is not None and leasable(proxy) and is_available(lease, now):
-            available.append(uid)
+    proxies, leases = views.proxies.views, views.leases.views
+    states = member_states(pool.active(), proxies, leases, now)
+    available = available_members(pool, proxies, leases, now)
     return summarize(pool, states, available)
 
 

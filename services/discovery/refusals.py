@@ -26,7 +26,7 @@ from datetime import datetime
 
 from events.poolresource import POOL_ATTRIBUTE
 from events.schemas import Phase
-from projections.lease_queries import available_at, is_available, is_free
+from projections.lease_queries import available_at, is_available, is_free, leasable
 from projections.proxy import ProxyView
 from services.discovery.errors import (
     ApiError,
@@ -37,7 +37,6 @@ from services.discovery.errors import (
     UnknownProxy,
 )
 from services.discovery.pools import members_only, summary, unknown
-from services.discovery.pure.candidates import leasable
 from services.discovery.pure.pools import PoolRef, scaling_note, template_misses
 from services.discovery.views import Views
 

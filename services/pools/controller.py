@@ -26,7 +26,7 @@ from projections.declaring import Declaration, apply, delete
 from projections.lease import LeaseView
 from projections.pool import PoolView
 from projections.pool_demand import Demand
-from projections.pool_members import MemberState, member_state
+from projections.pool_members import MemberState, member_states
 from projections.proxy import ProxyView
 from projections.rotating import request_rotation
 from services.pools.pure.decide import Decision, decide
@@ -80,15 +80,6 @@ class Outcome:
         return d is not None and len(d.added) + len(d.retired) >= MAX_MEMBERS_PER_DECISION
 
 
-def states_of(
-    pool: PoolView,
-    proxies: Mapping[str, ProxyView],
-    leases: Mapping[str, LeaseView],
-    now: datetime,
-) -> dict[str, MemberState]:
-    return {uid: member_state(uid, proxies.get(uid), leases.get(uid), now) for uid in pool.members}
-
-
 class Controller:
     def __init__(self, store: EventStore) -> None:
         self.store = store
@@ -102,7 +93,7 @@ class Controller:
         demand: Demand | None = None,
     ) -> Outcome:
         outcome = Outcome()
-        states = states_of(pool, proxies, leases, now)
+        states = member_states(pool.members.values(), proxies, leases, now)
         recorded = await self._record(pool.uid, states, now, outcome, demand)
         for _ in range(GROWTH_DECISIONS - 1):
             if recorded is None or recorded.removed or not outcome.growing:

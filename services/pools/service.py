@@ -28,9 +28,9 @@ from projections import proxy as proxy_fold
 from projections.lease import LeaseView
 from projections.pool import PoolView
 from projections.pool_demand import DemandView
-from projections.pool_members import figures
+from projections.pool_members import figures, member_states
 from projections.proxy import ProxyView
-from services.pools.controller import Controller, Outcome, states_of
+from services.pools.controller import Controller, Outcome
 from services.runtime.aio import raise_if_cancelled
 from services.runtime.config import Settings
 from services.runtime.eventlog.projector import Projector
@@ -74,7 +74,8 @@ class PoolMetrics:
     def show(
         self, pool: PoolView, proxies: dict[str, ProxyView], leases: dict[str, LeaseView]
     ) -> None:
-        seen = figures(pool, states_of(pool, proxies, leases, datetime.now(UTC)))
+        now = datetime.now(UTC)
+        seen = figures(pool, member_states(pool.members.values(), proxies, leases, now))
         labels = (pool.namespace, pool.name)
         if pool.removed:
             for gauge in (self.desired, self.members, self.ready, self.healthy, self.leased):

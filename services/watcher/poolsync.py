@@ -32,7 +32,7 @@ from events.poolresource import pool_uid
 from events.store import EventStore
 from projections.lease import LeaseView
 from projections.pool import PoolView, fold
-from projections.pool_members import member_state
+from projections.pool_members import available_members, member_states
 from projections.pooldeclaring import apply_pool, delete_pool, scale_pool
 from services.runtime.aio import raise_if_cancelled
 from services.runtime.eventlog.projector import Projector
@@ -44,7 +44,6 @@ from services.watcher.poolkube import PoolApi
 from services.watcher.pure.objects import SOURCE, finalizers_with, finalizers_without
 from services.watcher.pure.pools import (
     PoolObject,
-    available,
     log_change,
     parse_pool,
     pool_status,
@@ -268,11 +267,8 @@ class PoolSync(ListWatch):
         states = {}
         free = 0
         if view is not None:
-            states = {
-                uid: member_state(uid, proxies.get(uid), leases.get(uid), now)
-                for uid in view.members
-            }
-            free = available(view, proxies, leases, now)
+            states = member_states(view.members.values(), proxies, leases, now)
+            free = len(available_members(view, proxies, leases, now))
         previous = self.written.get(obj.uid) or obj.status
         observed = self.synced.get(obj.uid) or int(previous.get("observedGeneration") or 0)
         shown = dataclasses.replace(obj, status=previous)

@@ -23,11 +23,8 @@ from events.poolresource import KIND, from_object, unknown_pool_fields
 from events.resource import API_VERSION, FieldError, ResourceError
 from events.resource import KIND as PROXY_KIND
 from events.schemas import ProxySpec
-from projections.lease import LeaseView
-from projections.lease_queries import is_available
 from projections.pool import PoolView
 from projections.pool_members import MemberState, figures
-from projections.proxy import ProxyView
 from services.watcher.pure.crd import StatusCondition
 from services.watcher.pure.objects import KubeObject, Problem, metadata
 from services.watcher.pure.poolcrd import (
@@ -92,25 +89,6 @@ def log_change(spec: PoolSpec, view: PoolView | None) -> str:
 
 def selector(pool_name: str) -> str:
     return f"{POOL_LABEL}={pool_name}"
-
-
-def available(
-    pool: PoolView,
-    proxies: Mapping[str, ProxyView],
-    leases: Mapping[str, LeaseView],
-    now: datetime,
-) -> int:
-    """Members a lease could be granted now: Ready, healthy, not being deleted, with an
-    address, and free (past any cooldown)."""
-    count = 0
-    for planned in pool.active():
-        uid = planned.member.uid
-        proxy = proxies.get(uid)
-        if proxy is None or proxy.removed or proxy.deleting or not proxy.url:
-            continue
-        if str(proxy.phase) == "Ready" and proxy.healthy is True:
-            count += is_available(leases.get(uid), now)
-    return count
 
 
 def pool_status(

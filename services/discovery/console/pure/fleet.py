@@ -15,9 +15,9 @@ from datetime import datetime
 from events.schemas import Phase
 from projections import lease_queries
 from projections.lease import LeaseView
+from projections.lease_queries import leasable
 from projections.outcomes import active_backoffs
 from projections.proxy import ProxyView
-from services.discovery.pure.candidates import leasable
 from services.discovery.pure.pools import parse_pool_ref
 
 HEALTHY = "healthy"

@@ -29,13 +29,11 @@ from events.pool import (
 from events.schemas import Condition
 from events.store import Recorded, Unreadable
 from projections.lease import LeaseView
-from projections.lease_queries import is_available
 from projections.pool import Planned, PoolView
-from projections.pool_members import MemberState, member_state
+from projections.pool_members import MemberState, available_members, member_state, member_states
 from projections.proxy import ProxyView
 from services.discovery.console.pure.fleet import health_of
 from services.discovery.console.pure.timeline import MAX_LINES, MAX_SUMMARY
-from services.discovery.pure.candidates import leasable
 from services.discovery.pure.pools import ProviderCount, conditions, summarize
 
 NOT_DECLARED = "not declared"
@@ -87,34 +85,14 @@ class PoolLine:
         return pool_ref(self.pool)
 
 
-def _states(
-    planned: Iterable[Planned],
-    proxies: Mapping[str, ProxyView],
-    leases: Mapping[str, LeaseView],
-    now: datetime,
-) -> dict[str, MemberState]:
-    return {
-        p.member.uid: member_state(
-            p.member.uid, proxies.get(p.member.uid), leases.get(p.member.uid), now
-        )
-        for p in planned
-    }
-
-
 def pool_line(
     pool: PoolView,
     proxies: Mapping[str, ProxyView],
     leases: Mapping[str, LeaseView],
     now: datetime,
 ) -> PoolLine:
-    active = pool.active()
-    states = _states(active, proxies, leases, now)
-    available = []
-    for planned in active:
-        uid = planned.member.uid
-        proxy = proxies.get(uid)
-        if proxy is not None and leasable(proxy) and is_available(leases.get(uid), now):
-            available.append(uid)
+    states = member_states(pool.active(), proxies, leases, now)
+    available = available_members(pool, proxies, leases, now)
     got = summarize(pool, states, available)
     return PoolLine(
         pool=pool,
