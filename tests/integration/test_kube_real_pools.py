@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from events import subjects
-from events.poolresource import pool_uid
+from events.poolresource import member_name, pool_uid
 from events.schemas import (
     PoolDeclared,
     PoolRemoved,
@@ -280,3 +280,35 @@ async def test_the_schema_refuses_a_pool_without_a_provider_with_the_rules_messa
     done = await asyncio.to_thread(c.apiserver.apply, bad, check=False)
     assert done.returncode != 0
     assert "name the provider: spec.template.provider, or providers in spec.spread" in done.stderr
+
+
+async def test_a_proxy_someone_applied_under_a_members_name_is_never_taken_over(
+    cluster: Cluster,
+) -> None:
+    """The member's name is derived from the pool; a Proxy object a person applied under it
+    first keeps its spec, labels and owners: no mirror is made over it, nothing patched."""
+    c = cluster
+    name = member_name("sq", pool_uid(c.namespace, "sq"), 0)
+    theirs = {
+        "apiVersion": "crawl.example.com/v1alpha1",
+        "kind": "Proxy",
+        "metadata": {"name": name, "namespace": c.namespace, "labels": {"team": "theirs"}},
+        "spec": {"provider": "fake", "attributes": {"owner": "someone-else"}},
+    }
+    await asyncio.to_thread(c.apiserver.apply, theirs)
+    before = await c.get("proxy", name)
+    assert before is not None
+    await asyncio.to_thread(c.apiserver.apply, proxypool(c.namespace, "sq", 2))
+
+    async def other_member_shown() -> bool:
+        return len(await c.members("sq")) == 1  # the member whose name is free
+
+    await until(other_member_shown, timeout=60, what="the free member's mirror")
+    await asyncio.sleep(1.0)  # a few more watcher passes, which must leave theirs alone
+    after = await c.get("proxy", name)
+    assert after is not None
+    assert after["metadata"]["uid"] == before["metadata"]["uid"]
+    assert after["spec"] == before["spec"]
+    assert after["metadata"].get("labels") == {"team": "theirs"}
+    assert "ownerReferences" not in after["metadata"]
+    assert MIRROR_ANNOTATION not in (after["metadata"].get("annotations") or {})
