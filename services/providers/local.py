@@ -42,6 +42,7 @@ from services.providers.base import (
     Permanent,
     Transient,
 )
+from services.providers.pure import squidconf
 from services.runtime.errors import ConfigError
 
 log = structlog.get_logger("egress.provider.local")
@@ -71,9 +72,26 @@ class LocalConfig(
     backend: Literal["auto", "squid", "proxypy"] = "auto"
     port_range: Annotated[str, msgspec.Meta(pattern=_PORT_RANGE)] = "20000-29999"
     stop_grace_seconds: Annotated[float, msgspec.Meta(ge=0)] = 3.0
+    outgoing_address: str = ""
+    """The source address of the proxies' connections to targets (Squid's
+    ``tcp_outgoing_address``): an IP literal this host owns; "" for the host's own choice."""
 
     def __post_init__(self) -> None:
         parse_port_range(self.port_range)
+        if self.outgoing_address:
+            try:
+                squidconf.outgoing_address(self.outgoing_address)
+            except ValueError as exc:
+                raise ValueError(f"outgoingAddress {exc}") from None
+            if self.backend == proc.PROXYPY:
+                raise ValueError(PROXYPY_NO_OUTGOING)
+
+
+PROXYPY_NO_OUTGOING = (
+    "outgoingAddress needs the squid backend: proxy.py cannot choose the source address of "
+    "every connection (it ignores one for targets named by IP address); use backend squid or "
+    "auto with Squid installed, or leave outgoingAddress out"
+)
 
 
 class _Meta(msgspec.Struct, kw_only=True, rename="camel"):
@@ -111,11 +129,27 @@ class LocalProvider:
         port_range: tuple[int, int] = (20000, 29999),
         stop_grace: float = 3.0,
         start_grace: float = 10.0,
+        outgoing: str = "",
     ) -> None:
         try:
             self.backend = proc.resolve_backend(backend)
         except ValueError as exc:
             raise ConfigError(f"provider {name!r}: {exc}") from exc
+        try:
+            self.outgoing = squidconf.outgoing_address(outgoing) if outgoing else ""
+        except ValueError as exc:
+            raise ConfigError(f"provider {name!r}: local.outgoingAddress {exc}") from exc
+        if self.outgoing and self.backend != proc.SQUID:
+            chose = "auto chose proxypy (no squid on PATH)" if backend == "auto" else backend
+            raise ConfigError(f"provider {name!r}: backend {chose}: {PROXYPY_NO_OUTGOING}")
+        problem = proc.unbindable(self.outgoing) if self.outgoing else ""
+        if problem:
+            # Squid would start, then fail every request: say so now, not as unhealthy proxies.
+            raise ConfigError(
+                f"provider {name!r}: local.outgoingAddress {self.outgoing} cannot be a source "
+                f"address on this host ({problem}); use an address of one of its interfaces "
+                "(`ip addr` lists them; any 127.x.y.z works on Linux)"
+            )
         self.name = name
         self.data_dir = data_dir.resolve()
         self.port_range = port_range
@@ -133,6 +167,7 @@ class LocalProvider:
             backend=config.backend,
             port_range=parse_port_range(config.port_range),
             stop_grace=config.stop_grace_seconds,
+            outgoing=config.outgoing_address,
         )
 
     # ---------------------------------------------------------------- Provider
@@ -214,7 +249,12 @@ class LocalProvider:
                     spec_hash=request.spec_hash,
                 )
                 command = proc.prepare(
-                    meta.backend, path, meta.port, meta.name, lease_auth=request.lease_auth
+                    meta.backend,
+                    path,
+                    meta.port,
+                    meta.name,
+                    lease_auth=request.lease_auth,
+                    outgoing=self.outgoing,
                 )
                 self._write(path, meta)  # the record first: see the module docstring
             elif self._pid(path):
@@ -222,7 +262,12 @@ class LocalProvider:
             else:
                 meta = found.meta  # recorded, then the creator crashed before spawning
                 command = proc.prepare(
-                    meta.backend, path, meta.port, meta.name, lease_auth=request.lease_auth
+                    meta.backend,
+                    path,
+                    meta.port,
+                    meta.name,
+                    lease_auth=request.lease_auth,
+                    outgoing=self.outgoing,
                 )
             meta.pid = proc.spawn(command, path)
             self._write(path, meta)

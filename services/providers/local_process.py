@@ -75,9 +75,16 @@ def _squid_user() -> str:
 
 
 def squid_config(
-    instance_dir: Path, port: int, name: str, user: str | None, auth: SquidAuth | None = None
+    instance_dir: Path,
+    port: int,
+    name: str,
+    user: str | None,
+    auth: SquidAuth | None = None,
+    *,
+    outgoing: str = "",
 ) -> str:
-    """The shared egress Squid on loopback, logging into the instance directory."""
+    """The shared egress Squid on loopback, logging into the instance directory, connecting to
+    targets from ``outgoing`` when one is given."""
     return shared_squid_config(
         listen=f"{HOST}:{port}",
         name=name,
@@ -85,7 +92,19 @@ def squid_config(
         coredump_dir=str(instance_dir),
         user=user,
         auth=auth,
+        outgoing=outgoing,
     )
+
+
+def unbindable(address: str) -> str:
+    """Why a socket cannot use ``address`` (an IP literal) as its source on this host, or ""."""
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind((address, 0))
+        except OSError as exc:
+            return exc.strerror or str(exc)
+    return ""
 
 
 def squid_service(instance_dir: Path) -> str:
@@ -112,10 +131,12 @@ def prepare(
     name: str,
     *,
     lease_auth: LeaseAuth | None = None,
+    outgoing: str = "",
 ) -> list[str]:
     """Write what the backend needs into ``instance_dir`` and return its command line. Every
     command line names a file inside ``instance_dir``, which is how a pid is recognised as ours
-    later. With ``lease_auth`` the proxy serves only a current lease's holder (D84)."""
+    later. With ``lease_auth`` the proxy serves only a current lease's holder (D84); with
+    ``outgoing`` (Squid only) it connects to targets from that address."""
     if backend == SQUID:
         user = _squid_user() if os.geteuid() == 0 else None
         auth = None
@@ -124,7 +145,8 @@ def prepare(
                 instance_dir, lease_auth, user, squid_service(instance_dir)
             )
         config = instance_dir / "squid.conf"
-        write_atomic(config, squid_config(instance_dir, port, name, user, auth).encode())
+        text = squid_config(instance_dir, port, name, user, auth, outgoing=outgoing)
+        write_atomic(config, text.encode())
         if user is not None:
             entry = pwd.getpwnam(user)
             os.chown(instance_dir, entry.pw_uid, entry.pw_gid)
@@ -136,6 +158,12 @@ def prepare(
             "-f",
             str(config),
         ]
+    if outgoing:
+        # An instance recorded under backend proxypy, spawned by a provider now set to Squid.
+        raise Permanent(
+            f"{name}: recorded with backend proxypy, which cannot use outgoingAddress "
+            f"{outgoing}; delete the instance so it is re-created with Squid"
+        )
     plugins: list[str] = []
     if lease_auth is not None:
         # proxy.py runs as us and imports the plugin from this installation; the plugin finds

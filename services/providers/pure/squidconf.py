@@ -15,6 +15,7 @@ and an overloaded helper queue answers ERR instead of ending Squid (D92).
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -56,6 +57,28 @@ def auth_lines(auth: SquidAuth) -> list[str]:
     ]
 
 
+def outgoing_address(text: str) -> str:
+    """``text`` as Squid's ``tcp_outgoing_address`` value (the canonical form of an IPv4 or IPv6
+    literal), or ValueError saying why it cannot be one: Squid binds to an address, so a host
+    name, an interface name, a network, a scoped IPv6 address, or an address that no host can
+    send from (unspecified, multicast, broadcast) is refused, not guessed at."""
+    try:
+        address = ipaddress.ip_address(text)
+    except ValueError:
+        raise ValueError(
+            f"{text!r} is not an IP address; use an IPv4 or IPv6 literal this host owns, "
+            "e.g. 192.0.2.10 or 2001:db8::10 (not a host or interface name, no brackets, "
+            "no /prefix)"
+        ) from None
+    if isinstance(address, ipaddress.IPv6Address) and address.scope_id:
+        raise ValueError(f"{text!r} has a scope (%zone); Squid takes the address without one")
+    if address.is_unspecified:
+        raise ValueError(f"{text!r} is the unspecified address; leave the field out instead")
+    if address.is_multicast or address == ipaddress.IPv4Address("255.255.255.255"):
+        raise ValueError(f"{text!r} is not a unicast address; no connection can come from it")
+    return str(address)
+
+
 def squid_config(
     *,
     listen: str,
@@ -65,8 +88,12 @@ def squid_config(
     allowed_clients: Sequence[str] = (),
     user: str | None = None,
     auth: SquidAuth | None = None,
+    outgoing: str = "",
 ) -> str:
-    """``listen`` is squid's ``http_port`` value (``3128`` or ``127.0.0.1:20001``)."""
+    """``listen`` is squid's ``http_port`` value (``3128`` or ``127.0.0.1:20001``);
+    ``outgoing``, an IP literal (see ``outgoing_address``), is the source of every
+    connection Squid opens to a target (``tcp_outgoing_address``), or "" for the host's choice.
+    Squid uses it only for targets of the same address family."""
     lines = [
         f"http_port {listen}",
         f"visible_hostname egress-{name}",
@@ -92,6 +119,8 @@ def squid_config(
     if allowed_clients:
         lines.append("http_access allow egress_clients")
     lines.append("http_access deny all")
+    if outgoing:
+        lines.append(f"tcp_outgoing_address {outgoing_address(outgoing)}")
     if user is not None:
         lines.append(f"cache_effective_user {user}")
     return "\n".join(lines) + "\n"
