@@ -3,7 +3,9 @@
 Offline, the health prober's default (an external connectivity check) fails through every proxy,
 so a demo would have no healthy proxy to lease. When the operator names no check URL, `up` serves
 a tiny target itself and points the prober at it for the proxies of its `local` providers; other
-providers keep the external default, which is what their proxies are for.
+providers keep the external default, which is what their proxies are for. The same server is the
+local proxies' echo URL (``echo_url``): ``GET /egress`` answers the address the connection came
+from, which is the proxy's egress address (a local Squid's ``outgoingAddress``).
 
 Local proxies outlive `up` on purpose (the next `up` adopts them), so `up` says at shutdown how
 many keep running and how to stop them.
@@ -16,15 +18,18 @@ import contextlib
 import socket
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from services.providers.config import ProviderEntry
 from services.providers.local_process import PID_FILE, is_running, resolve_backend
 
 PROBE_HOST = "127.0.0.1"
-_ANSWER = (
-    b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 3\r\n"
-    b"Connection: close\r\n\r\nok\n"
-)
+ECHO_PATH = "/egress"
+MAX_HEAD = 16 * 1024
+"""The most bytes of request head read (request line and headers); a longer one is answered 431
+and the connection closed, so junk sent to the socket costs no more memory than this."""
+READ_SECONDS = 5.0
+_OK = b"ok\n"
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,15 +66,60 @@ def probe_url(sock: socket.socket) -> str:
     return f"http://{PROBE_HOST}:{sock.getsockname()[1]}/"
 
 
+def echo_url(sock: socket.socket) -> str:
+    """Where a local proxy's health check learns its egress address (``serve_probe_target``)."""
+    return f"http://{PROBE_HOST}:{sock.getsockname()[1]}{ECHO_PATH}"
+
+
+def _response(status: str, body: bytes) -> bytes:
+    head = (
+        f"HTTP/1.1 {status}\r\nContent-Type: text/plain\r\nContent-Length: {len(body)}\r\n"
+        "Cache-Control: no-store\r\nConnection: close\r\n\r\n"
+    )
+    return head.encode("ascii") + body
+
+
+def _is_echo(request_line: bytes) -> bool:
+    """``GET /egress`` with any query, in origin form or (from a proxy) absolute form."""
+    method, _, rest = request_line.decode("latin-1").partition(" ")
+    target = rest.partition(" ")[0]
+    return method == "GET" and urlsplit(target).path == ECHO_PATH
+
+
+async def _read_head(reader: asyncio.StreamReader) -> bytes | None:
+    """The request line once the whole head arrived, or None when it outgrew ``MAX_HEAD``."""
+    request_line = b""
+    size = 0
+    while True:
+        try:
+            line = await reader.readline()
+        except ValueError:  # one line longer than the reader's limit (MAX_HEAD)
+            return None
+        size += len(line)
+        if size > MAX_HEAD:
+            return None
+        if not request_line:
+            request_line = line.rstrip(b"\r\n")
+        if line in (b"\r\n", b"\n", b""):
+            return request_line
+
+
 async def serve_probe_target(sock: socket.socket) -> None:
-    """Answer every request with 200 until cancelled."""
+    """Until cancelled: ``GET /egress`` is answered the caller's address as plain text (the
+    peer of the connection: through a local proxy, its outgoing address), every other request
+    200 ``ok``. A request head is read for at most ``READ_SECONDS`` and ``MAX_HEAD`` bytes."""
 
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            async with asyncio.timeout(5):
-                while (await reader.readline()) not in (b"\r\n", b"\n", b""):
-                    pass
-            writer.write(_ANSWER)
+            async with asyncio.timeout(READ_SECONDS):
+                request_line = await _read_head(reader)
+            if request_line is None:
+                writer.write(_response("431 Request Header Fields Too Large", b"too large\n"))
+            elif _is_echo(request_line):
+                peer = writer.get_extra_info("peername")
+                writer.write(_response("200 OK", f"{peer[0]}\n".encode()))
+            else:
+                writer.write(_response("200 OK", _OK))
             await writer.drain()
         except (TimeoutError, ConnectionError):
             pass
@@ -78,7 +128,7 @@ async def serve_probe_target(sock: socket.socket) -> None:
             with contextlib.suppress(ConnectionError):
                 await writer.wait_closed()
 
-    server = await asyncio.start_server(answer, sock=sock)
+    server = await asyncio.start_server(answer, sock=sock, limit=MAX_HEAD)
     async with server:
         await server.serve_forever()
 
