@@ -38,6 +38,11 @@ _PROVIDER = re.compile(r"^[A-Za-z0-9_-]{1,63}\Z")
 MAX_PROBE_INTERVAL = 3600.0
 MAX_PROBE_TIMEOUT = 300.0
 MAX_THRESHOLD = 1000
+MAX_EXPECTED_ASNS = 32
+EGRESS_PREFIX = "egress."
+"""Selector keys of what was seen of a proxy's egress; no attribute may take them."""
+MAX_ASN = 2**32 - 1
+_COUNTRY = re.compile(r"^[A-Za-z]{2}\Z")
 
 
 class ObjectMeta(msgspec.Struct, kw_only=True, rename="camel", omit_defaults=True):
@@ -238,7 +243,15 @@ def validate_spec(spec: ProxySpec, prefix: str = "spec") -> list[FieldError]:
     if hc.url and urlparse(hc.url).scheme not in ("http", "https"):
         errors.append(FieldError(f"{prefix}.healthCheck.url", "must be an http:// or https:// URL"))
     for key, value in spec.attributes.items():
-        if not _ATTR_KEY.match(key):
+        if key.startswith(EGRESS_PREFIX):
+            errors.append(
+                FieldError(
+                    f"{prefix}.attributes.{key}",
+                    f"keys starting {EGRESS_PREFIX!r} name what was seen of the egress "
+                    "(egress.country, egress.asn); rename the attribute",
+                )
+            )
+        elif not _ATTR_KEY.match(key):
             errors.append(
                 FieldError(
                     f"{prefix}.attributes.{key}",
@@ -247,9 +260,39 @@ def validate_spec(spec: ProxySpec, prefix: str = "spec") -> list[FieldError]:
             )
         if len(value) > 256:
             errors.append(FieldError(f"{prefix}.attributes.{key}", "values are at most 256 chars"))
+    errors.extend(validate_egress(spec, prefix))
     ci = spec.cloud_init
     if ci is not None and ci.inline and ci.secret_ref is not None:
         errors.append(FieldError(f"{prefix}.cloudInit", "set either inline or secretRef, not both"))
+    return errors
+
+
+def validate_egress(spec: ProxySpec, prefix: str = "spec") -> list[FieldError]:
+    """``spec.egress`` and ``spec.egressCheck``: strict, as everything bound for the log is."""
+    errors: list[FieldError] = []
+    expect = spec.egress_rules.expect
+    if expect.country and not _COUNTRY.match(expect.country):
+        errors.append(
+            FieldError(
+                f"{prefix}.egress.expect.country",
+                "an ISO 3166 alpha-2 country code of two letters, e.g. de",
+            )
+        )
+    if len(expect.asn) > MAX_EXPECTED_ASNS:
+        errors.append(
+            FieldError(f"{prefix}.egress.expect.asn", f"at most {MAX_EXPECTED_ASNS} numbers")
+        )
+    for i, number in enumerate(expect.asn):
+        if not 1 <= number <= MAX_ASN:
+            errors.append(
+                FieldError(
+                    f"{prefix}.egress.expect.asn[{i}]",
+                    f"an autonomous system number from 1 to {MAX_ASN} (3320, not AS3320)",
+                )
+            )
+    url = spec.egress_url
+    if url and (urlparse(url).scheme not in ("http", "https") or not urlparse(url).hostname):
+        errors.append(FieldError(f"{prefix}.egressCheck.url", "must be an http:// or https:// URL"))
     return errors
 
 

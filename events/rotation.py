@@ -29,6 +29,9 @@ class RotationRequested(Event, frozen=True, kw_only=True):
     """The lease whose holder asked (``POST /v1/leases/{id}/rotate``); "" for anyone else."""
     client: str = ""
     """The API client that asked (as on ``LeaseAcquired``); "" for anyone else."""
+    reason: str = ""
+    """Why, when the system asked on its own: ``EgressMismatch`` (``events.egress``); "" for a
+    request someone made."""
 
 
 class ReplacementStarted(Event, frozen=True, kw_only=True):

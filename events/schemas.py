@@ -19,6 +19,7 @@ from typing import ClassVar, get_args
 import msgspec
 
 from events.base import Event
+from events.egress import EgressChanged, EgressObserved
 from events.gc import OrphanDeleted, OrphanFound, SweepCompleted
 from events.lease import (
     MAX_BLOCK_BACKOFF_SECONDS,
@@ -73,6 +74,8 @@ __all__ = [
     "DeadLettered",
     "DeleteInstance",
     "DemandEvent",
+    "EgressChanged",
+    "EgressObserved",
     "ErrorClass",
     "Event",
     "External",
@@ -330,6 +333,8 @@ ProxyEvent = (
     | ReplacementStarted
     | ReplacementPromoted
     | RotationEnded
+    | EgressObserved
+    | EgressChanged
 )
 LeaseEvent = (
     LeaseAcquired | LeaseReleased | LeaseReported | LeaseExpired | LeaseRenewed | LeaseSwitched

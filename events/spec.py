@@ -46,6 +46,31 @@ class HealthCheck(msgspec.Struct, frozen=True, kw_only=True, rename="camel", omi
     success_threshold: int = 1
 
 
+class EgressCheck(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    url: str = ""
+    """The echo URL fetched through this proxy to learn its public address; "" takes the
+    provider's or the health service's (``--egress-echo-url``)."""
+
+
+class EgressExpect(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    country: str = ""
+    """ISO 3166 alpha-2 (``de``): the country a site must see."""
+    asn: tuple[int, ...] = ()
+    """The autonomous systems the address may belong to (any of them)."""
+
+
+class OnMismatch(StrEnum):
+    KEEP = "keep"
+    """Keep the proxy, out of leasing, until its egress matches again."""
+    REPLACE = "replace"
+    """Replace it (make-before-break), a bounded number of times."""
+
+
+class Egress(msgspec.Struct, frozen=True, kw_only=True, rename="camel", omit_defaults=True):
+    expect: EgressExpect = msgspec.field(default_factory=EgressExpect)
+    on_mismatch: OnMismatch = OnMismatch.KEEP
+
+
 class ProxySpec(msgspec.Struct, frozen=True, kw_only=True, rename="camel", omit_defaults=True):
     mode: ProxyMode = ProxyMode.MANAGED
     provider: str = ""
@@ -54,3 +79,19 @@ class ProxySpec(msgspec.Struct, frozen=True, kw_only=True, rename="camel", omit_
     cloud_init: CloudInit | None = None
     external: External | None = None
     health_check: HealthCheck = msgspec.field(default_factory=HealthCheck)
+    # None rather than an empty struct: a spec that says nothing of egress encodes as it did
+    # before these fields, so its content hash (and the ids derived from it) stay the same.
+    egress: Egress | None = None
+    """What the proxy's egress must be (docs/decisions/0111-verified-egress.md)."""
+    egress_check: EgressCheck | None = None
+
+    @property
+    def egress_rules(self) -> Egress:
+        return self.egress or _NO_EGRESS
+
+    @property
+    def egress_url(self) -> str:
+        return self.egress_check.url if self.egress_check is not None else ""
+
+
+_NO_EGRESS = Egress()

@@ -15,9 +15,11 @@ from datetime import datetime
 
 import msgspec
 
+from events.egress import EGRESS_MISMATCH
 from events.schemas import (
     Condition,
     CreateInstance,
+    EgressObserved,
     HealthChanged,
     InstanceCreated,
     InstanceGone,
@@ -31,9 +33,11 @@ from events.schemas import (
     ProxySpec,
     ProxySpecChanged,
     ReplacementPromoted,
+    RotationRequested,
 )
 from events.store import Recorded
 from events.subjects import proxy_uid_of
+from projections.egress import Egress, record
 from projections.rotation import COMPLETED, GONE, IN_PROGRESS, Replacement, Rotation, Step, step
 
 # The rotation's structs are the view's too (``projections.rotation`` folds them): its readers
@@ -115,6 +119,12 @@ class ProxyView(msgspec.Struct, frozen=True, kw_only=True):
     """The instance a rotation brings up, until it takes over or is given up."""
     rotation: Rotation | None = None
     """The latest rotation, under way or over."""
+    egress: tuple[Egress, ...] = ()
+    """The last egress finding about the instance and about a rotation's replacement
+    (``projections.egress``)."""
+    egress_replacements: int = 0
+    """Rotations asked for because the egress did not match, since the spec last changed: what
+    bounds ``spec.egress.onMismatch: replace``."""
 
 
 def probe_target(view: ProxyView) -> tuple[str, str]:
@@ -150,6 +160,10 @@ def apply(view: ProxyView | None, recorded: Recorded) -> ProxyView:
         )
     current = view or ProxyView(uid=proxy_uid_of(recorded.subject))
     stamp = {"last_seq": recorded.seq, "updated_at": recorded.timestamp}
+    if isinstance(recorded.event, RotationRequested) and recorded.event.reason == EGRESS_MISMATCH:
+        current = msgspec.structs.replace(
+            current, egress_replacements=current.egress_replacements + 1
+        )
     turned = step(current.rotation, current.replacement, recorded)
     if turned is not None and turned.turn != "failed":  # failures: see ``Replacement.failure``
         return msgspec.structs.replace(_rotated(current, turned, recorded), **stamp)
@@ -172,7 +186,12 @@ def apply(view: ProxyView | None, recorded: Recorded) -> ProxyView:
             )
         case ProxySpecChanged(spec=spec, generation=gen, cloud_init_resolved=ci):
             return msgspec.structs.replace(
-                current, spec=spec, generation=gen, cloud_init=ci, **stamp
+                current,
+                spec=spec,
+                generation=gen,
+                cloud_init=ci,
+                egress_replacements=0,  # a new expectation gets its own replacements
+                **stamp,
             )
         case ProxyDeletionRequested():
             return msgspec.structs.replace(current, deleting=True, **stamp)
@@ -199,6 +218,9 @@ def apply(view: ProxyView | None, recorded: Recorded) -> ProxyView:
                 verdict=verdict,
                 **stamp,
             )
+        case EgressObserved() as observed:
+            found = record(current.egress, observed, recorded.seq)
+            return msgspec.structs.replace(current, egress=found, **stamp)
         case CreateInstance():
             # A new instance is coming: the old one's verdict says nothing about it.
             return msgspec.structs.replace(

@@ -24,9 +24,12 @@ Requested = Literal["requested", "absent", "rotating", "contended"]
 ATTEMPTS = 20
 
 
-async def request_rotation(store: EventStore, uid: str, *, cause: str, client: str) -> Requested:
+async def request_rotation(
+    store: EventStore, uid: str, *, cause: str, client: str, reason: str = ""
+) -> Requested:
     """Append ``RotationRequested`` for the Proxy ``uid``, unless it is going or rotating.
-    ``cause`` names why (it seeds the rotation's id); ``client`` is who asks."""
+    ``cause`` names why (it seeds the rotation's id); ``client`` is who asks; ``reason`` is
+    recorded on the request (``EgressMismatch``: the system's own, and bounded)."""
     results: list[Requested] = []
 
     def decide(history: History) -> list[NewEvent]:
@@ -40,7 +43,7 @@ async def request_rotation(store: EventStore, uid: str, *, cause: str, client: s
             return []
         results.append("requested")
         rotation_id = "rot-" + derive_msg_id(cause, uid, str(history.last_seq))[:20]
-        event = RotationRequested(uid=uid, rotation_id=rotation_id, client=client)
+        event = RotationRequested(uid=uid, rotation_id=rotation_id, client=client, reason=reason)
         return [NewEvent(event, derive_msg_id("rotation-requested", rotation_id))]
 
     try:

@@ -196,16 +196,16 @@ def _up_owning(state: CliState, values: dict[str, Any]) -> None:
     target: socket.socket | None = None
     ctx = click.get_current_context()
     unnamed = ctx.get_parameter_source("check_url") is ParameterSource.DEFAULT
-    if locals_ and unnamed:
+    no_echo = ctx.get_parameter_source("egress_echo_url") is ParameterSource.DEFAULT
+    if locals_ and (unnamed or no_echo):
         # No check URL named: local proxies are probed against a target `up` serves itself,
         # so the demo is healthy offline (uplocal.py); a name the operator gave still wins.
+        # The same server answers their egress checks with the address it sees.
         target = uplocal.probe_socket()
-        given = {pair.partition("=")[0] for pair in values.get("provider_check_url", ())}
-        url = uplocal.probe_url(target)
-        values["provider_check_url"] = (
-            *values.get("provider_check_url", ()),
-            *(f"{p.name}={url}" for p in locals_ if p.name not in given),
-        )
+        if unnamed:
+            _per_local(values, "provider_check_url", locals_, uplocal.probe_url(target))
+        if no_echo:
+            _per_local(values, "provider_egress_echo_url", locals_, uplocal.echo_url(target))
     values["local_providers"] = locals_
     _use_lease_secret(ctx, values["data_dir"].resolve())
     values["probe_target"] = target
@@ -223,6 +223,17 @@ def _up_owning(state: CliState, values: dict[str, Any]) -> None:
     if locals_:
         note = uplocal.still_running_note(uplocal.running_instances(locals_))
         stdout_console().print(Text(f"egress-proxies up stopped: {note}"))
+
+
+def _per_local(
+    values: dict[str, Any], option: str, locals_: list[uplocal.LocalProvider], url: str
+) -> None:
+    """``NAME=url`` for each local provider the operator's own ``option`` does not name."""
+    given = {pair.partition("=")[0] for pair in values.get(option, ())}
+    values[option] = (
+        *values.get(option, ()),
+        *(f"{p.name}={url}" for p in locals_ if p.name not in given),
+    )
 
 
 async def _up(settings: Settings, services: list[Service], values: dict[str, Any]) -> None:
@@ -319,10 +330,19 @@ def _print_banner(
             f"local {local.name}", inert(f"backend {local.backend}, data {local.data_dir}")
         )
     check = values.get("check_url") or "-"
-    if target is not None:
-        served = uplocal.probe_url(target)
+    served = uplocal.probe_url(target) if target is not None else ""
+    if served and any(p.endswith(f"={served}") for p in values.get("provider_check_url", ())):
         check = f"{served} for local proxies (served by up), {check} for others"
     grid.add_row("health check", inert(check))
+    echo = values.get("egress_echo_url") or "-"
+    if not values.get("egress_interval"):
+        echo = "off (--egress-interval 0)"
+    elif target is not None and any(
+        p.endswith(f"={uplocal.echo_url(target)}")
+        for p in values.get("provider_egress_echo_url", ())
+    ):
+        echo = f"{uplocal.echo_url(target)} for local proxies (served by up), {echo} for others"
+    grid.add_row("egress check", inert(echo))
     running = ", ".join(started.services) or "none installed yet"
     grid.add_row("services", Text(running))
     grid.add_row("", Text("Ctrl-C to stop", style="dim"))

@@ -26,14 +26,14 @@ from events.errors import ConcurrencyError, StoreUnavailable
 from events.schemas import LeaseAcquired
 from events.store import EventStore, NewEvent
 from projections.lease import LeaseView
-from projections.lease_queries import active, find, is_available, leasable
+from projections.lease_queries import active, find, is_available
 from projections.proxy import ProxyView
 from services.discovery.demand import Asker, DemandReporter
 from services.discovery.errors import ApiError, IdempotencyKeyMismatch, LeaseEnded, PoolBusy
 from services.discovery.held_leases import HeldLeases
 from services.discovery.metrics import DiscoveryMetrics
 from services.discovery.pools import members_only
-from services.discovery.pure.candidates import narrowed, random_order
+from services.discovery.pure.candidates import narrowed, pairs_of, random_order
 from services.discovery.pure.policy import Claim, Granted, LeasePolicy, Stored
 from services.discovery.pure.pools import PoolRef
 from services.discovery.refusals import refusal
@@ -43,10 +43,11 @@ from services.discovery.waiting import Queue, Waiter
 log = structlog.get_logger("egress.discovery")
 
 
-def eligible(proxy: ProxyView, selector: Mapping[str, str]) -> bool:
-    """Leasable (``candidates.leasable``) and matching every selector pair."""
-    attributes = proxy.spec.attributes
-    return leasable(proxy) and all(attributes.get(k) == v for k, v in selector.items())
+def eligible(views: Views, proxy: ProxyView, selector: Mapping[str, str]) -> bool:
+    """Leasable (``CandidateIndex.admits``: its egress too) and matching every selector pair
+    (the attributes and the egress seen)."""
+    pairs = pairs_of(proxy)
+    return views.candidates.admits(proxy) and all((k, v) in pairs for k, v in selector.items())
 
 
 class Leases(HeldLeases):

@@ -105,9 +105,9 @@ def _refusal(
     if not uids:
         return NoMatchingProxy(_nothing_has(views, selector))
     now = views.now()
-    reasons, probe, soonest = _tally(views, uids, now, target)
+    reasons, seen, soonest = _tally(views, uids, now, target)
     counts = ", ".join(
-        f"{n} {reason}" + (f" (last probe: {probe})" if reason == UNHEALTHY and probe else "")
+        f"{n} {reason}" + (f" ({seen[reason]})" if seen.get(reason) else "")
         for reason, n in reasons.most_common()
     )
     n = sum(reasons.values())
@@ -190,15 +190,21 @@ def _for_pool(
 
 def _tally(
     views: Views, uids: list[str], now: datetime, target: str
-) -> tuple[Counter[str], str, datetime | None]:
-    """Why each proxy cannot be leased, what the last failed probe said, and the earliest time
-    one of them can be leased (for ``target``)."""
+) -> tuple[Counter[str], dict[str, str], datetime | None]:
+    """Why each proxy cannot be leased, what was seen for a reason that has a finding (the
+    last failed probe, the egress that did not match), and the earliest time one of them can
+    be leased (for ``target``)."""
     reasons: Counter[str] = Counter()
-    probe = ""
+    seen: dict[str, str] = {}
     soonest: datetime | None = None
     for uid in uids:
         proxy = views.proxy(uid)
         if proxy is None:
+            continue
+        egress_reason, egress_seen = views.candidates.egress_blocked(proxy)
+        if leasable(proxy) and egress_reason:
+            reasons[egress_reason] += 1
+            seen.setdefault(egress_reason, egress_seen)
             continue
         if leasable(proxy):
             view = views.lease_view(uid)
@@ -215,10 +221,10 @@ def _tally(
                 soonest = when
         else:
             reason = _not_leasable(proxy)
-            if reason == UNHEALTHY:
-                probe = probe or _probe_message(proxy)
+            if reason == UNHEALTHY and not seen.get(UNHEALTHY):
+                seen[UNHEALTHY] = f"last probe: {_probe_message(proxy)}"
         reasons[reason] += 1
-    return reasons, probe, soonest
+    return reasons, seen, soonest
 
 
 def _not_leasable(proxy: ProxyView) -> str:

@@ -22,6 +22,7 @@ import uvicorn
 from litestar import Litestar
 
 from events.schemas import MAX_BLOCK_BACKOFF_SECONDS, MAX_COOLDOWN_SECONDS, MAX_LEASE_SECONDS
+from projections.egress import EgressPolicy
 from services.discovery.access import CLIENTS_ENV, Clients
 from services.discovery.app import MAX_BODY_BYTES, DiscoveryApi, create_app
 from services.discovery.auth import TOKEN_ENV, token_from_env
@@ -50,6 +51,7 @@ from services.providers.squidauth.secret import (
 )
 from services.runtime.aio import raise_if_cancelled
 from services.runtime.config import Settings
+from services.runtime.egress_policy import POLICY_OPTIONS, policy_from
 from services.runtime.errors import ConfigError
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.options import env_option
@@ -118,6 +120,8 @@ class DiscoveryService:
     """The master lease secret: lease URLs carry credentials minted with it (D84)."""
     clients: Clients | None = None
     """Who may call the API (the clients file and the token); None: built from ``token``."""
+    egress: EgressPolicy = field(default_factory=EgressPolicy)
+    """How a proxy's egress findings decide whether it is leased (D111)."""
 
     def check(self) -> None:
         """The bounds ``build`` applies to the flags, for a service made without it: values
@@ -146,7 +150,7 @@ class DiscoveryService:
         store = JetStreamEventStore(
             ctx.conn.nc, ctx.conn.js, timeout=self.append_timeout, attempts=1
         )
-        views = Views(ctx.conn.js, store, nc=ctx.conn.nc)
+        views = Views(ctx.conn.js, store, nc=ctx.conn.nc, egress=self.egress)
         metrics = discovery_metrics(ctx.metrics.registry)
         policy = LeasePolicy(
             max_ttl=self.max_lease_ttl,
@@ -238,6 +242,9 @@ def build(
     lease_cooldown: float | str = DEFAULT_LEASE_COOLDOWN,
     block_backoff: float | str = DEFAULT_BLOCK_BACKOFF,
     clients_file: str | None = None,
+    egress_country_attribute: str = "",
+    egress_required: bool = False,
+    unique_egress: bool = False,
 ) -> DiscoveryService:
     """The factory ``run discovery`` and ``up`` call; durations may be seconds or ``30s``, ``5m``,
     ``1h``. The token and the lease secret come from the environment only (a flag would show
@@ -259,11 +266,13 @@ def build(
         token=token,
         lease_secret=master_secret_from_env(),
         clients=Clients(Path(clients_file) if clients_file else None, token),
+        egress=policy_from(egress_country_attribute, egress_required, unique_egress),
     )
 
 
 OPTIONS: tuple[click.Option, ...] = (
     *LEASE_SECRET_SETTINGS,
+    *POLICY_OPTIONS,
     env_option(
         "--port",
         env="DISCOVERY_PORT",

@@ -30,6 +30,7 @@ from projections import lease as lease_fold
 from projections import lease_queries, versions
 from projections import pool as pool_fold
 from projections import proxy as proxy_fold
+from projections.egress import NO_POLICY, EgressPolicy
 from projections.lease import LeaseRecord, LeaseView
 from projections.pool import PoolView
 from projections.proxy import ProxyView
@@ -94,6 +95,7 @@ class Views:
         batch: int = 1000,
         snapshots: bool = True,
         nc: NATS | None = None,
+        egress: EgressPolicy = NO_POLICY,
     ) -> None:
         self.js = js
         self.nc = nc
@@ -105,7 +107,7 @@ class Views:
         self.index: dict[str, str] = {}
         """lease id -> proxy uid, for every lease a lease view holds."""
         self.newest = EPOCH
-        self.candidates = CandidateIndex()
+        self.candidates = CandidateIndex(egress)
         """The proxies a lease request may get, by attribute."""
         self.server_ahead = timedelta(0)
         """How far the server's clock is at least ahead of ours (never below 0): the most any

@@ -61,6 +61,29 @@ class HealthMetrics:
             registry=registry,
         )
 
+        self.egress_checks = Counter(
+            "egress_health_egress_checks_total",
+            "Echo URL fetches through proxies (--egress-interval) by result: ok (an address "
+            "was found), error (the fetch or the answer failed; the finding says why)",
+            ["result"],
+            registry=registry,
+        )
+        self.egress_events = Counter(
+            "egress_health_egress_events_total",
+            "Egress findings appended by kind: observed (new), changed (another address than "
+            "the one recorded), error (not recorded)",
+            ["outcome"],
+            registry=registry,
+        )
+        self.egress_replacements = Counter(
+            "egress_health_egress_replacements_total",
+            "Rotations asked for because a proxy's egress did not match its expectation "
+            "(spec.egress.onMismatch: replace), by result (requested, rotating, absent, "
+            "contended)",
+            ["result"],
+            registry=registry,
+        )
+
     def watch_age(self, oldest_age: Callable[[], float]) -> None:
         self.last_probe_age.set_function(oldest_age)
 

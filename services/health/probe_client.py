@@ -103,6 +103,17 @@ class ProbeResult:
     detail: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class Fetched:
+    """An answer with its body (an echo URL's), or a failure with its outcome and detail."""
+
+    outcome: str
+    status: int = 0
+    content_type: str = ""
+    body: bytes = b""
+    detail: str = ""
+
+
 class _Conn:
     def __init__(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, tunnel: str
@@ -150,6 +161,60 @@ class ProbeClient:
         if 200 <= status < 400:
             return _result(True, "ok", started, status, "")
         return _result(False, "bad_status", started, status, f"HTTP {status}")
+
+    async def fetch(
+        self, proxy_url: str, check: CheckUrl, timeout: float, *, limit: int
+    ) -> Fetched:
+        """GET ``check`` through the proxy on a connection of its own (closed after), keeping
+        at most ``limit`` + 1 bytes of the body: an echo's answer is a line, and anything
+        longer is refused by its reader. Never raises for a failed fetch."""
+        try:
+            async with asyncio.timeout(timeout):
+                conn = await self._open(
+                    proxy_url, check, check.target.authority if check.tls else ""
+                )
+                try:
+                    return await self._fetch_on(proxy_url, conn, check, limit)
+                finally:
+                    conn.close()
+        except TimeoutError:
+            return Fetched("timeout", detail=f"no answer within {timeout:g}s")
+        except ProbeError as exc:
+            return Fetched(exc.outcome, detail=str(exc))
+        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
+            return Fetched("connection_lost", detail=f"connection lost: {exc!r}")
+
+    async def _fetch_on(self, proxy_url: str, conn: _Conn, check: CheckUrl, limit: int) -> Fetched:
+        target = check.path if check.tls else check.url
+        auth = "" if check.tls else self._auth_line(proxy_url)
+        conn.writer.write(
+            f"GET {target} HTTP/1.1\r\nHost: {check.host_header}\r\n"
+            f"User-Agent: {self.user_agent}\r\n{auth}Connection: close\r\n\r\n".encode("latin-1")
+        )
+        await conn.writer.drain()
+        head = await conn.reader.readuntil(b"\r\n\r\n")
+        if len(head) > _HEAD_LIMIT:
+            raise ProbeError("protocol_error", "response head too large")
+        status = _status(head)
+        content_type, length, chunked = "", None, False
+        for line in head.split(b"\r\n")[1:]:
+            name, _, value = line.partition(b":")
+            name, value = name.strip().lower(), value.strip()
+            if name == b"content-type":
+                content_type = value.decode("latin-1")
+            elif name == b"content-length" and value.isdigit():
+                length = int(value)
+            elif name == b"transfer-encoding":
+                chunked = b"chunked" in value.lower()
+        if chunked:
+            body = await _read_chunked(conn.reader, keep=limit + 1)
+        elif length is not None:
+            body = await conn.reader.readexactly(min(length, limit + 1))
+        else:
+            body = b""
+            while len(body) <= limit and (more := await conn.reader.read(limit + 1 - len(body))):
+                body += more  # a body until close: up to the limit
+        return Fetched("ok", status, content_type, body[: limit + 1])
 
     def forget(self, proxy_url: str) -> None:
         """Drop the idle connection to a proxy (no longer probed here, or in doubt)."""
@@ -302,7 +367,9 @@ async def _read_response(reader: asyncio.StreamReader, *, reused: bool) -> tuple
     return status, keep
 
 
-async def _read_chunked(reader: asyncio.StreamReader) -> None:
+async def _read_chunked(reader: asyncio.StreamReader, keep: int = 0) -> bytes:
+    """Reads a chunked body through; returns its first ``keep`` bytes."""
+    kept = bytearray()
     total = 0
     while True:
         size_line = await reader.readuntil(b"\r\n")
@@ -316,5 +383,7 @@ async def _read_chunked(reader: asyncio.StreamReader) -> None:
         if size == 0:
             while (await reader.readuntil(b"\r\n")) != b"\r\n":
                 pass  # trailers
-            return
-        await reader.readexactly(size + 2)
+            return bytes(kept)
+        chunk = await reader.readexactly(size + 2)
+        if len(kept) < keep:
+            kept += chunk[: min(size, keep - len(kept))]

@@ -40,6 +40,7 @@ from events.errors import ConcurrencyError, EventStoreError
 from events.schemas import HealthChanged, HealthCheck, Phase
 from events.store import EventStore, NewEvent, derive_msg_id
 from projections.proxy import ProxyView, probe_target, target_verdict
+from services.health.egress import EgressChecker
 from services.health.metrics import HealthMetrics
 from services.health.probe_client import CheckUrl, ProbeClient, ProbeResult
 from services.health.pure.verdict import (
@@ -108,8 +109,11 @@ class Prober:
         concurrency: int = 256,
         trace_probes: bool = False,
         keep_alive_seconds: float = DEFAULT_KEEP_ALIVE_SECONDS,
+        egress: EgressChecker | None = None,
     ) -> None:
         self.store = store
+        self.egress = egress
+        """Checks each probed instance's egress after a healthy probe, when due (None: off)."""
         self.projector = projector
         self.client = client
         self.metrics = metrics
@@ -149,6 +153,8 @@ class Prober:
         for uid in list(self._slots):
             self._stop(uid)
         await asyncio.gather(*tasks, return_exceptions=True)
+        if self.egress is not None:
+            await self.egress.close()
         await self.client.close()
 
     def oldest_probe_age(self) -> float:
@@ -162,6 +168,8 @@ class Prober:
         if slot.proxy_url:
             self.client.forget(slot.proxy_url)
         self._recorded.pop(uid, None)
+        if self.egress is not None:
+            self.egress.stop(uid)
 
     def recheck(self, uid: str, streak: int, owns: Callable[[str], bool]) -> str | None:
         """Probe ``uid`` at once if this replica probes it: wake its task (``woken``), or let
@@ -236,6 +244,10 @@ class Prober:
         slot.streak, verdict = judge(self._known(uid, after), slot.streak, outcome, thresholds)
         if verdict is not None:
             await self._append(uid, after, verdict)
+        if result.ok and self.egress is not None and self.egress.due(uid, after, target):
+            self.egress.start(
+                uid, after, (target, target_url), lambda: self.projector.views.get(uid)
+            )
         return spec.interval_seconds
 
     def check_url_for(self, provider: str, spec: HealthCheck) -> str:

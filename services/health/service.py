@@ -15,8 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import click
 import structlog
@@ -26,7 +29,10 @@ from events.errors import EventStoreError
 from projections.proxy import ProxyView, apply
 from services.health.assign import Membership, default_replica_id
 from services.health.credentials import ProbeCredentials
-from services.health.metrics import health_metrics
+from services.health.egress import EgressChecker, EgressSettings
+from services.health.egress_options import EGRESS_OPTIONS, egress_settings
+from services.health.geoip import GeoLookup, open_lookup
+from services.health.metrics import HealthMetrics, health_metrics
 from services.health.probe_client import CheckUrl, ProbeClient
 from services.health.pure.recheck import (
     DEFAULT_FAILED_REPORTS_RECHECK,
@@ -68,6 +74,10 @@ class HealthService:
     lease_secret: bytes | None = field(default=None, repr=False)
     """The master lease secret: probes carry the probe credential minted with it (D84)."""
     client: ProbeClient = field(default_factory=ProbeClient)
+    egress: EgressSettings | None = None
+    """Egress checks (docs/decisions/0111-verified-egress.md); None: none."""
+    geoip_db: tuple[Path, ...] = ()
+    """MaxMind databases to place addresses with; empty: the data geoip2fast ships."""
     prober: Prober | None = field(default=None, init=False)
     """Set while running (tests and the benchmark read its counters)."""
     membership: Membership | None = field(default=None, init=False)
@@ -103,6 +113,7 @@ class HealthService:
             concurrency=self.concurrency,
             trace_probes=self.trace_probes,
             keep_alive_seconds=self.keep_alive_seconds,
+            egress=self._egress_checker(ctx, metrics),
         )
         reports = self.reports = (
             FailedReports(ctx.conn.js, self.failed_reports_recheck)
@@ -147,6 +158,14 @@ class HealthService:
             if reports is not None:
                 await reports.close()
 
+    def _egress_checker(self, ctx: ServiceContext, metrics: HealthMetrics) -> EgressChecker | None:
+        if self.egress is None:
+            return None
+        lookup: Callable[[], GeoLookup] = functools.cache(
+            functools.partial(open_lookup, self.geoip_db)
+        )
+        return EgressChecker(ctx.store, self.client, lookup, self.egress, metrics)
+
     @staticmethod
     async def _follow(step: Callable[[], Awaitable[object]], idle: float, stream: str) -> None:
         """``Projector.run`` with a cancellation check after every step (``raise_if_cancelled``):
@@ -184,9 +203,11 @@ def build(
     health_heartbeat: float = 1.0,
     health_keep_alive: float = DEFAULT_KEEP_ALIVE_SECONDS,
     failed_reports_recheck: int = DEFAULT_FAILED_REPORTS_RECHECK,
+    **egress_flags: Any,
 ) -> HealthService:
     """The factory ``run health`` and ``up`` call; a setting that cannot work fails here."""
     del settings  # the prober needs nothing beyond the ServiceContext
+    egress, geoip_db = egress_settings(**egress_flags)
     try:
         CheckUrl.parse(check_url)
     except ValueError as exc:
@@ -207,6 +228,8 @@ def build(
         keep_alive_seconds=health_keep_alive,
         failed_reports_recheck=failed_reports_recheck,
         lease_secret=master_secret_from_env(),
+        egress=egress,
+        geoip_db=geoip_db,
     )
 
 
@@ -229,6 +252,7 @@ def provider_check_urls(pairs: tuple[str, ...]) -> dict[str, str]:
 
 OPTIONS: tuple[click.Option, ...] = (
     *LEASE_SECRET_SETTINGS,
+    *EGRESS_OPTIONS,
     env_option(
         "--health-check-url",
         "check_url",

@@ -32,7 +32,10 @@ WRITES: Mapping[str, tuple[str, ...]] = {
     # docs/decisions/0085-a-fresh-ip-without-downtime.md).
     "reconciler": ("proxy.*.cmd", "proxy.*.status", "proxy.*.declared", "lease.*"),
     "executor": ("proxy.*.instance",),
-    "health": ("proxy.*.health",),
+    # `egress` for what a site sees of each proxy; `rotate` for the replacement of one whose
+    # egress does not match (spec.egress.onMismatch: replace,
+    # docs/decisions/0111-verified-egress.md).
+    "health": ("proxy.*.health", "proxy.*.egress", "proxy.*.rotate"),
     "gc": ("gc.*",),
     # `rotate` for RotationRequested, a lease holder's ask for a fresh instance (D85); `demand`
     # for the lease requests naming a pool that it could not serve (docs/pools.md, "Autoscale").

@@ -22,6 +22,7 @@ from datetime import timedelta
 from typing import Any
 
 from events import codec, subjects
+from events.egress import EGRESS_MISMATCH, EgressChanged, EgressObserved
 from events.resource import cli_uid
 from events.schemas import (
     SCHEMA_VERSION,
@@ -43,12 +44,15 @@ from events.schemas import (
     ReplacementPromoted,
     ReplacementStarted,
     RotationEnded,
+    RotationRequested,
 )
 from events.store import NewEvent, derive_msg_id
 from projections import declaring
+from projections import proxy as proxy_fold
 from services.executor.commands import observed
 from services.gc.collector import sweep_events
 from services.gc.sweep import ProviderReport
+from services.health.egress import finding_msg_id
 from services.providers.base import Instance
 from services.providers.gcp.pure.mapping import provider_id as gcp_provider_id
 from tests.golden import logs
@@ -282,6 +286,53 @@ def dead_letter(log: GoldenLog, uid: str) -> None:
     log.store(subjects.deadletter("reconciler"), NewEvent(record, msg_id), after=0.1)
 
 
+def the_egress_of_de_1(log: GoldenLog) -> None:
+    """de-1 asks for a German egress and replacement on mismatch: its instance is first found
+    in Germany, then its address moves to an American one (the change event), and the health
+    service asks for a fresh instance (``RotationRequested`` with its reason)."""
+    uid = cli_uid("golden", "de-1")
+    view = proxy_fold.fold(log.history(subjects.proxy(uid)).events)
+    assert view is not None
+    db = "GeoLite2-Country 2026-11-28 + GeoLite2-ASN 2026-11-28"
+    german = EgressObserved(
+        provider_id=view.provider_id,
+        ip="203.0.113.5",
+        scope="public",
+        country="DE",
+        asn=3320,
+        org="Deutsche Telekom AG",
+        db=db,
+        checked_at=log.later(2.0),
+    )
+    log.store(subjects.proxy(uid), NewEvent(german, finding_msg_id(uid, german, 0)), after=0.2)
+    before = proxy_fold.fold(log.history(subjects.proxy(uid)).events)
+    assert before is not None
+    assert before.egress
+    american = EgressChanged(
+        provider_id=view.provider_id,
+        ip="198.51.100.7",
+        scope="public",
+        country="US",
+        asn=7018,
+        org="AT&T Services, Inc.",
+        db=db,
+        checked_at=log.later(600.0),
+        old_ip="203.0.113.5",
+        old_country="DE",
+        old_asn=3320,
+    )
+    msg_id = finding_msg_id(uid, american, before.egress[-1].seq)
+    log.store(subjects.proxy(uid), NewEvent(american, msg_id), after=0.2)
+    history = log.history(subjects.proxy(uid))
+    cause = f"egress-mismatch:{view.provider_id}"
+    rotation_id = "rot-" + derive_msg_id(cause, uid, str(history.last_seq))[:20]
+    asked = RotationRequested(
+        uid=uid, rotation_id=rotation_id, client="health", reason=EGRESS_MISMATCH
+    )
+    msg_id = derive_msg_id("rotation-requested", rotation_id)
+    log.store(subjects.proxy(uid), NewEvent(asked, msg_id), after=0.1)
+
+
 def golden_log() -> list[Message]:
     log = GoldenLog()
     the_life_of_de_1(log)
@@ -290,6 +341,7 @@ def golden_log() -> list[Message]:
     dead_letter(log, cli_uid("golden", "us-1"))
     the_life_of_pool_de(log)  # added in schema 1 with the pool events: appended (README)
     the_autoscaled_pool_busy(log)  # added with the autoscaler's events: appended
+    the_egress_of_de_1(log)  # added with verified egress: appended
     return log.messages
 
 

@@ -12,15 +12,17 @@ from events.schemas import MAX_COOLDOWN_SECONDS, MAX_LEASE_SECONDS, Phase, Proxy
 from projections.proxy import ProxyView
 from services.cli.registry import SERVICES
 from services.cli.up_cmd import UpCommand, up
+from services.discovery import leases
 from services.discovery.auth import token_from_env
 from services.discovery.durations import format_duration, seconds_of
 from services.discovery.errors import InvalidRequest
-from services.discovery.leases import eligible
 from services.discovery.pure.policy import LeasePolicy
 from services.discovery.queries import ProxyFilter, parse_proxy_filter
 from services.discovery.service import OPTIONS, DiscoveryService, build
+from services.discovery.views import Views
 from services.runtime.config import Settings
 from services.runtime.errors import ConfigError
+from services.runtime.eventlog.memory import InMemoryEventStore
 
 
 def test_format_duration() -> None:
@@ -58,6 +60,9 @@ def test_flags_parse_durations_into_seconds() -> None:
     )
     assert code == 0, output
     assert seen == {
+        "egress_country_attribute": "",
+        "egress_required": False,
+        "unique_egress": False,
         "port": 8080,
         "host": "127.0.0.1",
         "clients_file": None,
@@ -171,6 +176,10 @@ def _proxy(**changes: Any) -> ProxyView:
     }
     values.update(changes)
     return ProxyView(**values)
+
+
+def eligible(proxy: ProxyView, selector: dict[str, str]) -> bool:
+    return leases.eligible(Views(None, InMemoryEventStore()), proxy, selector)  # type: ignore[arg-type]
 
 
 def test_eligible() -> None:

@@ -19,9 +19,9 @@ from projections.proxy import ProxyView
 from services.reconciler.pure import view
 
 RECORDED = {
-    "ProxyView": (4, "76ee63a986dd2e9f"),
+    "ProxyView": (5, "f59df582c346b19e"),
     "LeaseView": (3, "d17f4986879e62cb"),
-    "ProxyState": (3, "c6b069b4f2017d53"),
+    "ProxyState": (4, "a6f858d1bfbd678a"),
 }
 CURRENT = {
     "ProxyView": (versions.PROXY, ProxyView),

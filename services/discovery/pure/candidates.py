@@ -8,6 +8,11 @@ event arrives. Whether a candidate is free is a question of time (a lease or a c
 with no event), so that is asked per candidate, in random order, drawn lazily: finding one free
 proxy among thousands does not shuffle the thousands.
 
+A proxy's egress (docs/decisions/0111-verified-egress.md) is part of both: what was seen is
+selectable as ``egress.country`` and ``egress.asn`` pairs, and a finding that does not match, or
+a later proxy on a shared address under ``--unique-egress``, keeps it out of the leasable index.
+A change of one proxy's address can end or start another's clash, so those are indexed again.
+
 A second index holds every proxy that exists (declared and not removed), leasable or not, so a
 request that gets no proxy learns the truth: nothing has those attributes (its selector is
 wrong), or some proxies have them but none can be leased now (it should wait).
@@ -18,8 +23,31 @@ from __future__ import annotations
 from collections.abc import Collection, Iterator, Mapping
 from typing import Protocol
 
+from projections import egress
+from projections.egress import NO_POLICY, EgressIndex, EgressPolicy
 from projections.lease_queries import leasable
 from projections.proxy import ProxyView
+
+EGRESS_COUNTRY = "egress.country"
+EGRESS_ASN = "egress.asn"
+
+
+def egress_pairs(proxy: ProxyView) -> frozenset[tuple[str, str]]:
+    """What was seen of the proxy's egress, as selector pairs (``egress.asn`` as ``AS3320``)."""
+    found = egress.finding(proxy)
+    if found is None or not found.ip:
+        return frozenset()
+    pairs = set()
+    if found.country:
+        pairs.add((EGRESS_COUNTRY, found.country))
+    if found.asn:
+        pairs.add((EGRESS_ASN, f"AS{found.asn}"))
+    return frozenset(pairs)
+
+
+def pairs_of(proxy: ProxyView) -> frozenset[tuple[str, str]]:
+    """The pairs a selector is matched against: the attributes and the egress seen."""
+    return frozenset(proxy.spec.attributes.items()) | egress_pairs(proxy)
 
 
 class PairIndex:
@@ -51,9 +79,12 @@ class PairIndex:
 
 
 class CandidateIndex:
-    def __init__(self) -> None:
+    def __init__(self, policy: EgressPolicy = NO_POLICY) -> None:
+        self.policy = policy
+        self.egress = EgressIndex()
         self._leasable = PairIndex()
         self._existing = PairIndex()
+        self._views: dict[str, ProxyView] = {}
 
     @property
     def leasable(self) -> dict[str, frozenset[tuple[str, str]]]:
@@ -66,9 +97,24 @@ class CandidateIndex:
 
     def update(self, proxy: ProxyView) -> None:
         """Called with every new version of a proxy's view."""
-        pairs = frozenset(proxy.spec.attributes.items())
+        pairs = pairs_of(proxy)
         self._existing.put(proxy.uid, None if proxy.removed else pairs)
-        self._leasable.put(proxy.uid, pairs if leasable(proxy) else None)
+        if proxy.removed:
+            self._views.pop(proxy.uid, None)
+        else:
+            self._views[proxy.uid] = proxy
+        for uid in self.egress.put(proxy.uid, proxy):
+            view = proxy if uid == proxy.uid else self._views.get(uid)
+            if view is not None:
+                self._leasable.put(uid, pairs_of(view) if self.admits(view) else None)
+
+    def admits(self, proxy: ProxyView) -> bool:
+        """Leasable (``lease_queries.leasable``) and not held back by its egress."""
+        return leasable(proxy) and not self.egress_blocked(proxy)[0]
+
+    def egress_blocked(self, proxy: ProxyView) -> tuple[str, str]:
+        """Why its egress keeps the proxy from being leased, and what was seen; ("", "")."""
+        return egress.blocked(proxy, self.policy, self.egress.later(proxy.uid))
 
     def matching(self, selector: Mapping[str, str]) -> list[str]:
         """Leasable proxies whose attributes include every selector pair."""

@@ -28,6 +28,8 @@ from events.resource import (
     API_VERSION,
     GROUP,
     KIND,
+    MAX_ASN,
+    MAX_EXPECTED_ASNS,
     MAX_PROBE_INTERVAL,
     MAX_PROBE_TIMEOUT,
     MAX_THRESHOLD,
@@ -107,6 +109,14 @@ _DESCRIPTIONS: dict[str, str] = {
     "external.url": "http://, https://, socks5:// or socks5h:// URL of the proxy.",
     "healthCheck": "How the proxy is probed through itself.",
     "healthCheck.url": "URL fetched through the proxy; empty: the service's default.",
+    "egress": "What a site must see of the proxy: its egress is checked through it and a proxy "
+    "that does not match is not leased.",
+    "egress.expect.country": "ISO 3166 alpha-2 code (de) the public address must be in.",
+    "egress.expect.asn": "Autonomous system numbers (3320) the address may belong to.",
+    "egress.onMismatch": "keep: out of leasing until it matches; replace: replaced "
+    "make-before-break, a bounded number of times.",
+    "egressCheck.url": "Echo URL fetched through the proxy that answers the caller's address; "
+    "empty: the provider's or the service's default.",
 }
 
 _DNS_LABEL = "^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
@@ -133,6 +143,10 @@ _RULES: dict[str, Schema] = {
     "cloudInit.secretRef.key": {"pattern": "^[-._a-zA-Z0-9]+$", "maxLength": 253},
     "external.url": {"pattern": r"^((https?|socks5h?)://\S+)?$"},
     "healthCheck.url": {"pattern": r"^(https?://\S+)?$"},
+    "egress.expect.country": {"pattern": "^([A-Za-z]{2})?$"},
+    "egress.expect.asn": {"maxItems": MAX_EXPECTED_ASNS},
+    "egress.expect.asn.*": {"minimum": 1, "maximum": MAX_ASN},
+    "egressCheck.url": {"pattern": r"^(https?://\S+)?$"},
     "healthCheck.intervalSeconds": {
         "minimum": 0,
         "exclusiveMinimum": True,
@@ -218,7 +232,7 @@ def _node(schema: Schema, path: str) -> Schema:
     node = schema
     for part in [p for p in path.split(".") if p]:
         if part == "*":
-            node = node["additionalProperties"]
+            node = node["items"] if "items" in node else node["additionalProperties"]
         elif part in node.get("properties", {}):
             node = node["properties"][part]
         else:

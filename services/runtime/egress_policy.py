@@ -1,0 +1,58 @@
+"""The settings that judge a proxy's egress, shared by the health service (which replaces a
+proxy that does not match) and discovery (which does not lease it): one set of options, so
+``up`` gives both the same values and ``run NAME`` takes the same flags
+(docs/decisions/0111-verified-egress.md).
+"""
+
+from __future__ import annotations
+
+import re
+
+import click
+
+from projections.egress import EgressPolicy
+from services.runtime.errors import ConfigError
+from services.runtime.options import env_option
+
+_ATTRIBUTE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._/-]{0,61}[A-Za-z0-9])?\Z")
+
+
+def policy_from(
+    egress_country_attribute: str = "", egress_required: bool = False, unique_egress: bool = False
+) -> EgressPolicy:
+    """The policy the flags describe; a country attribute no proxy could carry fails here."""
+    if egress_country_attribute and not _ATTRIBUTE.match(egress_country_attribute):
+        raise ConfigError(
+            f"--egress-country-attribute {egress_country_attribute!r}: name an attribute key "
+            "(1-63 letters, digits, '.', '_', '/' or '-'), e.g. country"
+        )
+    return EgressPolicy(
+        country_attribute=egress_country_attribute,
+        required=egress_required,
+        unique=unique_egress,
+    )
+
+
+POLICY_OPTIONS: tuple[click.Option, ...] = (
+    env_option(
+        "--egress-country-attribute",
+        default="",
+        metavar="KEY",
+        help="Hold each proxy's egress to the country its own attribute KEY names (e.g. "
+        "country: de); spec.egress.expect.country wins. Empty: only spec.egress.expect.",
+    ),
+    env_option(
+        "--egress-required",
+        is_flag=True,
+        default=False,
+        help="Lease a proxy only once its egress has been checked (otherwise a proxy not checked "
+        "yet is leased unless it states an expectation).",
+    ),
+    env_option(
+        "--unique-egress",
+        is_flag=True,
+        default=False,
+        help="Of two proxies that leave through one public address, do not lease the one that "
+        "had it later, until the clash ends (both are flagged either way).",
+    ),
+)
