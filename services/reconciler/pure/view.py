@@ -38,7 +38,7 @@ from projections.rotation import Replacement, Rotation, Step, requested, step
 
 replace = msgspec.structs.replace
 
-VERSION = 3
+VERSION = 4
 """The snapshot version of ``ProxyState`` (``cache``): a new number for every change to what
 the fold makes, as for the views in ``projections.versions``. The state holds the rotation's
 structs of ``projections.rotation``, so a change there takes a new number here and for the
