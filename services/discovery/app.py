@@ -3,7 +3,8 @@
 Routes (the reference is ``docs/api.md``; the schema is served at ``/schema``):
 
 - ``GET /healthz``, ``GET /metrics`` — open, untraced
-- ``GET /v1/proxies[?phase=Ready&healthy=true&attr.<key>=<value>...]``, ``GET /v1/proxies/{uid}``
+- ``GET /v1/proxies[?phase=Ready&healthy=true&attr.<key>=<value>&egress.country=DE...]``,
+  ``GET /v1/proxies/{uid}``
 - ``POST /v1/leases`` (201), ``GET /v1/leases/{lease_id}``, ``PATCH /v1/leases/{lease_id}``
   (renew), ``DELETE /v1/leases/{lease_id}`` (204), ``POST /v1/leases/{lease_id}/report`` (204),
   ``POST /v1/leases/{lease_id}/rotate`` (202: a fresh instance, make-before-break),
@@ -69,6 +70,7 @@ from services.discovery.models import (
     Released,
     RenewRequest,
     ReportRequest,
+    egress_of,
     lease_out,
     proxy_detail,
     proxy_out,
@@ -79,6 +81,8 @@ from services.discovery.pure.clients import LEASE, READ, Client
 from services.discovery.pure.policy import Granted
 from services.discovery.queries import (
     IDEMPOTENCY_KEY,
+    EgressAsn,
+    EgressCountry,
     checked_key,
     checked_target,
     parse_proxy_filter,
@@ -123,7 +127,9 @@ IdempotencyKey = Annotated[
 
 
 def _lease(api: Api, granted: Granted) -> LeaseOut:
-    return lease_out(granted.record, api.views.proxy(granted.view.proxy_uid), api.credentials)
+    proxy = api.views.proxy(granted.view.proxy_uid)
+    egress = egress_of(proxy, api.views.candidates)
+    return lease_out(granted.record, proxy, api.credentials, egress)
 
 
 AnyRequest = Request[Any, Any, Any]
@@ -156,7 +162,13 @@ def _held(api: Api, client: Client) -> int:
 
 def _proxy(api: Api, proxy: ProxyView) -> ProxyOut:
     view = api.views.lease_view(proxy.uid)
-    return proxy_out(proxy, view, api.views.now(), eligible=eligible(proxy, {}))
+    return proxy_out(
+        proxy,
+        view,
+        api.views.now(),
+        eligible=eligible(api.views, proxy, {}),
+        egress=egress_of(proxy, api.views.candidates),
+    )
 
 
 # ----------------------------------------------------------------------------------- ops
@@ -183,13 +195,18 @@ async def metrics(api: Api) -> Response[bytes]:
 async def list_proxies(
     api: Api,
     request: Request[Any, Any, Any],
+    *,
     phase: FromQuery[str | None] = None,
     healthy: FromQuery[str | None] = None,
+    egress_country: EgressCountry = None,
+    egress_asn: EgressAsn = None,
 ) -> ProxyList:
     """Every proxy not removed, by namespace and name. Filters, all of which must match:
-    ``phase=Ready``, ``healthy=true|false`` (a proxy not probed yet matches neither), and
-    ``attr.<key>=<value>``, repeatable, for each attribute the proxy must have."""
-    del phase, healthy  # declared for the OpenAPI document; read with the attr.* parameters
+    ``phase=Ready``, ``healthy=true|false`` (a proxy not probed yet matches neither),
+    ``attr.<key>=<value>``, repeatable, for each attribute the proxy must have, and
+    ``egress.country=DE`` / ``egress.asn=AS3320`` for what a site sees of it."""
+    # Declared for the OpenAPI document; read with the attr.* parameters.
+    del phase, healthy, egress_country, egress_asn
     wanted = parse_proxy_filter(request.query_params.multi_items())
     proxies = sorted(api.views.all_proxies(), key=lambda p: (p.namespace, p.name, p.uid))
     return ProxyList(items=[_proxy(api, p) for p in proxies if not p.removed and wanted.matches(p)])

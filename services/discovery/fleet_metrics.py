@@ -4,7 +4,7 @@ Nothing here is updated per event: the views already hold every proxy and lease,
 counts them (10,000 proxies in about 10 ms) and the event path pays nothing for the metrics
 (docs/architecture.md, "Telemetry"; docs/decisions/0086-fleet-metrics-are-counted-from.md). Labels
 are bounded: phase, provider (the providers configured), consumer (the services with a consumer
-loop); never a proxy.
+loop), the country an egress was seen in (ISO 3166); never a proxy.
 
 What the views do not hold, the log's own state (dead letters kept, and how far each durable
 consumer is behind), is read from JetStream by a small poller every ``LOG_INTERVAL`` seconds and
@@ -16,7 +16,8 @@ from __future__ import annotations
 import asyncio
 import time
 import weakref
-from collections.abc import Iterable, Iterator, Mapping
+from collections import Counter
+from collections.abc import Container, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -30,6 +31,8 @@ from prometheus_client.registry import Collector
 
 from events import subjects
 from events.schemas import Phase
+from projections import egress
+from projections.egress import MISMATCH, EgressIndex, EgressPolicy
 from projections.lease import LeaseView
 from projections.lease_queries import available_at, leasable
 from projections.proxy import ProxyView
@@ -55,6 +58,15 @@ PROXY_GAUGES: Mapping[str, str] = {
     "backoff": "Proxies in back-off for at least one target after `blocked` reports",
 }
 """``egress_proxies_<name>{provider}``, each counted by ``FleetCounts``."""
+
+EGRESS_GAUGES: Mapping[str, str] = {
+    "egress_mismatch": "Proxies whose egress (what a site sees) does not match their expectation "
+    "(spec.egress.expect, --egress-country-attribute): not leased",
+    "egress_shared": "Proxies that leave through a public address another proxy leaves through too",
+}
+"""``egress_proxies_<name>{provider}``, each counted by ``EgressCounts``
+(docs/decisions/0111-verified-egress.md)."""
+UNKNOWN_COUNTRY = "unknown"
 
 CONSUMER_GAUGES: Mapping[str, str] = {
     "pending": "Messages of the stream the durable consumer has not delivered yet (the log's "
@@ -84,11 +96,56 @@ UNHEALTHY, LEASED, COOLING, BACKOFF, HEALTHY, AVAILABLE = (
 )
 
 
+@dataclass
+class EgressCounts:
+    """What the fleet's egress findings say, by provider."""
+
+    by_provider: dict[str, dict[str, int]] = field(default_factory=dict)
+    """provider -> gauge name (``EGRESS_GAUGES``) -> proxies; every provider seen, zeros too."""
+    countries: dict[tuple[str, str], int] = field(default_factory=dict)
+    """(country seen, provider) -> proxies; ``unknown`` for no country seen."""
+    held_back: set[str] = field(default_factory=set)
+    """Uids no lease request gets for their egress (mismatch, unchecked, shared under
+    ``--unique-egress``): not ``available``."""
+
+
+def count_egress(
+    proxies: Iterable[ProxyView], policy: EgressPolicy, index: EgressIndex
+) -> EgressCounts:
+    """Judge each existing proxy's egress as discovery does (``projections.egress.blocked``,
+    ``index`` for who shares an address). Pure; country labels are bounded by ISO 3166."""
+    counts = EgressCounts()
+    countries: Counter[tuple[str, str]] = Counter()
+    for proxy in proxies:
+        if proxy.removed:
+            continue
+        provider = proxy.spec.provider
+        tally = counts.by_provider.get(provider)
+        if tally is None:
+            tally = counts.by_provider[provider] = dict.fromkeys(EGRESS_GAUGES, 0)
+        found = egress.finding(proxy)
+        seen = found.country if found is not None and found.ip else ""
+        countries[seen or UNKNOWN_COUNTRY, provider] += 1
+        reason = egress.blocked(proxy, policy, index.later(proxy.uid))[0]
+        if reason:
+            counts.held_back.add(proxy.uid)
+        if reason == MISMATCH:
+            tally["egress_mismatch"] += 1
+        if index.sharing(proxy.uid):
+            tally["egress_shared"] += 1
+    counts.countries = dict(sorted(countries.items()))
+    return counts
+
+
 def count_fleet(
-    proxies: Iterable[ProxyView], leases: Mapping[str, LeaseView], now: datetime
+    proxies: Iterable[ProxyView],
+    leases: Mapping[str, LeaseView],
+    now: datetime,
+    held_back: Container[str] = frozenset(),
 ) -> FleetCounts:
-    """Count the proxies that exist (declared and not removed). Pure, and written for speed: a
-    scrape runs it on the event loop, over every proxy (10,000 in about 10 ms)."""
+    """Count the proxies that exist (declared and not removed); ``held_back``: those no lease
+    request gets for their egress (``count_egress``), not available. Pure, and written for
+    speed: a scrape runs it on the event loop, over every proxy (10,000 in about 10 ms)."""
     tallies: dict[str, list[int]] = {}
     for proxy in proxies:
         if proxy.removed:
@@ -117,7 +174,7 @@ def count_fleet(
                 tally[BACKOFF] += 1
         if leasable(proxy):
             tally[HEALTHY] += 1
-            if free:
+            if free and proxy.uid not in held_back:
                 tally[AVAILABLE] += 1
     counts = FleetCounts()
     for provider, tally in sorted(tallies.items()):
@@ -213,8 +270,14 @@ class FleetCollector(Collector):
                 labels=["phase", "provider"],
             )
         }
-        for name, text in PROXY_GAUGES.items():
+        for name, text in {**PROXY_GAUGES, **EGRESS_GAUGES}.items():
             families[name] = GaugeMetricFamily(f"egress_proxies_{name}", text, labels=["provider"])
+        families["egress_country"] = GaugeMetricFamily(
+            "egress_proxies_egress_proxies",
+            "Proxies that exist by the country their egress was seen in (unknown: not checked, "
+            "failed, or a private address) and provider",
+            labels=["country", "provider"],
+        )
         families["dead_letters"] = GaugeMetricFamily(
             "egress_dead_letters",
             "Messages kept in the DEADLETTER stream, by the consumer that gave up on them",
@@ -233,12 +296,17 @@ class FleetCollector(Collector):
     @staticmethod
     def _fill(families: dict[str, GaugeMetricFamily], source: FleetSource) -> None:
         views = source.views
-        counts = count_fleet(views.proxies.views.values(), views.leases.views, views.now())
+        proxies = views.proxies.views.values()
+        candidates = views.candidates
+        judged = count_egress(proxies, candidates.policy, candidates.egress)
+        counts = count_fleet(proxies, views.leases.views, views.now(), judged.held_back)
         for (provider, phase), n in sorted(counts.phases.items()):
             families["phase"].add_metric([phase, provider], n)
         for provider, gauges in sorted(counts.by_provider.items()):
-            for name, n in gauges.items():
+            for name, n in {**gauges, **judged.by_provider.get(provider, {})}.items():
                 families[name].add_metric([provider], n)
+        for (country, provider), n in judged.countries.items():
+            families["egress_country"].add_metric([country, provider], n)
         state = source.log
         if not state.read_at:
             return

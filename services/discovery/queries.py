@@ -6,11 +6,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Annotated
+
+from litestar.params import QueryParameter
 
 from events.schemas import Phase
 from projections.outcomes import target_key
 from projections.proxy import ProxyView
 from services.discovery.errors import InvalidRequest
+from services.discovery.pure.candidates import EGRESS_ASN, EGRESS_COUNTRY, pairs_of
+from services.discovery.pure.egress_shown import COUNTRY_UNKNOWN, asn_filter, country_filter
 
 IDEMPOTENCY_KEY = "Idempotency-Key"
 MAX_KEY_LENGTH = 255
@@ -50,25 +55,45 @@ class ProxyFilter:
     phase: Phase | None = None
     healthy: bool | None = None
     attributes: tuple[tuple[str, str], ...] = ()
+    """Pairs the proxy must carry: its attributes, and ``egress.country``/``egress.asn`` for
+    what was seen of its egress (``candidates.pairs_of``, as a lease selector matches)."""
 
     def matches(self, proxy: ProxyView) -> bool:
         if self.phase is not None and proxy.phase is not self.phase:
             return False
         if self.healthy is not None and proxy.healthy is not self.healthy:
             return False
-        attributes = proxy.spec.attributes
-        return all(attributes.get(key) == value for key, value in self.attributes)
+        if not self.attributes:
+            return True
+        pairs = pairs_of(proxy)
+        return all(pair in pairs for pair in self.attributes)
+
+
+def _egress_pair(key: str, value: str) -> tuple[str, str]:
+    """``egress.country=de`` -> (``egress.country``, ``DE``); ``egress.asn=3320`` -> ``AS3320``:
+    as the health service records them, so a lower-case country still finds its proxies."""
+    try:
+        if key == EGRESS_ASN:
+            return key, asn_filter(value, key)
+        country = country_filter(value, key)
+    except ValueError as exc:
+        raise InvalidRequest(str(exc)) from None
+    if country in ("", COUNTRY_UNKNOWN):
+        raise InvalidRequest(f"{key}: {value[:40]!r}; write an ISO 3166 alpha-2 code (DE)")
+    return key, country
 
 
 def parse_proxy_filter(query: Iterable[tuple[str, str]]) -> ProxyFilter:
-    """``phase=Ready&healthy=true&attr.country=de`` -> a filter. An unknown parameter is an
-    error, not ignored: a misspelt filter would otherwise answer every proxy."""
+    """``phase=Ready&healthy=true&attr.country=de&egress.country=DE`` -> a filter. An unknown
+    parameter is an error, not ignored: a misspelt filter would otherwise answer every proxy."""
     phase: Phase | None = None
     healthy: bool | None = None
     attributes: list[tuple[str, str]] = []
     for key, value in query:
         if key.startswith(ATTR_PREFIX) and len(key) > len(ATTR_PREFIX):
             attributes.append((key[len(ATTR_PREFIX) :], value))
+        elif key in (EGRESS_COUNTRY, EGRESS_ASN):
+            attributes.append(_egress_pair(key, value))
         elif key == "phase":
             phase = PHASES.get(value.strip().lower())
             if phase is None:
@@ -80,7 +105,28 @@ def parse_proxy_filter(query: Iterable[tuple[str, str]]) -> ProxyFilter:
             healthy = value.strip().lower() == "true"
         else:
             raise InvalidRequest(
-                f"unknown query parameter {key!r}; filter with phase=, healthy= and "
-                "attr.<key>=<value>"
+                f"unknown query parameter {key!r}; filter with phase=, healthy=, "
+                "attr.<key>=<value>, egress.country=<country> and egress.asn=AS<number>"
             )
     return ProxyFilter(phase, healthy, tuple(attributes))
+
+
+EgressCountry = Annotated[
+    str | None,
+    QueryParameter(
+        name="egress.country",
+        required=False,
+        description="Only proxies whose egress was seen in this country (ISO 3166 alpha-2, "
+        "DE; any case).",
+    ),
+]
+EgressAsn = Annotated[
+    str | None,
+    QueryParameter(
+        name="egress.asn",
+        required=False,
+        description="Only proxies whose egress was seen in this autonomous system (AS3320).",
+    ),
+]
+"""``GET /v1/proxies``'s egress filters as the OpenAPI document names them (read with the
+rest of the query by ``parse_proxy_filter``)."""

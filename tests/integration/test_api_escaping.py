@@ -30,7 +30,19 @@ PAYLOADS = (
     '<meta http-equiv="refresh" content="0;url=https://example.invalid/">',
     '"><svg onload=alert(1)>',
 )
-RAW_QUERY = ("at", "phase", "health", "healthy", "provider", "attrs", "attr.country", "next")
+RAW_QUERY = (
+    "at",
+    "phase",
+    "health",
+    "healthy",
+    "provider",
+    "attrs",
+    "attr.country",
+    "egress_country",
+    "egress.country",
+    "egress.asn",
+    "next",
+)
 """Names some handlers read from the raw query instead of declaring them (the console's filters
 and its time, the login's target): sent to every route with the names its handler declares."""
 SKIPPED_METHODS = frozenset({"OPTIONS", "HEAD"})

@@ -22,6 +22,7 @@ from events.schemas import (
     ProxySpec,
 )
 from events.store import EventStore, NewEvent
+from projections.egress import EgressPolicy
 from services.discovery.access import Clients
 from services.discovery.service import DiscoveryService
 from services.runtime.config import Settings
@@ -82,9 +83,11 @@ async def discovery(
     metrics: Metrics | None = None,
     snapshot_interval: float = 30.0,
     clients_file: Path | None = None,
+    egress: EgressPolicy | None = None,
 ) -> AsyncIterator[tuple[DiscoveryService, str]]:
     """A discovery replica with its own NATS connection, listening on a free loopback port;
-    yields the service and its base URL. ``clients_file``: the API's clients (``access``)."""
+    yields the service and its base URL. ``clients_file``: the API's clients (``access``);
+    ``egress``: how it judges egress findings (``--egress-*``)."""
     conn = await connect(url)
     service = DiscoveryService(
         host="127.0.0.1",
@@ -97,6 +100,7 @@ async def discovery(
         shutdown_timeout=1.0,
         snapshot_interval=snapshot_interval,
         clients=Clients(clients_file, token),
+        egress=egress or EgressPolicy(),
     )
     ctx = ServiceContext(
         settings=Settings(nats_url=url),
