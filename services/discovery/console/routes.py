@@ -1,7 +1,8 @@
 """The console's routes under ``/ui``: server-rendered, read-only pages (docs/console.md).
 
-- ``GET /ui[?phase=&health=&provider=&pool=&attrs=&at=]``: the fleet; ``GET /ui/live``: its
-  table alone, which ``console.js`` fetches every 2 s to update the page without a reload
+- ``GET /ui[?phase=&health=&provider=&pool=&egress_country=&attrs=&at=]``: the fleet;
+  ``GET /ui/live``: its table alone, which ``console.js`` fetches every 2 s to update the page
+  without a reload
 - ``GET /ui/proxies/{uid}[?at=]``: one proxy and its timeline; ``.../live``: the same, in part
 - ``GET /ui/pools...``: the pools pages (``pool_pages``)
 - ``GET|POST /ui/login``, ``POST /ui/logout``: a client's session (``login``, ``session``)
@@ -49,6 +50,7 @@ from services.discovery.console.pure.pools import listed, membership, pool_ref
 from services.discovery.console.pure.timeline import merged
 from services.discovery.console.render import local_input, page, query
 from services.discovery.console.session import Sessions
+from services.discovery.pure.egress_shown import shown, shown_in
 from services.discovery.views import Views
 from services.runtime.eventlog.asof import TooMuchHistory, parse_instant
 
@@ -166,16 +168,26 @@ async def _fleet(console: Console, request: AnyRequest) -> dict[str, Any]:
         filters = parse_filters(request.query_params.multi_items(), allowed=("at",))
     except FilterError as exc:
         raise _Refused(400, str(exc)) from None
+    candidates = console.views.candidates
     if at is None:
         now, cost = console.views.now(), LIVE
         pools = listed(console.views.all_pools())
         member_of = membership(pools)
-        every = rows(console.views.all_proxies(), console.views.leases.views, now, member_of)
+        every = rows(
+            console.views.all_proxies(),
+            console.views.leases.views,
+            now,
+            member_of,
+            policy=candidates.policy,
+            index=candidates.egress,
+        )
     else:
         now = at
         got = await _travel(request, console.history.fleet_at(at, _client_key(console, request)))
         pools = listed(got.pools.values())
-        every = rows(got.proxies.values(), got.leases, at, membership(pools))
+        every = rows(
+            got.proxies.values(), got.leases, at, membership(pools), policy=candidates.policy
+        )
         cost = got.cost
     choices = [pool_ref(p) for p in pools]
     if filters.pool and filters.pool not in choices:
@@ -251,10 +263,20 @@ async def _proxy(console: Console, request: AnyRequest, uid: str) -> dict[str, A
     proxy = got.proxy
     lines, left_out = merged(got.lines)
     title = f"{proxy.namespace}/{proxy.name}" if proxy is not None and proxy.name else uid
+    shown_row = None
+    if proxy is not None and proxy.name:
+        candidates = console.views.candidates
+        # Who shares its address is known now (discovery's index), not at a past instant.
+        found = (
+            shown(proxy, candidates.policy)
+            if at is not None
+            else shown_in(proxy, candidates.policy, candidates.egress)
+        )
+        shown_row = row(proxy, got.lease, now, egress=found)
     return {
         "title": title,
         "proxy": proxy,
-        "row": row(proxy, got.lease, now) if proxy is not None and proxy.name else None,
+        "row": shown_row,
         "lines": lines,
         "left_out": left_out,
         "at": at,

@@ -2,7 +2,9 @@
 
 The live page passes the replica's views and its ``now``; a time travel passes views folded up
 to ``at`` and ``at`` itself, so a lease that had expired by then shows as free, as the fold
-would have judged it (docs/console.md).
+would have judged it (docs/console.md). A proxy's egress is judged as discovery judges it
+(``pure.egress_shown``), with discovery's policy; which proxies share an address comes from
+discovery's index when live, and from the proxies shown otherwise.
 """
 
 from __future__ import annotations
@@ -14,10 +16,18 @@ from datetime import datetime
 
 from events.schemas import Phase
 from projections import lease_queries
+from projections.egress import NO_POLICY, EgressIndex, EgressPolicy
 from projections.lease import LeaseView
 from projections.lease_queries import leasable
 from projections.outcomes import active_backoffs
 from projections.proxy import ProxyView
+from services.discovery.pure.egress_shown import (
+    COUNTRY_UNKNOWN,
+    EgressShown,
+    country_filter,
+    index_of,
+    shown_in,
+)
 from services.discovery.pure.pools import parse_pool_ref
 
 HEALTHY = "healthy"
@@ -59,13 +69,28 @@ class Row:
     message: str
     pool: str = ""
     """``namespace/name`` of the pool whose member it is (``pure.pools.membership``), or ""."""
+    egress: EgressShown | None = None
+    """What a site sees of it, and whether that keeps it from being leased; None: nothing yet."""
+
+    @property
+    def egress_country(self) -> str:
+        """The country its egress was seen in; ``unknown`` for none."""
+        return self.egress.country_key if self.egress is not None else COUNTRY_UNKNOWN
 
 
 def health_of(proxy: ProxyView) -> str:
     return UNKNOWN if proxy.healthy is None else (HEALTHY if proxy.healthy else UNHEALTHY)
 
 
-def row(proxy: ProxyView, lease: LeaseView | None, now: datetime, pool: str = "") -> Row:
+def row(
+    proxy: ProxyView,
+    lease: LeaseView | None,
+    now: datetime,
+    pool: str = "",
+    egress: EgressShown | None = None,
+) -> Row:
+    """``egress``: ``egress_shown.shown`` of the proxy (None: nothing to show)."""
+    held_back = egress is not None and bool(egress.not_leasable_because)
     leased = not lease_queries.is_free(lease, now)
     rest = None if leased else lease_queries.available_at(lease)
     current = lease.current if leased and lease is not None else None
@@ -87,10 +112,11 @@ def row(proxy: ProxyView, lease: LeaseView | None, now: datetime, pool: str = ""
         backoffs=tuple((b.target, b.until) for b in active_backoffs(lease.reports, now))
         if lease is not None
         else (),
-        available=leasable(proxy) and lease_queries.is_available(lease, now),
+        available=leasable(proxy) and not held_back and lease_queries.is_available(lease, now),
         deleting=proxy.deleting,
         message=proxy.health_message if proxy.healthy is False else proxy.message,
         pool=pool,
+        egress=egress,
     )
 
 
@@ -99,13 +125,21 @@ def rows(
     leases: Mapping[str, LeaseView],
     now: datetime,
     pools: Mapping[str, str] | None = None,
+    *,
+    policy: EgressPolicy = NO_POLICY,
+    index: EgressIndex | None = None,
 ) -> list[Row]:
     """Every declared proxy not removed, by namespace and name; ``pools``: uid -> the pool it
-    is a member of."""
-    listed = [p for p in proxies if p.name and not p.removed]
+    is a member of; ``index``: who shares an address (None: built from ``proxies``)."""
+    every = list(proxies)
+    found = index if index is not None else index_of(every)
+    listed = [p for p in every if p.name and not p.removed]
     listed.sort(key=lambda p: (p.namespace, p.name, p.uid))
     member_of = pools or {}
-    return [row(p, leases.get(p.uid), now, member_of.get(p.uid, "")) for p in listed]
+    return [
+        row(p, leases.get(p.uid), now, member_of.get(p.uid, ""), shown_in(p, policy, found))
+        for p in listed
+    ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,9 +153,13 @@ class Filters:
     pool: str = ""
     """``namespace/name``: its members only (the proxies the pool planned, not every proxy
     carrying its attribute)."""
+    egress_country: str = ""
+    """``DE``: proxies whose egress was seen there; ``unknown``: those with no country seen."""
 
     def matches(self, r: Row) -> bool:
         if self.pool and r.pool != self.pool:
+            return False
+        if self.egress_country and r.egress_country != self.egress_country:
             return False
         if self.phase and r.phase != self.phase:
             return False
@@ -144,6 +182,8 @@ class Filters:
             out.append(("provider", self.provider))
         if self.pool:
             out.append(("pool", self.pool))
+        if self.egress_country:
+            out.append(("egress_country", self.egress_country))
         if self.attributes:
             out.append(("attrs", self.attributes_text))
         return out
@@ -163,11 +203,12 @@ def _attributes(text: str) -> list[tuple[str, str]]:
 
 
 def parse_filters(query: Iterable[tuple[str, str]], *, allowed: Iterable[str] = ()) -> Filters:
-    """``phase=Ready&health=unhealthy&provider=local&pool=crawl/de&attrs=country=de`` -> filters;
+    """``phase=Ready&health=unhealthy&provider=local&pool=crawl/de&egress_country=DE&attrs=country=de``
+    -> filters;
     also the API's ``attr.<key>=<value>``. An unknown parameter is an error, not ignored: a
     misspelt filter would otherwise show every proxy. Empty values (a form's "any") are no
     filter."""
-    phase = health = provider = pool = ""
+    phase = health = provider = pool = egress_country = ""
     attributes: list[tuple[str, str]] = []
     other = set(allowed)
     for key, raw in query:
@@ -192,12 +233,17 @@ def parse_filters(query: Iterable[tuple[str, str]], *, allowed: Iterable[str] = 
             provider = value
         elif key == "pool":
             pool = _pool(value)
+        elif key == "egress_country":
+            try:
+                egress_country = country_filter(value, key)
+            except ValueError as exc:
+                raise FilterError(str(exc)) from None
         else:
             raise FilterError(
                 f"unknown query parameter {key[:60]!r}; filter with phase=, health=, provider=, "
-                "pool=NAMESPACE/NAME and attrs=key=value"
+                "pool=NAMESPACE/NAME, egress_country=DE and attrs=key=value"
             )
-    return Filters(phase, health, provider, tuple(attributes), pool)
+    return Filters(phase, health, provider, tuple(attributes), pool, egress_country)
 
 
 def _pool(value: str) -> str:
@@ -226,6 +272,10 @@ class Counts:
     """Every provider in the fleet, for the filter's choices."""
     pools: tuple[str, ...] = ()
     """Every pool with a member in the fleet, for the filter's choices."""
+    egress_flagged: int = 0
+    """Rows whose egress does not match, is not verified where it must be, or is shared."""
+    egress_countries: tuple[str, ...] = ()
+    """Every egress country in the fleet (``unknown`` last, if any has none), for the filter."""
 
 
 def counts(shown: list[Row], every: list[Row]) -> Counts:
@@ -243,4 +293,12 @@ def counts(shown: list[Row], every: list[Row]) -> Counts:
         cooling=sum(r.cooldown_until is not None for r in shown),
         providers=tuple(sorted({r.provider for r in every if r.provider})),
         pools=tuple(sorted({r.pool for r in every if r.pool})),
+        egress_flagged=sum(r.egress is not None and bool(r.egress.flag) for r in shown),
+        egress_countries=_countries(every),
     )
+
+
+def _countries(every: list[Row]) -> tuple[str, ...]:
+    seen = {r.egress_country for r in every}
+    known = sorted(seen - {COUNTRY_UNKNOWN})
+    return (*known, COUNTRY_UNKNOWN) if COUNTRY_UNKNOWN in seen else tuple(known)

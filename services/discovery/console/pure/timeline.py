@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from events import codec
+from events.egress import EgressChanged, EgressObserved
 from events.schemas import (
     CreateInstance,
     DeleteInstance,
@@ -69,6 +70,16 @@ def _attrs(attributes: dict[str, str]) -> str:
     return ", ".join(f"{k}={v}" for k, v in sorted(attributes.items())) or "no attributes"
 
 
+def _place(e: EgressObserved) -> str:
+    parts = [
+        e.country,
+        f"AS{e.asn}" if e.asn else "",
+        e.org,
+        "private" if e.scope == "private" else "",
+    ]
+    return (" (" + ", ".join(p for p in parts if p) + ")") if any(parts) else ""
+
+
 def summary(event: object) -> str:
     """One line that tells this event from the others of its type."""
     match event:
@@ -102,6 +113,13 @@ def summary(event: object) -> str:
             about = f" ({e.provider_id})" if e.provider_id else ""
             detail = f", {_ms(e.latency_ms)}" if e.latency_ms else ""
             return f"{word}{about}{detail}" + (f": {e.message}" if e.message else "")
+        case EgressChanged() as e:
+            return f"egress changed from {e.old_ip or '?'} to {e.ip}{_place(e)}"
+        case EgressObserved() as e:
+            about = f" ({e.provider_id})" if e.provider_id else ""
+            if e.error and not e.ip:
+                return f"egress check failed{about}: {e.error}"
+            return f"egress {e.ip}{_place(e)}{about}" + (f": {e.error}" if e.error else "")
         case PhaseChanged() as e:
             text = f"phase {e.phase}" + (f" ({e.reason})" if e.reason else "")
             text += f", IP {e.ip}" if e.ip else ""
