@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -33,7 +34,12 @@ from services.cli.proxyviews import listed as listed_proxies
 from services.cli.pure.render import format_time, inert
 from services.cli.pure.selector import matches, parse_selector
 from services.cli.timetravel import as_of, instant_option
+from services.discovery.pure.candidates import pairs_of
+from services.discovery.pure.egress_shown import EgressShown, index_of, shown_in
+from services.runtime.egress_policy import policy_from
+from services.runtime.errors import ConfigError
 from services.runtime.eventlog.projector import Projector
+from services.runtime.options import with_env_option
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +67,29 @@ class LeaseState:
         return f"{math.ceil((self.cooldown_until - now).total_seconds())}s"
 
 
-def item(view: ProxyView, lease: LeaseState) -> dict[str, object]:
+def egress_item(found: EgressShown | None) -> dict[str, object] | None:
+    """The egress as ``GET /v1/proxies`` shows it (docs/api.md), for ``-o json|yaml``."""
+    if found is None:
+        return None
+    return {
+        "ip": found.ip,
+        "scope": found.scope,
+        "country": found.country,
+        "asn": found.asn,
+        "org": found.org,
+        "checkedAt": format_time(found.checked_at) if found.checked_at else None,
+        "db": found.db,
+        "error": found.error,
+        "changedFrom": found.changed_from,
+        "shared": list(found.shared),
+        "notLeasableBecause": found.not_leasable_because,
+        "seen": found.seen,
+    }
+
+
+def item(
+    view: ProxyView, lease: LeaseState, egress: EgressShown | None = None
+) -> dict[str, object]:
     return {
         "uid": view.uid,
         "namespace": view.namespace,
@@ -82,6 +110,8 @@ def item(view: ProxyView, lease: LeaseState) -> dict[str, object]:
         "leased": lease.lease_id is not None,
         "leaseId": lease.lease_id,
         "cooldownUntil": format_time(lease.cooldown_until) if lease.cooldown_until else None,
+        "egress": egress_item(egress),
+        "egressReplacements": view.egress_replacements,
     }
 
 
@@ -102,10 +132,31 @@ def health_cell(view: ProxyView) -> str:
     return "-" if view.healthy is None else ("healthy" if view.healthy else "unhealthy")
 
 
-def table(listed: Listed, now: datetime, *, wide: bool = False) -> Table:
+def egress_cell(found: EgressShown | None) -> str:
+    """The address sites see, marked ``!mismatch`` (``!unchecked``, ``!shared``) when its egress
+    keeps the proxy from being leased or another proxy leaves through it too."""
+    if found is None:
+        return "-"
+    text = found.ip or "-"
+    return f"{text} !{found.flag}" if found.flag else text
+
+
+def place_cell(found: EgressShown | None) -> str:
+    return found.place if found is not None else "-"
+
+
+def table(
+    listed: Listed,
+    now: datetime,
+    *,
+    wide: bool = False,
+    egress: Mapping[str, EgressShown | None] | None = None,
+) -> Table:
+    """``egress``: uid -> its egress (``egress_shown``), shown by ``wide``."""
     out = Table(box=None, pad_edge=False, header_style="bold")
     columns = ["NAMESPACE", "NAME", "PHASE", "IP", "PROVIDER", "HEALTH", "LEASED", "COOLDOWN"]
-    columns += ["AGE", "UID", "MESSAGE"] if wide else ["AGE"]
+    columns += ["AGE", "EGRESS", "COUNTRY/ASN", "UID", "MESSAGE"] if wide else ["AGE"]
+    found = egress or {}
     for column in columns:
         out.add_column(column, no_wrap=column != "MESSAGE", overflow="fold")
     for view, lease in listed:
@@ -121,6 +172,8 @@ def table(listed: Listed, now: datetime, *, wide: bool = False) -> Table:
             age(view, now),
         ]
         if wide:
+            shown = found.get(view.uid)
+            row += [inert(egress_cell(shown)), inert(place_cell(shown))]
             row += [inert(view.uid), inert(_message(view) or "-")]
         out.add_row(*row)
     return out
@@ -164,8 +217,9 @@ def _selector(
     type=click.Choice(["table", "wide", "json", "yaml"]),
     default="table",
     show_default=True,
-    help="table for people; wide adds the UID (for `events --proxy`) and the last message "
-    "(why a proxy is unhealthy or failed); json or yaml for tools.",
+    help="table for people; wide adds the egress (what sites see, `!mismatch` when it does not "
+    "match), its country and AS, the UID (for `events --proxy`) and the last message (why a "
+    "proxy is unhealthy or failed); json or yaml for tools.",
 )
 @click.option("-n", "--namespace", help="Only this namespace.")
 @click.option(
@@ -175,7 +229,8 @@ def _selector(
     callback=_selector,
     metavar="KEY=VALUE[,KEY=VALUE]",
     help="Only proxies whose attributes match every KEY=VALUE; repeat -l for more. A pool's "
-    f"members: -l {POOL_ATTRIBUTE}=NAME.",
+    f"members: -l {POOL_ATTRIBUTE}=NAME. What sites see: -l egress.country=DE, "
+    "-l egress.asn=AS3320.",
 )
 @click.option(
     "--at",
@@ -184,6 +239,25 @@ def _selector(
     callback=instant_option,
     help="Show the fleet as it was at TIME (ISO 8601, e.g. 2026-03-01T14:30:00Z; no zone: "
     "UTC), folding the log up to then.",
+)
+@with_env_option(
+    "--egress-country-attribute",
+    default="",
+    metavar="KEY",
+    help="As discovery's flag: hold each proxy's egress to the country its attribute KEY names, "
+    "so -o wide marks the proxies discovery does not lease for it.",
+)
+@with_env_option(
+    "--egress-required",
+    is_flag=True,
+    default=False,
+    help="As discovery's flag: mark proxies whose egress was not checked yet (!unchecked).",
+)
+@with_env_option(
+    "--unique-egress",
+    is_flag=True,
+    default=False,
+    help="As discovery's flag: mark the later of two proxies on one address as not leased.",
 )
 @settings_options()
 @click.pass_obj
@@ -196,6 +270,9 @@ def get_cmd(
     selector: dict[str, str],
     at: datetime | None,
     nats_url: str | None,
+    egress_country_attribute: str = "",
+    egress_required: bool = False,
+    unique_egress: bool = False,
 ) -> None:
     """List proxies with their phase, address, health and lease (views rebuilt from the log);
     `get pools`: the pools with their members' figures."""
@@ -205,13 +282,18 @@ def get_cmd(
         pools_cmd.show_pools(state, output=output, namespace=namespace, at=at, nats_url=nats_url)
         return
     settings = settings_for(state, nats_url=nats_url)
+    try:
+        policy = policy_from(egress_country_attribute, egress_required, unique_egress)
+    except ConfigError as exc:
+        raise click.BadParameter(str(exc)) from None
 
     async def work() -> tuple[list[ProxyView], dict[str, LeaseView]]:
+        # Every namespace is read: a proxy may share its address with one in another.
         conn = await open_connection(settings.nats_url)
         try:
             if at is not None:
-                return await as_of(conn, namespace, at)
-            views = await listed_proxies(conn, namespace)
+                return await as_of(conn, None, at)
+            views = await listed_proxies(conn, None)
             leases: Projector[LeaseView] = Projector(
                 conn.js, LEASE_STREAM, "lease.*", lease_fold.apply
             )
@@ -221,14 +303,17 @@ def get_cmd(
             await conn.close()
         return views, leases.views
 
-    views, leases = run_until_signalled(work()) or ([], {})
-    views = [v for v in views if matches(v.spec.attributes, selector)]
+    every, leases = run_until_signalled(work()) or ([], {})
+    index = index_of(every)
+    views = [v for v in every if not namespace or v.namespace == namespace]
+    views = [v for v in views if matches(dict(pairs_of(v)), selector)]
     now = at or datetime.now(UTC)
     listed = [(v, LeaseState.of(leases.get(v.uid), now)) for v in views]
+    egress = {v.uid: shown_in(v, policy, index) for v in views}
+    items = [item(v, lease, egress[v.uid]) for v, lease in listed]
     if output == "json":
-        click.echo(json.dumps({"items": [item(v, lease) for v, lease in listed]}, indent=2))
+        click.echo(json.dumps({"items": items}, indent=2))
     elif output == "yaml":
-        items = [item(v, lease) for v, lease in listed]
         click.echo(yaml.safe_dump({"items": items}, sort_keys=False))
     elif not listed:
         where = f" in namespace {namespace}" if namespace else ""
@@ -238,4 +323,4 @@ def get_cmd(
         where += f" at {format_time(at)}" if at else ""
         stdout_console().print(inert(f"No proxies{where}."))
     else:
-        stdout_console().print(table(listed, now, wide=output == "wide"))
+        stdout_console().print(table(listed, now, wide=output == "wide", egress=egress))
