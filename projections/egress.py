@@ -113,8 +113,8 @@ def expects(view: ProxyView, policy: EgressPolicy) -> bool:
 def mismatch(view: ProxyView, found: Egress | None, policy: EgressPolicy) -> str:
     """Why ``found`` does not match what the proxy expects, or "" when it does (or expects
     nothing, or nothing was found yet)."""
-    if found is None or found.error or not found.ip:
-        return ""
+    if found is None or not found.ip:
+        return ""  # a failed check after a good one is judged on the address it had
     wrong: list[str] = []
     country, field = expected_country(view, policy)
     if country and found.country != country:

@@ -33,7 +33,7 @@ from services.discovery.errors import ApiError, IdempotencyKeyMismatch, LeaseEnd
 from services.discovery.held_leases import HeldLeases
 from services.discovery.metrics import DiscoveryMetrics
 from services.discovery.pools import members_only
-from services.discovery.pure.candidates import narrowed, pairs_of, random_order
+from services.discovery.pure.candidates import narrowed, normalized, pairs_of, random_order
 from services.discovery.pure.policy import Claim, Granted, LeasePolicy, Stored
 from services.discovery.pure.pools import PoolRef
 from services.discovery.refusals import refusal
@@ -47,7 +47,8 @@ def eligible(views: Views, proxy: ProxyView, selector: Mapping[str, str]) -> boo
     """Leasable (``CandidateIndex.admits``: its egress too) and matching every selector pair
     (the attributes and the egress seen)."""
     pairs = pairs_of(proxy)
-    return views.candidates.admits(proxy) and all((k, v) in pairs for k, v in selector.items())
+    wanted = normalized(selector).items()
+    return views.candidates.admits(proxy) and all((k, v) in pairs for k, v in wanted)
 
 
 class Leases(HeldLeases):

@@ -66,6 +66,10 @@ def test_selectors_on_the_egress_seen() -> None:
     f.proxy("c", {})  # not checked: no egress pairs
     assert f.views.candidates.matching({"egress.country": "DE"}) == ["a"]
     assert f.views.candidates.matching({"egress.asn": "AS7018"}) == ["b"]
+    # As people write them: a country in lower case, an AS number bare or lower case.
+    assert f.views.candidates.matching({"egress.country": "de"}) == ["a"]
+    assert f.views.candidates.matching({"egress.asn": "7018"}) == ["b"]
+    assert f.views.candidates.matching({"egress.asn": "as3320"}) == ["a"]
     assert f.views.candidates.matching({"egress.country": "FR"}) == []
 
 

@@ -197,12 +197,6 @@ def test_the_fleet_counts_mismatches_shared_addresses_and_countries() -> None:
     assert strict.held_back == {"de-bad", "twin", "gcp-new"}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="projections.egress.mismatch answers '' for a finding with an error, and a failed "
-    "check after a good one keeps the address with its error: the mismatch is forgotten, "
-    "against D111 (a failed check keeps the earlier address's verdict)",
-)
 def test_a_failed_check_keeps_the_mismatch_of_the_address_before_it() -> None:
     failing = EgressObserved(provider_id="i-1", error="timeout")
     view = ready("a", seen("198.51.100.7", country="US"), failing, proxy_spec=spec("de"))

@@ -45,6 +45,20 @@ def egress_pairs(proxy: ProxyView) -> frozenset[tuple[str, str]]:
     return frozenset(pairs)
 
 
+def normalized(selector: Mapping[str, str]) -> Mapping[str, str]:
+    """A selector whose egress pairs are written as the index holds them: ``egress.country=de``
+    as ``DE``, ``egress.asn=3320`` or ``as3320`` as ``AS3320``; attributes stay exact."""
+    if EGRESS_COUNTRY not in selector and EGRESS_ASN not in selector:
+        return selector
+    out = dict(selector)
+    if EGRESS_COUNTRY in out:
+        out[EGRESS_COUNTRY] = out[EGRESS_COUNTRY].upper()
+    if EGRESS_ASN in out:
+        number = out[EGRESS_ASN].upper().removeprefix("AS")
+        out[EGRESS_ASN] = f"AS{number}"
+    return out
+
+
 def pairs_of(proxy: ProxyView) -> frozenset[tuple[str, str]]:
     """The pairs a selector is matched against: the attributes and the egress seen."""
     return frozenset(proxy.spec.attributes.items()) | egress_pairs(proxy)
@@ -118,11 +132,11 @@ class CandidateIndex:
 
     def matching(self, selector: Mapping[str, str]) -> list[str]:
         """Leasable proxies whose attributes include every selector pair."""
-        return self._leasable.matching(selector)
+        return self._leasable.matching(normalized(selector))
 
     def existing(self, selector: Mapping[str, str]) -> list[str]:
         """Proxies not removed whose attributes include every selector pair, leasable or not."""
-        return self._existing.matching(selector)
+        return self._existing.matching(normalized(selector))
 
     def attribute_values(self) -> dict[str, set[str]]:
         """Every attribute key the existing proxies carry, with the values seen for it."""
