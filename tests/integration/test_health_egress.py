@@ -6,6 +6,7 @@ that answers garbage, HTML, an error or nothing gives a finding that says so, ne
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -115,9 +116,12 @@ async def test_findings_are_appended_on_change_only_and_say_what_went_wrong(
             ):
                 count = len(await findings(jetstream_store, "p1"))
                 echo.behaviour[SOURCE] = behaviour
-                await until(lambda n=count: found(n + 1), 30.0, what=f"the {behaviour} finding")
+                await until(
+                    functools.partial(found, count + 1), 30.0, what=f"the {behaviour} finding"
+                )
                 bad = (await findings(jetstream_store, "p1"))[-1]
-                assert bad.ip == "" and said in bad.error, bad.error
+                assert bad.ip == ""
+                assert said in bad.error, bad.error
                 # The proxy itself is fine: it stays healthy, and the service goes on.
                 assert not replica.task.done()
             del echo.behaviour[SOURCE]

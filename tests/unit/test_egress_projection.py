@@ -65,7 +65,7 @@ def test_a_finding_belongs_to_the_instance_it_was_made_through() -> None:
         seen("198.51.100.7", country="US", pid="i-2"),
     )
     assert egress.finding(view) is not None
-    assert egress.finding(view).ip == "203.0.113.5"
+    assert egress.finding(view).ip == "203.0.113.5"  # type: ignore[union-attr]
     assert egress.finding(view, "i-2").ip == "198.51.100.7"  # type: ignore[union-attr]
 
 
