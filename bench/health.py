@@ -9,7 +9,11 @@ the CPU time of its process is read from ``/proc`` over the measured window, tog
 probes it reports on ``/metrics`` and the events appended meanwhile (there should be none: a
 steady fleet is not news).
 
-Run: ``python -m bench.health [--proxies 1000] [--seconds 30] [--json FILE]``.
+With ``--egress-interval S`` the replica also checks every proxy's egress every S seconds (D111):
+the fake proxies answer the echo URL with an address of their own, placed with the data
+geoip2fast ships, and the figures add the egress checks made and the findings appended.
+
+Run: ``python -m bench.health [--proxies 1000] [--seconds 30] [--egress-interval S] [--json FILE]``.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from services.runtime.natsserver import EmbeddedNatsServer
 CPU_TARGET = 0.5
 _TICKS = os.sysconf("SC_CLK_TCK")
 _ANSWER = b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n"
+ECHO_URL = "http://echo.invalid/egress"
 
 
 # --------------------------------------------------------------------------- the fake fleet
@@ -47,10 +52,16 @@ async def serve_fleet(count: int) -> None:
     """Listen on ``count`` ports; print them as one JSON line; answer every request with 204."""
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        port = writer.get_extra_info("sockname")[1]
+        echo = f"5.9.{port % 250}.{port % 7 + 1}\n".encode()  # a public address per proxy
+        answer = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n%s"
         try:
             while True:
-                await reader.readuntil(b"\r\n\r\n")
-                writer.write(_ANSWER)
+                head = await reader.readuntil(b"\r\n\r\n")
+                if head.startswith(b"GET " + ECHO_URL.encode()):
+                    writer.write(answer % (len(echo), echo))
+                else:
+                    writer.write(_ANSWER)
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         finally:
@@ -64,7 +75,7 @@ async def serve_fleet(count: int) -> None:
 # --------------------------------------------------------------------------- the replica
 
 
-def run_replica(nats_url: str, metrics_port: int) -> None:
+def run_replica(nats_url: str, metrics_port: int, egress_interval: float = 0.0) -> None:
     from services.health.service import HealthService  # noqa: PLC0415 - worker mode only
     from services.runtime.config import Settings  # noqa: PLC0415
     from services.runtime.logs import configure_logging  # noqa: PLC0415
@@ -72,7 +83,14 @@ def run_replica(nats_url: str, metrics_port: int) -> None:
 
     configure_logging("warning", "console")
     settings = Settings(nats_url=nats_url, metrics_port=metrics_port, service_name="bench-health")
-    service = HealthService(check_url="http://check.invalid/generate_204", heartbeat=1.0)
+    from services.health.egress import EgressSettings  # noqa: PLC0415
+
+    egress = (
+        EgressSettings(echo_url=ECHO_URL, interval=egress_interval) if egress_interval else None
+    )
+    service = HealthService(
+        check_url="http://check.invalid/generate_204", heartbeat=1.0, egress=egress
+    )
     asyncio.run(run_services([service], settings))
 
 
@@ -114,12 +132,14 @@ async def seed(store: JetStreamEventStore, ports: list[int]) -> None:
         await store.append(subjects.proxy(uid), news, expected_seq=0)
 
 
-async def health_events(js: JetStreamContext) -> int:
-    info = await js.stream_info(subjects.PROXY_STREAM, subjects_filter="proxy.*.health")
+async def health_events(js: JetStreamContext, category: str = "health") -> int:
+    info = await js.stream_info(subjects.PROXY_STREAM, subjects_filter=f"proxy.*.{category}")
     return sum((info.state.subjects or {}).values())
 
 
-async def bench(count: int, seconds: float, metrics_port: int) -> dict[str, object]:
+async def bench(
+    count: int, seconds: float, metrics_port: int, egress_interval: float = 0.0
+) -> dict[str, object]:
     with tempfile.TemporaryDirectory() as tmp:
         server = EmbeddedNatsServer(data_dir=Path(tmp) / "nats")
         await server.start()
@@ -137,7 +157,7 @@ async def bench(count: int, seconds: float, metrics_port: int) -> dict[str, obje
             await seed(store, ports)
             replica = await asyncio.create_subprocess_exec(
                 sys.executable, "-m", "bench.health", "--run-replica", server.url,
-                "--metrics-port", str(metrics_port),
+                "--metrics-port", str(metrics_port), "--egress-interval", str(egress_interval),
             )  # fmt: skip
             started = time.monotonic()
             while await health_events(conn.js) < count:
@@ -145,12 +165,18 @@ async def bench(count: int, seconds: float, metrics_port: int) -> dict[str, obje
                     raise RuntimeError("no first verdict for every proxy within 120 s")
                 await asyncio.sleep(0.5)
             first_verdicts = time.monotonic() - started
+            while egress_interval and await health_events(conn.js, "egress") < count:
+                if time.monotonic() - started > 180:
+                    raise RuntimeError("no egress finding for every proxy within 180 s")
+                await asyncio.sleep(0.5)
             await asyncio.sleep(5.0)  # settle: every probe task past its first round
             events_before = await health_events(conn.js)
+            egress_before = await health_events(conn.js, "egress")
             before, cpu0, t0 = scrape(metrics_port), cpu_seconds(replica.pid), time.monotonic()
             await asyncio.sleep(seconds)
             after, cpu1, t1 = scrape(metrics_port), cpu_seconds(replica.pid), time.monotonic()
             events_after = await health_events(conn.js)
+            egress_after = await health_events(conn.js, "egress")
             await conn.close()
         finally:
             for proc in (replica, fleet):
@@ -174,9 +200,18 @@ async def bench(count: int, seconds: float, metrics_port: int) -> dict[str, obje
         ),
         "oldest_probe_age_seconds": after.get("egress_health_last_probe_age_seconds", -1.0),
         "events_in_window": events_after - events_before,
+        "egress_interval_seconds": egress_interval,
+        "egress_checks_per_second": round(
+            (egress_checks(after) - egress_checks(before)) / elapsed, 2
+        ),
+        "egress_findings_in_window": egress_after - egress_before,
         "cpu_target_cores": CPU_TARGET,
         "loadavg": os.getloadavg()[0],
     }
+
+
+def egress_checks(metrics: dict[str, float]) -> float:
+    return sum(v for k, v in metrics.items() if k.startswith("egress_health_egress_checks_total{"))
 
 
 def main() -> None:
@@ -185,6 +220,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=30.0)
     parser.add_argument("--metrics-port", type=int, default=19464)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--egress-interval", type=float, default=0.0)
     parser.add_argument("--serve-fleet", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--run-replica", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -192,9 +228,9 @@ def main() -> None:
         asyncio.run(serve_fleet(args.serve_fleet))
         return
     if args.run_replica:
-        run_replica(args.run_replica, args.metrics_port)
+        run_replica(args.run_replica, args.metrics_port, args.egress_interval)
         return
-    result = asyncio.run(bench(args.proxies, args.seconds, args.metrics_port))
+    result = asyncio.run(bench(args.proxies, args.seconds, args.metrics_port, args.egress_interval))
     print(json.dumps(result, indent=2))
     if args.json:
         args.json.write_text(json.dumps(result, indent=2) + "\n")

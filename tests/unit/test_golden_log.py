@@ -116,7 +116,15 @@ def test_the_golden_log_of_this_schema_tells_the_story_it_claims() -> None:
     assert de["url"] == "http://127.0.0.1:20533"  # the replacement took over
     assert de["verdict"]["provider_id"] == de["provider_id"] != de["instance"]["provider_id"]
     assert de["instance"]["state"] == "Gone"  # the retired instance, deleted after the drain
-    assert de["rotation"]["state"] == "failed"  # the second rotation
+    # The second rotation failed; the third, asked for its egress, is where the log ends.
+    assert de["rotation"]["state"] == "requested"
+    assert de["egress_replacements"] == 1
+    found = de["egress"][-1]
+    assert (found["ip"], found["country"], found["changed_from"]) == (
+        "198.51.100.7",
+        "US",
+        "203.0.113.5",
+    )
     assert (us["removed"], us["generation"], us["spec"]["placement"]["machineType"]) == (
         True,
         2,
