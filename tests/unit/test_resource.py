@@ -76,3 +76,49 @@ def test_health_check_values_have_finite_bounds(check: dict[str, Any], field: st
     with pytest.raises(ResourceError) as info:
         from_object(proxy(healthCheck=check))
     assert field in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("egress", "field"),
+    [
+        ({"egress": {"expect": {"country": "d1"}}}, "spec.egress.expect.country"),
+        ({"egress": {"expect": {"country": "deu"}}}, "spec.egress.expect.country"),
+        ({"egress": {"expect": {"asn": [0]}}}, "spec.egress.expect.asn[0]"),
+        ({"egress": {"expect": {"asn": [3320, -1]}}}, "spec.egress.expect.asn[1]"),
+        ({"egress": {"expect": {"asn": [2**32]}}}, "spec.egress.expect.asn[0]"),
+        ({"egress": {"expect": {"asn": list(range(1, 40))}}}, "spec.egress.expect.asn"),
+        ({"egress": {"expect": {"asn": ["AS3320"]}}}, "spec.egress.expect.asn"),
+        ({"egress": {"expect": {"asn": [True]}}}, "spec.egress.expect.asn"),
+        ({"egress": {"onMismatch": "explode"}}, "spec.egress.onMismatch"),
+        ({"egressCheck": {"url": "ftp://echo/"}}, "spec.egressCheck.url"),
+        ({"egressCheck": {"url": "javascript:alert(1)"}}, "spec.egressCheck.url"),
+        ({"attributes": {"egress.country": "DE"}}, "spec.attributes.egress.country"),
+    ],
+)
+def test_egress_fields_are_refused_naming_the_field(egress: dict[str, Any], field: str) -> None:
+    """What a Proxy expects of its egress goes into the log: no coercion, finite bounds, and
+    no attribute that would pass for what was seen (docs/decisions/0111-verified-egress.md)."""
+    with pytest.raises(ResourceError) as info:
+        from_object(proxy(**egress))
+    assert field in str(info.value)
+
+
+def test_a_misspelt_egress_field_is_named() -> None:
+    found = unknown_fields(proxy(egress={"expect": {"contry": "de"}}))
+    assert [f.path for f in found] == ["spec.egress.expect.contry"]
+
+
+def test_a_valid_egress_expectation_is_kept() -> None:
+    declared = from_object(
+        proxy(
+            egress={"expect": {"country": "de", "asn": [3320, 3209]}, "onMismatch": "replace"},
+            egressCheck={"url": "https://echo.example/ip"},
+        )
+    )
+    rules = declared.spec.egress_rules
+    assert (rules.expect.country, rules.expect.asn, rules.on_mismatch) == (
+        "de",
+        (3320, 3209),
+        "replace",
+    )
+    assert declared.spec.egress_url == "https://echo.example/ip"
