@@ -176,11 +176,6 @@ def test_a_body_at_the_limit_is_read() -> None:
     assert parse_echo(200, TEXT, body).ip == "203.0.113.7"
 
 
-@pytest.mark.skip(reason="a timeout is the fetch's, in the health service, not the parser's")
-def test_timeout() -> None:
-    """The parser sees only an answer that arrived."""
-
-
 ADDRESSES = st.ip_addresses().map(str)
 BODIES = st.one_of(
     st.binary(max_size=ECHO_BODY_LIMIT + 16),
