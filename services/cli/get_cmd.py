@@ -36,10 +36,9 @@ from services.cli.pure.selector import matches, parse_selector
 from services.cli.timetravel import as_of, instant_option
 from services.discovery.pure.candidates import pairs_of
 from services.discovery.pure.egress_shown import EgressShown, index_of, shown_in
-from services.runtime.egress_policy import policy_from
+from services.runtime.egress_policy import POLICY_OPTIONS, policy_from
 from services.runtime.errors import ConfigError
 from services.runtime.eventlog.projector import Projector
-from services.runtime.options import with_env_option
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,23 +67,13 @@ class LeaseState:
 
 
 def egress_item(found: EgressShown | None) -> dict[str, object] | None:
-    """The egress as ``GET /v1/proxies`` shows it (docs/api.md), for ``-o json|yaml``."""
+    """The egress as ``GET /v1/proxies`` shows it (docs/api.md), for ``-o json|yaml``; its time
+    as the other times here are written."""
     if found is None:
         return None
-    return {
-        "ip": found.ip,
-        "scope": found.scope,
-        "country": found.country,
-        "asn": found.asn,
-        "org": found.org,
-        "checkedAt": format_time(found.checked_at) if found.checked_at else None,
-        "db": found.db,
-        "error": found.error,
-        "changedFrom": found.changed_from,
-        "shared": list(found.shared),
-        "notLeasableBecause": found.not_leasable_because,
-        "seen": found.seen,
-    }
+    out: dict[str, object] = msgspec.to_builtins(found)
+    out["checkedAt"] = format_time(found.checked_at) if found.checked_at else None
+    return out
 
 
 def item(
@@ -240,25 +229,6 @@ def _selector(
     help="Show the fleet as it was at TIME (ISO 8601, e.g. 2026-03-01T14:30:00Z; no zone: "
     "UTC), folding the log up to then.",
 )
-@with_env_option(
-    "--egress-country-attribute",
-    default="",
-    metavar="KEY",
-    help="As discovery's flag: hold each proxy's egress to the country its attribute KEY names, "
-    "so -o wide marks the proxies discovery does not lease for it.",
-)
-@with_env_option(
-    "--egress-required",
-    is_flag=True,
-    default=False,
-    help="As discovery's flag: mark proxies whose egress was not checked yet (!unchecked).",
-)
-@with_env_option(
-    "--unique-egress",
-    is_flag=True,
-    default=False,
-    help="As discovery's flag: mark the later of two proxies on one address as not leased.",
-)
 @settings_options()
 @click.pass_obj
 def get_cmd(
@@ -324,3 +294,7 @@ def get_cmd(
         stdout_console().print(inert(f"No proxies{where}."))
     else:
         stdout_console().print(table(listed, now, wide=output == "wide", egress=egress))
+
+
+# Discovery's own flags (and variables), so that -o wide marks what discovery does not lease.
+get_cmd.params.extend(POLICY_OPTIONS)

@@ -100,37 +100,6 @@ class ConditionOut(_Out, frozen=True, kw_only=True):
     message: str
 
 
-class EgressOut(_Out, frozen=True, kw_only=True):
-    """What a site sees of the proxy, as the health service last found it through the proxy's
-    current instance (docs/decisions/0111-verified-egress.md)."""
-
-    ip: str = ""
-    """The public address sites see; "" when no check has found one yet."""
-    scope: str = ""
-    """``public``, or ``private`` when the echo answered from inside the proxy's network."""
-    country: str = ""
-    """ISO 3166 alpha-2, upper case (``DE``); "" unknown."""
-    asn: int = 0
-    """The autonomous system's number (``3320``); 0 unknown."""
-    org: str = ""
-    """The autonomous system's organisation."""
-    checked_at: datetime | None = None
-    """When the check that found this ran (a later check that confirms it records nothing)."""
-    db: str = ""
-    """The database that placed the address, with its date."""
-    error: str = ""
-    """Why the last check found no address; with ``ip`` set, the earlier address stands."""
-    changed_from: str = ""
-    """The address recorded before, when the instance's address changed under it."""
-    shared: list[str] = msgspec.field(default_factory=list)
-    """The uids of the other proxies that leave through the same public address."""
-    not_leasable_because: str = ""
-    """``egress_mismatch``, ``egress_unchecked`` or ``egress_shared`` while its egress keeps the
-    proxy from being leased; "" otherwise."""
-    seen: str = ""
-    """What was seen, in words: the mismatch, why it is unchecked, or the clash."""
-
-
 class ProxyOut(_Out, frozen=True, kw_only=True, omit_defaults=True):
     uid: str
     namespace: str
@@ -154,7 +123,7 @@ class ProxyOut(_Out, frozen=True, kw_only=True, omit_defaults=True):
     reports: ReportsOut
     backoff_count: int
     """Targets the proxy is in back-off for now (``GET /v1/proxies/{uid}`` lists them)."""
-    egress: EgressOut | None = None
+    egress: EgressShown | None = None
     """What a site sees of the proxy; absent until a check has found something (or while its
     egress keeps it from being leased before any check)."""
 
@@ -196,7 +165,7 @@ class LeasedProxy(_Out, frozen=True, kw_only=True, omit_defaults=True):
     proxies enforce leases, ``http://ip:port`` otherwise. The password changes on renewal."""
     ip: str
     attributes: dict[str, str]
-    egress: EgressOut | None = None
+    egress: EgressShown | None = None
     """What a site sees of the proxy (as on ``GET /v1/proxies``); absent before any finding."""
 
 
@@ -257,31 +226,12 @@ def probe_latency(proxy: ProxyView) -> float | None:
     return verdict.latency_ms if verdict is not None and verdict.healthy else None
 
 
-def egress_out(shown: EgressShown | None) -> EgressOut | None:
-    if shown is None:
-        return None
-    return EgressOut(
-        ip=shown.ip,
-        scope=shown.scope,
-        country=shown.country,
-        asn=shown.asn,
-        org=shown.org,
-        checked_at=shown.checked_at,
-        db=shown.db,
-        error=shown.error,
-        changed_from=shown.changed_from,
-        shared=list(shown.shared),
-        not_leasable_because=shown.not_leasable_because,
-        seen=shown.seen,
-    )
-
-
-def egress_of(proxy: ProxyView | None, candidates: CandidateIndex) -> EgressOut | None:
+def egress_of(proxy: ProxyView | None, candidates: CandidateIndex) -> EgressShown | None:
     """The proxy's egress as discovery judges it: its policy, and its index of who shares an
     address."""
     if proxy is None:
         return None
-    return egress_out(shown_in(proxy, candidates.policy, candidates.egress))
+    return shown_in(proxy, candidates.policy, candidates.egress)
 
 
 def proxy_out(
@@ -290,7 +240,7 @@ def proxy_out(
     now: datetime,
     *,
     eligible: bool,
-    egress: EgressOut | None = None,
+    egress: EgressShown | None = None,
 ) -> ProxyOut:
     leased = not is_free(view, now)
     cooldown = None if leased else available_at(view)
@@ -336,7 +286,7 @@ def lease_out(
     record: LeaseRecord,
     proxy: ProxyView | None,
     credentials: LeaseCredentials | None = None,
-    egress: EgressOut | None = None,
+    egress: EgressShown | None = None,
 ) -> LeaseOut:
     """With ``credentials``, the proxy URL carries the lease's (D84)."""
     url = proxy.url if proxy else ""

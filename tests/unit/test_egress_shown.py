@@ -11,7 +11,6 @@ from events.egress import EgressChanged, EgressObserved
 from projections.egress import MISMATCH, SHARED, UNCHECKED, EgressPolicy
 from services.discovery.errors import InvalidRequest
 from services.discovery.fleet_metrics import count_egress, count_fleet
-from services.discovery.models import egress_out
 from services.discovery.pure.egress_shown import (
     asn_filter,
     country_filter,
@@ -115,7 +114,7 @@ def test_a_change_of_address_and_a_failed_check_are_shown() -> None:
 def test_the_api_object_carries_every_field_in_camel_case() -> None:
     first = ready("a", seen("198.51.100.7", country="US"), proxy_spec=spec("de"))
     second = ready("b", seen("198.51.100.7", country="US"), seq=10)
-    out = egress_out(shown_in(first, NO_POLICY, index_of([first, second])))
+    out = shown_in(first, NO_POLICY, index_of([first, second]))
     body = msgspec.json.decode(msgspec.json.encode(out))
     assert set(body) == {
         "ip",
@@ -136,7 +135,6 @@ def test_the_api_object_carries_every_field_in_camel_case() -> None:
         ["b"],
         MISMATCH,
     )
-    assert egress_out(None) is None
 
 
 def test_filters_take_any_case_and_refuse_what_names_no_country_or_network() -> None:

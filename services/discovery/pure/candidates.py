@@ -20,6 +20,7 @@ wrong), or some proxies have them but none can be leased now (it should wait).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Collection, Iterator, Mapping
 from typing import Protocol
 
@@ -27,6 +28,7 @@ from projections import egress
 from projections.egress import NO_POLICY, EgressIndex, EgressPolicy
 from projections.lease_queries import leasable
 from projections.proxy import ProxyView
+from services.discovery.pure.egress_shown import asn_filter, country_filter
 
 EGRESS_COUNTRY = "egress.country"
 EGRESS_ASN = "egress.asn"
@@ -46,16 +48,17 @@ def egress_pairs(proxy: ProxyView) -> frozenset[tuple[str, str]]:
 
 
 def normalized(selector: Mapping[str, str]) -> Mapping[str, str]:
-    """A selector whose egress pairs are written as the index holds them: ``egress.country=de``
-    as ``DE``, ``egress.asn=3320`` or ``as3320`` as ``AS3320``; attributes stay exact."""
+    """A selector whose egress pairs are written as the index holds them, as the proxy list's
+    filters write them (``egress_shown``): ``de`` as ``DE``, ``3320`` or ``as3320`` as
+    ``AS3320``. A value that names no country or network is left as it is: it matches nothing,
+    and the refusal names what exists. Attributes stay exact."""
     if EGRESS_COUNTRY not in selector and EGRESS_ASN not in selector:
         return selector
     out = dict(selector)
-    if EGRESS_COUNTRY in out:
-        out[EGRESS_COUNTRY] = out[EGRESS_COUNTRY].upper()
-    if EGRESS_ASN in out:
-        number = out[EGRESS_ASN].upper().removeprefix("AS")
-        out[EGRESS_ASN] = f"AS{number}"
+    for key, canonical in ((EGRESS_COUNTRY, country_filter), (EGRESS_ASN, asn_filter)):
+        if key in out:
+            with contextlib.suppress(ValueError):
+                out[key] = canonical(out[key], key) or out[key]
     return out
 
 

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from datetime import datetime
+
+import msgspec
 
 from projections import egress
 from projections.egress import MISMATCH, SHARED, UNCHECKED, EgressIndex, EgressPolicy
@@ -28,9 +29,9 @@ _COUNTRY = re.compile(r"^[A-Za-z]{2}\Z")
 _ASN = re.compile(r"^(?:[Aa][Ss])?([0-9]{1,10})\Z")
 
 
-@dataclass(frozen=True, slots=True)
-class EgressShown:
-    """What a site sees of one proxy, and what follows from it."""
+class EgressShown(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """What a site sees of one proxy, and what follows from it: the API's ``egress`` object as
+    it is (``GET /v1/proxies``, a lease's proxy) and what the console and ``get`` show."""
 
     ip: str = ""
     scope: str = ""
@@ -40,8 +41,11 @@ class EgressShown:
     org: str = ""
     db: str = ""
     error: str = ""
+    """Why the last check found no address; with ``ip`` set, the earlier address stands."""
     checked_at: datetime | None = None
+    """When the check that found this ran (a later check that confirms it records nothing)."""
     changed_from: str = ""
+    """The address recorded before, when the instance's address changed under it."""
     shared: tuple[str, ...] = ()
     """The uids of the other proxies that leave through the same public address."""
     not_leasable_because: str = ""
