@@ -12,7 +12,7 @@ rotation's replacement before the lease switches to it), and any instance checke
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -271,15 +271,3 @@ def _same(before: judged.Egress | None, event: EgressObserved) -> bool:
         event.org,
         event.db,
     ) and before.error == event.error
-
-
-def provider_echo_urls(pairs: tuple[str, ...]) -> Mapping[str, str]:
-    """``NAME=URL`` pairs, parsed as ``--provider-check-url`` is."""
-    found: dict[str, str] = {}
-    for pair in pairs:
-        name, sep, url = pair.partition("=")
-        if not sep or not name.strip():
-            raise ValueError(f"{pair!r} is not NAME=URL; e.g. local=http://127.0.0.1:8081/egress")
-        CheckUrl.parse(url.strip())
-        found[name.strip()] = url.strip()
-    return found

@@ -12,10 +12,9 @@ from services.health.egress import (
     DEFAULT_INTERVAL,
     DEFAULT_MAX_REPLACEMENTS,
     EgressSettings,
-    provider_echo_urls,
 )
 from services.health.geoip import GeoIpError, open_lookup
-from services.health.probe_client import CheckUrl
+from services.health.probe_client import CheckUrl, provider_check_urls
 from services.runtime.egress_policy import POLICY_OPTIONS, policy_from
 from services.runtime.errors import ConfigError
 from services.runtime.options import env_option
@@ -40,10 +39,7 @@ def egress_settings(
         CheckUrl.parse(egress_echo_url)
     except ValueError as exc:
         raise ConfigError(f"--egress-echo-url / EGRESS_ECHO_URL: {exc}") from exc
-    try:
-        per_provider = dict(provider_echo_urls(provider_egress_echo_url))
-    except ValueError as exc:
-        raise ConfigError(f"--provider-egress-echo-url: {exc}") from exc
+    per_provider = provider_check_urls(provider_egress_echo_url, "--provider-egress-echo-url")
     if geoip_db:
         try:
             open_lookup(geoip_db)  # a file that cannot be read fails now, not at the first check

@@ -33,6 +33,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from services.runtime.errors import ConfigError
+
 USER_AGENT = "egress-proxies-health/1"
 _HEAD_LIMIT = 64 * 1024
 _BODY_LIMIT = 1024 * 1024
@@ -83,6 +85,25 @@ class CheckUrl:
         shown = f"[{host}]" if ":" in host else host
         path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
         return cls(url, tls, Endpoint(host, port), shown if default else f"{shown}:{port}", path)
+
+
+def provider_check_urls(
+    pairs: tuple[str, ...], flag: str = "--provider-check-url"
+) -> dict[str, str]:
+    """``NAME=URL`` pairs (``flag``, repeated); each URL must be one the prober can fetch."""
+    found: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, url = pair.partition("=")
+        if not sep or not name.strip():
+            raise ConfigError(
+                f"{flag}: {pair!r} is not NAME=URL; e.g. local=http://127.0.0.1:8081/"
+            )
+        try:
+            CheckUrl.parse(url.strip())
+        except ValueError as exc:
+            raise ConfigError(f"{flag} {name}: {exc}") from exc
+        found[name.strip()] = url.strip()
+    return found
 
 
 def proxy_endpoint(proxy_url: str) -> Endpoint:

@@ -33,7 +33,7 @@ from services.health.egress import EgressChecker, EgressSettings
 from services.health.egress_options import EGRESS_OPTIONS, egress_settings
 from services.health.geoip import GeoLookup, open_lookup
 from services.health.metrics import HealthMetrics, health_metrics
-from services.health.probe_client import CheckUrl, ProbeClient
+from services.health.probe_client import CheckUrl, ProbeClient, provider_check_urls
 from services.health.pure.recheck import (
     DEFAULT_FAILED_REPORTS_RECHECK,
     MAX_FAILED_REPORTS_RECHECK,
@@ -231,23 +231,6 @@ def build(
         egress=egress,
         geoip_db=geoip_db,
     )
-
-
-def provider_check_urls(pairs: tuple[str, ...]) -> dict[str, str]:
-    """``NAME=URL`` pairs; each URL must be one the prober can fetch."""
-    found: dict[str, str] = {}
-    for pair in pairs:
-        name, sep, url = pair.partition("=")
-        if not sep or not name.strip():
-            raise ConfigError(
-                f"--provider-check-url: {pair!r} is not NAME=URL; e.g. local=http://127.0.0.1:8081/"
-            )
-        try:
-            CheckUrl.parse(url.strip())
-        except ValueError as exc:
-            raise ConfigError(f"--provider-check-url {name}: {exc}") from exc
-        found[name.strip()] = url.strip()
-    return found
 
 
 OPTIONS: tuple[click.Option, ...] = (
