@@ -186,6 +186,12 @@ def _timing(deadline: object, at: datetime) -> str:
     return LATE if at > deadline else ON_TIME
 
 
+def on_time(deadline: object, at: datetime) -> bool:
+    """Whether an event with this deadline, stamped ``at``, counts in the fold: what a writer
+    asks after an append in doubt, so its answer is the fold's."""
+    return _timing(deadline, at) == ON_TIME
+
+
 def _ignored(view: LeaseView, why: str) -> LeaseView:
     if why == LATE:
         return msgspec.structs.replace(view, late=view.late + 1)

@@ -14,15 +14,18 @@ after works here.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import uuid
 
 import structlog
 
 from events import subjects
+from events.errors import StoreUnavailable
 from events.schemas import LeaseReleased, LeaseReported
 from events.store import EventStore, NewEvent, derive_msg_id
-from projections.lease import RELEASED, LeaseView
+from events.subjects import Aggregate
+from projections.lease import RELEASED, LeaseView, on_time
 from projections.lease_queries import active, find
 from projections.outcomes import BLOCKED
 from services.discovery.errors import Unavailable, UnknownLease
@@ -32,6 +35,9 @@ from services.discovery.views import Views
 from services.discovery.withdraw import Withdrawals
 
 log = structlog.get_logger("egress.discovery")
+
+DOUBT_RETRY = 0.2
+"""Seconds between attempts to append a report whose first attempt is in doubt."""
 
 
 class HeldLeases:
@@ -133,9 +139,38 @@ class HeldLeases:
             client=client,
         )
         # A fact that depends on no state: no sequence check; every report is its own event.
-        result = await self.store.append(
-            subjects.lease(uid),
-            [NewEvent(event, derive_msg_id("lease-reported", lease_id, str(uuid.uuid4())))],
-        )
+        new = NewEvent(event, derive_msg_id("lease-reported", lease_id, str(uuid.uuid4())))
+        seq = await self._append_report(subjects.lease(uid), new)
         self.metrics.reports.labels(outcome).inc()
-        await self.view_at(uid, result.last_seq)  # a GET right after shows the report
+        with contextlib.suppress(StoreUnavailable):
+            # Read-your-writes, as far as the log lets: the report is recorded either way.
+            await self.view_at(uid, seq)
+
+    async def _append_report(self, aggregate: Aggregate, new: NewEvent) -> int:
+        """Append a report, and when the log went away in the middle (the append may or may not
+        have been stored), append the same message again until the log answers: JetStream keeps
+        one message per msg id, so the retry stores it once and learns whether the first attempt
+        did. A report stored after its deadline does not count (the fold ignores it as late), so
+        after a doubt the answer is read from the stored record, never assumed."""
+        give_up = asyncio.get_running_loop().time() + self.policy.view_timeout
+        doubted = False
+        while True:
+            try:
+                result = await self.store.append(aggregate, [new])
+                break
+            except StoreUnavailable:
+                if asyncio.get_running_loop().time() >= give_up:
+                    raise
+                doubted = True
+                await asyncio.sleep(DOUBT_RETRY)
+        if doubted:
+            history = await self.store.read(aggregate, after_seq=result.last_seq - 1)
+            stored = next((r for r in history.events if r.msg_id == new.msg_id), None)
+            deadline = getattr(new.event, "deadline", None)
+            if stored is None or not on_time(deadline, stored.timestamp):
+                raise Unavailable(
+                    "the report reached the event log after its deadline and was not counted; "
+                    "try again",
+                    headers={"Retry-After": "1"},
+                )
+        return result.last_seq
