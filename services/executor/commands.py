@@ -331,7 +331,7 @@ class CommandHandler:
                 await self._append(job, failure, f"quota-{len(job.answers)}")
             log.warning("provider quota exceeded, retrying slowly", **fields)
             self._count(job, "quota")
-            return Retry(self.policy.quota_delay, f"quota: {exc}")
+            return Retry(max(self.policy.quota_delay, exc.retry_after), f"quota: {exc}")
         if error_class is ErrorClass.PERMANENT:
             failure = self._failure(job, operation, error_class, str(exc), provider_id)
             await self._append(job, failure, f"failed-{operation}")
@@ -350,7 +350,9 @@ class CommandHandler:
             return None
         log.warning("provider call failed, will retry", **fields)
         self._count(job, "transient")
-        return Retry(self.policy.backoff(job.attempt), f"{error_class}: {exc}")
+        # A throttled API says when to come back: earlier calls would only be refused again.
+        delay = max(self.policy.backoff(job.attempt), exc.retry_after)
+        return Retry(delay, f"{error_class}: {exc}")
 
     def _failure(
         self,

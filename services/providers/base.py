@@ -72,10 +72,28 @@ class Instance:
         return f"http://{self.ip}:{self.port}" if self.ip else ""
 
 
+MAX_RETRY_AFTER = 3600.0
+"""The longest wait a provider's answer may impose (a throttling reset header says how long):
+a hostile or broken header cannot park a command for days."""
+
+
 class ProviderError(Exception):
-    """Base of the taxonomy; ``error_class`` is what the reconciler acts on."""
+    """Base of the taxonomy; ``error_class`` is what the reconciler acts on.
+
+    ``retry_after``: the seconds the cloud asked us to wait before the next call (HTTP 429's
+    ``Retry-After`` or a rate limit's reset time), 0 when it did not say; the executor waits at
+    least that long, at most ``MAX_RETRY_AFTER``. Non-finite or negative values read as 0."""
 
     error_class: ClassVar[ErrorClass]
+
+    def __init__(self, *args: object, retry_after: float = 0.0) -> None:
+        super().__init__(*args)
+        finite = (
+            not isinstance(retry_after, bool)
+            and isinstance(retry_after, int | float)
+            and 0.0 <= retry_after < float("inf")
+        )
+        self.retry_after = min(float(retry_after), MAX_RETRY_AFTER) if finite else 0.0
 
 
 class NotFound(ProviderError):
