@@ -89,15 +89,20 @@ def squid_config(
     user: str | None = None,
     auth: SquidAuth | None = None,
     outgoing: str = "",
+    include: str = "",
+    pid_file: str = "none",
 ) -> str:
     """``listen`` is squid's ``http_port`` value (``3128`` or ``127.0.0.1:20001``);
+    ``pid_file``: none for a Squid we run ourselves, the service manager's path on a VM;
+    ``include``, a file glob, is read before the access rules (a VM's ``conf.d``, where the
+    lease part puts its ``deny``, so that it precedes every ``allow``);
     ``outgoing``, an IP literal (see ``outgoing_address``), is the source of every
     connection Squid opens to a target (``tcp_outgoing_address``), or "" for the host's choice.
     Squid uses it only for targets of the same address family."""
     lines = [
         f"http_port {listen}",
         f"visible_hostname egress-{name}",
-        "pid_filename none",
+        f"pid_filename {pid_file}",
         "cache deny all",
         "cache_mem 0 MB",
         "access_log none",
@@ -113,6 +118,8 @@ def squid_config(
     ]
     if auth is not None:
         lines.extend(auth_lines(auth))
+    if include:
+        lines.append(f"include {include}")
     if allowed_clients:
         lines.append(f"acl egress_clients src {' '.join(allowed_clients)}")
     lines.append("http_access allow localhost")

@@ -74,9 +74,15 @@ fi
 
 def with_lease_auth(user_data: str, key_hex: str, helper: str, fence_floor: int = 0) -> str:
     """``user_data`` plus the lease part, as MIME multipart user data."""
+    return with_script_part(user_data, lease_script(key_hex, helper, fence_floor), PART_NAME)
+
+
+def with_script_part(user_data: str, script: str, filename: str) -> str:
+    """``user_data`` plus one shell-script part named ``filename``, as MIME multipart user data
+    (multipart user data gets the part appended; other user data becomes the first part)."""
     ours = EmailMessage()
-    ours.set_content(lease_script(key_hex, helper, fence_floor), subtype="x-shellscript")
-    ours.add_header("Content-Disposition", "attachment", filename=PART_NAME)
+    ours.set_content(script, subtype="x-shellscript")
+    ours.add_header("Content-Disposition", "attachment", filename=filename)
     head = user_data.lstrip()[:200].lower()
     if head.startswith(("content-type: multipart", "mime-version:")):
         parsed = email.parser.Parser(policy=email.policy.default).parsestr(user_data)
