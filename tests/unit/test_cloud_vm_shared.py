@@ -77,10 +77,7 @@ def test_good_settings_pass_and_list_their_networks_canonically() -> None:
 
 def parts(user_data: str) -> dict[str, str]:
     message = email.parser.Parser(policy=email.policy.default).parsestr(user_data)
-    return {
-        str(part.get_filename()): str(part.get_content())  # type: ignore[attr-defined]
-        for part in message.iter_parts()  # type: ignore[attr-defined]
-    }
+    return {str(part.get_filename()): str(part.get_content()) for part in message.iter_parts()}
 
 
 def test_the_squid_part_follows_the_proxys_own_and_precedes_the_lease_part() -> None:
