@@ -1,0 +1,83 @@
+"""moto's EC2 emulator in server mode, with public addresses the tests can reach.
+
+``python -m services.providers.aws.motoserver --port N --public-ips 127.0.0.1`` serves the EC2
+Query API on 127.0.0.1:N (``testing.MotoEc2`` starts it as a process of its own, as a real
+endpoint would be one).
+
+Why not ``moto_server`` itself: moto gives every instance a random public address in
+54.214.0.0/16, which nothing on a test machine answers (and which a test must never send traffic
+to). The end-to-end test's health probe has to reach a Squid standing in for the VM, on
+loopback, through the address the provider reports. So before the server starts, moto's public
+address generator (``moto.ec2.utils.random_public_ip``, and the name
+``moto.ec2.models.elastic_network_interfaces`` imported from it) is replaced by one handing out
+the given addresses in turn: distinct 127.0.1.x by default, so two instances have two URLs;
+``127.0.0.1`` alone for the end-to-end test.
+
+``MOTO_ENABLE_AMI_VALIDATION`` is on, so an unknown image is refused the way EC2 refuses it
+(``InvalidAMIID.NotFound``) rather than launched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import os
+import threading
+from collections.abc import Callable, Iterator, Sequence
+
+DEFAULT_PUBLIC_IPS = tuple(f"127.0.1.{n}" for n in range(1, 255))
+
+
+def address_source(addresses: Sequence[str]) -> Callable[[], str]:
+    """A thread-safe ``random_public_ip`` stand-in cycling through ``addresses``."""
+    cycle: Iterator[str] = itertools.cycle(addresses)
+    lock = threading.Lock()
+
+    def next_address() -> str:
+        with lock:
+            return next(cycle)
+
+    return next_address
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument(
+        "--public-ips",
+        default=",".join(DEFAULT_PUBLIC_IPS),
+        help="comma-separated addresses handed out as instances' public IPs, in turn",
+    )
+    args = parser.parse_args(argv)
+    addresses = [a.strip() for a in args.public_ips.split(",") if a.strip()]
+    if not addresses:
+        parser.error("--public-ips: give at least one address")
+
+    os.environ.setdefault("MOTO_ENABLE_AMI_VALIDATION", "true")  # read when moto is imported
+    # Imported here: the variable above must be set first, and only this process needs moto.
+    import moto.ec2.models.elastic_network_interfaces as enis  # noqa: PLC0415
+    import moto.ec2.utils as ec2_utils  # noqa: PLC0415
+    from moto.moto_server.werkzeug_app import (  # noqa: PLC0415
+        DomainDispatcherApplication,
+        MotoRequestHandler,
+        create_backend_app,
+    )
+    from werkzeug.serving import run_simple  # noqa: PLC0415
+
+    source = address_source(addresses)
+    ec2_utils.random_public_ip = source
+    enis.random_public_ip = source  # type: ignore[attr-defined]  # moto's own import of it
+    app = DomainDispatcherApplication(create_backend_app)
+    run_simple(
+        args.host,
+        args.port,
+        app,
+        threaded=True,
+        use_reloader=False,
+        request_handler=MotoRequestHandler,
+    )
+
+
+if __name__ == "__main__":
+    main()
