@@ -1,0 +1,11 @@
+"""The ``hetzner`` provider: one Hetzner Cloud server with a public IPv4 per Proxy.
+
+Split by concern so each part is small and the pure parts are testable without a server:
+``config`` (the settings block), ``pure.mapping`` (labels, states, ids, firewall rules),
+``pure.classify`` (errors into the taxonomy and the server's delay), ``client`` (the real
+``hcloud`` client, its token and its errors), ``firewall`` (the entry's one firewall),
+``provider`` (the calls), ``testing`` (a local HTTP fake of the Hetzner Cloud API).
+
+Nothing here imports ``hcloud`` at package import time: a providers config naming only ``local``
+must not need it (docs/providers.md, "Cloud VMs").
+"""

@@ -1,0 +1,407 @@
+"""The ``hetzner`` provider: Hetzner Cloud servers through ``hcloud``, and the entry's firewall.
+
+Every call is fire-and-forget: ``create`` returns once Hetzner accepted the server (its id), and
+the reconciler follows it by polling ``get``; no action is waited on, so a crash loses nothing.
+The client is synchronous, so each call runs in a worker thread (the current span goes with it)
+with a per-request timeout and no client-side retries: the reconciler owns retrying, with the
+backoff the error class calls for (docs/architecture.md, The provider contract).
+
+Server names are unique in a Hetzner project, so a create is idempotent on ``request.name``: it
+looks the name up first, under a per-name lock in this process, and a create that still races
+another process gets ``uniqueness_error`` and returns the server that won.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import weakref
+from collections.abc import Callable
+from typing import TypeVar
+
+import structlog
+from hcloud import APIException, Client
+from hcloud.firewalls import Firewall
+from hcloud.images import Image
+from hcloud.locations import Location
+from hcloud.networks import Network
+from hcloud.server_types import ServerType
+from hcloud.servers import BoundServer, Server, ServerCreatePublicNetwork
+from hcloud.ssh_keys import SSHKey
+
+from services.providers.base import (
+    OWNER_LABEL,
+    CreateRequest,
+    Instance,
+    Leftover,
+    NotFound,
+    Permanent,
+    ProviderError,
+    Transient,
+)
+from services.providers.cloud.pure.firewall import FIREWALL_KIND, firewall_name, firewall_owner
+from services.providers.cloud.pure.settings import client_networks
+from services.providers.cloud.pure.userdata import vm_user_data
+from services.providers.hetzner import firewall
+from services.providers.hetzner.client import (
+    build_client,
+    close_client,
+    forget_last_answer,
+    translate,
+)
+from services.providers.hetzner.config import HetznerConfig
+from services.providers.hetzner.pure import mapping
+from services.runtime.errors import ConfigError
+
+__all__ = ["HetznerConfig", "HetznerProvider"]
+
+T = TypeVar("T")
+log = structlog.get_logger("egress.provider.hetzner")
+
+
+class _FirewallGone(Exception):
+    """The create named a firewall Hetzner no longer has (GC deleted it meanwhile)."""
+
+
+class HetznerProvider:
+    """A ``Provider`` and ``LeftoverCleaner``; see the module docstring. ``page_size`` is the
+    listing's page size (for tests)."""
+
+    type = "hetzner"
+
+    def __init__(self, name: str, config: HetznerConfig, *, page_size: int = 50) -> None:
+        if not mapping.LABEL_VALUE.match(name):
+            raise ConfigError(
+                f"the name {name!r} cannot be a Hetzner label value, which every server is "
+                "tagged with: start and end it with a letter or digit"
+            )
+        self.name = name
+        self.config = config
+        self.page_size = page_size
+        self.firewall_name = firewall_name(name)
+        self.wanted_rules = mapping.wanted_rules(config.proxy_port, client_networks(config))
+        self._client: Client | None = None
+        self._client_lock = threading.Lock()
+        self._firewall_id: int | None = None
+        self._firewall_lock = asyncio.Lock()
+        self._names: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+
+    def __repr__(self) -> str:
+        return f"HetznerProvider({self.name!r})"
+
+    @classmethod
+    def from_config(cls, name: str, config: HetznerConfig) -> HetznerProvider:
+        return cls(name, config)
+
+    # ---------------------------------------------------------------- Provider
+
+    async def create(self, request: CreateRequest) -> str:
+        what = f"{self.name}: create {request.name}"
+        place, labels, user_data = self._plan(request, what)
+        lock = self._names.get(request.name)
+        if lock is None:
+            lock = self._names[request.name] = asyncio.Lock()
+        async with lock:
+            existing = await self._run(
+                "create", what, lambda c: self._find_by_name(c, request.name, what)
+            )
+            if existing is not None:
+                return existing
+
+            def submit(firewall_id: int) -> Callable[[Client], str]:
+                return lambda c: self._submit(
+                    c,
+                    name=request.name,
+                    place=place,
+                    labels=labels,
+                    user_data=user_data,
+                    firewall_id=firewall_id,
+                )
+
+            firewall_id = await self._firewall()
+            try:
+                return await self._run("create", what, submit(firewall_id))
+            except _FirewallGone:
+                self._forget_firewall(firewall_id)  # deleted by GC meanwhile: make it again
+            firewall_id = await self._firewall()
+            try:
+                return await self._run("create", what, submit(firewall_id))
+            except _FirewallGone as gone:
+                self._forget_firewall(firewall_id)
+                raise Transient(f"{what}: the firewall vanished twice: {gone}") from gone
+
+    async def get(self, provider_id: str) -> Instance:
+        server_id = mapping.parse_provider_id(provider_id)
+        if server_id is None:
+            raise NotFound(f"{self.name}: {provider_id!r} is not an id this provider issues")
+        return await self._run(
+            "get",
+            f"{self.name}: get {provider_id}",
+            lambda c: self._instance(c.servers.get_by_id(server_id)),
+        )
+
+    async def delete(self, provider_id: str) -> None:
+        server_id = mapping.parse_provider_id(provider_id)
+        if server_id is None:
+            return  # could never have been created
+
+        def delete(client: Client) -> None:
+            try:
+                client.servers.delete(Server(id=server_id))
+            except APIException as exc:
+                if exc.code == "not_found":
+                    return
+                # A delete already under way locks the server: that is the goal reached.
+                if exc.code == "locked" and _status(client, server_id) in ("deleting", None):
+                    return
+                raise
+
+        await self._run("delete", f"{self.name}: delete {provider_id}", delete)
+
+    async def list_by_tag(self) -> list[Instance]:
+        def listing(client: Client) -> list[Instance]:
+            servers = client.servers.get_all(label_selector=mapping.label_selector(self.name))
+            return [self._instance(server) for server in servers]
+
+        return await self._run("list", f"{self.name}: list", listing)
+
+    async def close(self) -> None:
+        # In a thread: the lock may be held by a first call still reading the token.
+        await asyncio.to_thread(self._close)
+
+    # ---------------------------------------------------------------- LeftoverCleaner
+
+    async def leftovers(self) -> list[Leftover]:
+        """The entry's firewall, once no server of the entry exists in any state."""
+
+        def find(client: Client) -> list[Leftover]:
+            if self._any_server(client):
+                return []
+            found = firewall.leftover(client, self.firewall_name, self.name)
+            if found is None:
+                return []
+            firewall_id, created_at = found
+            return [
+                Leftover(
+                    provider_id=mapping.firewall_leftover_id(firewall_id),
+                    owner_uid=firewall_owner(self.name),
+                    created_at=created_at,
+                    kind=FIREWALL_KIND,
+                )
+            ]
+
+        return await self._run("leftovers", f"{self.name}: leftovers", find)
+
+    async def delete_leftover(self, leftover: Leftover) -> bool:
+        """Delete the firewall unless a server of the entry exists again (False: kept)."""
+        firewall_id = mapping.parse_firewall_leftover_id(leftover.provider_id)
+        if firewall_id is None or leftover.kind != FIREWALL_KIND:
+            raise Permanent(
+                f"{self.name}: {leftover.provider_id!r} ({leftover.kind}) is not a leftover "
+                "this provider reports"
+            )
+
+        def delete(client: Client) -> bool:
+            if self._any_server(client):
+                return False
+            return firewall.delete(client, firewall_id, self.name)
+
+        async with self._firewall_lock:
+            gone = await self._run(
+                "delete_leftover", f"{self.name}: delete {leftover.provider_id}", delete
+            )
+            if gone:
+                self._forget_firewall(firewall_id)
+            return gone
+
+    # ---------------------------------------------------------------- internals
+
+    def _plan(self, request: CreateRequest, what: str) -> tuple[mapping.Place, dict[str, str], str]:
+        """What the server is made of; a spec Hetzner would refuse fails here, Permanent,
+        naming the field, before any call."""
+        placement = request.spec.placement
+        place = mapping.place(
+            name=request.name,
+            zone=placement.zone,
+            region=placement.region,
+            machine_type=placement.machine_type,
+            image=placement.image,
+            locations=self.config.locations,
+            default_type=self.config.server_type,
+            default_image=self.config.image,
+        )
+        if isinstance(place, str):
+            raise Permanent(f"{what}: {place}")
+        if not mapping.SERVER_NAME.match(request.name):
+            raise Permanent(
+                f"{what}: {request.name!r} is not a valid server name (a hostname: 1-63 "
+                "letters, digits and '-', not starting or ending with '-')"
+            )
+        labels = mapping.server_labels(self.name, request.owner_uid, request.spec_hash)
+        bad = mapping.bad_label(labels)
+        if bad is not None:
+            key, value = bad
+            raise Permanent(
+                f"{what}: label {key}={value!r} is not a valid Hetzner label value (at most 63 "
+                "letters, digits, '.', '_' or '-', starting and ending with a letter or digit)"
+            )
+        user_data = vm_user_data(request.cloud_init, self.config, self.name)
+        size = len(user_data.encode("utf-8", "surrogatepass"))
+        if size > mapping.MAX_USER_DATA:
+            raise Permanent(
+                f"{what}: the user data is {size} bytes; Hetzner takes at most "
+                f"{mapping.MAX_USER_DATA}: shorten spec.cloudInit"
+            )
+        return place, labels, user_data
+
+    def _submit(
+        self,
+        client: Client,
+        *,
+        name: str,
+        place: mapping.Place,
+        labels: dict[str, str],
+        user_data: str,
+        firewall_id: int,
+    ) -> str:
+        config = self.config
+        try:
+            response = client.servers.create(
+                name=name,
+                server_type=ServerType(name=place.server_type),
+                image=Image(id=int(place.image))
+                if place.image.isdigit()
+                else Image(name=place.image),
+                location=Location(name=place.location),
+                user_data=user_data or None,
+                labels=labels,
+                firewalls=[Firewall(id=firewall_id)],
+                public_net=ServerCreatePublicNetwork(enable_ipv4=True, enable_ipv6=config.ipv6),
+                ssh_keys=[_ssh_key(key) for key in config.ssh_keys] or None,
+                networks=[Network(id=config.network)] if config.network else None,
+            )
+        except APIException as exc:
+            if exc.code == "uniqueness_error":
+                found = self._find_by_name(client, name, f"{self.name}: create {name}")
+                if found is not None:
+                    return found  # a concurrent create elsewhere won: the same server
+            if exc.code in ("not_found", "invalid_input") and "firewall" in str(exc).lower():
+                raise _FirewallGone(str(exc)) from exc
+            raise
+        server_id = mapping.provider_id(int(response.server.data_model.id or 0))
+        log.info(
+            "server create accepted",
+            provider=self.name,
+            id=server_id,
+            name=name,
+            location=place.location,
+            server_type=place.server_type,
+        )
+        return server_id
+
+    def _find_by_name(self, client: Client, name: str, what: str) -> str | None:
+        found = client.servers.get_by_name(name)
+        if found is None:
+            return None
+        if not mapping.is_entrys(found.data_model.labels, self.name):
+            raise Permanent(
+                f"{what}: a server named {name} exists that this provider did not make "
+                f"(no labels {mapping.label_selector(self.name)}); delete or rename it"
+            )
+        return mapping.provider_id(int(found.data_model.id or 0))
+
+    def _any_server(self, client: Client) -> bool:
+        servers, _ = client.servers.get_list(
+            label_selector=mapping.label_selector(self.name), per_page=1
+        )
+        return bool(servers)
+
+    async def _firewall(self) -> int:
+        """The firewall's id: cached after the first create found or made it."""
+        async with self._firewall_lock:
+            if self._firewall_id is None:
+                self._firewall_id = await self._run(
+                    "create",
+                    f"{self.name}: firewall {self.firewall_name}",
+                    lambda c: firewall.ensure(c, self.firewall_name, self.name, self.wanted_rules),
+                )
+            return self._firewall_id
+
+    def _forget_firewall(self, firewall_id: int) -> None:
+        if self._firewall_id == firewall_id:
+            self._firewall_id = None
+
+    def _instance(self, server: BoundServer) -> Instance:
+        model = server.data_model
+        public = model.public_net
+        ipv4 = public.ipv4.ip if public is not None and public.ipv4 is not None else ""
+        ipv6 = public.ipv6.ip if public is not None and public.ipv6 is not None else ""
+        address = mapping.public_address(ipv4 or "", ipv6 or "")
+        labels = dict(model.labels or {})
+        created_at = mapping.parse_created(model.created)
+        server_id = mapping.provider_id(int(model.id or 0))
+        return Instance(
+            provider_id=server_id,
+            name=model.name or "",
+            state=mapping.state_of(model.status or "", address),
+            owner_uid=labels.get(OWNER_LABEL, ""),
+            created_at=created_at,
+            ip=address,
+            port=self.config.proxy_port,
+            instance_uid=server_id,
+            labels=mapping.with_created_label(labels, created_at),
+        )
+
+    def _client_now(self) -> Client:
+        """Built on first use, in a worker thread: reading the token file is I/O."""
+        with self._client_lock:
+            if self._client is None:
+                client = build_client(self.config)
+                client.servers.max_per_page = self.page_size
+                self._client = client
+            return self._client
+
+    def _drop_client(self, client: Client) -> None:
+        """After Hetzner refused the token: the next call reads it again (a rotated Secret)."""
+        with self._client_lock:
+            if self._client is client:
+                self._client = None
+        close_client(client)
+
+    def _close(self) -> None:
+        with self._client_lock:
+            client, self._client = self._client, None
+        if client is not None:
+            close_client(client)
+
+    async def _run(self, op: str, what: str, call: Callable[[Client], T]) -> T:
+        def guarded() -> T:
+            forget_last_answer()
+            client = self._client_now()
+            try:
+                return call(client)
+            except (ProviderError, _FirewallGone):
+                raise
+            except Exception as exc:
+                translated = translate(exc, op=op, what=what)
+                if translated is None:
+                    raise
+                if isinstance(exc, APIException) and exc.code == "unauthorized":
+                    self._drop_client(client)
+                raise translated from exc
+
+        return await asyncio.to_thread(guarded)
+
+
+def _ssh_key(key: str) -> SSHKey:
+    return SSHKey(id=int(key)) if key.isdigit() else SSHKey(name=key)
+
+
+def _status(client: Client, server_id: int) -> str | None:
+    """The server's status now, None when it is gone."""
+    try:
+        return client.servers.get_by_id(server_id).data_model.status
+    except APIException as exc:
+        if exc.code == "not_found":
+            return None
+        raise

@@ -1,0 +1,637 @@
+"""A local HTTP fake of the Hetzner Cloud API endpoints the hetzner provider calls.
+
+The provider is tested through the real ``hcloud`` client (``endpointUrl`` pointing here), so
+request encoding, error decoding and paging are the library's own, not a mock's. The fake follows
+Hetzner's public API reference for the calls used: servers create/get/list (``name``,
+``label_selector``, ``page``/``per_page``)/delete, firewalls create/get/list/delete and
+``actions/set_rules``, actions get; Bearer tokens (401 ``unauthorized`` for a wrong one);
+Hetzner's error shape ``{"error": {"code", "message", "details"}}``; the ``RateLimit-*``
+headers on every answer.
+
+Servers start ``initializing`` and are ``running`` from the second ``get`` on (one step per
+``get``), with a public IPv4 from ``addresses`` (cycled; by default distinct 127.0.1.x, so a
+test can tell servers apart and still reach them on this machine). A deleted server is
+``deleting`` for one more ``get``, then gone; the firewalls it was attached to keep it in their
+``applied_to`` until then, so deleting such a firewall answers 422 ``resource_in_use``.
+
+Faults are injected per call kind (``KINDS``) with the status, code, message, details and
+headers to answer; ``power_off`` and ``vanish`` act on a server behind the provider's back.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from services.providers.hetzner.pure.mapping import LABEL_KEY, LABEL_VALUE, SERVER_NAME
+
+KINDS = (
+    "server_create",
+    "server_get",
+    "server_list",
+    "server_delete",
+    "firewall_create",
+    "firewall_get",
+    "firewall_list",
+    "firewall_delete",
+    "firewall_set_rules",
+    "action_get",
+    "any",
+)
+SERVER_TYPES = frozenset({"cx23", "cx33", "cx43", "cx53", "cpx12", "cpx22", "cax11", "ccx13"})
+IMAGES = frozenset({"debian-12", "debian-13", "ubuntu-22.04", "ubuntu-24.04", "114690387"})
+LOCATIONS = {
+    "fsn1": "eu-central",
+    "nbg1": "eu-central",
+    "hel1": "eu-central",
+    "ash": "us-east",
+    "hil": "us-west",
+    "sin": "ap-southeast",
+}
+RATE_LIMIT = 3600
+_SELECTOR = re.compile(r"^(!?)([^=!]+?)(?:(==|=|!=)(.*))?\Z")
+
+
+@dataclass
+class Fault:
+    status: int
+    code: str
+    message: str
+    details: dict[str, Any]
+    headers: dict[str, str]
+    remaining: int
+
+
+@dataclass
+class _Record:
+    body: dict[str, Any]
+    steps: deque[str] = field(default_factory=lambda: deque(["running"]))
+    deleting: bool = False
+
+
+Answer = tuple[int, dict[str, Any] | None, dict[str, str]]
+
+
+class HetznerFake:
+    """The fake server; use as a context manager (``with HetznerFake() as fake``)."""
+
+    def __init__(self, token: str = "fake-hcloud-token", *, addresses: Sequence[str] = ()) -> None:
+        self.token = token
+        self.requests: list[tuple[str, str, str]] = []
+        """(method, path with query, call kind) of every request, in order."""
+        self.servers: dict[int, _Record] = {}
+        self.firewalls: dict[int, dict[str, Any]] = {}
+        self.created_total = 0
+        self._addresses: Iterator[str] = (
+            itertools.cycle(list(addresses)) if addresses else _loopback_addresses()
+        )
+        self._faults: dict[str, deque[Fault]] = {kind: deque() for kind in KINDS}
+        self._stalls: dict[str, float] = {}
+        self._remaining = RATE_LIMIT
+        self._lock = threading.RLock()
+        self._ids = itertools.count(40_000_001)
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # ---------------------------------------------------------------- control
+
+    @property
+    def url(self) -> str:
+        """The base URL for ``endpointUrl`` (the client adds ``/v1``)."""
+        assert self._server is not None, "start the fake first"
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def start(self) -> HetznerFake:
+        server = _Server(("127.0.0.1", 0), _handler(self))
+        self._server = server
+        self._thread = threading.Thread(
+            target=server.serve_forever, args=(0.05,), name="hetzner-fake"
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+        if self._thread is not None:
+            self._thread.join()
+        self._server = self._thread = None
+
+    def __enter__(self) -> HetznerFake:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def inject(
+        self,
+        status: int,
+        code: str,
+        *,
+        kind: str = "any",
+        times: int = 1,
+        message: str = "",
+        details: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        """Answer the next ``times`` calls of ``kind`` with a Hetzner error."""
+        if kind not in KINDS:
+            raise ValueError(f"unknown call kind {kind!r}; use one of {', '.join(KINDS)}")
+        text = message or f"injected {code} ({status})"
+        with self._lock:
+            fault = Fault(status, code, text, details or {}, dict(headers or {}), times)
+            self._faults[kind].append(fault)
+
+    def stall(self, kind: str, seconds: float) -> None:
+        """Delay every answer to ``kind`` (a slow API, to trip the client's timeout)."""
+        with self._lock:
+            self._stalls[kind] = seconds
+
+    def calls(self, kind: str) -> int:
+        with self._lock:
+            return sum(1 for _, _, k in self.requests if k == kind)
+
+    def power_off(self, server_id: int) -> None:
+        """Someone powered the server off in the Cloud Console."""
+        self.set_status(server_id, "off")
+
+    def set_status(self, server_id: int, status: str) -> None:
+        with self._lock:
+            record = self.servers[server_id]
+            record.body["status"] = status
+            record.steps.clear()
+
+    def vanish(self, server_id: int) -> None:
+        """Delete behind the provider's back (a person in the console, another tool)."""
+        with self._lock:
+            self._remove(server_id)
+
+    def put_server(self, name: str, labels: dict[str, str], status: str = "running") -> int:
+        """A server made by someone else, for listing and name-clash tests."""
+        with self._lock:
+            _, answer, _ = self._create_server(
+                {"name": name, "server_type": "cx23", "image": "debian-12", "labels": labels}
+            )
+            if answer is None or "server" not in answer:
+                raise ValueError(f"the fake refused the server: {answer}")
+            server_id = int(answer["server"]["id"])
+            self.set_status(server_id, status)
+            return server_id
+
+    def put_firewall(self, name: str, labels: dict[str, str]) -> int:
+        with self._lock:
+            _, answer, _ = self._create_firewall({"name": name, "labels": labels})
+            if answer is None or "firewall" not in answer:
+                raise ValueError(f"the fake refused the firewall: {answer}")
+            return int(answer["firewall"]["id"])
+
+    def server_named(self, name: str) -> dict[str, Any] | None:
+        with self._lock:
+            return next((s.body for s in self.servers.values() if s.body["name"] == name), None)
+
+    def firewall_named(self, name: str) -> dict[str, Any] | None:
+        with self._lock:
+            return next((f for f in self.firewalls.values() if f["name"] == name), None)
+
+    # ---------------------------------------------------------------- dispatch
+
+    def handle(self, method: str, target: str, auth: str, body: bytes) -> Answer:
+        url = urlsplit(target)
+        query = parse_qs(url.query)
+        kind, args = _route(method, url.path)
+        with self._lock:
+            self.requests.append((method, target, kind))
+            self._remaining = max(self._remaining - 1, 0)
+        if self._stalls.get(kind):
+            time.sleep(self._stalls[kind])
+        with self._lock:
+            if auth != f"Bearer {self.token}":
+                return _error(401, "unauthorized", "unable to authenticate")
+            fault = self._take_fault(kind)
+            if fault is not None:
+                return fault.status, _error_body(fault), fault.headers
+            match kind:
+                case "server_create":
+                    return self._create_server(_json(body))
+                case "server_get":
+                    return self._get_server(args[0])
+                case "server_list":
+                    return self._list(query, "servers", [s.body for s in self.servers.values()])
+                case "server_delete":
+                    return self._delete_server(args[0])
+                case "firewall_create":
+                    return self._create_firewall(_json(body))
+                case "firewall_get":
+                    return self._get_firewall(args[0])
+                case "firewall_list":
+                    return self._list(query, "firewalls", list(self.firewalls.values()))
+                case "firewall_delete":
+                    return self._delete_firewall(args[0])
+                case "firewall_set_rules":
+                    return self._set_rules(args[0], _json(body))
+                case "action_get":
+                    return 200, {"action": _action(args[0], "create_server")}, {}
+            return _error(404, "not_found", f"no fake route for {method} {url.path}")
+
+    def rate_headers(self) -> dict[str, str]:
+        with self._lock:
+            reset = int(time.time()) + (RATE_LIMIT - self._remaining)
+            return {
+                "RateLimit-Limit": str(RATE_LIMIT),
+                "RateLimit-Remaining": str(self._remaining),
+                "RateLimit-Reset": str(reset),
+            }
+
+    def _take_fault(self, kind: str) -> Fault | None:
+        for queue in (self._faults.get(kind, deque()), self._faults["any"]):
+            if queue:
+                fault = queue[0]
+                fault.remaining -= 1
+                if fault.remaining <= 0:
+                    queue.popleft()
+                return fault
+        return None
+
+    # ---------------------------------------------------------------- servers
+
+    def _create_server(self, body: dict[str, Any]) -> Answer:
+        problem = _server_problem(body)
+        if problem:
+            return _invalid(*problem)
+        name = body["name"]
+        if any(s.body["name"] == name for s in self.servers.values()):
+            return _error(
+                409, "uniqueness_error", "server name is already used", _fields("name", "unique")
+            )
+        firewall_ids = [int(f.get("firewall", 0)) for f in body.get("firewalls") or []]
+        for firewall_id in firewall_ids:
+            if firewall_id not in self.firewalls:
+                return _error(404, "not_found", f"firewall with ID '{firewall_id}' not found")
+        server_id = next(self._ids)
+        public = body.get("public_net") or {}
+        location = body.get("location") or "fsn1"
+        ipv4 = {"id": next(self._ids), "ip": next(self._addresses), "blocked": False}
+        ipv6 = {"id": next(self._ids), "ip": f"2001:db8:{server_id % 65536:x}::/64"}
+        image = str(body["image"])
+        record = {
+            "id": server_id,
+            "name": name,
+            "status": "initializing",
+            "created": datetime.now(UTC).isoformat(timespec="seconds"),
+            "public_net": {
+                "ipv4": {**ipv4, "dns_ptr": ""} if public.get("enable_ipv4", True) else None,
+                "ipv6": {**ipv6, "blocked": False, "dns_ptr": []}
+                if public.get("enable_ipv6", True)
+                else None,
+                "floating_ips": [],
+                "firewalls": [{"id": f, "status": "applied"} for f in firewall_ids],
+            },
+            "private_net": [],
+            "server_type": {"id": 1, "name": body["server_type"]},
+            "location": {"id": 1, "name": location, "network_zone": LOCATIONS[location]},
+            "image": {"id": 114690387, "name": image, "type": "system"},
+            "labels": dict(body.get("labels") or {}),
+            "protection": {"delete": False, "rebuild": False},
+            "rescue_enabled": False,
+            "locked": False,
+            "volumes": [],
+            "primary_disk_size": 40,
+            "user_data": body.get("user_data"),
+        }
+        self.servers[server_id] = _Record(record)
+        self.created_total += 1
+        for firewall_id in firewall_ids:
+            self.firewalls[firewall_id]["applied_to"].append(
+                {"type": "server", "server": {"id": server_id}}
+            )
+        answer = {
+            "server": _public(record),
+            "action": _action(next(self._ids), "create_server"),
+            "next_actions": [_action(next(self._ids), "start_server")],
+            "root_password": None,
+        }
+        return 201, answer, {}
+
+    def _get_server(self, server_id: int) -> Answer:
+        record = self.servers.get(server_id)
+        if record is None:
+            return _error(404, "not_found", f"server with ID '{server_id}' not found")
+        answer = {"server": _public(record.body)}
+        if record.deleting:
+            self._remove(server_id)  # deleting once more, then gone
+        elif record.steps:
+            record.body["status"] = record.steps.popleft()
+        return 200, answer, {}
+
+    def _delete_server(self, server_id: int) -> Answer:
+        record = self.servers.get(server_id)
+        if record is None:
+            return _error(404, "not_found", f"server with ID '{server_id}' not found")
+        if record.deleting:
+            return _error(423, "locked", "server is locked: an action is running")
+        record.deleting = True
+        record.steps.clear()
+        record.body["status"] = "deleting"
+        return 200, {"action": _action(next(self._ids), "delete_server")}, {}
+
+    def _remove(self, server_id: int) -> None:
+        self.servers.pop(server_id, None)
+        for firewall in self.firewalls.values():
+            firewall["applied_to"] = [
+                a for a in firewall["applied_to"] if a.get("server", {}).get("id") != server_id
+            ]
+
+    # ---------------------------------------------------------------- firewalls
+
+    def _create_firewall(self, body: dict[str, Any]) -> Answer:
+        name = body.get("name")
+        if not isinstance(name, str) or not name:
+            return _invalid("name", "is required")
+        if any(f["name"] == name for f in self.firewalls.values()):
+            return _error(
+                409, "uniqueness_error", "firewall name is already used", _fields("name", "unique")
+            )
+        problem = _labels_problem(body.get("labels")) or _rules_problem(body.get("rules") or [])
+        if problem:
+            return _invalid(*problem)
+        firewall_id = next(self._ids)
+        self.firewalls[firewall_id] = {
+            "id": firewall_id,
+            "name": name,
+            "labels": dict(body.get("labels") or {}),
+            "created": datetime.now(UTC).isoformat(timespec="seconds"),
+            "rules": [_rule(r) for r in body.get("rules") or []],
+            "applied_to": [],
+        }
+        return 201, {"firewall": self.firewalls[firewall_id], "actions": []}, {}
+
+    def _get_firewall(self, firewall_id: int) -> Answer:
+        found = self.firewalls.get(firewall_id)
+        if found is None:
+            return _error(404, "not_found", f"firewall with ID '{firewall_id}' not found")
+        return 200, {"firewall": found}, {}
+
+    def _delete_firewall(self, firewall_id: int) -> Answer:
+        found = self.firewalls.get(firewall_id)
+        if found is None:
+            return _error(404, "not_found", f"firewall with ID '{firewall_id}' not found")
+        if found["applied_to"]:
+            return _error(422, "resource_in_use", "firewall is still applied to resources")
+        del self.firewalls[firewall_id]
+        return 204, None, {}
+
+    def _set_rules(self, firewall_id: int, body: dict[str, Any]) -> Answer:
+        found = self.firewalls.get(firewall_id)
+        if found is None:
+            return _error(404, "not_found", f"firewall with ID '{firewall_id}' not found")
+        problem = _rules_problem(body.get("rules"))
+        if problem:
+            return _invalid(*problem)
+        found["rules"] = [_rule(r) for r in body["rules"]]
+        return 201, {"actions": [_action(next(self._ids), "set_firewall_rules")]}, {}
+
+    # ---------------------------------------------------------------- listing
+
+    def _list(self, query: dict[str, list[str]], key: str, items: list[dict[str, Any]]) -> Answer:
+        terms = _terms(",".join(query.get("label_selector", [])))
+        if isinstance(terms, str):
+            return _invalid("label_selector", f"cannot parse {terms!r}")
+        names = query.get("name")
+        found = [
+            _public(item) if key == "servers" else item
+            for item in sorted(items, key=lambda i: int(i["id"]))
+            if (not names or item["name"] == names[-1]) and _selected(item["labels"], terms)
+        ]
+        try:
+            page = max(int(query.get("page", ["1"])[-1]), 1)
+            per_page = min(max(int(query.get("per_page", ["25"])[-1]), 1), 50)
+        except ValueError:
+            return _invalid("page", "must be a positive integer")
+        last = max((len(found) + per_page - 1) // per_page, 1)
+        pagination = {
+            "page": page,
+            "per_page": per_page,
+            "previous_page": page - 1 if page > 1 else None,
+            "next_page": page + 1 if page < last else None,
+            "last_page": last,
+            "total_entries": len(found),
+        }
+        chunk = found[(page - 1) * per_page : page * per_page]
+        return 200, {key: chunk, "meta": {"pagination": pagination}}, {}
+
+
+Term = tuple[bool, str, str, str]
+"""(negated, key, operator or "", value) of one label selector term."""
+
+
+def _terms(selector: str) -> list[Term] | str:
+    """The selector's terms, or the first term that is not one."""
+    terms: list[Term] = []
+    for raw in selector.split(","):
+        term = raw.strip()
+        if not term:
+            continue
+        match = _SELECTOR.match(term)
+        if match is None:
+            return term
+        negated, key, op, value = match.groups()
+        terms.append((bool(negated), key.strip(), op or "", value or ""))
+    return terms
+
+
+def _selected(labels: dict[str, str], terms: list[Term]) -> bool:
+    for negated, key, op, value in terms:
+        if not op:
+            if (key in labels) == negated:
+                return False
+        elif (labels.get(key) == value) != (op in ("=", "==")):
+            return False
+    return True
+
+
+def _server_problem(body: dict[str, Any]) -> tuple[str, str] | None:
+    name = body.get("name")
+    if not isinstance(name, str) or not SERVER_NAME.match(name):
+        return "name", "must be a valid hostname"
+    if body.get("server_type") not in SERVER_TYPES:
+        return "server_type", f"server type {body.get('server_type')!r} not found"
+    if str(body.get("image")) not in IMAGES:
+        return "image", f"image {body.get('image')!r} not found"
+    if body.get("location", "fsn1") not in LOCATIONS:
+        return "location", f"location {body.get('location')!r} not found"
+    user_data = body.get("user_data") or ""
+    if len(str(user_data).encode()) > 32 * 1024:
+        return "user_data", "is limited to 32 KiB"
+    return _labels_problem(body.get("labels"))
+
+
+def _labels_problem(labels: object) -> tuple[str, str] | None:
+    if labels is None:
+        return None
+    if not isinstance(labels, dict):
+        return "labels", "must be an object"
+    for key, value in labels.items():
+        if not LABEL_KEY.match(str(key)) or not LABEL_VALUE.match(str(value)):
+            return "labels", f"invalid label {key}={value!r}"
+    return None
+
+
+def _rules_problem(rules: object) -> tuple[str, str] | None:
+    if not isinstance(rules, list):
+        return "rules", "must be a list"
+    for rule in rules:
+        if not isinstance(rule, dict) or rule.get("direction") not in ("in", "out"):
+            return "rules", "direction must be in or out"
+        if rule.get("protocol") not in ("tcp", "udp", "icmp", "esp", "gre"):
+            return "rules", "unknown protocol"
+        if rule.get("protocol") in ("tcp", "udp") and not rule.get("port"):
+            return "rules", "port is required for tcp and udp"
+        sources = rule.get("source_ips") or []
+        if rule["direction"] == "in" and not 1 <= len(sources) <= 100:
+            return "rules", "an inbound rule needs 1-100 source_ips"
+    return None
+
+
+def _rule(rule: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "direction": rule["direction"],
+        "protocol": rule["protocol"],
+        "port": rule.get("port"),
+        "source_ips": list(rule.get("source_ips") or []),
+        "destination_ips": list(rule.get("destination_ips") or []),
+        "description": rule.get("description"),
+    }
+
+
+def _public(record: dict[str, Any]) -> dict[str, Any]:
+    """What the API shows of a server (user data is write-only)."""
+    answer: dict[str, Any] = json.loads(json.dumps(record))
+    answer.pop("user_data", None)
+    return answer
+
+
+def _action(action_id: int, command: str) -> dict[str, Any]:
+    now = datetime.now(UTC).isoformat(timespec="seconds")
+    return {
+        "id": action_id,
+        "command": command,
+        "status": "running",
+        "progress": 0,
+        "started": now,
+        "finished": None,
+        "resources": [],
+        "error": None,
+    }
+
+
+def _loopback_addresses() -> Iterator[str]:
+    """127.0.1.1, 127.0.1.2, ...: distinct, on this machine, never a network or broadcast."""
+    for number in itertools.count(257):
+        if number % 256 not in (0, 255):
+            yield f"127.{number // 65536 % 256}.{number // 256 % 256}.{number % 256}"
+
+
+def _fields(name: str, message: str) -> dict[str, Any]:
+    return {"fields": [{"name": name, "messages": [message]}]}
+
+
+def _invalid(name: str, message: str) -> Answer:
+    return _error(400, "invalid_input", f"invalid input in field '{name}'", _fields(name, message))
+
+
+def _error(status: int, code: str, message: str, details: dict[str, Any] | None = None) -> Answer:
+    return status, {"error": {"code": code, "message": message, "details": details or {}}}, {}
+
+
+def _error_body(fault: Fault) -> dict[str, Any]:
+    return {"error": {"code": fault.code, "message": fault.message, "details": fault.details}}
+
+
+def _json(body: bytes) -> dict[str, Any]:
+    try:
+        decoded = json.loads(body or b"{}")
+    except ValueError:
+        return {}
+    return decoded if isinstance(decoded, dict) else {}
+
+
+def _route(method: str, path: str) -> tuple[str, tuple[int, ...]]:
+    parts = path.rstrip("/").split("/")
+    if len(parts) < 3 or parts[1] != "v1":
+        return "unknown", ()
+    rest = parts[2:]
+    ident = int(rest[1]) if len(rest) > 1 and rest[1].isdigit() else 0
+    match (method, rest):
+        case ("POST", ["servers"]):
+            return "server_create", ()
+        case ("GET", ["servers"]):
+            return "server_list", ()
+        case ("GET", ["servers", _]) if ident:
+            return "server_get", (ident,)
+        case ("DELETE", ["servers", _]) if ident:
+            return "server_delete", (ident,)
+        case ("POST", ["firewalls"]):
+            return "firewall_create", ()
+        case ("GET", ["firewalls"]):
+            return "firewall_list", ()
+        case ("GET", ["firewalls", _]) if ident:
+            return "firewall_get", (ident,)
+        case ("DELETE", ["firewalls", _]) if ident:
+            return "firewall_delete", (ident,)
+        case ("POST", ["firewalls", _, "actions", "set_rules"]) if ident:
+            return "firewall_set_rules", (ident,)
+        case ("GET", ["actions", _]) if ident:
+            return "action_get", (ident,)
+    return "unknown", ()
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        """A client that gave up (a timeout test) is expected; anything else is printed."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)  # type: ignore[arg-type]
+
+
+def _handler(fake: HetznerFake) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive, as the client's session expects
+        disable_nagle_algorithm = True
+
+        def _serve(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length) if length else b""
+            auth = self.headers.get("Authorization", "")
+            status, answer, headers = fake.handle(self.command, self.path, auth, body)
+            data = json.dumps(answer).encode() if answer is not None else b""
+            self.send_response(status, HTTPStatus(status).phrase)
+            for name, value in {**fake.rate_headers(), **headers}.items():
+                self.send_header(name, value)
+            if status != 204:
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            if data:
+                self.wfile.write(data)
+
+        do_GET = do_POST = do_DELETE = do_PUT = _serve
+
+        def log_message(self, format: str, *args: Any) -> None:
+            """Quiet: ``fake.requests`` records what was asked."""
+
+    return Handler
