@@ -1,0 +1,13 @@
+"""The ``digitalocean`` provider: one Droplet with a public IPv4 address per Proxy, behind one
+cloud firewall per provider entry (docs/providers.md, "Cloud VMs").
+
+Split by concern so each part is small and the pure parts are testable without a server:
+``config`` (the settings block and where the token comes from), ``pure.mapping`` (tags, states,
+ids, the firewall's rules), ``pure.classify`` (DigitalOcean's answers into the taxonomy),
+``client`` (the official ``pydo`` async client, one request per call), ``firewall`` (the entry's
+cloud firewall), ``provider`` (the Provider and LeftoverCleaner calls), ``testing`` (a local HTTP
+fake of the DigitalOcean API).
+
+Nothing here imports ``pydo`` at package import time: a providers config naming only ``local``
+must not need it.
+"""
