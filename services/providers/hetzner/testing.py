@@ -22,12 +22,11 @@ from __future__ import annotations
 
 import itertools
 import json
-import re
 import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http import HTTPStatus
@@ -35,7 +34,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from services.providers.hetzner.pure.mapping import LABEL_KEY, LABEL_VALUE, SERVER_NAME
+from services.providers.hetzner import fake_api as api
+from services.providers.hetzner.fake_api import Answer
 
 KINDS = (
     "server_create",
@@ -50,18 +50,7 @@ KINDS = (
     "action_get",
     "any",
 )
-SERVER_TYPES = frozenset({"cx23", "cx33", "cx43", "cx53", "cpx12", "cpx22", "cax11", "ccx13"})
-IMAGES = frozenset({"debian-12", "debian-13", "ubuntu-22.04", "ubuntu-24.04", "114690387"})
-LOCATIONS = {
-    "fsn1": "eu-central",
-    "nbg1": "eu-central",
-    "hel1": "eu-central",
-    "ash": "us-east",
-    "hil": "us-west",
-    "sin": "ap-southeast",
-}
 RATE_LIMIT = 3600
-_SELECTOR = re.compile(r"^(!?)([^=!]+?)(?:(==|=|!=)(.*))?\Z")
 
 
 @dataclass
@@ -81,9 +70,6 @@ class _Record:
     deleting: bool = False
 
 
-Answer = tuple[int, dict[str, Any] | None, dict[str, str]]
-
-
 class HetznerFake:
     """The fake server; use as a context manager (``with HetznerFake() as fake``)."""
 
@@ -94,11 +80,14 @@ class HetznerFake:
         self.servers: dict[int, _Record] = {}
         self.firewalls: dict[int, dict[str, Any]] = {}
         self.created_total = 0
+        self.create_bodies: list[dict[str, Any]] = []
+        """Every server create request's JSON body, as sent (user data included)."""
         self._addresses: Iterator[str] = (
-            itertools.cycle(list(addresses)) if addresses else _loopback_addresses()
+            itertools.cycle(list(addresses)) if addresses else api.loopback_addresses()
         )
         self._faults: dict[str, deque[Fault]] = {kind: deque() for kind in KINDS}
         self._stalls: dict[str, float] = {}
+        self._after: dict[str, deque[Callable[[], object]]] = {kind: deque() for kind in KINDS}
         self._remaining = RATE_LIMIT
         self._lock = threading.RLock()
         self._ids = itertools.count(40_000_001)
@@ -161,6 +150,14 @@ class HetznerFake:
         with self._lock:
             self._stalls[kind] = seconds
 
+    def after(self, kind: str, action: Callable[[], object]) -> None:
+        """Run ``action`` once the next call of ``kind`` is answered: something happening
+        between two calls of the provider (another process's create, a GC delete)."""
+        if kind not in KINDS:
+            raise ValueError(f"unknown call kind {kind!r}; use one of {', '.join(KINDS)}")
+        with self._lock:
+            self._after[kind].append(action)
+
     def calls(self, kind: str) -> int:
         with self._lock:
             return sum(1 for _, _, k in self.requests if k == kind)
@@ -211,8 +208,18 @@ class HetznerFake:
 
     def handle(self, method: str, target: str, auth: str, body: bytes) -> Answer:
         url = urlsplit(target)
+        kind, _ = api.route(method, url.path)
+        answer = self._answer(method, target, auth, body)
+        with self._lock:
+            actions = self._after.get(kind)
+            if actions:
+                actions.popleft()()
+        return answer
+
+    def _answer(self, method: str, target: str, auth: str, body: bytes) -> Answer:
+        url = urlsplit(target)
         query = parse_qs(url.query)
-        kind, args = _route(method, url.path)
+        kind, args = api.route(method, url.path)
         with self._lock:
             self.requests.append((method, target, kind))
             self._remaining = max(self._remaining - 1, 0)
@@ -220,13 +227,14 @@ class HetznerFake:
             time.sleep(self._stalls[kind])
         with self._lock:
             if auth != f"Bearer {self.token}":
-                return _error(401, "unauthorized", "unable to authenticate")
+                return api.error(401, "unauthorized", "unable to authenticate")
             fault = self._take_fault(kind)
             if fault is not None:
                 return fault.status, _error_body(fault), fault.headers
             match kind:
                 case "server_create":
-                    return self._create_server(_json(body))
+                    self.create_bodies.append(api.json_body(body))
+                    return self._create_server(api.json_body(body))
                 case "server_get":
                     return self._get_server(args[0])
                 case "server_list":
@@ -234,7 +242,7 @@ class HetznerFake:
                 case "server_delete":
                     return self._delete_server(args[0])
                 case "firewall_create":
-                    return self._create_firewall(_json(body))
+                    return self._create_firewall(api.json_body(body))
                 case "firewall_get":
                     return self._get_firewall(args[0])
                 case "firewall_list":
@@ -242,10 +250,10 @@ class HetznerFake:
                 case "firewall_delete":
                     return self._delete_firewall(args[0])
                 case "firewall_set_rules":
-                    return self._set_rules(args[0], _json(body))
+                    return self._set_rules(args[0], api.json_body(body))
                 case "action_get":
-                    return 200, {"action": _action(args[0], "create_server")}, {}
-            return _error(404, "not_found", f"no fake route for {method} {url.path}")
+                    return 200, {"action": api.action(args[0], "create_server")}, {}
+            return api.error(404, "not_found", f"no fake route for {method} {url.path}")
 
     def rate_headers(self) -> dict[str, str]:
         with self._lock:
@@ -269,18 +277,18 @@ class HetznerFake:
     # ---------------------------------------------------------------- servers
 
     def _create_server(self, body: dict[str, Any]) -> Answer:
-        problem = _server_problem(body)
+        problem = api.server_problem(body)
         if problem:
-            return _invalid(*problem)
+            return api.invalid(*problem)
         name = body["name"]
         if any(s.body["name"] == name for s in self.servers.values()):
-            return _error(
-                409, "uniqueness_error", "server name is already used", _fields("name", "unique")
+            return api.error(
+                409, "uniqueness_error", "server name is already used", api.fields("name", "unique")
             )
         firewall_ids = [int(f.get("firewall", 0)) for f in body.get("firewalls") or []]
         for firewall_id in firewall_ids:
             if firewall_id not in self.firewalls:
-                return _error(404, "not_found", f"firewall with ID '{firewall_id}' not found")
+                return api.error(404, "not_found", f"firewall with ID '{firewall_id}' not found")
         server_id = next(self._ids)
         public = body.get("public_net") or {}
         location = body.get("location") or "fsn1"
@@ -302,7 +310,7 @@ class HetznerFake:
             },
             "private_net": [],
             "server_type": {"id": 1, "name": body["server_type"]},
-            "location": {"id": 1, "name": location, "network_zone": LOCATIONS[location]},
+            "location": {"id": 1, "name": location, "network_zone": api.LOCATIONS[location]},
             "image": {"id": 114690387, "name": image, "type": "system"},
             "labels": dict(body.get("labels") or {}),
             "protection": {"delete": False, "rebuild": False},
@@ -319,9 +327,9 @@ class HetznerFake:
                 {"type": "server", "server": {"id": server_id}}
             )
         answer = {
-            "server": _public(record),
-            "action": _action(next(self._ids), "create_server"),
-            "next_actions": [_action(next(self._ids), "start_server")],
+            "server": api.public(record),
+            "action": api.action(next(self._ids), "create_server"),
+            "next_actions": [api.action(next(self._ids), "start_server")],
             "root_password": None,
         }
         return 201, answer, {}
@@ -329,8 +337,8 @@ class HetznerFake:
     def _get_server(self, server_id: int) -> Answer:
         record = self.servers.get(server_id)
         if record is None:
-            return _error(404, "not_found", f"server with ID '{server_id}' not found")
-        answer = {"server": _public(record.body)}
+            return api.error(404, "not_found", f"server with ID '{server_id}' not found")
+        answer = {"server": api.public(record.body)}
         if record.deleting:
             self._remove(server_id)  # deleting once more, then gone
         elif record.steps:
@@ -340,13 +348,13 @@ class HetznerFake:
     def _delete_server(self, server_id: int) -> Answer:
         record = self.servers.get(server_id)
         if record is None:
-            return _error(404, "not_found", f"server with ID '{server_id}' not found")
+            return api.error(404, "not_found", f"server with ID '{server_id}' not found")
         if record.deleting:
-            return _error(423, "locked", "server is locked: an action is running")
+            return api.error(423, "locked", "server is locked: an action is running")
         record.deleting = True
         record.steps.clear()
         record.body["status"] = "deleting"
-        return 200, {"action": _action(next(self._ids), "delete_server")}, {}
+        return 200, {"action": api.action(next(self._ids), "delete_server")}, {}
 
     def _remove(self, server_id: int) -> None:
         self.servers.pop(server_id, None)
@@ -360,21 +368,26 @@ class HetznerFake:
     def _create_firewall(self, body: dict[str, Any]) -> Answer:
         name = body.get("name")
         if not isinstance(name, str) or not name:
-            return _invalid("name", "is required")
+            return api.invalid("name", "is required")
         if any(f["name"] == name for f in self.firewalls.values()):
-            return _error(
-                409, "uniqueness_error", "firewall name is already used", _fields("name", "unique")
+            return api.error(
+                409,
+                "uniqueness_error",
+                "firewall name is already used",
+                api.fields("name", "unique"),
             )
-        problem = _labels_problem(body.get("labels")) or _rules_problem(body.get("rules") or [])
+        problem = api.labels_problem(body.get("labels")) or api.rules_problem(
+            body.get("rules") or []
+        )
         if problem:
-            return _invalid(*problem)
+            return api.invalid(*problem)
         firewall_id = next(self._ids)
         self.firewalls[firewall_id] = {
             "id": firewall_id,
             "name": name,
             "labels": dict(body.get("labels") or {}),
             "created": datetime.now(UTC).isoformat(timespec="seconds"),
-            "rules": [_rule(r) for r in body.get("rules") or []],
+            "rules": [api.rule(r) for r in body.get("rules") or []],
             "applied_to": [],
         }
         return 201, {"firewall": self.firewalls[firewall_id], "actions": []}, {}
@@ -382,45 +395,45 @@ class HetznerFake:
     def _get_firewall(self, firewall_id: int) -> Answer:
         found = self.firewalls.get(firewall_id)
         if found is None:
-            return _error(404, "not_found", f"firewall with ID '{firewall_id}' not found")
+            return api.error(404, "not_found", f"firewall with ID '{firewall_id}' not found")
         return 200, {"firewall": found}, {}
 
     def _delete_firewall(self, firewall_id: int) -> Answer:
         found = self.firewalls.get(firewall_id)
         if found is None:
-            return _error(404, "not_found", f"firewall with ID '{firewall_id}' not found")
+            return api.error(404, "not_found", f"firewall with ID '{firewall_id}' not found")
         if found["applied_to"]:
-            return _error(422, "resource_in_use", "firewall is still applied to resources")
+            return api.error(422, "resource_in_use", "firewall is still applied to resources")
         del self.firewalls[firewall_id]
         return 204, None, {}
 
     def _set_rules(self, firewall_id: int, body: dict[str, Any]) -> Answer:
         found = self.firewalls.get(firewall_id)
         if found is None:
-            return _error(404, "not_found", f"firewall with ID '{firewall_id}' not found")
-        problem = _rules_problem(body.get("rules"))
+            return api.error(404, "not_found", f"firewall with ID '{firewall_id}' not found")
+        problem = api.rules_problem(body.get("rules"))
         if problem:
-            return _invalid(*problem)
-        found["rules"] = [_rule(r) for r in body["rules"]]
-        return 201, {"actions": [_action(next(self._ids), "set_firewall_rules")]}, {}
+            return api.invalid(*problem)
+        found["rules"] = [api.rule(r) for r in body["rules"]]
+        return 201, {"actions": [api.action(next(self._ids), "set_firewall_rules")]}, {}
 
     # ---------------------------------------------------------------- listing
 
     def _list(self, query: dict[str, list[str]], key: str, items: list[dict[str, Any]]) -> Answer:
-        terms = _terms(",".join(query.get("label_selector", [])))
+        terms = api.terms(",".join(query.get("label_selector", [])))
         if isinstance(terms, str):
-            return _invalid("label_selector", f"cannot parse {terms!r}")
+            return api.invalid("label_selector", f"cannot parse {terms!r}")
         names = query.get("name")
         found = [
-            _public(item) if key == "servers" else item
+            api.public(item) if key == "servers" else item
             for item in sorted(items, key=lambda i: int(i["id"]))
-            if (not names or item["name"] == names[-1]) and _selected(item["labels"], terms)
+            if (not names or item["name"] == names[-1]) and api.selected(item["labels"], terms)
         ]
         try:
             page = max(int(query.get("page", ["1"])[-1]), 1)
             per_page = min(max(int(query.get("per_page", ["25"])[-1]), 1), 50)
         except ValueError:
-            return _invalid("page", "must be a positive integer")
+            return api.invalid("page", "must be a positive integer")
         last = max((len(found) + per_page - 1) // per_page, 1)
         pagination = {
             "page": page,
@@ -434,169 +447,8 @@ class HetznerFake:
         return 200, {key: chunk, "meta": {"pagination": pagination}}, {}
 
 
-Term = tuple[bool, str, str, str]
-"""(negated, key, operator or "", value) of one label selector term."""
-
-
-def _terms(selector: str) -> list[Term] | str:
-    """The selector's terms, or the first term that is not one."""
-    terms: list[Term] = []
-    for raw in selector.split(","):
-        term = raw.strip()
-        if not term:
-            continue
-        match = _SELECTOR.match(term)
-        if match is None:
-            return term
-        negated, key, op, value = match.groups()
-        terms.append((bool(negated), key.strip(), op or "", value or ""))
-    return terms
-
-
-def _selected(labels: dict[str, str], terms: list[Term]) -> bool:
-    for negated, key, op, value in terms:
-        if not op:
-            if (key in labels) == negated:
-                return False
-        elif (labels.get(key) == value) != (op in ("=", "==")):
-            return False
-    return True
-
-
-def _server_problem(body: dict[str, Any]) -> tuple[str, str] | None:
-    name = body.get("name")
-    if not isinstance(name, str) or not SERVER_NAME.match(name):
-        return "name", "must be a valid hostname"
-    if body.get("server_type") not in SERVER_TYPES:
-        return "server_type", f"server type {body.get('server_type')!r} not found"
-    if str(body.get("image")) not in IMAGES:
-        return "image", f"image {body.get('image')!r} not found"
-    if body.get("location", "fsn1") not in LOCATIONS:
-        return "location", f"location {body.get('location')!r} not found"
-    user_data = body.get("user_data") or ""
-    if len(str(user_data).encode()) > 32 * 1024:
-        return "user_data", "is limited to 32 KiB"
-    return _labels_problem(body.get("labels"))
-
-
-def _labels_problem(labels: object) -> tuple[str, str] | None:
-    if labels is None:
-        return None
-    if not isinstance(labels, dict):
-        return "labels", "must be an object"
-    for key, value in labels.items():
-        if not LABEL_KEY.match(str(key)) or not LABEL_VALUE.match(str(value)):
-            return "labels", f"invalid label {key}={value!r}"
-    return None
-
-
-def _rules_problem(rules: object) -> tuple[str, str] | None:
-    if not isinstance(rules, list):
-        return "rules", "must be a list"
-    for rule in rules:
-        if not isinstance(rule, dict) or rule.get("direction") not in ("in", "out"):
-            return "rules", "direction must be in or out"
-        if rule.get("protocol") not in ("tcp", "udp", "icmp", "esp", "gre"):
-            return "rules", "unknown protocol"
-        if rule.get("protocol") in ("tcp", "udp") and not rule.get("port"):
-            return "rules", "port is required for tcp and udp"
-        sources = rule.get("source_ips") or []
-        if rule["direction"] == "in" and not 1 <= len(sources) <= 100:
-            return "rules", "an inbound rule needs 1-100 source_ips"
-    return None
-
-
-def _rule(rule: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "direction": rule["direction"],
-        "protocol": rule["protocol"],
-        "port": rule.get("port"),
-        "source_ips": list(rule.get("source_ips") or []),
-        "destination_ips": list(rule.get("destination_ips") or []),
-        "description": rule.get("description"),
-    }
-
-
-def _public(record: dict[str, Any]) -> dict[str, Any]:
-    """What the API shows of a server (user data is write-only)."""
-    answer: dict[str, Any] = json.loads(json.dumps(record))
-    answer.pop("user_data", None)
-    return answer
-
-
-def _action(action_id: int, command: str) -> dict[str, Any]:
-    now = datetime.now(UTC).isoformat(timespec="seconds")
-    return {
-        "id": action_id,
-        "command": command,
-        "status": "running",
-        "progress": 0,
-        "started": now,
-        "finished": None,
-        "resources": [],
-        "error": None,
-    }
-
-
-def _loopback_addresses() -> Iterator[str]:
-    """127.0.1.1, 127.0.1.2, ...: distinct, on this machine, never a network or broadcast."""
-    for number in itertools.count(257):
-        if number % 256 not in (0, 255):
-            yield f"127.{number // 65536 % 256}.{number // 256 % 256}.{number % 256}"
-
-
-def _fields(name: str, message: str) -> dict[str, Any]:
-    return {"fields": [{"name": name, "messages": [message]}]}
-
-
-def _invalid(name: str, message: str) -> Answer:
-    return _error(400, "invalid_input", f"invalid input in field '{name}'", _fields(name, message))
-
-
-def _error(status: int, code: str, message: str, details: dict[str, Any] | None = None) -> Answer:
-    return status, {"error": {"code": code, "message": message, "details": details or {}}}, {}
-
-
 def _error_body(fault: Fault) -> dict[str, Any]:
     return {"error": {"code": fault.code, "message": fault.message, "details": fault.details}}
-
-
-def _json(body: bytes) -> dict[str, Any]:
-    try:
-        decoded = json.loads(body or b"{}")
-    except ValueError:
-        return {}
-    return decoded if isinstance(decoded, dict) else {}
-
-
-def _route(method: str, path: str) -> tuple[str, tuple[int, ...]]:
-    parts = path.rstrip("/").split("/")
-    if len(parts) < 3 or parts[1] != "v1":
-        return "unknown", ()
-    rest = parts[2:]
-    ident = int(rest[1]) if len(rest) > 1 and rest[1].isdigit() else 0
-    match (method, rest):
-        case ("POST", ["servers"]):
-            return "server_create", ()
-        case ("GET", ["servers"]):
-            return "server_list", ()
-        case ("GET", ["servers", _]) if ident:
-            return "server_get", (ident,)
-        case ("DELETE", ["servers", _]) if ident:
-            return "server_delete", (ident,)
-        case ("POST", ["firewalls"]):
-            return "firewall_create", ()
-        case ("GET", ["firewalls"]):
-            return "firewall_list", ()
-        case ("GET", ["firewalls", _]) if ident:
-            return "firewall_get", (ident,)
-        case ("DELETE", ["firewalls", _]) if ident:
-            return "firewall_delete", (ident,)
-        case ("POST", ["firewalls", _, "actions", "set_rules"]) if ident:
-            return "firewall_set_rules", (ident,)
-        case ("GET", ["actions", _]) if ident:
-            return "action_get", (ident,)
-    return "unknown", ()
 
 
 class _Server(ThreadingHTTPServer):

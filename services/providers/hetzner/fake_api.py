@@ -1,0 +1,189 @@
+"""What the Hetzner Cloud API fake (``testing.py``) answers with: routes, request checks, the
+JSON shapes of servers, firewalls, actions, pages and errors, as Hetzner's public API reference
+gives them for the calls the provider makes. Split from the server so each file stays readable;
+only ``testing.py`` uses it."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+from services.providers.hetzner.pure.mapping import LABEL_KEY, LABEL_VALUE, SERVER_NAME
+
+SERVER_TYPES = frozenset({"cx23", "cx33", "cx43", "cx53", "cpx12", "cpx22", "cax11", "ccx13"})
+IMAGES = frozenset({"debian-12", "debian-13", "ubuntu-22.04", "ubuntu-24.04", "114690387"})
+LOCATIONS = {
+    "fsn1": "eu-central",
+    "nbg1": "eu-central",
+    "hel1": "eu-central",
+    "ash": "us-east",
+    "hil": "us-west",
+    "sin": "ap-southeast",
+}
+SELECTOR = re.compile(r"^(!?)([^=!]+?)(?:(==|=|!=)(.*))?\Z")
+Answer = tuple[int, dict[str, Any] | None, dict[str, str]]
+
+
+Term = tuple[bool, str, str, str]
+"""(negated, key, operator or "", value) of one label selector term."""
+
+
+def terms(selector: str) -> list[Term] | str:
+    """The selector's terms, or the first term that is not one."""
+    found: list[Term] = []
+    for raw in selector.split(","):
+        term = raw.strip()
+        if not term:
+            continue
+        match = SELECTOR.match(term)
+        if match is None:
+            return term
+        negated, key, op, value = match.groups()
+        found.append((bool(negated), key.strip(), op or "", value or ""))
+    return found
+
+
+def selected(labels: dict[str, str], terms: list[Term]) -> bool:
+    for negated, key, op, value in terms:
+        if not op:
+            if (key in labels) == negated:
+                return False
+        elif (labels.get(key) == value) != (op in ("=", "==")):
+            return False
+    return True
+
+
+def server_problem(body: dict[str, Any]) -> tuple[str, str] | None:
+    name = body.get("name")
+    if not isinstance(name, str) or not SERVER_NAME.match(name):
+        return "name", "must be a valid hostname"
+    if body.get("server_type") not in SERVER_TYPES:
+        return "server_type", f"server type {body.get('server_type')!r} not found"
+    if str(body.get("image")) not in IMAGES:
+        return "image", f"image {body.get('image')!r} not found"
+    if body.get("location", "fsn1") not in LOCATIONS:
+        return "location", f"location {body.get('location')!r} not found"
+    user_data = body.get("user_data") or ""
+    if len(str(user_data).encode()) > 32 * 1024:
+        return "user_data", "is limited to 32 KiB"
+    return labels_problem(body.get("labels"))
+
+
+def labels_problem(labels: object) -> tuple[str, str] | None:
+    if labels is None:
+        return None
+    if not isinstance(labels, dict):
+        return "labels", "must be an object"
+    for key, value in labels.items():
+        if not LABEL_KEY.match(str(key)) or not LABEL_VALUE.match(str(value)):
+            return "labels", f"invalid label {key}={value!r}"
+    return None
+
+
+def rules_problem(rules: object) -> tuple[str, str] | None:
+    if not isinstance(rules, list):
+        return "rules", "must be a list"
+    for rule in rules:
+        if not isinstance(rule, dict) or rule.get("direction") not in ("in", "out"):
+            return "rules", "direction must be in or out"
+        if rule.get("protocol") not in ("tcp", "udp", "icmp", "esp", "gre"):
+            return "rules", "unknown protocol"
+        if rule.get("protocol") in ("tcp", "udp") and not rule.get("port"):
+            return "rules", "port is required for tcp and udp"
+        sources = rule.get("source_ips") or []
+        if rule["direction"] == "in" and not 1 <= len(sources) <= 100:
+            return "rules", "an inbound rule needs 1-100 source_ips"
+    return None
+
+
+def rule(rule: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "direction": rule["direction"],
+        "protocol": rule["protocol"],
+        "port": rule.get("port"),
+        "source_ips": list(rule.get("source_ips") or []),
+        "destination_ips": list(rule.get("destination_ips") or []),
+        "description": rule.get("description"),
+    }
+
+
+def public(record: dict[str, Any]) -> dict[str, Any]:
+    """What the API shows of a server (user data is write-only)."""
+    answer: dict[str, Any] = json.loads(json.dumps(record))
+    answer.pop("user_data", None)
+    return answer
+
+
+def action(action_id: int, command: str) -> dict[str, Any]:
+    now = datetime.now(UTC).isoformat(timespec="seconds")
+    return {
+        "id": action_id,
+        "command": command,
+        "status": "running",
+        "progress": 0,
+        "started": now,
+        "finished": None,
+        "resources": [],
+        "error": None,
+    }
+
+
+def loopback_addresses() -> Iterator[str]:
+    """127.0.1.1, 127.0.1.2, ...: distinct, on this machine, never a network or broadcast."""
+    for number in itertools.count(257):
+        if number % 256 not in (0, 255):
+            yield f"127.{number // 65536 % 256}.{number // 256 % 256}.{number % 256}"
+
+
+def fields(name: str, message: str) -> dict[str, Any]:
+    return {"fields": [{"name": name, "messages": [message]}]}
+
+
+def invalid(name: str, message: str) -> Answer:
+    return error(400, "invalid_input", f"invalid input in field '{name}'", fields(name, message))
+
+
+def error(status: int, code: str, message: str, details: dict[str, Any] | None = None) -> Answer:
+    return status, {"error": {"code": code, "message": message, "details": details or {}}}, {}
+
+
+def json_body(body: bytes) -> dict[str, Any]:
+    try:
+        decoded = json.loads(body or b"{}")
+    except ValueError:
+        return {}
+    return decoded if isinstance(decoded, dict) else {}
+
+
+def route(method: str, path: str) -> tuple[str, tuple[int, ...]]:
+    parts = path.rstrip("/").split("/")
+    if len(parts) < 3 or parts[1] != "v1":
+        return "unknown", ()
+    rest = parts[2:]
+    ident = int(rest[1]) if len(rest) > 1 and rest[1].isdigit() else 0
+    match (method, rest):
+        case ("POST", ["servers"]):
+            return "server_create", ()
+        case ("GET", ["servers"]):
+            return "server_list", ()
+        case ("GET", ["servers", _]) if ident:
+            return "server_get", (ident,)
+        case ("DELETE", ["servers", _]) if ident:
+            return "server_delete", (ident,)
+        case ("POST", ["firewalls"]):
+            return "firewall_create", ()
+        case ("GET", ["firewalls"]):
+            return "firewall_list", ()
+        case ("GET", ["firewalls", _]) if ident:
+            return "firewall_get", (ident,)
+        case ("DELETE", ["firewalls", _]) if ident:
+            return "firewall_delete", (ident,)
+        case ("POST", ["firewalls", _, "actions", "set_rules"]) if ident:
+            return "firewall_set_rules", (ident,)
+        case ("GET", ["actions", _]) if ident:
+            return "action_get", (ident,)
+    return "unknown", ()
