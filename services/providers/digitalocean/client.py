@@ -115,7 +115,7 @@ class Api:
                 reply = await call(client, options)
         except HttpResponseError as exc:
             reply = _error_reply(exc)
-            cause: Exception | None = exc
+            cause: Exception | None = self._scrubbed(exc)
         except (TimeoutError, AzureError, aiohttp.ClientError, OSError) as exc:
             raise Transient(self._scrub(f"{what}: {_failure(exc)}")) from exc
         else:
@@ -148,6 +148,14 @@ class Api:
             if token is not None and token.value:
                 text = text.replace(token.value, REDACTED)
         return text
+
+    def _scrubbed(self, exc: HttpResponseError) -> HttpResponseError:
+        """The client's error with the answer's text scrubbed too: it is chained, and a chained
+        exception is printed with the traceback of whatever logs ours."""
+        if self._scrub(str(exc)) != str(exc):
+            exc.message = self._scrub(str(exc.message))
+            exc.args = tuple(self._scrub(str(a)) for a in exc.args)
+        return exc
 
     async def _client_for(self, what: str) -> Client:
         async with self._lock:
