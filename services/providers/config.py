@@ -55,7 +55,7 @@ _OWN_PACKAGES = frozenset({"events", "projections", "services"})
 AUTH_LEASE = "lease"
 AUTH_NONE = "none"
 AUTH_MODES = (AUTH_LEASE, AUTH_NONE)
-LEASE_TYPES = frozenset({"local", "kubernetes", "gcp", "kvm"})
+LEASE_TYPES = frozenset({"local", "kubernetes", "gcp", "kvm", "aws", "digitalocean", "hetzner"})
 """Types whose proxies enforce leases unless their entry says ``auth: none`` (D84)."""
 MAX_FILE_BYTES = 32 * 1024 * 1024
 """Larger than any file a person writes; reading stops there (a device like /dev/zero ends)."""
@@ -172,12 +172,39 @@ def _kvm() -> Loaded:
     return KvmConfig, cast(Factory, KvmProvider.from_config)
 
 
+def _aws() -> Loaded:
+    # aiobotocore is an optional extra: a missing one is a setting, reported with the fix.
+    from services.providers.aws.provider import AwsConfig, AwsProvider  # noqa: PLC0415
+
+    return AwsConfig, cast(Factory, AwsProvider.from_config)
+
+
+def _digitalocean() -> Loaded:
+    # pydo is an optional extra: a missing one is a setting, reported with the fix.
+    from services.providers.digitalocean.provider import (  # noqa: PLC0415
+        DigitalOceanConfig,
+        DigitalOceanProvider,
+    )
+
+    return DigitalOceanConfig, cast(Factory, DigitalOceanProvider.from_config)
+
+
+def _hetzner() -> Loaded:
+    # hcloud is an optional extra: a missing one is a setting, reported with the fix.
+    from services.providers.hetzner.provider import HetznerConfig, HetznerProvider  # noqa: PLC0415
+
+    return HetznerConfig, cast(Factory, HetznerProvider.from_config)
+
+
 PROVIDER_TYPES: dict[str, ProviderType] = {
     "local": ProviderType(_local),
     "fake": ProviderType(_fake),
     "gcp": ProviderType(_gcp),
     "kubernetes": ProviderType(_kubernetes),
     "kvm": ProviderType(_kvm, extra="kvm"),
+    "aws": ProviderType(_aws, extra="aws"),
+    "digitalocean": ProviderType(_digitalocean, extra="digitalocean"),
+    "hetzner": ProviderType(_hetzner, extra="hetzner"),
 }
 
 

@@ -27,7 +27,7 @@ from services.providers.base import (
 from services.providers.squidauth.pure.cloudinit import with_lease_auth
 from services.providers.squidauth.pure.scheme import proxy_key
 
-VM_TYPES = frozenset({"gcp", "kvm"})
+VM_TYPES = frozenset({"gcp", "kvm", "aws", "digitalocean", "hetzner"})
 """Provider types whose Squid is the image's, configured through cloud-init."""
 
 
