@@ -80,9 +80,10 @@ def ensure(client: Client, name: str, provider_name: str, wanted: list[mapping.R
 
 
 def leftover(client: Client, name: str, provider_name: str) -> tuple[int, datetime] | None:
-    """The firewall's id and creation time, if it exists."""
-    found = find(client, name, provider_name)
-    if found is None:
+    """The firewall's id and creation time, if it exists and is this entry's (one of someone
+    else's with the name is not ours to report; the next create says why it cannot be used)."""
+    found = client.firewalls.get_by_name(name)
+    if found is None or not mapping.is_entrys(found.data_model.labels, provider_name):
         return None
     return int(found.data_model.id or 0), mapping.parse_created(found.data_model.created)
 
