@@ -106,13 +106,14 @@ async def test_a_bad_providers_config_is_one_line(
 # ------------------------------------------------------------------ a missing optional module
 
 
-async def run_without_libvirt(tmp_path: Path, *args: str) -> tuple[int, str]:
-    """The CLI as a process in which ``libvirt`` cannot be imported, as when libvirt-python is
-    not installed: a module of that name on the path first, failing the way a missing one does."""
+async def run_without(tmp_path: Path, module: str, *args: str) -> tuple[int, str]:
+    """The CLI as a process in which ``module`` cannot be imported, as when the extra that
+    installs it is not: a module of that name on the path first, failing the way a missing one
+    does."""
     shadow = tmp_path / "shadow"
-    shadow.mkdir()
-    (shadow / "libvirt.py").write_text(
-        "raise ModuleNotFoundError(\"No module named 'libvirt'\", name='libvirt')\n"
+    shadow.mkdir(exist_ok=True)
+    (shadow / f"{module}.py").write_text(
+        f"raise ModuleNotFoundError(\"No module named '{module}'\", name='{module}')\n"
     )
     env = {**os.environ, "PYTHONPATH": str(shadow), "OTEL_SDK_DISABLED": "true"}
     process = await asyncio.create_subprocess_exec(
@@ -122,6 +123,10 @@ async def run_without_libvirt(tmp_path: Path, *args: str) -> tuple[int, str]:
     out, err = await asyncio.wait_for(process.communicate(), 60)
     assert process.returncode is not None
     return process.returncode, (out + err).decode()
+
+
+async def run_without_libvirt(tmp_path: Path, *args: str) -> tuple[int, str]:
+    return await run_without(tmp_path, "libvirt", *args)
 
 
 @pytest.mark.parametrize(
@@ -141,6 +146,30 @@ async def test_a_provider_type_without_its_extra_names_the_extra(
     (line,) = [line for line in output.splitlines() if line.startswith("error: ")]
     assert "providers[0] (vms): type kvm needs the Python module libvirt" in line
     assert "pip install 'egress-proxies[kvm]'" in line
+
+
+@pytest.mark.parametrize(
+    ("kind", "module", "block"),
+    [
+        ("aws", "aiobotocore", "{region: eu-west-1, allowedClients: [203.0.113.0/24]}"),
+        ("digitalocean", "pydo", "{allowedClients: [203.0.113.0/24]}"),
+        ("hetzner", "hcloud", "{allowedClients: [203.0.113.0/24]}"),
+    ],
+)
+async def test_a_cloud_type_without_its_extra_names_the_extra(
+    tmp_path: Path, kind: str, module: str, block: str
+) -> None:
+    config = tmp_path / "providers.yaml"
+    config.write_text(f"providers:\n  - {{name: vms, type: {kind}, {kind}: {block}}}\n")
+    code, output = await run_without(
+        tmp_path, module, "up", "--providers-config", str(config), "--data-dir",
+        str(tmp_path / "data"),
+    )  # fmt: skip
+    assert code == EXIT_USAGE, output
+    assert "Traceback" not in output
+    (line,) = [line for line in output.splitlines() if line.startswith("error: ")]
+    assert f"providers[0] (vms): type {kind} needs the Python module {module}" in line
+    assert f"pip install 'egress-proxies[{kind}]'" in line
 
 
 async def test_without_libvirt_every_other_provider_still_works(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,8 @@ from services.providers.config import (
 from services.providers.local import LocalConfig, LocalProvider
 from services.providers.testing import FakeConfig, FakeProvider
 from services.runtime.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -257,6 +260,14 @@ def test_a_type_whose_dependency_is_missing_names_the_extra_to_install(tmp_path:
         bare.load()
 
 
-def test_the_kvm_type_names_its_extra() -> None:
-    assert PROVIDER_TYPES["kvm"].extra == "kvm"
-    assert all(t.extra is None for name, t in PROVIDER_TYPES.items() if name != "kvm")
+def test_the_types_with_optional_clients_name_their_extras() -> None:
+    extras = {name: t.extra for name, t in PROVIDER_TYPES.items() if t.extra is not None}
+    assert extras == {
+        "kvm": "kvm",
+        "aws": "aws",
+        "digitalocean": "digitalocean",
+        "hetzner": "hetzner",
+    }
+    # Each extra exists in the package's metadata, so the message's pip install works.
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert set(extras.values()) <= set(declared["optional-dependencies"])
