@@ -6,14 +6,10 @@ from __future__ import annotations
 
 import email.parser
 import email.policy
-import io
-import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from pathlib import Path
 
 import pytest
-import structlog
 
 from events.schemas import InstanceState
 from services.providers.base import (
@@ -30,7 +26,6 @@ from services.providers.digitalocean.provider import DigitalOceanProvider
 from services.providers.digitalocean.testing import LIMIT_MESSAGE, DigitalOceanFake
 from services.providers.squidauth.keyed import lease_keyed
 from services.providers.squidauth.pure.cloudinit import PART_NAME as LEASE_PART
-from services.runtime.logs import configure_logging
 from tests.contract.provider import (
     MakeRequest,
     ProviderContract,
@@ -38,7 +33,7 @@ from tests.contract.provider import (
     delete_all,
     request_factory,
 )
-from tests.support.digitalocean_support import CLIENTS, ENTRY, config, provider, request
+from tests.support.digitalocean_support import CLIENTS, ENTRY, provider, request
 from tests.support.digitalocean_support import provider as _provider
 
 pytestmark = pytest.mark.integration
@@ -430,86 +425,3 @@ async def test_a_droplet_an_earlier_attempt_made_is_found_by_name(
     fake.put("px-lost", ["web"])  # someone else's droplet with the same name
     assert await do.create(request("px-lost")) == str(earlier)
     assert fake.created_total == 0
-
-
-# ----------------------------------------------------------------------------- the token
-
-
-async def test_a_token_file_is_read_at_the_first_call_and_again_after_a_401(
-    fake: DigitalOceanFake, tmp_path: Path
-) -> None:
-    token_file = tmp_path / "token"
-    token_file.write_text("dop_v1_old\n")
-    made = DigitalOceanProvider(ENTRY, config(fake, token_file=str(token_file)))
-    try:
-        with pytest.raises(Permanent, match="HTTP 401") as caught:
-            await made.list_by_tag()
-        assert "dop_v1_old" not in str(caught.value)
-        token_file.write_text(fake.token + "\n")  # the Secret rotated
-        assert await made.list_by_tag() == []
-        token_file.unlink()
-        assert await made.list_by_tag() == []  # read once: no need to read it again
-    finally:
-        await made.close()
-    missing = DigitalOceanProvider(ENTRY, config(fake, token_file=str(token_file)))
-    try:
-        with pytest.raises(Permanent, match=f"tokenFile {token_file}: cannot read it"):
-            await missing.list_by_tag()
-    finally:
-        await missing.close()
-
-
-@pytest.fixture
-def logs(caplog: pytest.LogCaptureFixture) -> Iterator[io.StringIO]:
-    """Every log line at debug, as the product renders it, and the raw records too."""
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    saved = structlog.get_config()
-    stream = io.StringIO()
-    configure_logging("debug", "json", stream)
-    root.addHandler(caplog.handler)
-    caplog.set_level(logging.DEBUG)
-    try:
-        yield stream
-    finally:
-        root.handlers[:] = handlers
-        root.setLevel(level)
-        structlog.configure(**saved)
-
-
-async def test_the_token_is_never_logged_nor_in_an_error(
-    fake: DigitalOceanFake, logs: io.StringIO, caplog: pytest.LogCaptureFixture
-) -> None:
-    made = provider(fake)
-    wrong_token = "dop_v1_wrong_token_0123456789abcdef"
-    wrong = provider(fake, token=wrong_token)
-    errors: list[BaseException] = []
-
-    async def failing(call: Call) -> None:
-        try:
-            await call()
-        except ProviderError as exc:
-            errors.append(exc)
-            errors.append(exc.__cause__ or exc)
-
-    try:
-        pid = await made.create(request("px-t"))
-        await running(made, pid)
-        await made.list_by_tag()
-        await made.leftovers()
-        for status, error_id in [(429, "too_many_requests"), (500, "server_error"), (422, "x")]:
-            fake.inject("droplets.get", status, error_id, f"echo: Bearer {fake.token}")
-            await failing(lambda: made.get(pid))
-        await failing(lambda: wrong.get(pid))
-        await failing(lambda: wrong.create(request("px-u")))
-        await made.delete(pid)
-    finally:
-        await made.close()
-        await wrong.close()
-    assert len(errors) == 10
-    texts = [str(e) for e in errors] + [repr(e) for e in errors]
-    texts += [logs.getvalue(), caplog.text, repr(made), repr(vars(made.api))]
-    for secret in (fake.token, wrong_token):
-        assert [t for t in texts if secret in t] == []
-    assert "<redacted>" in str(errors[0])  # an answer echoing the token is scrubbed
-    assert "firewall made" in logs.getvalue()  # the logs were captured at all
