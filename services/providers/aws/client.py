@@ -80,6 +80,7 @@ def translate(exc: BaseException, *, op: str, what: str) -> ProviderError | None
     if isinstance(
         exc,
         boto.HTTPClientError
+        | boto.ConnectionError
         | boto.CredentialRetrievalError
         | boto.ResponseStreamingError
         | boto.IncompleteReadError,

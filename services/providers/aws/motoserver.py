@@ -13,6 +13,11 @@ address generator (``moto.ec2.utils.random_public_ip``, and the name
 the given addresses in turn: distinct 127.0.1.x by default, so two instances have two URLs;
 ``127.0.0.1`` alone for the end-to-end test.
 
+One moto bug is mended the same way: terminating an instance already terminated deletes its
+network interface a second time and answers ``InvalidNetworkInterfaceID.NotFound``, where EC2
+answers success (a terminate is idempotent, and the provider's ``delete`` relies on that). Such a
+terminate is answered with the instance's state and no side effect.
+
 ``MOTO_ENABLE_AMI_VALIDATION`` is on, so an unknown image is refused the way EC2 refuses it
 (``InvalidAMIID.NotFound``) rather than launched.
 """
@@ -20,10 +25,12 @@ the given addresses in turn: distinct 127.0.1.x by default, so two instances hav
 from __future__ import annotations
 
 import argparse
+import copy
 import itertools
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 DEFAULT_PUBLIC_IPS = tuple(f"127.0.1.{n}" for n in range(1, 255))
 
@@ -38,6 +45,17 @@ def address_source(addresses: Sequence[str]) -> Callable[[], str]:
             return next(cycle)
 
     return next_address
+
+
+def idempotent_terminate(terminate: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """moto's ``Instance.terminate``, doing nothing for an instance already terminated."""
+
+    def terminate_once(instance: Any) -> Any:
+        if instance.state == "terminated":
+            return copy.copy(instance.instance_state)
+        return terminate(instance)
+
+    return terminate_once
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -58,6 +76,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     # Imported here: the variable above must be set first, and only this process needs moto.
     import moto.ec2.models.elastic_network_interfaces as enis  # noqa: PLC0415
     import moto.ec2.utils as ec2_utils  # noqa: PLC0415
+    from moto.ec2.models.instances import Instance  # noqa: PLC0415
     from moto.moto_server.werkzeug_app import (  # noqa: PLC0415
         DomainDispatcherApplication,
         MotoRequestHandler,
@@ -68,6 +87,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     source = address_source(addresses)
     ec2_utils.random_public_ip = source
     enis.random_public_ip = source  # type: ignore[attr-defined]  # moto's own import of it
+    Instance.terminate = idempotent_terminate(Instance.terminate)  # type: ignore[method-assign,assignment]
     app = DomainDispatcherApplication(create_backend_app)
     run_simple(
         args.host,

@@ -294,7 +294,31 @@ class AwsProvider:
         self._recent = {
             n: (pid, at) for n, (pid, at) in self._recent.items() if now - at < RECENT_SECONDS
         }
-        return self._recent.get(name, ("", 0.0))[0]
+        recent = self._recent.get(name, ("", 0.0))[0]
+        if recent and not await self._still_launching(recent):
+            self._forget(recent)
+            return ""
+        return recent
+
+    async def _still_launching(self, provider_id: str) -> bool:
+        """Whether an id this process launched moments ago, which the name lookup does not
+        show, is still to be returned: yes while EC2 does not know it yet (eventual
+        consistency) or shows it live, no once it is on its way out or gone."""
+        try:
+            answer = await self.ec2.call(
+                "get",
+                f"{self.name}: get {provider_id}",
+                "describe_instances",
+                InstanceIds=[provider_id],
+            )
+        except NotFound:
+            return True
+        states = {
+            str((raw.get("State") or {}).get("Name", ""))
+            for raw in mapping.instances_of([answer])
+            if raw.get("InstanceId") == provider_id
+        }
+        return bool(states) and states <= set(mapping.NAMESAKE_STATES)
 
     def _remember(self, name: str, provider_id: str) -> None:
         self._recent[name] = (provider_id, asyncio.get_running_loop().time())
