@@ -82,6 +82,28 @@ async def test_the_token_is_in_no_log_record_error_or_repr(
             assert secret not in text, text
 
 
+async def test_an_answer_echoing_the_token_is_scrubbed_in_our_error_and_the_chained_one(
+    fake: HetznerFake,
+) -> None:
+    provider = HetznerProvider(ENTRY, config(fake))
+    try:
+        fake.inject(500, "server_error", kind="server_get", message=f"bad header Bearer {TOKEN}")
+        shown = await failing(lambda: provider.get("40000001"))
+        fake.inject(
+            400,
+            "invalid_input",
+            kind="server_list",
+            message="refused",
+            details={"fields": [{"name": "token", "messages": [TOKEN]}]},
+        )
+        shown += await failing(provider.list_by_tag)
+    finally:
+        await provider.close()
+    assert "bad header Bearer <redacted>" in shown[0]
+    for text in shown:
+        assert TOKEN not in text, text
+
+
 async def test_without_a_token_no_call_is_made_and_the_error_says_where_to_put_one(
     fake: HetznerFake, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -30,6 +30,7 @@ from services.providers.hetzner.config import HetznerConfig
 from services.providers.hetzner.pure.classify import classify, retry_after
 
 TOKEN_ENV = "HCLOUD_TOKEN"
+REDACTED = "<redacted>"
 MAX_TOKEN_FILE = 4096
 # Printable ASCII without spaces: anything else would make requests refuse the header, and its
 # error message would show the header's value.
@@ -137,9 +138,28 @@ def _fields(details: object) -> str:
     return f" ({', '.join(parts)})" if parts else ""
 
 
+def token_of(client: Client) -> str:
+    return str(client._client._token)
+
+
+def scrub(exc: BaseException, secret: str) -> None:
+    """Take ``secret`` out of ``exc``'s text in place: an answer that echoes the token (an
+    endpoint's error page, a proxy in between) must not carry it into our error nor into the
+    client's chained one, and both are logged."""
+    if not secret:
+        return
+    exc.args = tuple(a.replace(secret, REDACTED) if isinstance(a, str) else a for a in exc.args)
+    if isinstance(exc, APIException):
+        exc.message = str(exc.message).replace(secret, REDACTED)
+        exc.details = None if secret in repr(exc.details) else exc.details
+
+
 def translate(exc: Exception, *, op: str, what: str) -> ProviderError | None:
     """``exc`` as a taxonomy error saying what failed, or None for an exception that is not the
     client's (a bug, which the instrumentation layer reports as such)."""
+    if isinstance(exc, requests.exceptions.InvalidHeader):
+        # Its text would show the header: the token. read_token refuses such tokens first.
+        return Permanent(f"{what}: the API token cannot be sent as a header (not shown)")
     if isinstance(exc, APIException):
         return api_error(exc, op=op, what=what)
     if isinstance(exc, requests.Timeout | TimeoutError):

@@ -47,6 +47,8 @@ from services.providers.hetzner.client import (
     build_client,
     close_client,
     forget_last_answer,
+    scrub,
+    token_of,
     translate,
 )
 from services.providers.hetzner.config import HetznerConfig
@@ -286,6 +288,7 @@ class HetznerProvider:
                 if found is not None:
                     return found  # a concurrent create elsewhere won: the same server
             if exc.code in ("not_found", "invalid_input") and "firewall" in str(exc).lower():
+                scrub(exc, token_of(client))
                 raise _FirewallGone(str(exc)) from exc
             raise
         server_id = mapping.provider_id(int(response.server.data_model.id or 0))
@@ -383,6 +386,7 @@ class HetznerProvider:
             except (ProviderError, _FirewallGone):
                 raise
             except Exception as exc:
+                scrub(exc, token_of(client))
                 translated = translate(exc, op=op, what=what)
                 if translated is None:
                     raise
