@@ -21,16 +21,13 @@ headers to answer; ``power_off`` and ``vanish`` act on a server behind the provi
 from __future__ import annotations
 
 import itertools
-import json
-import sys
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -104,7 +101,7 @@ class HetznerFake:
         return f"http://{host!s}:{port}"
 
     def start(self) -> HetznerFake:
-        server = _Server(("127.0.0.1", 0), _handler(self))
+        server = api.http_server(self)
         self._server = server
         self._thread = threading.Thread(
             target=server.serve_forever, args=(0.05,), name="hetzner-fake"
@@ -238,7 +235,7 @@ class HetznerFake:
                 case "server_get":
                     return self._get_server(args[0])
                 case "server_list":
-                    return self._list(query, "servers", [s.body for s in self.servers.values()])
+                    return api.page(query, "servers", [s.body for s in self.servers.values()])
                 case "server_delete":
                     return self._delete_server(args[0])
                 case "firewall_create":
@@ -246,7 +243,7 @@ class HetznerFake:
                 case "firewall_get":
                     return self._get_firewall(args[0])
                 case "firewall_list":
-                    return self._list(query, "firewalls", list(self.firewalls.values()))
+                    return api.page(query, "firewalls", list(self.firewalls.values()))
                 case "firewall_delete":
                     return self._delete_firewall(args[0])
                 case "firewall_set_rules":
@@ -419,71 +416,6 @@ class HetznerFake:
 
     # ---------------------------------------------------------------- listing
 
-    def _list(self, query: dict[str, list[str]], key: str, items: list[dict[str, Any]]) -> Answer:
-        terms = api.terms(",".join(query.get("label_selector", [])))
-        if isinstance(terms, str):
-            return api.invalid("label_selector", f"cannot parse {terms!r}")
-        names = query.get("name")
-        found = [
-            api.public(item) if key == "servers" else item
-            for item in sorted(items, key=lambda i: int(i["id"]))
-            if (not names or item["name"] == names[-1]) and api.selected(item["labels"], terms)
-        ]
-        try:
-            page = max(int(query.get("page", ["1"])[-1]), 1)
-            per_page = min(max(int(query.get("per_page", ["25"])[-1]), 1), 50)
-        except ValueError:
-            return api.invalid("page", "must be a positive integer")
-        last = max((len(found) + per_page - 1) // per_page, 1)
-        pagination = {
-            "page": page,
-            "per_page": per_page,
-            "previous_page": page - 1 if page > 1 else None,
-            "next_page": page + 1 if page < last else None,
-            "last_page": last,
-            "total_entries": len(found),
-        }
-        chunk = found[(page - 1) * per_page : page * per_page]
-        return 200, {key: chunk, "meta": {"pagination": pagination}}, {}
-
 
 def _error_body(fault: Fault) -> dict[str, Any]:
     return {"error": {"code": fault.code, "message": fault.message, "details": fault.details}}
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def handle_error(self, request: object, client_address: object) -> None:
-        """A client that gave up (a timeout test) is expected; anything else is printed."""
-        if not isinstance(sys.exc_info()[1], ConnectionError):
-            super().handle_error(request, client_address)  # type: ignore[arg-type]
-
-
-def _handler(fake: HetznerFake) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"  # keep-alive, as the client's session expects
-        disable_nagle_algorithm = True
-
-        def _serve(self) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            body = self.rfile.read(length) if length else b""
-            auth = self.headers.get("Authorization", "")
-            status, answer, headers = fake.handle(self.command, self.path, auth, body)
-            data = json.dumps(answer).encode() if answer is not None else b""
-            self.send_response(status, HTTPStatus(status).phrase)
-            for name, value in {**fake.rate_headers(), **headers}.items():
-                self.send_header(name, value)
-            if status != 204:
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            if data:
-                self.wfile.write(data)
-
-        do_GET = do_POST = do_DELETE = do_PUT = _serve
-
-        def log_message(self, format: str, *args: Any) -> None:
-            """Quiet: ``fake.requests`` records what was asked."""
-
-    return Handler
