@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import io
 import logging
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 from typing import Any
@@ -18,7 +18,7 @@ from botocore.exceptions import ClientError  # type: ignore[import-untyped]
 
 from events.schemas import InstanceState, Placement
 from services.providers.aws.provider import AwsProvider
-from services.providers.aws.testing import FaultFront, MotoEc2
+from services.providers.aws.testing import FaultFront
 from services.providers.base import (
     MANAGED_LABEL,
     OWNER_LABEL,
@@ -36,62 +36,12 @@ from tests.contract.provider import (
     delete_all,
     request_factory,
 )
-from tests.support.aws_support import (
-    PROVIDER,
-    SECRET,
-    SESSION_TOKEN,
-    UNSET,
-    admin,
-    config,
-    credentials_env,
-    described,
-    moto_image,
-    request,
-)
-from tests.support.markers import starts
+from tests.support.aws_support import *  # noqa: F403  # pytest finds fixtures by name here
+from tests.support.aws_support import PROVIDER, SECRET, SESSION_TOKEN, config, described, request
 
 pytestmark = pytest.mark.integration
 
 UNKNOWN_ID = "i-0123456789abcdef0"
-
-
-@pytest.fixture(scope="module")
-@starts("moto's EC2 server")
-def moto() -> Iterator[MotoEc2]:
-    with MotoEc2() as server:
-        yield server
-
-
-@pytest.fixture(autouse=True)
-def ec2(moto: MotoEc2, monkeypatch: pytest.MonkeyPatch) -> Any:
-    """For every test, a fresh account (moto reset) seen by the default chain through fake
-    credentials; the client returned is the test's own, acting behind the provider's back."""
-    moto.reset()
-    for name in UNSET:
-        monkeypatch.delenv(name, raising=False)
-    for name, value in credentials_env().items():
-        monkeypatch.setenv(name, value)
-    return admin(moto.url)
-
-
-@pytest.fixture(scope="module")
-def image(moto: MotoEc2) -> str:
-    """moto's AMIs are the same after a reset: looked up once (the listing is a megabyte)."""
-    return moto_image(admin(moto.url))
-
-
-@pytest.fixture
-def front(moto: MotoEc2) -> Iterator[FaultFront]:
-    with FaultFront(moto.url) as server:
-        yield server
-
-
-@pytest.fixture
-async def aws(front: FaultFront, image: str) -> AsyncIterator[AwsProvider]:
-    provider = AwsProvider(PROVIDER, config(front.url, image))
-    yield provider
-    await delete_all(provider)
-    await provider.close()
 
 
 # ----------------------------------------------------------------------------- contract

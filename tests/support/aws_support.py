@@ -5,15 +5,24 @@ and an EC2 client of the test's own for what happens behind the system's back.""
 from __future__ import annotations
 
 import base64
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 # boto3 ships no type information; only these helpers use it.
 import boto3  # type: ignore[import-untyped]
 import msgspec
+import pytest
 
 from events.schemas import ProxySpec
 from services.providers.aws.config import AwsConfig
+from services.providers.aws.provider import AwsProvider
+from services.providers.aws.testing import FaultFront, MotoEc2
 from services.providers.base import CreateRequest
+from tests.contract.provider import delete_all
+from tests.support.markers import starts
+
+__all__ = ["aws", "ec2", "front", "image", "moto"]
+"""The fixtures, for ``from tests.support.aws_support import *`` in a test module."""
 
 REGION = "eu-west-1"
 ZONES = ("eu-west-1a", "eu-west-1b", "eu-west-1c")
@@ -109,3 +118,47 @@ def ingress(group: dict[str, Any]) -> set[tuple[str, int, int, str]]:
         rules |= {(*key, r["CidrIp"]) for r in perm.get("IpRanges", [])}
         rules |= {(*key, r["CidrIpv6"]) for r in perm.get("Ipv6Ranges", [])}
     return rules
+
+
+# ----------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="module")
+@starts("moto's EC2 server")
+def moto() -> Iterator[MotoEc2]:
+    """One emulator process per test module; ``ec2`` resets it for every test."""
+    with MotoEc2() as server:
+        yield server
+
+
+@pytest.fixture(autouse=True)
+def ec2(moto: MotoEc2, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """For every test, a fresh account (moto reset) seen by the default chain through fake
+    credentials; the client returned is the test's own, acting behind the provider's back."""
+    moto.reset()
+    for name in UNSET:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in credentials_env().items():
+        monkeypatch.setenv(name, value)
+    return admin(moto.url)
+
+
+@pytest.fixture(scope="module")
+def image(moto: MotoEc2) -> str:
+    """moto's AMIs are the same after a reset: looked up once (the listing is a megabyte)."""
+    return moto_image(admin(moto.url))
+
+
+@pytest.fixture
+def front(moto: MotoEc2) -> Iterator[FaultFront]:
+    with FaultFront(moto.url) as server:
+        yield server
+
+
+@pytest.fixture
+async def aws(front: FaultFront, image: str) -> AsyncIterator[AwsProvider]:
+    """The provider under test, through the front; what a test left is terminated after."""
+    provider = AwsProvider(PROVIDER, config(front.url, image))
+    yield provider
+    await delete_all(provider)
+    await provider.close()
