@@ -141,6 +141,7 @@ async def test_the_firewall_is_a_leftover_only_once_no_droplet_is_left(
     assert await do.delete_leftover(leftover)  # gone already: the goal is reached
     await do.create(request("px-c"))
     assert the_firewall(fake)["inbound_rules"]
+    assert fake.calls_of("tags.create") == 1  # the tag outlives the firewall: looked up, kept
 
 
 async def test_a_firewall_in_use_again_is_kept(

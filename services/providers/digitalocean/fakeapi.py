@@ -88,6 +88,14 @@ class FakeAccount:
                 return self._firewall_update(arg, payload)
             case "firewalls.delete":
                 return (204, None, {}) if self.firewalls.pop(arg, None) else not_found()
+            case "tags.get":
+                resources = {"count": 0, "droplets": {"count": 0}}
+                known = arg in self.tags
+                return (
+                    (200, {"tag": {"name": arg, "resources": resources}}, {})
+                    if known
+                    else not_found()
+                )
             case _:
                 return self._tag_create(payload)
 
@@ -289,6 +297,8 @@ def route(method: str, path: str) -> tuple[str, str] | None:
             return "firewalls.delete", firewall_id
         case ("POST", ["v2", "tags"]):
             return "tags.create", ""
+        case ("GET", ["v2", "tags", tag]):
+            return "tags.get", tag
     return None
 
 

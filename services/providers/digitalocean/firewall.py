@@ -128,8 +128,17 @@ class Firewall:
 
     async def _tag(self) -> None:
         """A firewall may name only tags that exist; a droplet create makes its tags, but the
-        firewall comes first. Making an existing tag again is answered like a new one."""
+        firewall comes first. Looked up before it is made: what a POST of an existing tag
+        answers is not something to rely on."""
         tag = mapping.provider_tag(self.provider)
+        found = await self.api.request(
+            "get",
+            f"{self.provider}: get tag {tag}",
+            _call(lambda c, kw: c.tags.get(tag, **kw)),
+            absent_ok=True,
+        )
+        if found.status != 404:
+            return
         await self.api.request(
             "tag",
             f"{self.provider}: create tag {tag}",

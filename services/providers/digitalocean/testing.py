@@ -8,7 +8,7 @@ DigitalOcean's public API reference for the calls used:
   ``per_page`` up to 200, ``links.pages`` and ``meta.total``), GET by id, DELETE by id (204);
 - ``/v2/firewalls``: POST (202), GET list, GET by id, PUT by id (the whole firewall), DELETE (204);
   a firewall may name only tags that exist, and must have a valid name and rules;
-- ``/v2/tags``: POST (201, for an existing tag too);
+- ``/v2/tags``: GET by name, POST (201);
 - the Bearer token is checked on every call (401 ``Unauthorized`` otherwise); errors have
   DigitalOcean's shape, ``{"id": "...", "message": "..."}``, and every answer carries the
   ``ratelimit-*`` headers.
@@ -69,6 +69,7 @@ KINDS = (
     "firewalls.get",
     "firewalls.update",
     "firewalls.delete",
+    "tags.get",
     "tags.create",
     "any",
 )
