@@ -94,6 +94,7 @@ def test_camel_case_fields_are_read() -> None:
         (with_clients(size=""), "size '': use a size slug"),
         (with_clients(size="1 GB"), "size '1 GB'"),
         (with_clients(size=1), "digitalocean.size: Expected `str`"),
+        (with_clients(size="x" * 100_000), "... (100000 characters)"),
         (with_clients(image="Debian 12"), "image 'Debian 12'"),
         (with_clients(image=""), "image ''"),
         (with_clients(vpcUuid="default"), "vpcUuid 'default'"),

@@ -63,29 +63,40 @@ def validate(config: DigitalOceanConfig) -> str:
         return f"regions has {len(config.regions)} entries; at most {MAX_REGIONS}"
     for region in config.regions:
         if not REGION.match(region):
-            return f"regions: {region!r} is not a region slug; use e.g. ams3, fra1, nyc3"
+            return f"regions: {shown(region)} is not a region slug; use e.g. ams3, fra1, nyc3"
     if len(set(config.regions)) != len(config.regions):
         return "regions lists a region twice; list each once"
     if not SIZE.match(config.size):
-        return f"size {config.size!r}: use a size slug such as {DEFAULT_SIZE}"
+        return f"size {shown(config.size)}: use a size slug such as {DEFAULT_SIZE}"
     if not image_ok(config.image):
-        return f"image {config.image!r}: use an image slug such as {DEFAULT_IMAGE}, or an image id"
+        return (
+            f"image {shown(config.image)}: use an image slug such as {DEFAULT_IMAGE}, "
+            "or an image id"
+        )
     if config.vpc_uuid and not _UUID.match(config.vpc_uuid):
-        return f"vpcUuid {config.vpc_uuid!r}: use the VPC's id (a lowercase UUID), or leave it out"
+        return (
+            f"vpcUuid {shown(config.vpc_uuid)}: use the VPC's id (a lowercase UUID), "
+            "or leave it out"
+        )
     if len(config.ssh_keys) > MAX_SSH_KEYS:
         return f"sshKeys has {len(config.ssh_keys)} keys; at most {MAX_SSH_KEYS}"
     for key in config.ssh_keys:
         if not _SSH_KEY.match(key):
             return (
-                f"sshKeys: {key!r} is neither a key id (digits) nor an MD5 fingerprint "
+                f"sshKeys: {shown(key)} is neither a key id (digits) nor an MD5 fingerprint "
                 "(aa:bb:...: 16 pairs); `doctl compute ssh-key list` shows both"
             )
     if config.token_file and (not config.token_file.startswith("/") or "\0" in config.token_file):
         return (
-            f"tokenFile {config.token_file!r}: use an absolute path, e.g. "
+            f"tokenFile {shown(config.token_file)}: use an absolute path, e.g. "
             "/var/run/secrets/digitalocean/token (a mounted Secret)"
         )
     return _endpoint_problem(config.endpoint_url)
+
+
+def shown(value: str, limit: int = 80) -> str:
+    """A value quoted for a message, cut short: a pasted blob must not flood the error."""
+    return repr(value) if len(value) <= limit else f"{value[:limit]!r}... ({len(value)} characters)"
 
 
 def image_ok(image: str) -> bool:
@@ -100,7 +111,7 @@ def _endpoint_problem(endpoint: str) -> str:
     if loopback(urlparse(endpoint).hostname or ""):
         return ""
     return (
-        f"endpointUrl {endpoint!r}: plain http would send the API token unencrypted; use "
+        f"endpointUrl {shown(endpoint)}: plain http would send the API token unencrypted; use "
         "https, or http only to a loopback address (a local test fake)"
     )
 
