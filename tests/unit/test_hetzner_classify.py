@@ -83,22 +83,28 @@ def test_classification(
 @pytest.mark.parametrize(
     ("headers", "code", "status", "expected"),
     [
-        ({"RateLimit-Reset": str(int(NOW) + 120)}, "rate_limit_exceeded", 429, 120.0),
-        ({"ratelimit-reset": str(int(NOW) + 5)}, "rate_limit_exceeded", None, 5.0),
-        ({"RateLimit-Reset": str(int(NOW) + 60)}, None, 429, 60.0),
-        ({"RateLimit-Reset": str(int(NOW) - 60)}, "rate_limit_exceeded", 429, 0.0),
+        # a throttle waits for one request of the bucket (3600 an hour: one a second) ...
+        ({"RateLimit-Reset": str(int(NOW) + 120)}, "rate_limit_exceeded", 429, 1.0),
+        ({"ratelimit-reset": str(int(NOW) + 5)}, "rate_limit_exceeded", None, 1.0),
+        ({"RateLimit-Limit": "360", "RateLimit-Reset": str(int(NOW) + 60)}, None, 429, 10.0),
+        # ... never past the moment the bucket is full again
+        ({"RateLimit-Limit": "60", "RateLimit-Reset": str(int(NOW) + 20)}, None, 429, 20.0),
+        ({"RateLimit-Reset": str(int(NOW) - 60)}, "rate_limit_exceeded", 429, 1.0),
         # every answer carries the reset: only a throttle makes it a delay
         ({"RateLimit-Reset": str(int(NOW) + 60)}, "server_error", 500, 0.0),
         ({"Retry-After": "30"}, "rate_limit_exceeded", 429, 30.0),
         ({"Retry-After": "30", "RateLimit-Reset": str(int(NOW) + 99)}, None, 429, 30.0),
         ({"Retry-After": "7"}, "unavailable", 503, 7.0),
         ({"Retry-After": IN_90_SECONDS}, None, 429, 90.0),
-        ({"Retry-After": "Fri, 15 Jan 2027 08:00:10"}, None, 429, 0.0),  # no zone
-        ({"Retry-After": "soon"}, None, 429, 0.0),
-        ({"Retry-After": "-5"}, None, 429, 0.0),
-        ({"Retry-After": "nan", "RateLimit-Reset": "inf"}, None, 429, 0.0),
-        ({"RateLimit-Reset": "tomorrow"}, "rate_limit_exceeded", 429, 0.0),
-        ({}, "rate_limit_exceeded", 429, 0.0),
+        ({"Retry-After": "Fri, 15 Jan 2027 08:00:10"}, None, 429, 1.0),  # no zone
+        ({"Retry-After": "soon"}, None, 429, 1.0),
+        ({"Retry-After": "-5"}, None, 429, 1.0),
+        ({"Retry-After": "nan", "RateLimit-Reset": "inf"}, None, 429, 1.0),
+        ({"RateLimit-Limit": "0", "RateLimit-Reset": "tomorrow"}, None, 429, 1.0),
+        ({"RateLimit-Limit": "nan"}, "rate_limit_exceeded", 429, 1.0),
+        ({"RateLimit-Reset": "tomorrow"}, "rate_limit_exceeded", 429, 1.0),
+        ({}, "rate_limit_exceeded", 429, 1.0),
+        ({}, "server_error", 500, 0.0),
     ],
 )
 def test_retry_after(
@@ -107,8 +113,8 @@ def test_retry_after(
     assert retry_after(headers, NOW, code=code, status=status) == pytest.approx(expected)
 
 
-def test_an_hour_long_reset_is_bounded_by_the_error() -> None:
-    delay = retry_after({"RateLimit-Reset": str(int(NOW) + 86_400)}, NOW, code=None, status=429)
+def test_a_long_retry_after_is_bounded_by_the_error() -> None:
+    delay = retry_after({"Retry-After": "86400"}, NOW, code=None, status=429)
     assert delay == 86_400.0
     assert Transient("throttled", retry_after=delay).retry_after == MAX_RETRY_AFTER
 

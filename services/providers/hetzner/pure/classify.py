@@ -96,6 +96,11 @@ def classify(code: str | int | None, status: int | None, *, op: str = "") -> typ
     return Transient
 
 
+HOUR = 3600.0
+DEFAULT_LIMIT = 3600.0
+"""Requests an hour a Hetzner Cloud project may make unless its answers say otherwise."""
+
+
 def throttled(code: str | int | None, status: int | None) -> bool:
     return code in ("rate_limit_exceeded", "limit_reached") or status == 429
 
@@ -105,20 +110,26 @@ def retry_after(
 ) -> float:
     """Seconds the answer asks us to wait, 0 when it does not say.
 
-    ``Retry-After`` (seconds or an HTTP date) counts on any error. Hetzner sends
-    ``RateLimit-Reset`` on every answer: the Unix time its request bucket is full again, which
-    is a delay only when the answer was a throttle (429 / ``rate_limit_exceeded``). The base
-    class bounds the result (at most an hour); here a broken header reads as 0.
+    ``Retry-After`` (seconds or an HTTP date) counts on any error. A throttle (429 /
+    ``rate_limit_exceeded``) without it waits for one request's worth of Hetzner's bucket: it
+    holds ``RateLimit-Limit`` requests an hour and refills one at a time (one a second at the
+    default 3,600), so the next request is allowed after ``3600 / limit`` seconds.
+    ``RateLimit-Reset``, sent on every answer, is when the bucket is *full* again (up to an
+    hour away): it bounds the wait, it is not the wait. A broken header reads as 0, or as the
+    default limit.
     """
     lowered = {key.lower(): value for key, value in headers.items()}
     after = _retry_after_header(lowered.get("retry-after", ""), now)
     if after > 0:
         return after
-    if throttled(code, status):
-        reset = _number(lowered.get("ratelimit-reset", ""))
-        if reset is not None and reset > now:
-            return reset - now
-    return 0.0
+    if not throttled(code, status):
+        return 0.0
+    limit = _number(lowered.get("ratelimit-limit", ""))
+    one_request = HOUR / limit if limit is not None and limit >= 1 else HOUR / DEFAULT_LIMIT
+    reset = _number(lowered.get("ratelimit-reset", ""))
+    if reset is not None and now < reset:
+        return min(reset - now, one_request)
+    return one_request
 
 
 def _retry_after_header(value: str, now: float) -> float:
