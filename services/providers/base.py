@@ -68,8 +68,12 @@ class Instance:
 
     @property
     def url(self) -> str:
-        """The proxy URL a client passes to ``curl -x``; empty until the instance has an IP."""
-        return f"http://{self.ip}:{self.port}" if self.ip else ""
+        """The proxy URL a client passes to ``curl -x``; empty until the instance has an IP. An
+        IPv6 address is bracketed, as URLs need it."""
+        if not self.ip:
+            return ""
+        host = f"[{self.ip}]" if ":" in self.ip else self.ip
+        return f"http://{host}:{self.port}"
 
 
 MAX_RETRY_AFTER = 3600.0

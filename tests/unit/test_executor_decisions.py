@@ -116,3 +116,9 @@ def test_changes_are_recorded_with_an_observe_command_id() -> None:
     assert moved.ip == "10.0.0.2"
     back = ready_view(observed("o", "p", instance(InstanceState.STOPPED, "")))
     assert isinstance(observation(back, instance()), InstanceObserved)
+
+
+def test_an_ipv6_instance_url_is_bracketed() -> None:
+    event = observed("c1", "p", instance(ip="2001:db8::7"))
+    assert event.url == "http://[2001:db8::7]:3128"
+    assert instance(ip="").url == ""

@@ -113,13 +113,13 @@ providers:
         ),
         (
             "providers: [{name: os, type: openstack, openstack: {}}]",
-            r"providers\[0\] \(os\): `type` is 'openstack'; use one of fake, gcp, kubernetes, kvm, "
-            "local",
+            r"providers\[0\] \(os\): `type` is 'openstack'; use one of aws, digitalocean, fake, "
+            "gcp, hetzner, kubernetes, kvm, local",
         ),
         (
             "providers: [{name: l, local: {}}]",
-            r"providers\[0\] \(l\): `type` is missing; use one of fake, gcp, kubernetes, kvm, "
-            "local",
+            r"providers\[0\] \(l\): `type` is missing; use one of aws, digitalocean, fake, gcp, "
+            "hetzner, kubernetes, kvm, local",
         ),
         (
             "providers: [{name: f, type: fake}]",
