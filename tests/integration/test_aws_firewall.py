@@ -169,10 +169,7 @@ async def test_a_group_deleted_behind_its_back_is_made_again(
     (old,) = groups_named(ec2, GROUP)
     await aws.delete(first)
     ec2.delete_security_group(GroupId=old["GroupId"])
-    # What EC2 answers a launch naming a deleted group (moto launches it anyway).
-    front.inject(
-        "RunInstances", "InvalidGroup.NotFound", message="The security group does not exist"
-    )
+    # The provider still has the old id: EC2 (and the emulator) refuse the launch.
     with pytest.raises(Transient, match=r"InvalidGroup\.NotFound"):
         await aws.create(request("px-r2"))
     second = await aws.create(request("px-r2"))

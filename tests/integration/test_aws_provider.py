@@ -291,12 +291,16 @@ async def test_a_launch_carries_tags_user_data_network_and_the_default_type(
 async def test_spot_instances_and_what_an_interruption_looks_like(
     front: FaultFront, ec2: Any, image: str
 ) -> None:
+    ec2.create_key_pair(KeyName="ops")
     provider = AwsProvider(PROVIDER, config(front.url, image, spot=True, keyName="ops"))
+    nokey = AwsProvider(PROVIDER, config(front.url, image, keyName="nobody"))
     try:
+        with pytest.raises(Permanent, match=r"InvalidKeyPair\.NotFound"):
+            await nokey.create(request("px-nokey"))
         first = await provider.create(request("px-spot-1"))
         second = await provider.create(request("px-spot-2"))
         assert described(ec2, first)["InstanceLifecycle"] == "spot"
-        sent = next(b for b in front.bodies if b["Action"] == ["RunInstances"])
+        sent = [b for b in front.bodies if b["Action"] == ["RunInstances"]][-1]
         assert sent["InstanceMarketOptions.MarketType"] == ["spot"]
         assert sent["InstanceMarketOptions.SpotOptions.SpotInstanceType"] == ["one-time"]
         assert sent["KeyName"] == ["ops"]
@@ -311,6 +315,7 @@ async def test_spot_instances_and_what_an_interruption_looks_like(
     finally:
         await delete_all(provider)
         await provider.close()
+        await nokey.close()
 
 
 async def test_placement_and_zones_choose_the_subnet(

@@ -13,13 +13,19 @@ address generator (``moto.ec2.utils.random_public_ip``, and the name
 the given addresses in turn: distinct 127.0.1.x by default, so two instances have two URLs;
 ``127.0.0.1`` alone for the end-to-end test.
 
-One moto bug is mended the same way: terminating an instance already terminated deletes its
-network interface a second time and answers ``InvalidNetworkInterfaceID.NotFound``, where EC2
-answers success (a terminate is idempotent, and the provider's ``delete`` relies on that). Such a
-terminate is answered with the instance's state and no side effect.
+Two places where moto answers otherwise than EC2 are mended the same way, because the provider
+relies on EC2's answer there:
 
-``MOTO_ENABLE_AMI_VALIDATION`` is on, so an unknown image is refused the way EC2 refuses it
-(``InvalidAMIID.NotFound``) rather than launched.
+- terminating an instance already terminated deletes its network interface a second time and
+  answers ``InvalidNetworkInterfaceID.NotFound``; EC2 answers success (a terminate is
+  idempotent). Such a terminate is answered with the instance's state and no side effect;
+- a launch naming a security group that does not exist makes one with that id, untagged; EC2
+  answers ``InvalidGroup.NotFound`` (which makes the provider forget the group it kept and make
+  it again). Such a launch is refused that way.
+
+moto's optional validations are on (``MOTO_ENABLE_AMI_VALIDATION``,
+``MOTO_ENABLE_KEYPAIR_VALIDATION``, ``MOTO_EC2_ENABLE_INSTANCE_TYPE_VALIDATION``), so an unknown
+image, key pair or instance type is refused the way EC2 refuses it rather than launched.
 """
 
 from __future__ import annotations
@@ -33,6 +39,11 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 DEFAULT_PUBLIC_IPS = tuple(f"127.0.1.{n}" for n in range(1, 255))
+VALIDATIONS = (
+    "MOTO_ENABLE_AMI_VALIDATION",
+    "MOTO_ENABLE_KEYPAIR_VALIDATION",
+    "MOTO_EC2_ENABLE_INSTANCE_TYPE_VALIDATION",
+)
 
 
 def address_source(addresses: Sequence[str]) -> Callable[[], str]:
@@ -58,6 +69,21 @@ def idempotent_terminate(terminate: Callable[[Any], Any]) -> Callable[[Any], Any
     return terminate_once
 
 
+def known_groups_only(run_instances: Callable[..., Any], not_found: type[Exception]) -> Any:
+    """moto's ``run_instances``, refusing security group ids it does not know, as EC2 does."""
+
+    def run_checked(backend: Any, *args: Any, **kwargs: Any) -> Any:
+        wanted = list(kwargs.get("security_group_ids") or [])
+        for nic in kwargs.get("nics") or []:
+            wanted += list(nic.get("Groups") or [])
+        for group_id in wanted:
+            if backend.get_security_group_from_id(group_id) is None:
+                raise not_found(group_id)
+        return run_instances(backend, *args, **kwargs)
+
+    return run_checked
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--host", default="127.0.0.1")
@@ -72,11 +98,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     if not addresses:
         parser.error("--public-ips: give at least one address")
 
-    os.environ.setdefault("MOTO_ENABLE_AMI_VALIDATION", "true")  # read when moto is imported
+    for validation in VALIDATIONS:  # read when moto is imported
+        os.environ.setdefault(validation, "true")
     # Imported here: the variable above must be set first, and only this process needs moto.
     import moto.ec2.models.elastic_network_interfaces as enis  # noqa: PLC0415
     import moto.ec2.utils as ec2_utils  # noqa: PLC0415
-    from moto.ec2.models.instances import Instance  # noqa: PLC0415
+    from moto.ec2.exceptions import InvalidSecurityGroupNotFoundError  # noqa: PLC0415
+    from moto.ec2.models.instances import Instance, InstanceBackend  # noqa: PLC0415
     from moto.moto_server.werkzeug_app import (  # noqa: PLC0415
         DomainDispatcherApplication,
         MotoRequestHandler,
@@ -88,6 +116,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     ec2_utils.random_public_ip = source
     enis.random_public_ip = source  # type: ignore[attr-defined]  # moto's own import of it
     Instance.terminate = idempotent_terminate(Instance.terminate)  # type: ignore[method-assign,assignment]
+    InstanceBackend.run_instances = known_groups_only(  # type: ignore[method-assign]
+        InstanceBackend.run_instances, InvalidSecurityGroupNotFoundError
+    )
     app = DomainDispatcherApplication(create_backend_app)
     run_simple(
         args.host,
