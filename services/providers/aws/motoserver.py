@@ -112,6 +112,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     from werkzeug.serving import run_simple  # noqa: PLC0415
 
+    for module in (ec2_utils, enis):  # moved in a newer moto: stop, never hand out 54.214.x.x
+        if not callable(getattr(module, "random_public_ip", None)):
+            raise SystemExit(f"{module.__name__} has no random_public_ip: pin moto to 5.x")
     source = address_source(addresses)
     ec2_utils.random_public_ip = source
     enis.random_public_ip = source  # type: ignore[attr-defined]  # moto's own import of it

@@ -7,7 +7,7 @@ live instance of that name, under a lock per name in the process, and remembers 
 the ids it launched, because DescribeInstances is eventually consistent and may not show a
 launch that just happened. No ClientToken: EC2 would answer a repeated token with the
 terminated instance, and a create after a delete must make a new one
-(docs/decisions/NNNN-aws-idempotent-create.md).
+(docs/providers.md, "aws").
 
 Instances launch into one subnet (``pure/network.py`` chooses it), with the entry's security
 group (``firewall.py``) on their one network interface and a public address asked for there,
