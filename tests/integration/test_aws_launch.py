@@ -148,6 +148,8 @@ async def test_bad_tags_and_oversized_user_data_fail_before_any_call(
         await aws.create(request("px-t", owner_uid="owner\nuid"))
     with pytest.raises(Permanent, match="tag egress-proxies/owner-uid is 300 characters"):
         await aws.create(request("px-t", owner_uid="o" * 300))
+    with pytest.raises(Permanent, match=r"spec\.cloudInit has a character UTF-8 cannot encode"):
+        await aws.create(request("px-t", cloud_init="#!/bin/sh\necho \ud800\n"))
     with pytest.raises(Permanent, match=r"user data is \d+ bytes; EC2 takes at most 16384"):
         await aws.create(request("px-t", cloud_init="#!/bin/sh\n" + "x" * 17_000))
     assert front.actions == []

@@ -219,8 +219,14 @@ class AwsProvider:
         problem = problem or mapping.tag_problem(tags)
         if problem:
             raise Permanent(f"{where}: {problem}")
+        try:
+            request.cloud_init.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise Permanent(
+                f"{where}: spec.cloudInit has a character UTF-8 cannot encode at {exc.start}"
+            ) from exc
         user_data = vm_user_data(request.cloud_init, config, self.name)
-        size = len(user_data.encode("utf-8", "surrogatepass"))
+        size = len(user_data.encode("utf-8"))
         if size > MAX_USER_DATA:
             raise Permanent(
                 f"{where}: the user data is {size} bytes; EC2 takes at most {MAX_USER_DATA}: "

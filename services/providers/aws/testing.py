@@ -101,7 +101,12 @@ class MotoEc2:
         self.process = None
 
     def __enter__(self) -> MotoEc2:
-        self.start()
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            self._log.close()
+            raise
         return self
 
     def __exit__(
