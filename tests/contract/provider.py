@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
 from datetime import timedelta
-from typing import ClassVar, Protocol
+from typing import ClassVar, Protocol, TypeVar
 
 import pytest
 
@@ -38,6 +39,7 @@ from services.providers.base import (
 )
 
 TAXONOMY = (NotFound, QuotaExceeded, Transient, Permanent)
+P = TypeVar("P", bound=Provider)
 Provoke = Sequence[tuple[str, Callable[[], Awaitable[object]]]]
 
 
@@ -65,6 +67,27 @@ async def delete_all(provider: Provider) -> None:
     """Teardown for ``provider`` fixtures: nothing a test created may outlive it."""
     for instance in await provider.list_by_tag():
         await provider.delete(instance.provider_id)
+
+
+@asynccontextmanager
+async def closing(provider: P) -> AsyncIterator[P]:
+    """A provider a test makes for itself, closed after even when the test failed: an open
+    client's sockets outlive the test and fail a later one (warnings are errors)."""
+    try:
+        yield provider
+    finally:
+        await provider.close()
+
+
+@asynccontextmanager
+async def owned(provider: P) -> AsyncIterator[P]:
+    """The body of a ``provider`` fixture (``async with owned(...) as made: yield made``): what
+    the test left is deleted (``delete_all``), then the provider closed, even after a failure."""
+    async with closing(provider):
+        try:
+            yield provider
+        finally:
+            await delete_all(provider)
 
 
 def assert_classified(exc: BaseException) -> None:

@@ -37,7 +37,11 @@ from services.providers.squidauth.pure.cloudinit import PART_NAME as LEASE_PART
 from services.runtime.connection import Connection
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.metrics import Metrics
-from tests.contract.provider import delete_all
+from tests.contract.provider import (
+    closing,
+    delete_all,
+    owned,
+)
 from tests.support.aws_support import *  # noqa: F403  # pytest finds fixtures by name here
 from tests.support.aws_support import (
     PROVIDER,
@@ -152,14 +156,12 @@ async def test_a_group_found_is_brought_back_to_exactly_the_config(
 async def test_the_world_only_when_the_config_says_so(
     front: FaultFront, ec2: Any, image: str
 ) -> None:
-    provider = AwsProvider(PROVIDER, config(front.url, image, allowedClients=["0.0.0.0/0"]))
-    try:
+    async with owned(
+        AwsProvider(PROVIDER, config(front.url, image, allowedClients=["0.0.0.0/0"]))
+    ) as provider:
         await provider.create(request("px-world"))
         (group,) = groups_named(ec2, GROUP)
         assert ingress(group) == {("tcp", 3128, 3128, "0.0.0.0/0")}
-    finally:
-        await delete_all(provider)
-        await provider.close()
 
 
 async def test_a_group_deleted_behind_its_back_is_made_again(
@@ -335,11 +337,8 @@ async def test_the_vm_boots_with_the_squid_part_and_the_lease_part(
     assert "http_port 3128" in parts[SQUID_PART]
     assert "acl egress_clients src 127.0.0.0/8 ::1/128" in parts[SQUID_PART]
     assert "apt-get install -y -q squid" in parts[SQUID_PART]
-    bare = AwsProvider(PROVIDER, config(front.url, image, installSquid=False))
-    try:
+    async with closing(AwsProvider(PROVIDER, config(front.url, image, installSquid=False))) as bare:
         plain = await bare.create(request("px-bare", cloud_init="#!/bin/sh\necho hi\n"))
         assert user_data(ec2, plain) == "#!/bin/sh\necho hi\n"
         sent = [b for b in front.bodies if b["Action"] == ["RunInstances"]][-1]
         assert base64.b64decode(sent["UserData"][0]) == b"#!/bin/sh\necho hi\n"
-    finally:
-        await bare.close()

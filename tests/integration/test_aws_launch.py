@@ -12,7 +12,10 @@ from events.schemas import InstanceState, Placement
 from services.providers.aws.provider import AwsProvider
 from services.providers.aws.testing import FaultFront
 from services.providers.base import MANAGED_LABEL, OWNER_LABEL, NotFound, Permanent
-from tests.contract.provider import delete_all
+from tests.contract.provider import (
+    delete_all,
+    owned,
+)
 from tests.support.aws_support import *  # noqa: F403  # pytest finds fixtures by name here
 from tests.support.aws_support import PROVIDER, config, described, request
 
@@ -77,8 +80,7 @@ async def test_placement_and_zones_choose_the_subnet(
     front: FaultFront, ec2: Any, image: str
 ) -> None:
     zones = ["eu-west-1a", "eu-west-1b"]
-    provider = AwsProvider(PROVIDER, config(front.url, image, zones=zones))
-    try:
+    async with owned(AwsProvider(PROVIDER, config(front.url, image, zones=zones))) as provider:
         placed = {}
         for n in range(8):
             pid = await provider.create(request(f"px-z{n}"))
@@ -98,9 +100,6 @@ async def test_placement_and_zones_choose_the_subnet(
         ):
             await provider.create(request("px-d", placement=Placement(zone="eu-west-1d")))
         assert "RunInstances" not in front.actions[before:]
-    finally:
-        await delete_all(provider)
-        await provider.close()
 
 
 async def test_listed_subnets_are_the_only_ones_used(

@@ -31,6 +31,7 @@ from tests.contract.provider import (
     MakeRequest,
     ProviderContract,
     Provoke,
+    closing,
     delete_all,
     request_factory,
 )
@@ -199,12 +200,9 @@ async def test_a_stalled_endpoint_is_a_bounded_transient_failure(
 async def test_an_unreachable_endpoint_is_transient(image: str, ec2: Any) -> None:
     with FaultFront("http://127.0.0.1:9") as gone:
         endpoint = gone.url
-    provider = AwsProvider(PROVIDER, config(endpoint, image))
-    try:
+    async with closing(AwsProvider(PROVIDER, config(endpoint, image))) as provider:
         with pytest.raises(Transient):
             await provider.list_by_tag()
-    finally:
-        await provider.close()
 
 
 async def test_no_credentials_is_permanent_and_says_how_to_give_them(
@@ -212,21 +210,17 @@ async def test_no_credentials_is_permanent_and_says_how_to_give_them(
 ) -> None:
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
         monkeypatch.delenv(name)
-    provider = AwsProvider(PROVIDER, config(front.url, image))
-    try:
+    async with closing(AwsProvider(PROVIDER, config(front.url, image))) as provider:
         with pytest.raises(Permanent) as caught:
             await provider.list_by_tag()
-    finally:
-        await provider.close()
     assert "no usable AWS credentials" in str(caught.value)
     assert "AWS_ACCESS_KEY_ID" in str(caught.value)
     assert front.actions == []  # nothing unsigned left the process
-    missing = AwsProvider(PROVIDER, config(front.url, image, profile="crawl-prod"))
-    try:
+    async with closing(
+        AwsProvider(PROVIDER, config(front.url, image, profile="crawl-prod"))
+    ) as missing:
         with pytest.raises(Permanent, match="crawl-prod"):
             await missing.list_by_tag()
-    finally:
-        await missing.close()
 
 
 async def test_credentials_never_show_in_logs_or_errors(

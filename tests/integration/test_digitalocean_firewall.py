@@ -25,6 +25,7 @@ from services.providers.instrumented import instrument
 from services.runtime.connection import Connection
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.metrics import Metrics
+from tests.contract.provider import closing
 from tests.support.digitalocean_support import CLIENTS, ENTRY, provider, request
 from tests.support.waiting import until
 
@@ -79,12 +80,11 @@ async def test_changed_settings_are_put_right_at_the_next_create(fake: DigitalOc
     await first.create(request("px-a"))
     firewall_id = the_firewall(fake)["id"]
     await first.close()
-    changed = provider(fake, allowed_clients=("192.0.2.0/24",), proxy_port=8888)
-    try:
+    async with closing(
+        provider(fake, allowed_clients=("192.0.2.0/24",), proxy_port=8888)
+    ) as changed:
         await changed.create(request("px-b"))
         await changed.create(request("px-c"))
-    finally:
-        await changed.close()
     firewall = the_firewall(fake)
     assert firewall["id"] == firewall_id
     assert fake.calls_of("firewalls.update") == 1
@@ -157,11 +157,8 @@ async def test_a_firewall_in_use_again_is_kept(
 async def test_only_this_entrys_firewalls_are_ever_deleted(
     do: DigitalOceanProvider, fake: DigitalOceanFake
 ) -> None:
-    other = provider(fake, "do-fra")
-    try:
+    async with closing(provider(fake, "do-fra")) as other:
         await other.create(request("px-fra"))
-    finally:
-        await other.close()
     (foreign,) = fake.firewalls
     epoch = datetime(1970, 1, 1, tzinfo=UTC)
     for bad in (

@@ -30,7 +30,9 @@ from tests.contract.provider import (
     MakeRequest,
     ProviderContract,
     Provoke,
+    closing,
     delete_all,
+    owned,
     request_factory,
 )
 from tests.support.digitalocean_support import CLIENTS, ENTRY, provider, request
@@ -69,10 +71,8 @@ class TestDigitalOceanContract(ProviderContract):
 
     @pytest.fixture
     async def provider(self, fake: DigitalOceanFake) -> AsyncIterator[DigitalOceanProvider]:
-        made = provider(fake)
-        yield made
-        await delete_all(made)
-        await made.close()
+        async with owned(provider(fake)) as made:
+            yield made
 
     @pytest.fixture
     def make_request(self) -> MakeRequest:
@@ -229,12 +229,9 @@ async def test_a_placement_digitalocean_does_not_know_is_permanent_naming_the_fi
 
 
 async def test_a_bad_default_is_named_as_the_config_field(fake: DigitalOceanFake) -> None:
-    made = provider(fake, size="s-1vcpu-3gb")
-    try:
+    async with closing(provider(fake, size="s-1vcpu-3gb")) as made:
         with pytest.raises(Permanent, match="the size 's-1vcpu-3gb' comes from size"):
             await made.create(request("px-d"))
-    finally:
-        await made.close()
 
 
 async def test_a_slow_api_is_a_bounded_transient_failure(fake: DigitalOceanFake) -> None:
@@ -304,11 +301,8 @@ async def test_a_create_sends_the_placement_tags_and_user_data_with_squid_and_le
         vpc_uuid="5a4981aa-9653-4bd1-bef5-d6bff52042e4",
         ssh_keys=("289794", "3b:16:bf:e4:8b:00:8b:b8:59:8c:a9:d3:f0:19:45:fa"),
     )
-    keyed = lease_keyed(made, b"k" * 32)
-    try:
+    async with closing(lease_keyed(made, b"k" * 32)) as keyed:
         pid = await keyed.create(request("px-body", cloud_init="#cloud-config\npackages: [htop]\n"))
-    finally:
-        await keyed.close()
     (droplet,) = fake.droplets.values()
     sent = droplet.request
     assert str(droplet.body["id"]) == pid
@@ -333,15 +327,12 @@ async def test_a_create_sends_the_placement_tags_and_user_data_with_squid_and_le
 
 async def test_the_region_is_stable_per_name_and_spreads_over_names(fake: DigitalOceanFake) -> None:
     regions = ("fra1", "ams3", "lon1")
-    made = provider(fake, regions=regions)
-    try:
+    async with closing(provider(fake, regions=regions)) as made:
         for i in range(12):
             await made.create(request(f"px-r{i}"))
         again = provider(fake, regions=regions)
         await again.create(request("px-r0"))  # a retried create: the same droplet, same place
         await again.close()
-    finally:
-        await made.close()
     used = {d.request["region"] for d in fake.droplets.values()}
     assert len(fake.droplets) == 12
     assert len(used) >= 2
@@ -349,11 +340,8 @@ async def test_the_region_is_stable_per_name_and_spreads_over_names(fake: Digita
 
 
 async def test_an_empty_spec_needs_no_user_data_without_squid(fake: DigitalOceanFake) -> None:
-    made = provider(fake, install_squid=False)
-    try:
+    async with closing(provider(fake, install_squid=False)) as made:
         await made.create(request("px-plain"))
-    finally:
-        await made.close()
     (droplet,) = fake.droplets.values()
     assert "user_data" not in droplet.request
 

@@ -17,6 +17,7 @@ from services.providers.base import Permanent, ProviderError
 from services.providers.digitalocean.provider import DigitalOceanProvider
 from services.providers.digitalocean.testing import DigitalOceanFake
 from services.runtime.logs import configure_logging
+from tests.contract.provider import closing
 from tests.support.digitalocean_support import ENTRY, config, provider, request
 
 pytestmark = pytest.mark.integration
@@ -42,8 +43,9 @@ async def test_a_token_file_is_read_at_the_first_call_and_again_after_a_401(
 ) -> None:
     token_file = tmp_path / "token"
     token_file.write_text("dop_v1_old\n")
-    made = DigitalOceanProvider(ENTRY, config(fake, token_file=str(token_file)))
-    try:
+    async with closing(
+        DigitalOceanProvider(ENTRY, config(fake, token_file=str(token_file)))
+    ) as made:
         with pytest.raises(Permanent, match="HTTP 401") as caught:
             await made.list_by_tag()
         assert "dop_v1_old" not in str(caught.value)
@@ -51,14 +53,11 @@ async def test_a_token_file_is_read_at_the_first_call_and_again_after_a_401(
         assert await made.list_by_tag() == []
         token_file.unlink()
         assert await made.list_by_tag() == []  # read once: no need to read it again
-    finally:
-        await made.close()
-    missing = DigitalOceanProvider(ENTRY, config(fake, token_file=str(token_file)))
-    try:
+    async with closing(
+        DigitalOceanProvider(ENTRY, config(fake, token_file=str(token_file)))
+    ) as missing:
         with pytest.raises(Permanent, match=f"tokenFile {token_file}: cannot read it"):
             await missing.list_by_tag()
-    finally:
-        await missing.close()
 
 
 @pytest.fixture

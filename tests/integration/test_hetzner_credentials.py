@@ -18,7 +18,10 @@ import structlog
 from services.providers.base import Leftover, Permanent, ProviderError
 from services.providers.hetzner.provider import HetznerProvider
 from services.providers.hetzner.testing import HetznerFake
-from tests.contract.provider import delete_all
+from tests.contract.provider import (
+    closing,
+    delete_all,
+)
 from tests.support.hetzner_support import ENTRY, TOKEN, config, fake, request
 
 pytestmark = pytest.mark.integration
@@ -85,8 +88,7 @@ async def test_the_token_is_in_no_log_record_error_or_repr(
 async def test_an_answer_echoing_the_token_is_scrubbed_in_our_error_and_the_chained_one(
     fake: HetznerFake,
 ) -> None:
-    provider = HetznerProvider(ENTRY, config(fake))
-    try:
+    async with closing(HetznerProvider(ENTRY, config(fake))) as provider:
         fake.inject(500, "server_error", kind="server_get", message=f"bad header Bearer {TOKEN}")
         shown = await failing(lambda: provider.get("40000001"))
         fake.inject(
@@ -97,8 +99,6 @@ async def test_an_answer_echoing_the_token_is_scrubbed_in_our_error_and_the_chai
             details={"fields": [{"name": "token", "messages": [TOKEN]}]},
         )
         shown += await failing(provider.list_by_tag)
-    finally:
-        await provider.close()
     assert "bad header Bearer <redacted>" in shown[0]
     for text in shown:
         assert TOKEN not in text, text
@@ -108,12 +108,9 @@ async def test_without_a_token_no_call_is_made_and_the_error_says_where_to_put_o
     fake: HetznerFake, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("HCLOUD_TOKEN")
-    provider = HetznerProvider(ENTRY, config(fake))
-    try:
+    async with closing(HetznerProvider(ENTRY, config(fake))) as provider:
         with pytest.raises(Permanent, match=r"set HCLOUD_TOKEN .* or tokenFile"):
             await provider.create(request("px-1"))
-    finally:
-        await provider.close()
     assert fake.requests == []
 
 
@@ -122,12 +119,9 @@ async def test_a_token_no_api_gives_is_refused_without_being_shown(
     fake: HetznerFake, monkeypatch: pytest.MonkeyPatch, bad: str
 ) -> None:
     monkeypatch.setenv("HCLOUD_TOKEN", bad)
-    provider = HetznerProvider(ENTRY, config(fake))
-    try:
+    async with closing(HetznerProvider(ENTRY, config(fake))) as provider:
         with pytest.raises(Permanent) as caught:
             await provider.list_by_tag()
-    finally:
-        await provider.close()
     assert "HCLOUD_TOKEN" in str(caught.value)
     if bad.strip():
         assert all(bad not in text for text in texts_of(caught.value))
@@ -140,16 +134,15 @@ async def test_a_token_file_wins_and_is_read_again_after_the_token_was_refused(
     monkeypatch.setenv("HCLOUD_TOKEN", WRONG)  # ignored: the config names a file
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN + "\n")  # as `kubectl create secret --from-file` leaves it
-    provider = HetznerProvider(ENTRY, config(fake, token_file=str(token_file)))
-    try:
+    async with closing(
+        HetznerProvider(ENTRY, config(fake, token_file=str(token_file)))
+    ) as provider:
         await provider.list_by_tag()
         fake.token = "hzROTATEDtoken00112233445566778899aabbccddeeff00112233445566778899"
         with pytest.raises(Permanent, match="unauthorized"):
             await provider.list_by_tag()
         token_file.write_text(fake.token)  # the Secret is updated
         assert await provider.list_by_tag() == []
-    finally:
-        await provider.close()
 
 
 async def test_an_unreadable_token_file_is_permanent_naming_the_file(
@@ -163,10 +156,7 @@ async def test_an_unreadable_token_file_is_permanent_naming_the_file(
         (tmp_path, "cannot read it"),
         (big, "larger"),
     ):
-        provider = HetznerProvider(ENTRY, config(fake, token_file=str(path)))
-        try:
+        async with closing(HetznerProvider(ENTRY, config(fake, token_file=str(path)))) as provider:
             with pytest.raises(Permanent, match=re.escape(f"tokenFile {path}: {problem}")):
                 await provider.get("40000001")
-        finally:
-            await provider.close()
     assert fake.requests == []

@@ -35,7 +35,11 @@ from services.providers.squidauth.pure.cloudinit import PART_NAME as LEASE_PART
 from services.runtime.connection import Connection
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.metrics import Metrics
-from tests.contract.provider import delete_all
+from tests.contract.provider import (
+    closing,
+    delete_all,
+    owned,
+)
 from tests.support.hetzner_support import CLIENTS, ENTRY, config, fake, request, user_data_parts
 from tests.support.waiting import until
 
@@ -48,10 +52,8 @@ OWNER = "firewall:hz-eu"
 
 @pytest.fixture
 async def hz(fake: HetznerFake) -> AsyncIterator[HetznerProvider]:
-    provider = HetznerProvider(ENTRY, config(fake))
-    yield provider
-    await delete_all(provider)
-    await provider.close()
+    async with owned(HetznerProvider(ENTRY, config(fake))) as provider:
+        yield provider
 
 
 async def gone(provider: HetznerProvider, pid: str) -> None:
@@ -102,11 +104,9 @@ async def test_made_once_with_exactly_the_allowed_clients_and_attached_at_create
     assert applied(fake) == {int(first), int(second)}
     assert {b["firewalls"][0]["firewall"] for b in fake.create_bodies} == {made["id"]}
 
-    replica = HetznerProvider(ENTRY, config(fake))  # another executor replica, or a restart
-    try:
+    # another executor replica, or a restart
+    async with closing(HetznerProvider(ENTRY, config(fake))) as replica:
         third = await replica.create(request("px-3"))
-    finally:
-        await replica.close()
     assert fake.calls("firewall_create") == 1
     assert fake.calls("firewall_set_rules") == 0
     assert applied(fake) == {int(first), int(second), int(third)}
@@ -130,12 +130,10 @@ async def test_changed_allowed_clients_are_set_at_the_next_create(
 
 
 async def test_world_open_only_when_written(fake: HetznerFake) -> None:
-    provider = HetznerProvider(ENTRY, config(fake, allowed_clients=("0.0.0.0/0", "::/0")))
-    try:
+    async with owned(
+        HetznerProvider(ENTRY, config(fake, allowed_clients=("0.0.0.0/0", "::/0")))
+    ) as provider:
         await provider.create(request("px-open"))
-    finally:
-        await delete_all(provider)
-        await provider.close()
     (rule,) = firewall(fake)["rules"]
     assert rule["source_ips"] == ["0.0.0.0/0", "::/0"]
 
@@ -187,11 +185,8 @@ async def test_a_firewall_a_server_came_back_to_is_kept(
 ) -> None:
     await gone(hz, await hz.create(request("px-1")))
     (leftover,) = await hz.leftovers()
-    replica = HetznerProvider(ENTRY, config(fake))
-    try:
+    async with closing(HetznerProvider(ENTRY, config(fake))) as replica:
         await replica.create(request("px-2"))  # a create resumed between listing and delete
-    finally:
-        await replica.close()
     assert await hz.delete_leftover(leftover) is False
     assert fake.firewall_named(FIREWALL) is not None
     # Hetzner's own guard: a firewall applied to a server is refused, and kept.
@@ -204,12 +199,10 @@ async def test_a_create_after_gc_deleted_the_firewall_makes_it_again(
     hz: HetznerProvider, fake: HetznerFake
 ) -> None:
     await gone(hz, await hz.create(request("px-1")))  # hz caches the firewall's id
-    collector = HetznerProvider(ENTRY, config(fake))  # the GC, in another process
-    try:
+    # the GC, in another process
+    async with closing(HetznerProvider(ENTRY, config(fake))) as collector:
         (leftover,) = await collector.leftovers()
         assert await collector.delete_leftover(leftover) is True
-    finally:
-        await collector.close()
     pid = await hz.create(request("px-2"))
     assert fake.calls("server_create") == 3  # refused once: the cached firewall is gone
     remade = firewall(fake)
@@ -275,8 +268,8 @@ async def test_gc_sweeps_orphan_servers_then_the_firewall_with_grace_and_dry_run
     jetstream_store: JetStreamEventStore,
 ) -> None:
     await declare(jetstream_store, "live-1")
-    live = await hz.create(request("px-live", owner="live-1"))
-    orphan = await hz.create(request("px-orphan", owner="gone-1"))
+    live = await hz.create(request("px-live", owner_uid="live-1"))
+    orphan = await hz.create(request("px-orphan", owner_uid="gone-1"))
 
     young = await sweep_once({ENTRY: hz}, {"live-1"}, datetime.now(UTC), 3600.0)
     assert (young.orphans, young.providers[0].young) == (0, 1)
@@ -330,7 +323,7 @@ async def test_user_data_has_the_proxys_part_the_squid_part_and_the_lease_part(
     wrapped = lease_keyed(provider, master)
     assert isinstance(wrapped, LeftoverCleaner)
     try:
-        await wrapped.create(request("px-lease", owner="uid-7", cloud_init="#cloud-config\n"))
+        await wrapped.create(request("px-lease", owner_uid="uid-7", cloud_init="#cloud-config\n"))
     finally:
         await delete_all(provider)
         await wrapped.close()

@@ -28,7 +28,9 @@ from tests.contract.provider import (
     MakeRequest,
     ProviderContract,
     Provoke,
+    closing,
     delete_all,
+    owned,
     request_factory,
 )
 from tests.support.hetzner_support import ENTRY, config, fake, request, user_data_parts
@@ -56,10 +58,8 @@ class TestHetznerContract(ProviderContract):
 
     @pytest.fixture
     async def provider(self, fake: HetznerFake) -> AsyncIterator[HetznerProvider]:
-        provider = HetznerProvider(ENTRY, config(fake))
-        yield provider
-        await delete_all(provider)
-        await provider.close()
+        async with owned(HetznerProvider(ENTRY, config(fake))) as provider:
+            yield provider
 
     @pytest.fixture
     def make_request(self) -> MakeRequest:
@@ -188,12 +188,9 @@ async def test_a_slow_api_is_one_bounded_transient_failure(fake: HetznerFake) ->
 async def test_an_unreachable_endpoint_is_transient(fake: HetznerFake) -> None:
     with HetznerFake() as gone:
         endpoint = gone.url
-    provider = HetznerProvider(ENTRY, config(fake, endpoint_url=endpoint))
-    try:
+    async with closing(HetznerProvider(ENTRY, config(fake, endpoint_url=endpoint))) as provider:
         with pytest.raises(Transient, match="ConnectionError"):
             await provider.list_by_tag()
-    finally:
-        await provider.close()
 
 
 async def test_ids_it_never_issued_are_not_found_without_a_call(
@@ -213,8 +210,8 @@ async def test_bad_specs_fail_before_any_call(hz: HetznerProvider, fake: Hetzner
         (request("px-b", placement=Placement(zone="fsn1", region="eu-central")), "differ"),
         (request("px-c", placement=Placement(zone="FSN1")), "spec.placement.zone 'FSN1'"),
         (request("px-d", placement=Placement(machine_type="CX 22")), "machineType"),
-        (request("px-e", owner="Owner/With Slash"), "owner-uid='Owner/With Slash'"),
-        (request("px-f", owner="-leading-dash"), "not a valid Hetzner label value"),
+        (request("px-e", owner_uid="Owner/With Slash"), "owner-uid='Owner/With Slash'"),
+        (request("px-f", owner_uid="-leading-dash"), "not a valid Hetzner label value"),
         (request("px-g", cloud_init="#cloud-config\n" + "x" * 40_000), "at most 32768"),
     ]
     for bad, message in cases:
@@ -338,12 +335,9 @@ async def test_defaults_come_from_the_config_and_the_optional_fields_stay_out(
 
 
 async def test_install_squid_false_sends_the_proxys_cloud_init_alone(fake: HetznerFake) -> None:
-    provider = HetznerProvider(ENTRY, config(fake, install_squid=False))
-    try:
+    async with closing(HetznerProvider(ENTRY, config(fake, install_squid=False))) as provider:
         await provider.create(request("px-own", cloud_init="#cloud-config\npackages: [squid]\n"))
         await provider.create(request("px-none"))
-    finally:
-        await provider.close()
     own, none = fake.create_bodies
     assert own["user_data"] == "#cloud-config\npackages: [squid]\n"
     assert "user_data" not in none
@@ -393,7 +387,7 @@ async def test_a_server_without_a_public_ipv4_is_reached_on_its_ipv6(
 
 
 async def test_instance_fields_come_from_hetzner(hz: HetznerProvider, fake: HetznerFake) -> None:
-    pid = await hz.create(request("px-f", owner="owner-f"))
+    pid = await hz.create(request("px-f", owner_uid="owner-f"))
     for _ in range(2):
         instance = await hz.get(pid)
     record = fake.servers[server_id(pid)].body
@@ -430,9 +424,8 @@ async def test_get_and_delete_keep_working_after_the_config_changes(fake: Hetzne
     first = HetznerProvider(ENTRY, config(fake, locations=("fsn1",)))
     pid = await first.create(request("px-moved"))
     await first.close()
-    moved = HetznerProvider(ENTRY, config(fake, locations=("hel1",), server_type="cx33"))
-    try:
+    async with closing(
+        HetznerProvider(ENTRY, config(fake, locations=("hel1",), server_type="cx33"))
+    ) as moved:
         assert (await moved.get(pid)).name == "px-moved"
         await moved.delete(pid)
-    finally:
-        await moved.close()

@@ -13,12 +13,12 @@ import boto3  # type: ignore[import-untyped]
 import msgspec
 import pytest
 
-from events.schemas import ProxySpec
 from services.providers.aws.config import AwsConfig
 from services.providers.aws.provider import AwsProvider
 from services.providers.aws.testing import FaultFront, MotoEc2
 from services.providers.base import CreateRequest
-from tests.contract.provider import delete_all
+from tests.contract.provider import owned
+from tests.support.cloud_requests import cloud_request
 from tests.support.markers import starts
 
 __all__ = ["aws", "ec2", "front", "image", "moto"]
@@ -62,18 +62,8 @@ def config(endpoint: str, image: str, **overrides: Any) -> AwsConfig:
     return msgspec.convert(settings, AwsConfig)
 
 
-def request(
-    name: str, *, owner_uid: str = "owner-1", cloud_init: str = "", **spec: Any
-) -> CreateRequest:
-    return CreateRequest(
-        name=name,
-        owner_uid=owner_uid,
-        namespace="crawl",
-        proxy_name=name,
-        spec=ProxySpec(provider=PROVIDER, **spec),
-        spec_hash="abc123",
-        cloud_init=cloud_init,
-    )
+def request(name: str, **fields: Any) -> CreateRequest:
+    return cloud_request(PROVIDER, name, **fields)
 
 
 def admin(endpoint: str) -> Any:
@@ -158,7 +148,5 @@ def front(moto: MotoEc2) -> Iterator[FaultFront]:
 @pytest.fixture
 async def aws(front: FaultFront, image: str) -> AsyncIterator[AwsProvider]:
     """The provider under test, through the front; what a test left is terminated after."""
-    provider = AwsProvider(PROVIDER, config(front.url, image))
-    yield provider
-    await delete_all(provider)
-    await provider.close()
+    async with owned(AwsProvider(PROVIDER, config(front.url, image))) as provider:
+        yield provider

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from events.schemas import Placement, ProxySpec
+from events.schemas import Placement
 from services.providers.base import CreateRequest
 from services.providers.digitalocean.config import DigitalOceanConfig
 from services.providers.digitalocean.provider import DigitalOceanProvider
 from services.providers.digitalocean.testing import DEFAULT_TOKEN, DigitalOceanFake
+from tests.support.cloud_requests import cloud_request
 
 ENTRY = "do-ams"
 CLIENTS = ("198.51.100.0/24", "203.0.113.7/32")
@@ -32,20 +33,7 @@ def provider(
     return DigitalOceanProvider(name, config(fake, **overrides), token=token, page_size=page_size)
 
 
-def request(
-    name: str,
-    *,
-    owner_uid: str = "owner-1",
-    cloud_init: str = "",
-    spec_hash: str = "abc123",
-    **placement: str,
-) -> CreateRequest:
-    return CreateRequest(
-        name=name,
-        owner_uid=owner_uid,
-        namespace="crawl",
-        proxy_name=name,
-        spec=ProxySpec(provider=ENTRY, placement=Placement(**placement)),
-        spec_hash=spec_hash,
-        cloud_init=cloud_init,
-    )
+def request(name: str, **fields: str) -> CreateRequest:
+    """The fields beyond the request's own (owner_uid, cloud_init, spec_hash) are placement's."""
+    own = {k: fields.pop(k) for k in ("owner_uid", "cloud_init", "spec_hash") if k in fields}
+    return cloud_request(ENTRY, name, placement=Placement(**fields), **own)

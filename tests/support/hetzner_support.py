@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from events.schemas import ProxySpec
 from services.providers.base import CreateRequest
 from services.providers.hetzner.config import HetznerConfig
 from services.providers.hetzner.testing import HetznerFake
+from tests.support.cloud_requests import cloud_request
 from tests.support.markers import starts
 
 TOKEN = "hzTESTtoken0f1e2d3c4b5a69788796a5b4c3d2e1f0aabbccddeeff0011223344"
@@ -29,18 +29,8 @@ def config(fake: HetznerFake, **overrides: Any) -> HetznerConfig:
     return HetznerConfig(**settings)
 
 
-def request(
-    name: str, *, owner: str = "owner-1", cloud_init: str = "", **spec: Any
-) -> CreateRequest:
-    return CreateRequest(
-        name=name,
-        owner_uid=owner,
-        namespace="crawl",
-        proxy_name=name,
-        spec=ProxySpec(provider=ENTRY, **spec),
-        spec_hash="abc123",
-        cloud_init=cloud_init,
-    )
+def request(name: str, **fields: Any) -> CreateRequest:
+    return cloud_request(ENTRY, name, **fields)
 
 
 def user_data_parts(user_data: str) -> dict[str, str]:
