@@ -16,20 +16,17 @@ import http.client
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
 import uuid
-from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import TracebackType
-from typing import Any
 from urllib.parse import parse_qs, urlsplit
 from xml.sax.saxutils import escape
 
+from services.providers import fakehttp
+from services.providers.fakehttp import Fault, Reply, Request
 from services.runtime.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -122,17 +119,6 @@ class MotoEc2:
 # ---------------------------------------------------------------- the fault-injecting front
 
 
-@dataclass
-class Fault:
-    code: str
-    status: int
-    message: str
-    remaining: int
-    retry_after: str = ""
-    stall: float = 0.0
-    """Seconds to hold the request before answering (or forwarding, when ``code`` is empty)."""
-
-
 def error_body(code: str, message: str) -> bytes:
     """EC2's error answer, as its Query API sends it."""
     return (
@@ -143,23 +129,17 @@ def error_body(code: str, message: str) -> bytes:
     ).encode()
 
 
-class FaultFront:
+class FaultFront(fakehttp.FakeServer):
     """A reverse proxy in front of ``upstream`` (moto) that fails chosen Actions; ``actions``
-    lists the Action of every request it received, in order."""
+    lists the Action of every request it received, in order, and ``bodies`` their forms."""
+
+    thread_name = "ec2-front"
 
     def __init__(self, upstream: str) -> None:
+        super().__init__(any_kind=ANY_ACTION)
         self.upstream = urlsplit(upstream)
         self.actions: list[str] = []
         self.bodies: list[dict[str, list[str]]] = []
-        self._faults: dict[str, deque[Fault]] = {}
-        self._lock = threading.Lock()
-        self._closing = threading.Event()
-        self._server: ThreadingHTTPServer | None = None
-
-    @property
-    def url(self) -> str:
-        assert self._server is not None, "start the front first"
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
 
     def inject(
         self,
@@ -172,107 +152,42 @@ class FaultFront:
         retry_after: str = "",
     ) -> None:
         """Answer the next ``times`` requests of ``action`` (``*``: of any) with this error."""
-        fault = Fault(code, status, message or f"injected {code}", times, retry_after)
-        with self._lock:
-            self._faults.setdefault(action, deque()).append(fault)
+        headers = {"Retry-After": retry_after} if retry_after else {}
+        self.add_fault(action, Fault(status, code, message or f"injected {code}", times, headers))
 
-    def stall(self, action: str, seconds: float, *, times: int = 1) -> None:
-        """Hold the next ``times`` requests of ``action`` for ``seconds``, then forward them."""
-        with self._lock:
-            self._faults.setdefault(action, deque()).append(Fault("", 0, "", times, stall=seconds))
+    def stall(self, kind: str, seconds: float, *, times: int | None = 1) -> None:
+        """Hold the next ``times`` requests of Action ``kind`` for ``seconds``, then forward
+        them (None: every one from now on)."""
+        super().stall(kind, seconds, times=times)
 
     def count(self, action: str) -> int:
         with self._lock:
             return self.actions.count(action)
 
-    def _take(self, action: str) -> Fault | None:
+    def serve(self, request: Request) -> Reply:
+        if request.method != "POST":
+            return self._forward(request)
+        form = parse_qs(request.body.decode("utf-8", "replace"))
+        action = (form.get("Action") or [""])[0]
         with self._lock:
+            self.bodies.append(form)
             self.actions.append(action)
-            for key in (action, ANY_ACTION):
-                queue = self._faults.get(key)
-                if queue:
-                    fault = queue[0]
-                    fault.remaining -= 1
-                    if fault.remaining <= 0:
-                        queue.popleft()
-                    return fault
-        return None
+        fault = self.fault_for(action)
+        if fault is None:
+            return self._forward(request)
+        headers = {"Content-Type": "text/xml;charset=UTF-8", **fault.headers}
+        return Reply(fault.status, error_body(fault.code, fault.message), tuple(headers.items()))
 
-    def start(self) -> None:
-        front = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                form = parse_qs(body.decode("utf-8", "replace"))
-                with front._lock:
-                    front.bodies.append(form)
-                fault = front._take((form.get("Action") or [""])[0])
-                if fault is not None and fault.stall:
-                    front._closing.wait(fault.stall)
-                if fault is not None and fault.code:
-                    self._answer(fault)
-                else:
-                    self._forward("POST", body)
-
-            def do_GET(self) -> None:
-                self._forward("GET", None)
-
-            def _answer(self, fault: Fault) -> None:
-                payload = error_body(fault.code, fault.message)
-                self.send_response(fault.status)
-                self.send_header("Content-Type", "text/xml;charset=UTF-8")
-                self.send_header("Content-Length", str(len(payload)))
-                if fault.retry_after:
-                    self.send_header("Retry-After", fault.retry_after)
-                self.end_headers()
-                self.wfile.write(payload)
-
-            def _forward(self, method: str, body: bytes | None) -> None:
-                upstream = front.upstream
-                connection = http.client.HTTPConnection(
-                    upstream.hostname or "127.0.0.1", upstream.port, timeout=60
-                )
-                try:
-                    headers = {k: v for k, v in self.headers.items() if k.lower() != "connection"}
-                    connection.request(method, self.path, body=body, headers=headers)
-                    response = connection.getresponse()
-                    payload = response.read()
-                finally:
-                    connection.close()
-                self.send_response(response.status)
-                for key, value in response.getheaders():
-                    if key.lower() not in ("content-length", "connection", "transfer-encoding"):
-                        self.send_header(key, value)
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-            def log_message(self, format: str, *args: Any) -> None:
-                del format, args
-
-        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        server.daemon_threads = True
-        threading.Thread(target=server.serve_forever, daemon=True).start()
-        self._server = server
-
-    def stop(self) -> None:
-        self._closing.set()
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-
-    def __enter__(self) -> FaultFront:
-        self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
+    def _forward(self, request: Request) -> Reply:
+        connection = http.client.HTTPConnection(
+            self.upstream.hostname or "127.0.0.1", self.upstream.port, timeout=60
+        )
+        try:
+            headers = {k: v for k, v in request.headers if k.lower() != "connection"}
+            body = request.body or None
+            connection.request(request.method, request.target, body=body, headers=headers)
+            response = connection.getresponse()
+            payload = response.read()
+        finally:
+            connection.close()
+        return Reply(response.status, payload, tuple(response.getheaders()))

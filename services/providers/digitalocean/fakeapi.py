@@ -307,14 +307,6 @@ def _copy(value: dict[str, Any]) -> dict[str, Any]:
     return copied
 
 
-def parse_json(body: bytes) -> dict[str, Any]:
-    try:
-        decoded = json.loads(body or b"{}")
-    except ValueError:
-        return {}
-    return decoded if isinstance(decoded, dict) else {}
-
-
 def error(status: int, error_id: str, message: str) -> Answer:
     return status, {"id": error_id, "message": message}, {}
 

@@ -24,18 +24,11 @@ is the HTTP server around it, the token check, the faults and the controls.
 
 from __future__ import annotations
 
-import json
-import sys
-import threading
 import time
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
-from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
+from services.providers import fakehttp
 from services.providers.digitalocean import fakeapi
 from services.providers.digitalocean.fakeapi import (
     IMAGES,
@@ -45,8 +38,8 @@ from services.providers.digitalocean.fakeapi import (
     Answer,
     Droplet,
     FakeAccount,
-    parse_json,
 )
+from services.providers.fakehttp import Fault, Reply, Request
 
 __all__ = [
     "DEFAULT_TOKEN",
@@ -76,60 +69,22 @@ KINDS = (
 DEFAULT_TOKEN = "dop_v1_fake_token_for_tests"
 
 
-@dataclass
-class _Fault:
-    status: int
-    error_id: str
-    message: str
-    headers: dict[str, str]
-    remaining: int
-
-
-class DigitalOceanFake(FakeAccount):
+class DigitalOceanFake(FakeAccount, fakehttp.FakeServer):
     """The fake server; use as a context manager (``with DigitalOceanFake() as fake``). The
     account's state (``droplets``, ``firewalls``, ``tags``) is readable by tests."""
+
+    thread_name = "do-fake"
 
     def __init__(
         self, *, token: str = DEFAULT_TOKEN, addresses: Sequence[str] | None = None
     ) -> None:
-        super().__init__(addresses)
+        FakeAccount.__init__(self, addresses)
+        fakehttp.FakeServer.__init__(self, KINDS)
         self.token = token
         self.requests: list[tuple[str, str, dict[str, str]]] = []
         self.calls: list[str] = []
-        self._faults: dict[str, deque[_Fault]] = {kind: deque() for kind in KINDS}
-        self._stalls: dict[str, float] = {}
-        self._lock = threading.RLock()
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
 
     # ---------------------------------------------------------------- control
-
-    @property
-    def url(self) -> str:
-        assert self._server is not None, "start the fake first"
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
-
-    def start(self) -> DigitalOceanFake:
-        server = _Server(("127.0.0.1", 0), _handler(self))
-        self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, args=(0.05,), name="do-fake")
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-        if self._thread is not None:
-            self._thread.join()
-        self._server = self._thread = None
-
-    def __enter__(self) -> DigitalOceanFake:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def inject(
         self,
@@ -142,16 +97,8 @@ class DigitalOceanFake(FakeAccount):
         times: int = 1,
     ) -> None:
         """Answer the next ``times`` calls of ``kind`` with this DigitalOcean error."""
-        if kind not in KINDS:
-            raise ValueError(f"unknown call kind {kind!r}; use one of {', '.join(KINDS)}")
         text = message or f"injected {error_id} ({status})"
-        with self._lock:
-            self._faults[kind].append(_Fault(status, error_id, text, dict(headers or {}), times))
-
-    def stall(self, kind: str, seconds: float) -> None:
-        """Delay every answer to ``kind`` (a slow API, to trip the client's timeout)."""
-        with self._lock:
-            self._stalls[kind] = seconds
+        self.add_fault(kind, Fault(status, error_id, text, times, dict(headers or {})))
 
     def power_off(self, droplet_id: int) -> None:
         with self._lock:
@@ -191,79 +138,42 @@ class DigitalOceanFake(FakeAccount):
 
     # ---------------------------------------------------------------- dispatch
 
-    def handle(self, method: str, target: str, headers: dict[str, str], body: bytes) -> Answer:
-        url = urlsplit(target)
-        query = {key: values[-1] for key, values in parse_qs(url.query).items()}
-        route = fakeapi.route(method, url.path)
+    def serve(self, request: Request) -> Reply:
+        status, answer, extra = self._answer(request)
+        headers = fakehttp.merge_headers(
+            {
+                "ratelimit-limit": "5000",
+                "ratelimit-remaining": "4999",
+                "ratelimit-reset": str(int(time.time()) + 60),
+            },
+            extra,
+        )
+        return fakehttp.json_reply(
+            status, answer, headers, content_type="application/json; charset=utf-8"
+        )
+
+    def _answer(self, request: Request) -> Answer:
+        route = fakeapi.route(request.method, request.path)
+        query = request.params
         with self._lock:
-            self.requests.append((method, url.path, query))
+            self.requests.append((request.method, request.path, query))
             if route is not None:
                 self.calls.append(route[0])
-        if headers.get("authorization", "") != f"Bearer {self.token}":
+        if request.header("authorization") != f"Bearer {self.token}":
             return fakeapi.error(401, "Unauthorized", "Unable to authenticate you")
         if route is None:
-            return fakeapi.error(
-                404, "not_found", "The resource you were accessing could not be found."
-            )
+            return fakeapi.not_found()
         kind, arg = route
-        if self._stalls.get(kind):
-            time.sleep(self._stalls[kind])
+        fault = self.fault_for(kind)
+        if fault is not None:
+            status, answer, extra = fakeapi.error(fault.status, fault.code, fault.message)
+            return status, answer, {**extra, **fault.headers}
         with self._lock:
-            fault = self._take_fault(kind)
-            if fault is not None:
-                status, answer, extra = fakeapi.error(fault.status, fault.error_id, fault.message)
-                return status, answer, {**extra, **fault.headers}
             return self.answer(
-                kind, arg, base=self.url, path=url.path, query=query, payload=parse_json(body)
+                kind,
+                arg,
+                base=self.url,
+                path=request.path,
+                query=query,
+                payload=fakehttp.parse_json(request.body),
             )
-
-    def _take_fault(self, kind: str) -> _Fault | None:
-        for queue in (self._faults[kind], self._faults["any"]):
-            if queue:
-                fault = queue[0]
-                fault.remaining -= 1
-                if fault.remaining <= 0:
-                    queue.popleft()
-                return fault
-        return None
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def handle_error(self, request: object, client_address: object) -> None:
-        """A client that gave up (a timeout test) is expected; anything else is printed."""
-        if not isinstance(sys.exc_info()[1], ConnectionError):
-            super().handle_error(request, client_address)  # type: ignore[arg-type]
-
-
-def _handler(fake: DigitalOceanFake) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        disable_nagle_algorithm = True
-
-        def _serve(self) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            body = self.rfile.read(length) if length else b""
-            headers = {k.lower(): v for k, v in self.headers.items()}
-            status, answer, extra = fake.handle(self.command, self.path, headers, body)
-            data = json.dumps(answer).encode() if answer is not None else b""
-            self.send_response(status, HTTPStatus(status).phrase)
-            self.send_header("Content-Type", "application/json; charset=utf-8")
-            self.send_header("ratelimit-limit", "5000")
-            self.send_header("ratelimit-remaining", "4999")
-            if "ratelimit-reset" not in {k.lower() for k in extra}:
-                self.send_header("ratelimit-reset", str(int(time.time()) + 60))
-            for name, value in extra.items():
-                self.send_header(name, value)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            if data:
-                self.wfile.write(data)
-
-        do_GET = do_POST = do_PUT = do_DELETE = _serve
-
-        def log_message(self, format: str, *args: Any) -> None:
-            """Quiet: ``fake.requests`` records what was asked."""
-
-    return Handler

@@ -18,16 +18,13 @@ from __future__ import annotations
 import itertools
 import json
 import re
-import sys
-import threading
-import time
 from collections import deque
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, timezone
-from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+
+from services.providers import fakehttp
+from services.providers.fakehttp import Fault, Reply, Request
 
 KINDS = ("insert", "get", "delete", "aggregatedList", "operations", "any")
 _BASE = "/compute/v1/projects/"
@@ -47,14 +44,6 @@ _REASON_DOMAINS = {"quotaExceeded": "usageLimits", "rateLimitExceeded": "usageLi
 
 
 @dataclass
-class _Fault:
-    status: int
-    reason: str
-    message: str
-    remaining: int
-
-
-@dataclass
 class _Instance:
     body: dict[str, Any]
     zone: str
@@ -62,70 +51,31 @@ class _Instance:
     deleting: bool = False
 
 
-class ComputeFake:
+class ComputeFake(fakehttp.FakeServer):
     """The fake server; use as a context manager (``with ComputeFake() as fake``)."""
 
+    thread_name = "compute-fake"
+
     def __init__(self, project: str = "test-project") -> None:
+        super().__init__(KINDS)
         self.project = project
         self.requests: list[tuple[str, str]] = []
         self.instances: dict[tuple[str, str], _Instance] = {}
         self.inserted_total = 0
-        self._faults: dict[str, deque[_Fault]] = {kind: deque() for kind in KINDS}
-        self._stalls: dict[str, float] = {}
         self._operation_errors: deque[tuple[str, str, int]] = deque()
-        self._lock = threading.RLock()
         self._ids = itertools.count(4_000_000_000_000_000_001, 7919)
         self._ips = itertools.count(1)
         self._ops = itertools.count(1)
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
 
     # ---------------------------------------------------------------- control
-
-    @property
-    def url(self) -> str:
-        assert self._server is not None, "start the fake first"
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
-
-    def start(self) -> ComputeFake:
-        server = _Server(("127.0.0.1", 0), _handler(self))
-        self._server = server
-        # A short poll interval: stop() waits for one, and tests stop a fake each.
-        self._thread = threading.Thread(
-            target=server.serve_forever, args=(0.05,), name="compute-fake"
-        )
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-        if self._thread is not None:
-            self._thread.join()
-        self._server = self._thread = None
-
-    def __enter__(self) -> ComputeFake:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def inject(
         self, status: int, reason: str, *, kind: str = "any", times: int = 1, message: str = ""
     ) -> None:
         """Answer the next ``times`` calls of ``kind`` with a GCE error."""
-        if kind not in KINDS:
-            raise ValueError(f"unknown call kind {kind!r}; use one of {', '.join(KINDS)}")
-        text = message or f"injected {reason} ({status})"
-        with self._lock:
-            self._faults[kind].append(_Fault(status, reason, text, times))
-
-    def stall(self, kind: str, seconds: float) -> None:
-        """Delay every answer to ``kind`` (a slow API, to trip the client's timeout)."""
-        with self._lock:
-            self._stalls[kind] = seconds
+        self.add_fault(
+            kind, Fault(status, reason, message or f"injected {reason} ({status})", times)
+        )
 
     def operation_error(self, code: str, message: str = "", *, status: int = 0) -> None:
         """Accept the next insert but report it DONE with this error and create nothing;
@@ -154,31 +104,32 @@ class ComputeFake:
 
     # ---------------------------------------------------------------- dispatch
 
-    def handle(self, method: str, target: str, body: bytes) -> tuple[int, dict[str, Any]]:
-        url = urlsplit(target)
-        query = {key: values[-1] for key, values in parse_qs(url.query).items()}
+    def serve(self, request: Request) -> Reply:
+        status, answer = self._answer(request)
+        return fakehttp.json_reply(status, answer, content_type="application/json; charset=UTF-8")
+
+    def _answer(self, request: Request) -> tuple[int, dict[str, Any]]:
+        method, path = request.method, request.path
         with self._lock:
-            self.requests.append((method, url.path))
-        route = self._route(method, url.path)
+            self.requests.append((method, path))
+        route = self._route(method, path)
         if route is None:
-            return _error(404, "notFound", f"no fake route for {method} {url.path}")
+            return _error(404, "notFound", f"no fake route for {method} {path}")
         kind, project, args = route
-        if self._stalls.get(kind):
-            time.sleep(self._stalls[kind])
+        fault = self.fault_for(kind)
+        if fault is not None:
+            return _error(fault.status, fault.code, fault.message)
         with self._lock:
-            fault = self._take_fault(kind)
-            if fault is not None:
-                return _error(fault.status, fault.reason, fault.message)
             if project != self.project:
                 return _error(404, "notFound", f"The resource 'projects/{project}' was not found")
             if kind == "insert":
-                return self._insert(args[0], _json(body))
+                return self._insert(args[0], fakehttp.parse_json(request.body))
             if kind == "get":
                 return self._get(*args)
             if kind == "delete":
                 return self._delete(*args)
             if kind == "aggregatedList":
-                return self._aggregated(query)
+                return self._aggregated(request.params)
             return 200, self._operation(args[0], "insert", "", done=True, name=args[1])
 
     def _route(self, method: str, path: str) -> tuple[str, str, tuple[str, ...]] | None:
@@ -196,16 +147,6 @@ class ComputeFake:
                 return "aggregatedList", project, ()
             case ("GET", [project, "zones", zone, "operations", name]):
                 return "operations", project, (zone, name)
-        return None
-
-    def _take_fault(self, kind: str) -> _Fault | None:
-        for queue in (self._faults[kind], self._faults["any"]):
-            if queue:
-                fault = queue[0]
-                fault.remaining -= 1
-                if fault.remaining <= 0:
-                    queue.popleft()
-                return fault
         return None
 
     # ---------------------------------------------------------------- calls
@@ -332,14 +273,6 @@ def _invalid(body: dict[str, Any]) -> str:
     return ""
 
 
-def _json(body: bytes) -> dict[str, Any]:
-    try:
-        decoded = json.loads(body or b"{}")
-    except ValueError:
-        return {}
-    return decoded if isinstance(decoded, dict) else {}
-
-
 def _error(status: int, reason: str, message: str) -> tuple[int, dict[str, Any]]:
     """GCE's JSON error shape, which the client turns into a GoogleAPICallError."""
     return status, {
@@ -355,37 +288,3 @@ def _error(status: int, reason: str, message: str) -> tuple[int, dict[str, Any]]
             ],
         }
     }
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def handle_error(self, request: object, client_address: object) -> None:
-        """A client that gave up (a timeout test) is expected; anything else is printed."""
-        if not isinstance(sys.exc_info()[1], ConnectionError):
-            super().handle_error(request, client_address)  # type: ignore[arg-type]
-
-
-def _handler(fake: ComputeFake) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"  # keep-alive, as the client's session expects
-        # Headers and body leave in separate writes: without this, delayed ACKs cost 40 ms each.
-        disable_nagle_algorithm = True
-
-        def _serve(self) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            body = self.rfile.read(length) if length else b""
-            status, answer = fake.handle(self.command, self.path, body)
-            data = json.dumps(answer).encode()
-            self.send_response(status, HTTPStatus(status).phrase)
-            self.send_header("Content-Type", "application/json; charset=UTF-8")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        do_GET = do_POST = do_DELETE = _serve
-
-        def log_message(self, format: str, *args: Any) -> None:
-            """Quiet: ``fake.requests`` records what was asked."""
-
-    return Handler

@@ -1,19 +1,16 @@
 """What the Hetzner Cloud API fake (``testing.py``) answers with: routes, request checks, the
 JSON shapes of servers, firewalls, actions, pages and errors, as Hetzner's public API reference
 gives them for the calls the provider makes. Split from the server so each file stays readable;
-only ``testing.py`` uses it, and the HTTP plumbing that serves the fake."""
+only ``testing.py`` uses it (the HTTP plumbing is ``services.providers.fakehttp``)."""
 
 from __future__ import annotations
 
 import itertools
 import json
 import re
-import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Protocol
+from typing import Any
 
 from services.providers.hetzner.pure.mapping import LABEL_KEY, LABEL_VALUE, SERVER_NAME
 
@@ -154,14 +151,6 @@ def error(status: int, code: str, message: str, details: dict[str, Any] | None =
     return status, {"error": {"code": code, "message": message, "details": details or {}}}, {}
 
 
-def json_body(body: bytes) -> dict[str, Any]:
-    try:
-        decoded = json.loads(body or b"{}")
-    except ValueError:
-        return {}
-    return decoded if isinstance(decoded, dict) else {}
-
-
 def route(method: str, path: str) -> tuple[str, tuple[int, ...]]:
     parts = path.rstrip("/").split("/")
     if len(parts) < 3 or parts[1] != "v1":
@@ -220,54 +209,3 @@ def page(query: dict[str, list[str]], key: str, items: list[dict[str, Any]]) -> 
     }
     chunk = found[(number - 1) * per_page : number * per_page]
     return 200, {key: chunk, "meta": {"pagination": pagination}}, {}
-
-
-class Backend(Protocol):
-    """What the HTTP plumbing asks of the fake."""
-
-    def handle(self, method: str, target: str, auth: str, body: bytes) -> Answer: ...
-
-    def rate_headers(self) -> dict[str, str]: ...
-
-
-def http_server(fake: Backend) -> ThreadingHTTPServer:
-    """A server on a free loopback port answering every request through ``fake``."""
-    return _Server(("127.0.0.1", 0), _handler(fake))
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def handle_error(self, request: object, client_address: object) -> None:
-        """A client that gave up (a timeout test) is expected; anything else is printed."""
-        if not isinstance(sys.exc_info()[1], ConnectionError):
-            super().handle_error(request, client_address)  # type: ignore[arg-type]
-
-
-def _handler(fake: Backend) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"  # keep-alive, as the client's session expects
-        disable_nagle_algorithm = True
-
-        def _serve(self) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            body = self.rfile.read(length) if length else b""
-            auth = self.headers.get("Authorization", "")
-            status, answer, headers = fake.handle(self.command, self.path, auth, body)
-            data = json.dumps(answer).encode() if answer is not None else b""
-            self.send_response(status, HTTPStatus(status).phrase)
-            for name, value in {**fake.rate_headers(), **headers}.items():
-                self.send_header(name, value)
-            if status != 204:
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            if data:
-                self.wfile.write(data)
-
-        do_GET = do_POST = do_DELETE = do_PUT = _serve
-
-        def log_message(self, format: str, *args: Any) -> None:
-            """Quiet: ``fake.requests`` records what was asked."""
-
-    return Handler

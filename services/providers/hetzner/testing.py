@@ -21,16 +21,15 @@ headers to answer; ``power_off`` and ``vanish`` act on a server behind the provi
 from __future__ import annotations
 
 import itertools
-import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from http.server import ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
+from services.providers import fakehttp
+from services.providers.fakehttp import Fault, Reply, Request
 from services.providers.hetzner import fake_api as api
 from services.providers.hetzner.fake_api import Answer
 
@@ -51,26 +50,20 @@ RATE_LIMIT = 3600
 
 
 @dataclass
-class Fault:
-    status: int
-    code: str
-    message: str
-    details: dict[str, Any]
-    headers: dict[str, str]
-    remaining: int
-
-
-@dataclass
 class _Record:
     body: dict[str, Any]
     steps: deque[str] = field(default_factory=lambda: deque(["running"]))
     deleting: bool = False
 
 
-class HetznerFake:
-    """The fake server; use as a context manager (``with HetznerFake() as fake``)."""
+class HetznerFake(fakehttp.FakeServer):
+    """The fake server; use as a context manager (``with HetznerFake() as fake``); ``url`` is
+    the base URL for ``endpointUrl`` (the client adds ``/v1``)."""
+
+    thread_name = "hetzner-fake"
 
     def __init__(self, token: str = "fake-hcloud-token", *, addresses: Sequence[str] = ()) -> None:
+        super().__init__(KINDS)
         self.token = token
         self.requests: list[tuple[str, str, str]] = []
         """(method, path with query, call kind) of every request, in order."""
@@ -82,46 +75,11 @@ class HetznerFake:
         self._addresses: Iterator[str] = (
             itertools.cycle(list(addresses)) if addresses else api.loopback_addresses()
         )
-        self._faults: dict[str, deque[Fault]] = {kind: deque() for kind in KINDS}
-        self._stalls: dict[str, float] = {}
         self._after: dict[str, deque[Callable[[], object]]] = {kind: deque() for kind in KINDS}
         self._remaining = RATE_LIMIT
-        self._lock = threading.RLock()
         self._ids = itertools.count(40_000_001)
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
 
     # ---------------------------------------------------------------- control
-
-    @property
-    def url(self) -> str:
-        """The base URL for ``endpointUrl`` (the client adds ``/v1``)."""
-        assert self._server is not None, "start the fake first"
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}"
-
-    def start(self) -> HetznerFake:
-        server = api.http_server(self)
-        self._server = server
-        self._thread = threading.Thread(
-            target=server.serve_forever, args=(0.05,), name="hetzner-fake"
-        )
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-        if self._thread is not None:
-            self._thread.join()
-        self._server = self._thread = None
-
-    def __enter__(self) -> HetznerFake:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     def inject(
         self,
@@ -135,23 +93,14 @@ class HetznerFake:
         headers: dict[str, str] | None = None,
     ) -> None:
         """Answer the next ``times`` calls of ``kind`` with a Hetzner error."""
-        if kind not in KINDS:
-            raise ValueError(f"unknown call kind {kind!r}; use one of {', '.join(KINDS)}")
         text = message or f"injected {code} ({status})"
-        with self._lock:
-            fault = Fault(status, code, text, details or {}, dict(headers or {}), times)
-            self._faults[kind].append(fault)
-
-    def stall(self, kind: str, seconds: float) -> None:
-        """Delay every answer to ``kind`` (a slow API, to trip the client's timeout)."""
-        with self._lock:
-            self._stalls[kind] = seconds
+        fault = Fault(status, code, text, times, dict(headers or {}), dict(details or {}))
+        self.add_fault(kind, fault)
 
     def after(self, kind: str, action: Callable[[], object]) -> None:
         """Run ``action`` once the next call of ``kind`` is answered: something happening
         between two calls of the provider (another process's create, a GC delete)."""
-        if kind not in KINDS:
-            raise ValueError(f"unknown call kind {kind!r}; use one of {', '.join(KINDS)}")
+        self.check_kind(kind)
         with self._lock:
             self._after[kind].append(action)
 
@@ -203,54 +152,54 @@ class HetznerFake:
 
     # ---------------------------------------------------------------- dispatch
 
-    def handle(self, method: str, target: str, auth: str, body: bytes) -> Answer:
-        url = urlsplit(target)
-        kind, _ = api.route(method, url.path)
-        answer = self._answer(method, target, auth, body)
+    def serve(self, request: Request) -> Reply:
+        kind, args = api.route(request.method, request.path)
+        status, answer, headers = self._answer(request, kind, args)
         with self._lock:
             actions = self._after.get(kind)
             if actions:
                 actions.popleft()()
-        return answer
+        return fakehttp.json_reply(
+            status, answer, fakehttp.merge_headers(self.rate_headers(), headers)
+        )
 
-    def _answer(self, method: str, target: str, auth: str, body: bytes) -> Answer:
-        url = urlsplit(target)
-        query = parse_qs(url.query)
-        kind, args = api.route(method, url.path)
+    def _answer(self, request: Request, kind: str, args: tuple[int, ...]) -> Answer:
         with self._lock:
-            self.requests.append((method, target, kind))
+            self.requests.append((request.method, request.target, kind))
             self._remaining = max(self._remaining - 1, 0)
-        if self._stalls.get(kind):
-            time.sleep(self._stalls[kind])
+        if request.header("Authorization") != f"Bearer {self.token}":
+            return api.error(401, "unauthorized", "unable to authenticate")
+        fault = self.fault_for(kind)
+        if fault is not None:
+            status, answer, _ = api.error(fault.status, fault.code, fault.message, fault.details)
+            return status, answer, fault.headers
+        body = fakehttp.parse_json(request.body)
         with self._lock:
-            if auth != f"Bearer {self.token}":
-                return api.error(401, "unauthorized", "unable to authenticate")
-            fault = self._take_fault(kind)
-            if fault is not None:
-                return fault.status, _error_body(fault), fault.headers
             match kind:
                 case "server_create":
-                    self.create_bodies.append(api.json_body(body))
-                    return self._create_server(api.json_body(body))
+                    self.create_bodies.append(body)
+                    return self._create_server(body)
                 case "server_get":
                     return self._get_server(args[0])
                 case "server_list":
-                    return api.page(query, "servers", [s.body for s in self.servers.values()])
+                    return api.page(
+                        request.query, "servers", [s.body for s in self.servers.values()]
+                    )
                 case "server_delete":
                     return self._delete_server(args[0])
                 case "firewall_create":
-                    return self._create_firewall(api.json_body(body))
+                    return self._create_firewall(body)
                 case "firewall_get":
                     return self._get_firewall(args[0])
                 case "firewall_list":
-                    return api.page(query, "firewalls", list(self.firewalls.values()))
+                    return api.page(request.query, "firewalls", list(self.firewalls.values()))
                 case "firewall_delete":
                     return self._delete_firewall(args[0])
                 case "firewall_set_rules":
-                    return self._set_rules(args[0], api.json_body(body))
+                    return self._set_rules(args[0], body)
                 case "action_get":
                     return 200, {"action": api.action(args[0], "create_server")}, {}
-            return api.error(404, "not_found", f"no fake route for {method} {url.path}")
+            return api.error(404, "not_found", f"no fake route for {request.method} {request.path}")
 
     def rate_headers(self) -> dict[str, str]:
         with self._lock:
@@ -260,16 +209,6 @@ class HetznerFake:
                 "RateLimit-Remaining": str(self._remaining),
                 "RateLimit-Reset": str(reset),
             }
-
-    def _take_fault(self, kind: str) -> Fault | None:
-        for queue in (self._faults.get(kind, deque()), self._faults["any"]):
-            if queue:
-                fault = queue[0]
-                fault.remaining -= 1
-                if fault.remaining <= 0:
-                    queue.popleft()
-                return fault
-        return None
 
     # ---------------------------------------------------------------- servers
 
@@ -413,9 +352,3 @@ class HetznerFake:
             return api.invalid(*problem)
         found["rules"] = [api.rule(r) for r in body["rules"]]
         return 201, {"actions": [api.action(next(self._ids), "set_firewall_rules")]}, {}
-
-    # ---------------------------------------------------------------- listing
-
-
-def _error_body(fault: Fault) -> dict[str, Any]:
-    return {"error": {"code": fault.code, "message": fault.message, "details": fault.details}}
