@@ -6,7 +6,6 @@ orphan sweep through the real GC code (dry run, grace, events) with a real nats-
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
 
 import pytest
@@ -26,26 +25,14 @@ from services.runtime.connection import Connection
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.metrics import Metrics
 from tests.contract.provider import closing
-from tests.support.digitalocean_support import CLIENTS, ENTRY, provider, request
+from tests.support.digitalocean_support import CLIENTS, ENTRY, do, fake, provider, request
 from tests.support.waiting import until
 
 pytestmark = pytest.mark.integration
+__all__ = ["do", "fake"]  # fixtures
 
 PROVIDER_TAG = "egress-proxies-provider:do-ams"
 WORLD = ["0.0.0.0/0", "::/0"]
-
-
-@pytest.fixture
-def fake() -> Iterator[DigitalOceanFake]:
-    with DigitalOceanFake() as server:
-        yield server
-
-
-@pytest.fixture
-async def do(fake: DigitalOceanFake) -> AsyncIterator[DigitalOceanProvider]:
-    made = provider(fake)
-    yield made
-    await made.close()
 
 
 def the_firewall(fake: DigitalOceanFake) -> dict[str, object]:

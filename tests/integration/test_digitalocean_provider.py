@@ -7,7 +7,7 @@ from __future__ import annotations
 import email.parser
 import email.policy
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
@@ -35,32 +35,13 @@ from tests.contract.provider import (
     owned,
     request_factory,
 )
-from tests.support.digitalocean_support import CLIENTS, ENTRY, provider, request
+from tests.support.digitalocean_support import CLIENTS, ENTRY, do, fake, provider, request, running
 from tests.support.digitalocean_support import provider as _provider
 
 pytestmark = pytest.mark.integration
+__all__ = ["do", "fake"]  # fixtures
 
 Call = Callable[[], Awaitable[object]]
-
-
-@pytest.fixture
-def fake() -> Iterator[DigitalOceanFake]:
-    with DigitalOceanFake() as server:
-        yield server
-
-
-@pytest.fixture
-async def do(fake: DigitalOceanFake) -> AsyncIterator[DigitalOceanProvider]:
-    made = provider(fake)
-    yield made
-    await made.close()
-
-
-async def running(do: DigitalOceanProvider, pid: str) -> None:
-    for _ in range(3):
-        if (await do.get(pid)).state is InstanceState.RUNNING:
-            return
-    pytest.fail(f"{pid} not running after three gets")
 
 
 # ----------------------------------------------------------------------------- contract

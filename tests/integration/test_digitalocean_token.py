@@ -12,30 +12,17 @@ from pathlib import Path
 import pytest
 import structlog
 
-from events.schemas import InstanceState
 from services.providers.base import Permanent, ProviderError
 from services.providers.digitalocean.provider import DigitalOceanProvider
 from services.providers.digitalocean.testing import DigitalOceanFake
 from services.runtime.logs import configure_logging
 from tests.contract.provider import closing
-from tests.support.digitalocean_support import ENTRY, config, provider, request
+from tests.support.digitalocean_support import ENTRY, config, fake, provider, request, running
 
 pytestmark = pytest.mark.integration
+__all__ = ["fake"]  # fixtures
 
 Call = Callable[[], Awaitable[object]]
-
-
-@pytest.fixture
-def fake() -> Iterator[DigitalOceanFake]:
-    with DigitalOceanFake() as server:
-        yield server
-
-
-async def running(do: DigitalOceanProvider, pid: str) -> None:
-    for _ in range(3):
-        if (await do.get(pid)).state is InstanceState.RUNNING:
-            return
-    pytest.fail(f"{pid} not running after three gets")
 
 
 async def test_a_token_file_is_read_at_the_first_call_and_again_after_a_401(

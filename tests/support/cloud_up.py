@@ -84,6 +84,13 @@ class CloudUp:
         applied = await self.up.cli("apply", "-f", str(self.manifest), *extra)
         assert applied.returncode == 0, applied.stdout + applied.stderr
 
+    async def apply_and_wait(self) -> None:
+        """Apply, wait for Ready as the CLI does, and check the proxy is at the stand-in."""
+        await self.apply("--wait", "--timeout", "60")
+        found = await self.proxy()
+        assert found is not None
+        assert found["url"] == self.url
+
     async def proxy(self) -> dict[str, Any] | None:
         return next((p for p in await self.up.proxies() if p["name"] == self.name), None)
 
