@@ -6,6 +6,8 @@ from __future__ import annotations
 import collections
 import email.parser
 import email.policy
+import re
+from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
@@ -13,12 +15,23 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.providers.cloud.pure.firewall import firewall_name, firewall_owner
+from services.providers.base import Leftover, Permanent
+from services.providers.cloud.pure.firewall import FIREWALL_KIND, firewall_name, firewall_owner
+from services.providers.cloud.pure.leftovers import firewall_id_of, firewall_leftovers
 from services.providers.cloud.pure.settings import (
     MAX_CLIENT_RANGES,
     CloudSettings,
     check_cloud_settings,
     client_networks,
+    count_problem,
+    each_problem,
+    loopback_host,
+    places_problem,
+    plain_http_problem,
+    shown,
+    ssh_keys_problem,
+    token_api_problem,
+    token_file_problem,
 )
 from services.providers.cloud.pure.spread import spread
 from services.providers.cloud.pure.userdata import PART_NAME, squid_script, vm_user_data
@@ -144,3 +157,156 @@ def test_the_firewall_name_is_one_every_cloud_accepts(provider: str, name: str) 
 
 def test_a_firewall_owner_is_never_a_proxy_uid() -> None:
     assert firewall_owner("aws-eu") == "firewall:aws-eu"
+
+
+# ----------------------------------------------------------------------------- shared field rules
+
+SLUG = re.compile(r"^[a-z]{2,8}[0-9]{1,3}\Z")
+
+
+def places(values: list[str], *, required: str = "list one, e.g. [fra1]") -> str:
+    return places_problem(
+        "regions",
+        values,
+        3,
+        noun="a region",
+        pattern=SLUG,
+        what="a region slug; use e.g. fra1",
+        required=required,
+    )
+
+
+@pytest.mark.parametrize(
+    ("values", "problem"),
+    [
+        ([], "regions is empty; list one, e.g. [fra1]"),
+        (["fra1"] * 4, "regions has 4 entries; at most 3"),
+        (["fra1", "Frankfurt"], "regions: 'Frankfurt' is not a region slug; use e.g. fra1"),
+        (["fra1", "ams3", "fra1"], "regions: 'fra1' is listed twice; list each once"),
+        (["fra1", "fra1"], "lists a region twice"),
+        (["x" * 500], "regions: 'xxxx"),
+    ],
+)
+def test_a_list_of_places_names_its_first_problem_and_the_fix(
+    values: list[str], problem: str
+) -> None:
+    assert problem in places(values)
+
+
+def test_a_good_list_of_places_passes_and_an_optional_one_may_be_empty() -> None:
+    assert places(["fra1", "ams3", "nyc3"]) == ""
+    assert places([], required="") == ""
+    # Without a pattern only the count and the repeats are checked (a caller checks each).
+    assert places_problem("zones", ["Any Thing"], 2, noun="a zone") == ""
+    assert "listed twice" in places_problem("zones", ["z", "z"], 2, noun="a zone")
+
+
+def test_counts_and_patterns_alone() -> None:
+    assert count_problem("sshKeys", ["k"] * 3, 2, unit="keys") == "sshKeys has 3 keys; at most 2"
+    assert count_problem("sshKeys", [], 2) == ""  # optional unless required says what to list
+    assert each_problem("sshKeys", ["ok", "no way"], re.compile(r"^\S+\Z"), "a key") == (
+        "sshKeys: 'no way' is not a key"
+    )
+    assert each_problem("sshKeys", ["ok"], re.compile(r"^\S+\Z"), "a key") == ""
+
+    key = re.compile(r"^[0-9]+\Z")
+    assert ssh_keys_problem(["1", "2"], 2, key, "a key id") == ""
+    assert ssh_keys_problem(["1"] * 3, 2, key, "a key id") == "sshKeys has 3 keys; at most 2"
+    assert ssh_keys_problem(["1", "me"], 2, key, "a key id") == "sshKeys: 'me' is not a key id"
+
+
+def test_a_token_api_checks_the_token_file_then_the_endpoint() -> None:
+    def problem(token_file: str, endpoint: str) -> str:
+        return token_api_problem(token_file, endpoint, example="/run/t", variable="T")
+
+    assert problem("", "") == ""
+    assert problem("/run/t", "http://127.0.0.1:1") == ""
+    assert problem("t", "http://example.com").startswith("tokenFile 't'")
+    assert problem("/run/t", "http://example.com").startswith("endpointUrl 'http://example.com'")
+
+
+def test_a_long_value_is_shown_cut_short() -> None:
+    assert shown("abc") == "'abc'"
+    long = shown("x" * 5000)
+    assert long.endswith("... (5000 characters)")
+    assert len(long) < 120
+
+
+@pytest.mark.parametrize("path", ["", "/var/run/secrets/token"])
+def test_a_token_file_may_be_absent_or_absolute(path: str) -> None:
+    assert token_file_problem(path, "/run/secrets/t", "CLOUD_TOKEN") == ""
+
+
+@pytest.mark.parametrize("path", ["token.txt", "./token", "/run/secrets/t\0x", "~/token"])
+def test_a_token_file_must_be_an_absolute_path(path: str) -> None:
+    problem = token_file_problem(path, "/run/secrets/t", "CLOUD_TOKEN")
+    assert problem.startswith(f"tokenFile {path!r}: use an absolute path, e.g. /run/secrets/t")
+    assert problem.endswith("leave it out to use CLOUD_TOKEN")
+
+
+@pytest.mark.parametrize(
+    "endpoint",
+    [
+        "",
+        "https://api.example.com",
+        "http://127.0.0.1:8089",
+        "http://127.5.6.7",
+        "http://localhost:8089",
+        "HTTP://LOCALHOST:8089",
+        "http://localhost.localdomain",
+        "http://[::1]:8089/",
+    ],
+)
+def test_plain_http_is_fine_to_this_machine_only(endpoint: str) -> None:
+    assert plain_http_problem(endpoint) == ""
+
+
+@pytest.mark.parametrize(
+    "endpoint",
+    ["http://api.example.com", "HTTP://api.example.com", "http://10.0.0.5:8080", "http://[::2]"],
+)
+def test_plain_http_across_a_network_is_refused(endpoint: str) -> None:
+    problem = plain_http_problem(endpoint)
+    assert problem.startswith(f"endpointUrl {endpoint!r}: plain http would send the API token")
+    assert "use https" in problem
+
+
+def test_loopback_hosts() -> None:
+    assert all(map(loopback_host, ["localhost", "LocalHost", "127.0.0.1", "::1"]))
+    assert not any(map(loopback_host, ["", "example.com", "10.0.0.1", "localhost.example.com"]))
+
+
+# ----------------------------------------------------------------------------- firewall leftovers
+
+WHEN = datetime(2024, 5, 1, tzinfo=UTC)
+
+
+def test_firewall_leftovers_are_owned_by_the_entry_and_of_the_firewall_kind() -> None:
+    got = firewall_leftovers("do-ams", [("firewalls/a", WHEN), ("firewalls/b", WHEN)])
+    assert got == [
+        Leftover("firewalls/a", "firewall:do-ams", WHEN, FIREWALL_KIND),
+        Leftover("firewalls/b", "firewall:do-ams", WHEN, FIREWALL_KIND),
+    ]
+    assert firewall_leftovers("do-ams", []) == []
+
+
+def _numeric(value: str) -> int | None:
+    head, _, tail = value.partition("/")
+    return int(tail) if head == "firewalls" and tail.isdigit() else None
+
+
+def test_a_reported_firewall_leftover_gives_back_its_id() -> None:
+    (leftover,) = firewall_leftovers("hz-eu", [("firewalls/7", WHEN)])
+    assert firewall_id_of("hz-eu", leftover, _numeric, "firewalls/<id>") == 7
+
+
+@pytest.mark.parametrize(
+    ("provider_id", "kind"),
+    [("firewalls/7", "volume"), ("firewalls/x", FIREWALL_KIND), ("servers/7", FIREWALL_KIND)],
+)
+def test_anything_else_is_permanent_naming_the_form(provider_id: str, kind: str) -> None:
+    leftover = Leftover(provider_id, "firewall:hz-eu", WHEN, kind)
+    with pytest.raises(Permanent, match=r"hz-eu: .* is not a leftover this provider reports") as e:
+        firewall_id_of("hz-eu", leftover, _numeric, "firewalls/<id>")
+    assert "firewalls/<id>" in str(e.value)
+    assert repr(provider_id) in str(e.value)

@@ -10,7 +10,12 @@ from __future__ import annotations
 
 import re
 
-from services.providers.cloud.pure.settings import CloudSettings, check_cloud_settings
+from services.providers.cloud.pure.settings import (
+    CloudSettings,
+    check_cloud_settings,
+    places_problem,
+    shown,
+)
 
 DEFAULT_IMAGE = "resolve:ssm:/aws/service/debian/release/12/latest/amd64"
 """Debian 12's current AMI in the region, through the public SSM parameter EC2 resolves at
@@ -62,7 +67,7 @@ def image_problem(image: str, field: str) -> str:
     if AMI.match(image) or SSM_IMAGE.match(image):
         return ""
     return (
-        f"{field} {image!r}: use an AMI id (ami-0123456789abcdef0) or an SSM parameter "
+        f"{field} {shown(image)}: use an AMI id (ami-0123456789abcdef0) or an SSM parameter "
         f"(resolve:ssm:/aws/service/debian/release/12/latest/amd64)"
     )
 
@@ -70,14 +75,16 @@ def image_problem(image: str, field: str) -> str:
 def instance_type_problem(instance_type: str, field: str) -> str:
     if INSTANCE_TYPE.match(instance_type):
         return ""
-    return f"{field} {instance_type!r}: use an EC2 instance type such as {DEFAULT_INSTANCE_TYPE}"
+    return (
+        f"{field} {shown(instance_type)}: use an EC2 instance type such as {DEFAULT_INSTANCE_TYPE}"
+    )
 
 
 def zone_problem(zone: str, region: str, field: str) -> str:
     if zone.startswith(region) and ZONE_SUFFIX.match(zone[len(region) :]):
         return ""
     return (
-        f"{field} {zone!r}: use an availability zone of region {region}, such as {region}a "
+        f"{field} {shown(zone)}: use an availability zone of region {region}, such as {region}a "
         f"(or its zone id's name, e.g. {region}-lax-1a for a Local Zone)"
     )
 
@@ -87,18 +94,17 @@ def validate(config: AwsConfig) -> str:
     if not config.region:
         return "region is required: the AWS region the instances run in, e.g. eu-west-1"
     if not REGION.match(config.region):
-        return f"region {config.region!r}: use a region code such as eu-west-1 or us-east-2"
+        return f"region {shown(config.region)}: use a region code such as eu-west-1 or us-east-2"
     return (
-        _list_problem("zones", config.zones, MAX_ZONES)
+        places_problem("zones", config.zones, MAX_ZONES, noun="a zone")
         or next((p for z in config.zones if (p := zone_problem(z, config.region, "zones:"))), "")
-        or _list_problem("subnets", config.subnets, MAX_SUBNETS)
-        or next(
-            (
-                f"subnets: {s!r} is not a subnet id; use e.g. subnet-0123456789abcdef0"
-                for s in config.subnets
-                if not SUBNET.match(s)
-            ),
-            "",
+        or places_problem(
+            "subnets",
+            config.subnets,
+            MAX_SUBNETS,
+            noun="a subnet",
+            pattern=SUBNET,
+            what="a subnet id; use e.g. subnet-0123456789abcdef0",
         )
         or instance_type_problem(config.instance_type, "instanceType")
         or image_problem(config.image, "image")
@@ -106,31 +112,20 @@ def validate(config: AwsConfig) -> str:
     )
 
 
-def _list_problem(field: str, values: tuple[str, ...], limit: int) -> str:
-    if len(values) > limit:
-        return f"{field} has {len(values)} entries; at most {limit} are allowed"
-    seen: set[str] = set()
-    for value in values:
-        if value in seen:
-            return f"{field}: {value!r} is listed twice; list each once"
-        seen.add(value)
-    return ""
-
-
 def _optional_problem(config: AwsConfig) -> str:
     if config.vpc_id and not VPC.match(config.vpc_id):
         return (
-            f"vpcId {config.vpc_id!r} is not a VPC id; use e.g. vpc-0123456789abcdef0, "
+            f"vpcId {shown(config.vpc_id)} is not a VPC id; use e.g. vpc-0123456789abcdef0, "
             "or leave it out for the default VPC"
         )
     if config.profile and not PROFILE.match(config.profile):
         return (
-            f"profile {config.profile!r}: use the name of a profile in ~/.aws/config "
+            f"profile {shown(config.profile)}: use the name of a profile in ~/.aws/config "
             "(letters, digits and _.+@=,-), or leave it out for the default credential chain"
         )
     if config.key_name and not KEY_NAME.match(config.key_name):
         return (
-            f"keyName {config.key_name!r}: use the name of an EC2 key pair (at most 255 "
+            f"keyName {shown(config.key_name)}: use the name of an EC2 key pair (at most 255 "
             "printable ASCII characters), or leave it out"
         )
     return ""

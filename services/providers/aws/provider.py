@@ -18,8 +18,7 @@ finds it through ``leftovers`` once the entry has no instance left.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,7 +42,8 @@ from services.providers.base import (
     Permanent,
     ProviderError,
 )
-from services.providers.cloud.pure.firewall import FIREWALL_KIND, firewall_owner
+from services.providers.cloud.names import NameLocks
+from services.providers.cloud.pure.leftovers import firewall_id_of, firewall_leftovers
 from services.providers.cloud.pure.userdata import vm_user_data
 
 __all__ = ["AwsConfig", "AwsProvider"]
@@ -80,7 +80,7 @@ class AwsProvider:
         self.firewall = SecurityGroup(self.ec2)
         self._network: tuple[str, list[network.Subnet]] | None = None
         self._network_lock = asyncio.Lock()
-        self._names: dict[str, tuple[asyncio.Lock, list[int]]] = {}
+        self._names = NameLocks()
         self._recent: dict[str, tuple[str, float]] = {}
 
     @classmethod
@@ -95,7 +95,7 @@ class AwsProvider:
     async def create(self, request: CreateRequest) -> str:
         launch = self._launch(request)
         what = f"{self.name}: create {request.name}"
-        async with self._name_lock(request.name):
+        async with self._names.held(request.name):
             found = await self._namesake(request.name)
             if found:
                 return found
@@ -171,26 +171,23 @@ class AwsProvider:
         terminated (one shutting down still holds its group)."""
         if await self._instances():
             return []
-        return [
-            Leftover(
-                provider_id=str(group.get("GroupId", "")),
-                owner_uid=firewall_owner(self.name),
-                created_at=mapping.parse_time(mapping.tags_of(group).get(CREATED_AT_LABEL)),
-                kind=FIREWALL_KIND,
-            )
-            for group in await self.firewall.listing()
-        ]
+        return firewall_leftovers(
+            self.name,
+            (
+                (
+                    str(group.get("GroupId", "")),
+                    mapping.parse_time(mapping.tags_of(group).get(CREATED_AT_LABEL)),
+                )
+                for group in await self.firewall.listing()
+            ),
+        )
 
     async def delete_leftover(self, leftover: Leftover) -> bool:
         """Delete a reported security group unless the entry has an instance again (False)."""
-        if leftover.kind != FIREWALL_KIND or not mapping.GROUP_ID.match(leftover.provider_id):
-            raise Permanent(
-                f"{self.name}: {leftover.kind} {leftover.provider_id!r} is not a leftover this "
-                "provider reports (only its security groups, sg-...)"
-            )
+        group_id = firewall_id_of(self.name, leftover, _group_id, "sg-... (a security group)")
         if await self._instances():
             return False
-        return await self.firewall.delete(leftover.provider_id)
+        return await self.firewall.delete(group_id)
 
     # ---------------------------------------------------------------- internals
 
@@ -332,19 +329,6 @@ class AwsProvider:
     def _forget(self, provider_id: str) -> None:
         self._recent = {n: v for n, v in self._recent.items() if v[0] != provider_id}
 
-    @contextlib.asynccontextmanager
-    async def _name_lock(self, name: str) -> AsyncIterator[None]:
-        """One create per name at a time in this process; the lock is dropped when unused."""
-        lock, users = self._names.setdefault(name, (asyncio.Lock(), [0]))
-        users[0] += 1
-        try:
-            async with lock:
-                yield
-        finally:
-            users[0] -= 1
-            if not users[0]:
-                del self._names[name]
-
     async def _vpc(self) -> tuple[str, list[network.Subnet]]:
         """The VPC and the subnets to launch into, described once and kept."""
         async with self._network_lock:
@@ -387,3 +371,7 @@ class AwsProvider:
         filters.append({"Name": "vpc-id", "Values": [vpc_id]})
         pages = await self.ec2.pages("create", what, "describe_subnets", Filters=filters)
         return vpc_id, [network.subnet_of(s) for page in pages for s in page.get("Subnets") or ()]
+
+
+def _group_id(provider_id: str) -> str | None:
+    return provider_id if mapping.GROUP_ID.match(provider_id) else None

@@ -9,11 +9,16 @@ instead of failing every create much later. The API token is never part of this 
 
 from __future__ import annotations
 
-import ipaddress
 import re
-from urllib.parse import urlparse
 
-from services.providers.cloud.pure.settings import CloudSettings, check_cloud_settings
+from services.providers.cloud.pure.settings import (
+    CloudSettings,
+    check_cloud_settings,
+    places_problem,
+    shown,
+    ssh_keys_problem,
+    token_api_problem,
+)
 
 DEFAULT_REGIONS = ("ams3",)
 """One region: a region is a country to the sites a proxy reaches, so spreading over several is
@@ -57,15 +62,17 @@ class DigitalOceanConfig(
 
 def validate(config: DigitalOceanConfig) -> str:
     """The first problem with the DigitalOcean fields, or ``""``."""
-    if not config.regions:
-        return f"regions is empty; list at least one region slug, e.g. [{DEFAULT_REGIONS[0]}]"
-    if len(config.regions) > MAX_REGIONS:
-        return f"regions has {len(config.regions)} entries; at most {MAX_REGIONS}"
-    for region in config.regions:
-        if not REGION.match(region):
-            return f"regions: {shown(region)} is not a region slug; use e.g. ams3, fra1, nyc3"
-    if len(set(config.regions)) != len(config.regions):
-        return "regions lists a region twice; list each once"
+    problem = places_problem(
+        "regions",
+        config.regions,
+        MAX_REGIONS,
+        noun="a region",
+        pattern=REGION,
+        what="a region slug; use e.g. ams3, fra1, nyc3",
+        required=f"list at least one region slug, e.g. [{DEFAULT_REGIONS[0]}]",
+    )
+    if problem:
+        return problem
     if not SIZE.match(config.size):
         return f"size {shown(config.size)}: use a size slug such as {DEFAULT_SIZE}"
     if not image_ok(config.image):
@@ -78,51 +85,22 @@ def validate(config: DigitalOceanConfig) -> str:
             f"vpcUuid {shown(config.vpc_uuid)}: use the VPC's id (a lowercase UUID), "
             "or leave it out"
         )
-    if len(config.ssh_keys) > MAX_SSH_KEYS:
-        return f"sshKeys has {len(config.ssh_keys)} keys; at most {MAX_SSH_KEYS}"
-    for key in config.ssh_keys:
-        if not _SSH_KEY.match(key):
-            return (
-                f"sshKeys: {shown(key)} is neither a key id (digits) nor an MD5 fingerprint "
-                "(aa:bb:...: 16 pairs); `doctl compute ssh-key list` shows both"
-            )
-    if config.token_file and (not config.token_file.startswith("/") or "\0" in config.token_file):
-        return (
-            f"tokenFile {shown(config.token_file)}: use an absolute path, e.g. "
-            "/var/run/secrets/digitalocean/token (a mounted Secret)"
-        )
-    return _endpoint_problem(config.endpoint_url)
-
-
-def shown(value: str, limit: int = 80) -> str:
-    """A value quoted for a message, cut short: a pasted blob must not flood the error."""
-    return repr(value) if len(value) <= limit else f"{value[:limit]!r}... ({len(value)} characters)"
+    return ssh_keys_problem(
+        config.ssh_keys,
+        MAX_SSH_KEYS,
+        _SSH_KEY,
+        "a key id (digits) or an MD5 fingerprint (aa:bb:...: 16 pairs); "
+        "`doctl compute ssh-key list` shows both",
+    ) or token_api_problem(
+        config.token_file,
+        config.endpoint_url,
+        example="/var/run/secrets/digitalocean/token",
+        variable=TOKEN_VARIABLES[0],
+    )
 
 
 def image_ok(image: str) -> bool:
     return bool(IMAGE.match(image))
-
-
-def _endpoint_problem(endpoint: str) -> str:
-    """A token goes in every request's header: over plain http only to this machine (a test
-    fake), never across a network."""
-    if not endpoint.startswith("http://"):
-        return ""
-    if loopback(urlparse(endpoint).hostname or ""):
-        return ""
-    return (
-        f"endpointUrl {shown(endpoint)}: plain http would send the API token unencrypted; use "
-        "https, or http only to a loopback address (a local test fake)"
-    )
-
-
-def loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def endpoint(config: DigitalOceanConfig) -> str:

@@ -10,10 +10,8 @@ droplet left, the firewall is a leftover for GC.
 
 from __future__ import annotations
 
-import asyncio
 import os
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from typing import Any
 
 import structlog
@@ -27,7 +25,8 @@ from services.providers.base import (
     Permanent,
     ProviderError,
 )
-from services.providers.cloud.pure.firewall import FIREWALL_KIND, firewall_owner
+from services.providers.cloud.names import NameLocks
+from services.providers.cloud.pure.leftovers import firewall_id_of, firewall_leftovers
 from services.providers.cloud.pure.spread import spread
 from services.providers.cloud.pure.userdata import vm_user_data
 from services.providers.digitalocean.client import Api, Token
@@ -66,7 +65,7 @@ class DigitalOceanProvider:
         self.page_size = page_size
         self.api = Api(name, config, Token(token) if token else None)
         self.firewall = Firewall(self.api, name, config)
-        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
+        self._names = NameLocks()
 
     @classmethod
     def from_config(cls, name: str, config: DigitalOceanConfig) -> DigitalOceanProvider:
@@ -86,7 +85,7 @@ class DigitalOceanProvider:
     async def create(self, request: CreateRequest) -> str:
         where = f"{self.name}: create {request.name}"
         body = self._body(request, where)
-        async with self._named_lock(request.name):
+        async with self._names.held(request.name):
             await self.firewall.ensure()
             existing = await self._find(request.name)
             if existing is not None:
@@ -157,23 +156,21 @@ class DigitalOceanProvider:
         """The entry's firewall, once no droplet of the entry exists (D115)."""
         if await self.list_by_tag():
             return []
-        return [
-            Leftover(
-                provider_id=mapping.firewall_leftover_id(str(f.get("id"))),
-                owner_uid=firewall_owner(self.name),
-                created_at=mapping.parse_timestamp(f.get("created_at")),
-                kind=FIREWALL_KIND,
-            )
-            for f in await self.firewall.find_all()
-        ]
+        return firewall_leftovers(
+            self.name,
+            (
+                (
+                    mapping.firewall_leftover_id(str(f.get("id"))),
+                    mapping.parse_timestamp(f.get("created_at")),
+                )
+                for f in await self.firewall.find_all()
+            ),
+        )
 
     async def delete_leftover(self, leftover: Leftover) -> bool:
-        firewall_id = mapping.parse_firewall_id(leftover.provider_id)
-        if leftover.kind != FIREWALL_KIND or firewall_id is None:
-            raise Permanent(
-                f"{self.name}: {leftover.provider_id!r} ({leftover.kind}) is not a firewall "
-                "leftover of this provider (firewalls/<id>)"
-            )
+        firewall_id = firewall_id_of(
+            self.name, leftover, mapping.parse_firewall_id, "firewalls/<uuid>"
+        )
         found = await self.firewall.get(firewall_id)
         if found is None:
             return True
@@ -198,21 +195,6 @@ class DigitalOceanProvider:
         return True
 
     # ---------------------------------------------------------------- internals
-
-    @asynccontextmanager
-    async def _named_lock(self, name: str) -> AsyncIterator[None]:
-        """One create per name at a time; the lock is dropped once nobody holds or awaits it."""
-        lock, users = self._locks.get(name, (asyncio.Lock(), 0))
-        self._locks[name] = (lock, users + 1)
-        try:
-            async with lock:
-                yield
-        finally:
-            lock, users = self._locks[name]
-            if users <= 1:
-                del self._locks[name]
-            else:
-                self._locks[name] = (lock, users - 1)
 
     async def _find(self, name: str) -> mapping.Droplet | None:
         """This entry's droplet named ``name`` (the oldest, should there be several)."""

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import weakref
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -39,7 +38,9 @@ from services.providers.base import (
     ProviderError,
     Transient,
 )
-from services.providers.cloud.pure.firewall import FIREWALL_KIND, firewall_name, firewall_owner
+from services.providers.cloud.names import NameLocks
+from services.providers.cloud.pure.firewall import firewall_name
+from services.providers.cloud.pure.leftovers import firewall_id_of, firewall_leftovers
 from services.providers.cloud.pure.settings import client_networks
 from services.providers.cloud.pure.userdata import vm_user_data
 from services.providers.hetzner import firewall
@@ -86,7 +87,7 @@ class HetznerProvider:
         self._client_lock = threading.Lock()
         self._firewall_id: int | None = None
         self._firewall_lock = asyncio.Lock()
-        self._names: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+        self._names = NameLocks()
 
     def __repr__(self) -> str:
         return f"HetznerProvider({self.name!r})"
@@ -100,10 +101,7 @@ class HetznerProvider:
     async def create(self, request: CreateRequest) -> str:
         what = f"{self.name}: create {request.name}"
         place, labels, user_data = self._plan(request, what)
-        lock = self._names.get(request.name)
-        if lock is None:
-            lock = self._names[request.name] = asyncio.Lock()
-        async with lock:
+        async with self._names.held(request.name):
             existing = await self._run(
                 "create", what, lambda c: self._find_by_name(c, request.name, what)
             )
@@ -180,28 +178,18 @@ class HetznerProvider:
             if self._any_server(client):
                 return []
             found = firewall.leftover(client, self.firewall_name, self.name)
-            if found is None:
-                return []
-            firewall_id, created_at = found
-            return [
-                Leftover(
-                    provider_id=mapping.firewall_leftover_id(firewall_id),
-                    owner_uid=firewall_owner(self.name),
-                    created_at=created_at,
-                    kind=FIREWALL_KIND,
-                )
-            ]
+            return firewall_leftovers(
+                self.name,
+                [] if found is None else [(mapping.firewall_leftover_id(found[0]), found[1])],
+            )
 
         return await self._run("leftovers", f"{self.name}: leftovers", find)
 
     async def delete_leftover(self, leftover: Leftover) -> bool:
         """Delete the firewall unless a server of the entry exists again (False: kept)."""
-        firewall_id = mapping.parse_firewall_leftover_id(leftover.provider_id)
-        if firewall_id is None or leftover.kind != FIREWALL_KIND:
-            raise Permanent(
-                f"{self.name}: {leftover.provider_id!r} ({leftover.kind}) is not a leftover "
-                "this provider reports"
-            )
+        firewall_id = firewall_id_of(
+            self.name, leftover, mapping.parse_firewall_leftover_id, "firewalls/<id>"
+        )
 
         def delete(client: Client) -> bool:
             if self._any_server(client):
