@@ -23,6 +23,11 @@ class StoreUnavailable(EventStoreError):
     """The log could not be reached or did not answer in time; safe to retry the same append."""
 
 
+class NotSent(StoreUnavailable):
+    """The append never left this process (no connection to the log): nothing was stored, so
+    there is nothing to doubt, unlike a write whose answer was lost."""
+
+
 class StreamConfigMismatch(EventStoreError):
     """A stream exists with settings other than ours; we report it rather than change it."""
 

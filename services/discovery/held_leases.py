@@ -21,7 +21,7 @@ import uuid
 import structlog
 
 from events import subjects
-from events.errors import StoreUnavailable
+from events.errors import NotSent, StoreUnavailable
 from events.schemas import LeaseReleased, LeaseReported
 from events.store import EventStore, NewEvent, derive_msg_id
 from events.subjects import Aggregate
@@ -158,6 +158,12 @@ class HeldLeases:
             try:
                 result = await self.store.append(aggregate, [new])
                 break
+            except NotSent:
+                # Never sent: a first attempt fails fast (503, nothing stored); after a doubt,
+                # the log is merely still away, and the truth is still to be learnt.
+                if not doubted or asyncio.get_running_loop().time() >= give_up:
+                    raise
+                await asyncio.sleep(DOUBT_RETRY)
             except StoreUnavailable:
                 if asyncio.get_running_loop().time() >= give_up:
                     raise

@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 import pytest
 
 from events import subjects
-from events.errors import StoreUnavailable
+from events.errors import NotSent, StoreUnavailable
 from events.schemas import LeaseAcquired, LeaseReported
 from events.store import AppendResult, NewEvent
 from events.subjects import Aggregate
@@ -28,13 +28,15 @@ from tests.support.hand_views import Fleet
 
 
 class Flaky(InMemoryEventStore):
-    """The first ``losses`` appends fail as a killed nats-server makes them fail: after the
-    message was stored (``stored=True``) or before."""
+    """The first ``losses`` appends fail as a killed nats-server makes them fail: sent, and
+    stored (``stored=True``) or not, with the answer lost; then ``unsent`` more that find no
+    connection (nothing leaves, nothing is stored)."""
 
-    def __init__(self, losses: int, *, stored: bool) -> None:
+    def __init__(self, losses: int, *, stored: bool, unsent: int = 0) -> None:
         super().__init__()
         self.losses = losses
         self.stored = stored
+        self.unsent = unsent
         self.attempts = 0
 
     async def append(
@@ -46,6 +48,9 @@ class Flaky(InMemoryEventStore):
             if self.stored:
                 await super().append(aggregate, events, expected_seq)
             raise StoreUnavailable("append: nats-server went away")
+        if self.unsent:
+            self.unsent -= 1
+            raise NotSent("append: not connected to NATS")
         return await super().append(aggregate, events, expected_seq)
 
 
@@ -84,6 +89,24 @@ async def test_a_report_in_doubt_is_appended_again_and_recorded_once(stored: boo
     [report] = await reports_in(store)
     assert (report.lease_id, report.outcome, report.detail) == ("l1", "blocked", "captcha")
     assert store.attempts == 3
+
+
+async def test_a_report_sent_then_unconnected_waits_for_the_log_and_is_recorded_once() -> None:
+    store = Flaky(losses=1, stored=True, unsent=3)
+    leases, _ = held(store)
+    await leases.report("l1", "blocked", "shop.example", "reconnected")
+    assert [r.detail for r in await reports_in(store)] == ["reconnected"]
+    assert store.attempts == 5
+
+
+async def test_a_report_that_never_left_fails_at_once() -> None:
+    # No connection from the start: nothing was sent, nothing to doubt; the 503 is prompt.
+    store = Flaky(losses=0, stored=False, unsent=10**6)
+    leases, _ = held(store, LeasePolicy(view_timeout=30.0))
+    with pytest.raises(NotSent):
+        await leases.report("l1", "success", "shop.example", "")
+    assert store.attempts == 1
+    assert await reports_in(store) == []
 
 
 async def test_a_report_the_log_never_answers_is_503_after_the_view_timeout() -> None:

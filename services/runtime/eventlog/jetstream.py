@@ -24,7 +24,7 @@ from nats.js.errors import APIError
 from opentelemetry import propagate, trace
 
 from events import codec, reading
-from events.errors import ConcurrencyError, EventStoreError, StoreUnavailable
+from events.errors import ConcurrencyError, EventStoreError, NotSent, StoreUnavailable
 from events.store import AppendResult, History, NewEvent, Recorded
 from events.subjects import Aggregate
 from services.runtime.eventlog.skipped import LEDGER
@@ -121,11 +121,13 @@ class JetStreamEventStore:
         scope = trace.use_span(span, end_on_exit=True) if span.is_recording() else nullcontext()
         with scope:
             last_error: Exception | None = None
-            for _ in range(self._attempts):
+            for attempt in range(self._attempts):
                 if not self._nc.is_connected:
                     # nats-py would buffer the publish and send it after a reconnect, long after
                     # this writer gave up on it: an append that failed must not happen later.
-                    raise StoreUnavailable(f"append to {subject}: not connected to NATS")
+                    # Before any attempt left, nothing can have been stored.
+                    unsent = NotSent if attempt == 0 else StoreUnavailable
+                    raise unsent(f"append to {subject}: not connected to NATS")
                 try:
                     ack = await self._js.publish(
                         subject, payload, timeout=self._timeout, headers=headers
