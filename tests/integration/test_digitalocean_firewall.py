@@ -11,8 +11,7 @@ from datetime import UTC, datetime
 import pytest
 
 from events import subjects
-from events.schemas import Event, OrphanDeleted, OrphanFound, ProxyDeclared, ProxySpec
-from events.store import NewEvent, derive_msg_id
+from events.schemas import Event, OrphanDeleted, OrphanFound
 from services.gc.collector import GarbageCollector
 from services.gc.lock import SweepLock
 from services.gc.sweep import sweep_once
@@ -26,6 +25,7 @@ from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.metrics import Metrics
 from tests.contract.provider import closing
 from tests.support.digitalocean_support import CLIENTS, ENTRY, do, fake, provider, request
+from tests.support.executor_harness import declare
 from tests.support.waiting import until
 
 pytestmark = pytest.mark.integration
@@ -163,11 +163,6 @@ async def test_only_this_entrys_firewalls_are_ever_deleted(
 # ----------------------------------------------------------------------------- GC
 
 
-async def declare(store: JetStreamEventStore, uid: str) -> None:
-    event = ProxyDeclared(uid=uid, namespace="crawl", name=uid, spec=ProxySpec(provider=ENTRY))
-    await store.append(subjects.proxy(uid), [NewEvent(event, derive_msg_id("test", uid))])
-
-
 async def gc_events(store: JetStreamEventStore) -> list[Event]:
     return list((await store.read(subjects.gc(ENTRY))).decoded())
 
@@ -178,7 +173,7 @@ async def test_gc_deletes_orphan_droplets_then_the_firewall(
     conn: Connection,
     jetstream_store: JetStreamEventStore,
 ) -> None:
-    await declare(jetstream_store, "live")
+    await declare(jetstream_store, "live", ENTRY)
     live = await do.create(request("px-live", owner_uid="live"))
     gone = await do.create(request("px-gone", owner_uid="gone"))
 

@@ -16,11 +16,8 @@ from events import subjects
 from events.schemas import (
     OrphanDeleted,
     OrphanFound,
-    ProxyDeclared,
-    ProxySpec,
     SweepCompleted,
 )
-from events.store import NewEvent, derive_msg_id
 from services.gc.collector import GarbageCollector
 from services.gc.lock import SweepLock
 from services.gc.sweep import sweep_once
@@ -40,6 +37,7 @@ from tests.contract.provider import (
     delete_all,
     owned,
 )
+from tests.support.executor_harness import declare
 from tests.support.hetzner_support import CLIENTS, ENTRY, config, fake, request, user_data_parts
 from tests.support.waiting import until
 
@@ -239,11 +237,6 @@ async def test_a_failed_listing_fails_the_whole_leftover_call(
 # ----------------------------------------------------------------------------- GC
 
 
-async def declare(store: JetStreamEventStore, uid: str) -> None:
-    event = ProxyDeclared(uid=uid, namespace="crawl", name=uid, spec=ProxySpec(provider=ENTRY))
-    await store.append(subjects.proxy(uid), [NewEvent(event, derive_msg_id("test", uid))])
-
-
 async def gc_round(
     conn: Connection, store: JetStreamEventStore, provider: HetznerProvider, metrics: Metrics
 ) -> None:
@@ -267,7 +260,7 @@ async def test_gc_sweeps_orphan_servers_then_the_firewall_with_grace_and_dry_run
     conn: Connection,
     jetstream_store: JetStreamEventStore,
 ) -> None:
-    await declare(jetstream_store, "live-1")
+    await declare(jetstream_store, "live-1", ENTRY)
     live = await hz.create(request("px-live", owner_uid="live-1"))
     orphan = await hz.create(request("px-orphan", owner_uid="gone-1"))
 

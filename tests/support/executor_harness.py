@@ -39,8 +39,10 @@ FAST = CommandPolicy(
 SPEC = ProxySpec(provider="fake")
 
 
-async def declare(store: EventStore, uid: str) -> None:
-    declared = ProxyDeclared(uid=uid, namespace="crawl", name=f"px-{uid}", spec=SPEC)
+async def declare(store: EventStore, uid: str, provider: str = "") -> None:
+    """A Proxy declared on ``provider`` (the fake by default), as the watcher would declare it."""
+    spec = ProxySpec(provider=provider) if provider else SPEC
+    declared = ProxyDeclared(uid=uid, namespace="crawl", name=f"px-{uid}", spec=spec)
     await store.append(subjects.proxy(uid), [NewEvent(declared, f"declared-{uid}")])
 
 
