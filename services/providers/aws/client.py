@@ -28,6 +28,7 @@ import structlog
 from aiobotocore.session import AioSession  # type: ignore[import-untyped]
 from botocore import exceptions as boto  # type: ignore[import-untyped]
 from botocore.config import Config  # type: ignore[import-untyped]
+from botocore.parsers import ResponseParserError  # type: ignore[import-untyped]
 
 from services.providers.aws.config import AwsConfig
 from services.providers.aws.pure.classify import classify, retry_after
@@ -86,6 +87,9 @@ def translate(exc: BaseException, *, op: str, what: str) -> ProviderError | None
         | boto.IncompleteReadError,
     ):
         return Transient(f"{what}: {type(exc).__name__}: {exc}")
+    if isinstance(exc, ResponseParserError):
+        # Not EC2's XML: a wrong endpointUrl, a proxy's page, a truncated answer.
+        return Transient(f"{what}: the answer is not EC2's: {_first_line(exc)}")
     if isinstance(exc, boto.BotoCoreError):
         return Permanent(f"{what}: {type(exc).__name__}: {exc}")
     if isinstance(exc, TimeoutError):
@@ -93,6 +97,10 @@ def translate(exc: BaseException, *, op: str, what: str) -> ProviderError | None
     if isinstance(exc, OSError):
         return Transient(f"{what}: {type(exc).__name__}: {exc}")
     return None
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).splitlines() or [type(exc).__name__])[0][:200]
 
 
 def error_code(exc: BaseException) -> str:

@@ -118,6 +118,9 @@ class Api:
             cause: Exception | None = self._scrubbed(exc)
         except (TimeoutError, AzureError, aiohttp.ClientError, OSError) as exc:
             raise Transient(self._scrub(f"{what}: {_failure(exc)}")) from exc
+        except ValueError as exc:
+            # A 2xx whose body is not JSON: not the API (a wrong endpointUrl, a proxy's page).
+            raise Transient(f"{what}: the answer is not the API's JSON ({exc})") from exc
         else:
             cause = None
         if not isinstance(reply, Reply):

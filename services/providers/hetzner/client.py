@@ -168,4 +168,18 @@ def translate(exc: Exception, *, op: str, what: str) -> ProviderError | None:
         return Permanent(f"{what}: the API URL is not usable: {exc}")
     if isinstance(exc, requests.RequestException | OSError):
         return Transient(f"{what}: {type(exc).__name__}: {exc}")
+    if isinstance(exc, TypeError | KeyError | AttributeError | ValueError) and _in_client(exc):
+        # hcloud read an answer of a shape Hetzner never sends (a wrong endpointUrl, a proxy's
+        # page): not a bug of ours, and it may pass.
+        return Transient(f"{what}: the answer is not Hetzner's API ({type(exc).__name__})")
     return None
+
+
+def _in_client(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised inside the hcloud package (our own code's are bugs)."""
+    tb = exc.__traceback__
+    last = ""
+    while tb is not None:
+        last = tb.tb_frame.f_code.co_filename
+        tb = tb.tb_next
+    return f"{os.sep}hcloud{os.sep}" in last
