@@ -60,6 +60,16 @@ KV_BUCKETS: Mapping[str, str] = {
 """The KV bucket each service keeps (health's replica members, gc's sweep lock, discovery's
 snapshots of its views, the reconciler's proxy states to fold on from)."""
 
+CHECKPOINT_BUCKETS: Mapping[str, str] = {
+    "PROXY": "egress-checkpoints-proxy",
+    "LEASE": "egress-checkpoints-lease",
+    "POOL": "egress-checkpoints-pool",
+}
+"""Per stream, the KV bucket of its time-travel checkpoints: discovery writes them, and anyone
+who reads the log reads them (``services.runtime.eventlog.checkpoints``). One bucket per stream,
+so each keeps them as long as its stream keeps its events."""
+CHECKPOINT_WRITER = "discovery"
+
 USERS: tuple[str, ...] = (ADMIN, READER, *WRITES)
 
 READS: tuple[str, ...] = (
@@ -147,6 +157,9 @@ def permissions(user: str) -> dict[str, Any] | None:
     if user in KV_BUCKETS:
         bucket = KV_BUCKETS[user]
         publish += [f"$KV.{bucket}.>", f"$JS.API.STREAM.CREATE.KV_{bucket}"]
+    if user == CHECKPOINT_WRITER:
+        for bucket in CHECKPOINT_BUCKETS.values():
+            publish += [f"$KV.{bucket}.>", f"$JS.API.STREAM.CREATE.KV_{bucket}"]
     return {
         "publish": {"allow": [*publish, *READS], "deny": durable_denies(user)},
         "subscribe": {"allow": [INBOXES]},

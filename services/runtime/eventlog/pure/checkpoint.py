@@ -1,0 +1,197 @@
+"""Time-travel checkpoints as bytes: their labels, keys, packing and every check a reader makes
+before it trusts one (docs/decisions/NNNN-time-travel-checkpoints.md, written by the I/O in
+``services.runtime.eventlog.checkpoints``).
+
+A checkpoint is derived state, never a fact: the ``ByProxy`` views of one stream folded from
+``origin`` to sequence ``seq``, with the tolerant fold time travel uses. Its content depends
+only on the log, so every writer packs the same bytes; the digest of those bytes is in the chunk
+keys, so two writers that disagree (another zlib, another origin) never mix their chunks, and the
+head, written last and first-writer-wins, names one complete set.
+
+Anything a reader cannot verify (a head or chunk that does not decode, a label that does not fit
+the stream, a digest or size that does not match) raises ``Unusable``: the reader then tries an
+older checkpoint or replays from the first event, which is always right, only slower. Sizes are
+bounded before anything is allocated, so a hostile value costs at most ``MAX_PACKED`` bytes read
+and ``MAX_RAW`` bytes decompressed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import zlib
+from datetime import UTC, datetime, timedelta
+from typing import Any, Generic, TypeVar
+
+import msgspec
+
+V = TypeVar("V")
+
+FORMAT = 1
+"""The layout of heads and payloads; a change takes a new number (and new keys)."""
+CHUNK = 256 * 1024
+"""Bytes per KV value: under any server's max_payload (1 MB by default)."""
+MAX_PACKED = 128 * 1024 * 1024
+"""The largest compressed checkpoint a reader fetches: 512 chunks."""
+MAX_CHUNKS = MAX_PACKED // CHUNK
+MAX_RAW = 1024 * 1024 * 1024
+"""The largest checkpoint a reader decompresses (about 100 times what 10,000 proxies take)."""
+MAX_HEAD = 4096
+"""A head value longer than this is not a head."""
+LEVEL = 6
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+class Unusable(ValueError):
+    """A checkpoint a reader must not fold from; the message says why."""
+
+
+class Head(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The label of one checkpoint: what it covers and how to read its chunks."""
+
+    format: int
+    stream: str
+    tag: str
+    seq: int
+    """The last stream sequence folded into the views."""
+    subject: str
+    """The subject of event ``seq``: with ``time_us``, how a reader recognises the stream."""
+    time_us: int
+    """The server timestamp of event ``seq`` (microseconds since the epoch)."""
+    high_us: int
+    """The latest timestamp of any event folded: an instant before it is not covered."""
+    origin: int
+    """The first sequence folded (the stream's first when the chain began)."""
+    views: int
+    raw: int
+    packed: int
+    chunks: int
+    digest: str
+
+
+_HEAD = msgspec.msgpack.Decoder(Head)
+_ENCODER = msgspec.msgpack.Encoder()
+
+
+def micros(moment: datetime) -> int:
+    """Microseconds since the epoch, exactly (a float would round)."""
+    return (moment - EPOCH) // timedelta(microseconds=1)
+
+
+def schema_hash(view_type: type[Any]) -> str:
+    """Of the view's schema: a view that changes shape gets new keys even if its fold version
+    was not bumped (``projections.versions``)."""
+    schema = json.dumps(msgspec.json.schema(view_type), sort_keys=True)
+    return hashlib.sha256(schema.encode()).hexdigest()[:12]
+
+
+def tag_of(version: int, view_type: type[Any]) -> str:
+    return f"f{FORMAT}v{version}-{schema_hash(view_type)}"
+
+
+def head_key(tag: str, seq: int) -> str:
+    return f"h.{tag}.{seq:012d}"
+
+
+def heads_filter(tag: str) -> str:
+    return f"h.{tag}.*"
+
+
+def chunk_key(tag: str, seq: int, digest: str, index: int) -> str:
+    return f"c.{tag}.{seq:012d}.{digest[:16]}.{index}"
+
+
+def seq_of_key(key: str) -> int:
+    """The sequence a head key names; -1 when it names none."""
+    last = key.rsplit(".", 1)[-1]
+    return int(last) if last.isdigit() and len(last) == 12 else -1
+
+
+def is_boundary(seq: int, every: int) -> bool:
+    return seq > 0 and seq % every == 0
+
+
+def encode_head(head: Head) -> bytes:
+    return _ENCODER.encode(head)
+
+
+def decode_head(value: bytes) -> Head:
+    if len(value) > MAX_HEAD:
+        raise Unusable(f"a head of {len(value)} bytes (at most {MAX_HEAD})")
+    try:
+        head = _HEAD.decode(value)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise Unusable(f"the head does not decode: {exc}") from None
+    if head.format != FORMAT:
+        raise Unusable(f"format {head.format}, this build reads {FORMAT}")
+    if not (0 <= head.packed <= MAX_PACKED and 0 <= head.raw <= MAX_RAW):
+        raise Unusable(f"sizes out of bounds: packed {head.packed}, raw {head.raw}")
+    if head.chunks != -(-head.packed // CHUNK) or head.views < 0 or len(head.digest) != 64:
+        raise Unusable("chunk count, view count or digest malformed")
+    if not 0 < head.origin <= head.seq:
+        raise Unusable(f"origin {head.origin} is not within 1..{head.seq}")
+    return head
+
+
+def fits(head: Head, *, stream: str, tag: str, key_seq: int, first: int, last: int) -> str:
+    """Why ``head`` cannot be folded from on a stream holding ``first``..``last``; "" if it can.
+    Its events after ``seq`` must all still be stored, so ``seq`` is at least ``first``."""
+    if head.stream != stream or head.tag != tag:
+        return f"labelled {head.stream}/{head.tag}, wanted {stream}/{tag}"
+    if head.seq != key_seq:
+        return f"labelled sequence {head.seq} under the key of {key_seq}"
+    if head.seq > last:
+        return f"sequence {head.seq} is beyond the stream's last ({last}): recreated?"
+    if head.seq < first:
+        return f"sequence {head.seq} is before the stream's first ({first}): aged out"
+    return ""
+
+
+def usable(heads: list[Head], *, at_us: int | None, first: int, last: int) -> list[Head]:
+    """The heads an instant may fold from, newest first: covering nothing after ``at_us`` (None:
+    any instant) and with every later event still stored."""
+    fit = [h for h in heads if first <= h.seq <= last and (at_us is None or h.high_us <= at_us)]
+    return sorted(fit, key=lambda h: h.seq, reverse=True)
+
+
+class Packed(msgspec.Struct, frozen=True):
+    raw: int
+    views: int
+    data: bytes
+    digest: str
+
+    def chunks(self) -> list[bytes]:
+        return [self.data[i : i + CHUNK] for i in range(0, len(self.data), CHUNK)] or [b""]
+
+
+def pack(views: dict[str, Any]) -> Packed:
+    """The views sorted by key, msgpack, zlib: the same views give the same bytes."""
+    raw = _ENCODER.encode(dict(sorted(views.items())))
+    data = zlib.compress(raw, LEVEL)
+    return Packed(len(raw), len(views), data, hashlib.sha256(data).hexdigest())
+
+
+class Unpacker(Generic[V]):
+    def __init__(self, view_type: type[V]) -> None:
+        self._decoder = msgspec.msgpack.Decoder(dict[str, view_type])  # type: ignore[valid-type]
+
+    def unpack(self, head: Head, data: bytes) -> dict[str, V]:
+        """The views of ``data``, checked against every figure of ``head``."""
+        if len(data) != head.packed:
+            raise Unusable(f"{len(data)} bytes stored, the head says {head.packed}")
+        if hashlib.sha256(data).hexdigest() != head.digest:
+            raise Unusable("the stored bytes do not match the head's digest")
+        inflate = zlib.decompressobj()
+        try:
+            raw = inflate.decompress(data, head.raw + 1)
+        except zlib.error as exc:
+            raise Unusable(f"the payload does not decompress: {exc}") from None
+        if len(raw) != head.raw or not inflate.eof or inflate.unconsumed_tail:
+            raise Unusable(f"the payload is not {head.raw} bytes")
+        try:
+            views: dict[str, V] = self._decoder.decode(raw)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise Unusable(f"the views do not decode: {exc}") from None
+        if len(views) != head.views:
+            raise Unusable(f"{len(views)} views, the head says {head.views}")
+        return views
