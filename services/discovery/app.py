@@ -81,10 +81,14 @@ from services.discovery.pure.clients import LEASE, READ, Client
 from services.discovery.pure.policy import Granted
 from services.discovery.queries import (
     IDEMPOTENCY_KEY,
+    Continue,
     EgressAsn,
     EgressCountry,
+    Limit,
     checked_key,
     checked_target,
+    lease_key,
+    parse_paging,
     parse_proxy_filter,
 )
 from services.discovery.renewal import renew
@@ -200,16 +204,27 @@ async def list_proxies(
     healthy: FromQuery[str | None] = None,
     egress_country: EgressCountry = None,
     egress_asn: EgressAsn = None,
+    limit: Limit = None,
+    continue_: Continue = None,
 ) -> ProxyList:
-    """Every proxy not removed, by namespace and name. Filters, all of which must match:
+    """Every proxy not removed, by namespace, name and uid. Filters, all of which must match:
     ``phase=Ready``, ``healthy=true|false`` (a proxy not probed yet matches neither),
     ``attr.<key>=<value>``, repeatable, for each attribute the proxy must have, and
-    ``egress.country=DE`` / ``egress.asn=AS3320`` for what a site sees of it."""
+    ``egress.country=DE`` / ``egress.asn=AS3320`` for what a site sees of it. With ``limit``
+    (1 to 1000), a page: ``continue`` in the answer fetches the next one (same filters), and
+    ``total`` counts every match. A proxy added or removed between pages moves no other."""
     # Declared for the OpenAPI document; read with the attr.* parameters.
-    del phase, healthy, egress_country, egress_asn
-    wanted = parse_proxy_filter(request.query_params.multi_items())
-    proxies = sorted(api.views.all_proxies(), key=lambda p: (p.namespace, p.name, p.uid))
-    return ProxyList(items=[_proxy(api, p) for p in proxies if not p.removed and wanted.matches(p)])
+    del phase, healthy, egress_country, egress_asn, limit, continue_
+    paging, rest = parse_paging(request.query_params.multi_items(), "proxies", 3)
+    wanted = parse_proxy_filter(rest)
+    views = api.views.proxies.views
+    matches = None if wanted.empty else (lambda key: wanted.matches(views[key[2]]))
+    paged = paging.page(api.views.order, matches)
+    return ProxyList(
+        items=[_proxy(api, views[uid]) for _, _, uid in paged.keys],
+        continue_=paged.token,
+        total=paged.total,
+    )
 
 
 @get("/proxies/{uid:str}", tags=["proxies"], responses=_errors(401, 403, 404), opt={"scope": READ})
@@ -275,13 +290,25 @@ async def acquire(
 
 @get("/leases", tags=["leases"], responses=_errors(400, 401, 403), opt={"scope": LEASE})
 async def list_leases(
-    api: Api, request: AnyRequest, holder: FromQuery[str | None] = None
+    api: Api,
+    request: AnyRequest,
+    holder: FromQuery[str | None] = None,
+    limit: Limit = None,
+    continue_: Continue = None,
 ) -> LeaseList:
-    """The caller's active leases of ``holder`` (required; matched exactly), oldest first, all
-    of them: a proxy has one lease at a time, so there are never more than proxies. An admin
-    client sees every client's."""
-    held = held_by(api.leases, checked_holder(holder), caller(request))
-    return LeaseList(items=[_lease(api, g) for g in held])
+    """The caller's active leases of ``holder`` (required; matched exactly), oldest first; an
+    admin client sees every client's. With ``limit`` (1 to 1000), a page: ``continue`` in the
+    answer fetches the next one, ``total`` counts them all. A lease granted between pages
+    comes last; one that ends is simply not listed."""
+    del limit, continue_  # declared for the OpenAPI document; read with the holder
+    paging, _ = parse_paging(request.query_params.multi_items(), "leases", 2)
+    held = {lease_key(g): g for g in held_by(api.leases, checked_holder(holder), caller(request))}
+    paged = paging.page(list(held))
+    return LeaseList(
+        items=[_lease(api, held[key]) for key in paged.keys],
+        continue_=paged.token,
+        total=paged.total,
+    )
 
 
 @delete(

@@ -152,8 +152,22 @@ class ProxyDetail(ProxyOut, frozen=True, kw_only=True):
     """The targets the proxy is in back-off for now, soonest over first."""
 
 
+CONTINUE_DOC = (
+    "Where the next page starts: send it back as ?continue= with the same filters; empty on "
+    "the last page (and when no limit was sent). Opaque: one that does not decode or was made "
+    "for other filters answers 400 invalid_continue (start the listing again)."
+)
+TOTAL_DOC = "How many rows match the filters now, on every page."
+
+
 class ProxyList(_Out, frozen=True, kw_only=True):
     items: list[ProxyOut]
+    continue_: Annotated[str, Meta(description=CONTINUE_DOC)] = msgspec.field(
+        default="", name="continue"
+    )
+    """Where the next page starts (``?continue=``); empty on the last page."""
+    total: Annotated[int, Meta(description=TOTAL_DOC)] = 0
+    """Proxies matching the filters, whatever the page."""
 
 
 class LeasedProxy(_Out, frozen=True, kw_only=True, omit_defaults=True):
@@ -200,6 +214,11 @@ class LeaseOut(_Out, frozen=True, kw_only=True):
 class LeaseList(_Out, frozen=True, kw_only=True):
     items: list[LeaseOut]
     """A holder's active leases, oldest first."""
+    continue_: Annotated[str, Meta(description=CONTINUE_DOC)] = msgspec.field(
+        default="", name="continue"
+    )
+    total: Annotated[int, Meta(description=TOTAL_DOC)] = 0
+    """The holder's active leases the caller may see, whatever the page."""
 
 
 class Released(_Out, frozen=True, kw_only=True):

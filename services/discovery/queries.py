@@ -4,8 +4,9 @@ that names the part and the fix."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from datetime import UTC
 from typing import Annotated
 
 from litestar.params import QueryParameter
@@ -13,9 +14,22 @@ from litestar.params import QueryParameter
 from events.schemas import Phase
 from projections.outcomes import target_key
 from projections.proxy import ProxyView
-from services.discovery.errors import InvalidRequest
+from services.discovery.errors import ApiError, InvalidRequest
 from services.discovery.pure.candidates import EGRESS_ASN, EGRESS_COUNTRY, pairs_of
 from services.discovery.pure.egress_shown import COUNTRY_UNKNOWN, asn_filter, country_filter
+from services.discovery.pure.errorcodes import ErrorCode
+from services.discovery.pure.paging import (
+    MAX_LIMIT,
+    BadLimit,
+    BadToken,
+    Key,
+    decode_token,
+    encode_token,
+    parse_limit,
+    scope,
+    start_after,
+)
+from services.discovery.pure.policy import Granted
 
 IDEMPOTENCY_KEY = "Idempotency-Key"
 MAX_KEY_LENGTH = 255
@@ -57,6 +71,11 @@ class ProxyFilter:
     attributes: tuple[tuple[str, str], ...] = ()
     """Pairs the proxy must carry: its attributes, and ``egress.country``/``egress.asn`` for
     what was seen of its egress (``candidates.pairs_of``, as a lease selector matches)."""
+
+    @property
+    def empty(self) -> bool:
+        """No filter at all: every proxy matches, and a page needs no scan of the fleet."""
+        return self.phase is None and self.healthy is None and not self.attributes
 
     def matches(self, proxy: ProxyView) -> bool:
         if self.phase is not None and proxy.phase is not self.phase:
@@ -130,3 +149,91 @@ EgressAsn = Annotated[
 ]
 """``GET /v1/proxies``'s egress filters as the OpenAPI document names them (read with the
 rest of the query by ``parse_proxy_filter``)."""
+
+
+def lease_key(granted: Granted) -> Key:
+    """A lease's place in a holder's listing, oldest first: its grant's time (fixed width, so
+    the text sorts as the time does) and its id."""
+    record = granted.record
+    return (f"{record.acquired_at.astimezone(UTC):%Y-%m-%dT%H:%M:%S.%f}", record.lease_id)
+
+
+class InvalidContinue(ApiError):
+    """A ``continue`` token that does not decode or belongs to other filters: the listing has
+    to start again (a token is never guessed into a page of the wrong rows)."""
+
+    code = ErrorCode.INVALID_CONTINUE
+
+
+PAGING = frozenset({"limit", "continue"})
+
+
+@dataclass(frozen=True, slots=True)
+class Paging:
+    """``limit`` and ``continue`` of a listing's query (D-paging, docs/api.md "Paging")."""
+
+    limit: int | None
+    after: Key | None
+    where: str
+    """The listing and its filters, as its tokens name them."""
+
+    def page(self, keys: Sequence[Key], matches: Callable[[Key], bool] | None = None) -> Paged:
+        """The page of ``keys`` (sorted) after the token's key, of those ``matches`` keeps."""
+        kept = keys if matches is None else [k for k in keys if matches(k)]
+        start = start_after(kept, self.after)
+        end = len(kept) if self.limit is None else start + self.limit
+        shown = kept[start:end]
+        more = end < len(kept) and bool(shown)
+        return Paged(list(shown), encode_token(self.where, shown[-1]) if more else "", len(kept))
+
+
+@dataclass(frozen=True, slots=True)
+class Paged:
+    keys: list[Key]
+    token: str
+    total: int
+
+
+def parse_paging(
+    query: Iterable[tuple[str, str]], listing: str, width: int
+) -> tuple[Paging, list[tuple[str, str]]]:
+    """The paging parameters and the rest of the query (the filters, which the token is bound
+    to). A repeated ``limit`` or ``continue`` is refused rather than one of them chosen."""
+    pairs = list(query)
+    rest = [(k, v) for k, v in pairs if k not in PAGING]
+    limits = [v for k, v in pairs if k == "limit"]
+    tokens = [v for k, v in pairs if k == "continue"]
+    for name, sent in (("limit", limits), ("continue", tokens)):
+        if len(sent) > 1:
+            raise InvalidRequest(f"{name}: sent {len(sent)} times; send it once")
+    try:
+        limit = parse_limit(limits[0] if limits else None)
+    except BadLimit as exc:
+        raise InvalidRequest(str(exc)) from None
+    where = scope(listing, rest)
+    after = None
+    if tokens and tokens[0]:
+        try:
+            after = decode_token(tokens[0], where, width)
+        except BadToken as exc:
+            raise InvalidContinue(str(exc)) from None
+    return Paging(limit, after, where), rest
+
+
+Limit = Annotated[
+    str | None,
+    QueryParameter(
+        name="limit",
+        required=False,
+        description=f"At most this many rows (1 to {MAX_LIMIT}); the answer's continue "
+        "fetches the next page. Absent: every row (a client should page).",
+    ),
+]
+Continue = Annotated[
+    str | None,
+    QueryParameter(
+        name="continue",
+        required=False,
+        description="The previous page's continue, with the same filters: the next page.",
+    ),
+]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from bisect import bisect_left, insort
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import TypeVar
@@ -144,6 +145,10 @@ class Views:
         """(namespace, name) -> uid of the pool of that name not removed."""
         self.batch = batch
         self.caught_up = False
+        self.order: list[tuple[str, str, str]] = []
+        """(namespace, name, uid) of every proxy not removed, sorted: the listings' stable
+        order, kept as views change so a page costs its rows, not a sort of the fleet."""
+        self._key_of: dict[str, tuple[str, str, str]] = {}
 
     def _seen(self, recorded: Recorded) -> None:
         stamp = recorded.timestamp
@@ -154,6 +159,7 @@ class Views:
         self._seen(recorded)
         after = proxy_fold.apply(view, recorded)
         self.candidates.update(after)
+        self._order(after)
         self.on_change()
         return after
 
@@ -175,6 +181,19 @@ class Views:
     def _restored_proxy(self, uid: str, view: ProxyView) -> None:
         del uid
         self.candidates.update(view)
+        self._order(view)
+
+    def _order(self, view: ProxyView) -> None:
+        key = None if view.removed else (view.namespace, view.name, view.uid)
+        old = self._key_of.get(view.uid)
+        if old == key:
+            return
+        if old is not None:
+            del self.order[bisect_left(self.order, old)]
+            del self._key_of[view.uid]
+        if key is not None:
+            insort(self.order, key)
+            self._key_of[view.uid] = key
 
     def _restored_lease(self, uid: str, view: LeaseView) -> None:
         for lease_id in lease_queries.lease_ids(view):

@@ -14,6 +14,7 @@ class ErrorCode(StrEnum):
     """The ``error`` of an answer that is not a success: stable, for programs to act on."""
 
     INVALID_REQUEST = "invalid_request"
+    INVALID_CONTINUE = "invalid_continue"
     UNAUTHORIZED = "unauthorized"
     FORBIDDEN = "forbidden"
     NOT_YOUR_LEASE = "not_your_lease"
@@ -41,6 +42,7 @@ class ErrorCode(StrEnum):
 
 STATUS: dict[ErrorCode, int] = {
     ErrorCode.INVALID_REQUEST: 400,
+    ErrorCode.INVALID_CONTINUE: 400,
     ErrorCode.UNAUTHORIZED: 401,
     ErrorCode.FORBIDDEN: 403,
     ErrorCode.NOT_YOUR_LEASE: 403,
@@ -87,6 +89,8 @@ code of its status."""
 
 MEANING: dict[ErrorCode, str] = {
     ErrorCode.INVALID_REQUEST: "the body or a parameter is not valid; the message names the field",
+    ErrorCode.INVALID_CONTINUE: "the `continue` token does not decode or was made for another "
+    "listing or other filters; start the listing again without it",
     ErrorCode.UNAUTHORIZED: "the bearer token is missing or wrong",
     ErrorCode.FORBIDDEN: "the client lacks the route's scope, or its clients-file entry does "
     "not allow the selector",
