@@ -222,8 +222,21 @@ def newer(held: Lease | None, answer: Lease) -> Lease:
     return answer
 
 
-def list_holder(holder: str) -> Call:
-    return Call("GET", f"/v1/leases?holder={quote(holder, safe='')}")
+LIST_PAGE = 500
+"""Leases asked for per page by ``list_mine``: one answer stays well under a megabyte."""
+
+
+def list_holder(holder: str, token: str = "", limit: int = LIST_PAGE) -> Call:
+    """One page of the holder's leases; ``token``: the previous page's ``continue``."""
+    path = f"/v1/leases?holder={quote(holder, safe='')}&limit={limit}"
+    return Call("GET", path + (f"&continue={quote(token, safe='')}" if token else ""))
+
+
+def next_page(answer: Any) -> str:
+    """The ``continue`` of a listing's answer: "" on its last page, and from a server that
+    does not page (it answers everything at once)."""
+    token = answer.get("continue", "") if isinstance(answer, dict) else ""
+    return token if isinstance(token, str) else ""
 
 
 def release_holder(holder: str) -> Call:

@@ -146,9 +146,20 @@ class AsyncClient:
         asked for one."""
         return Rotation.from_json(await self._call(protocol.rotation(lease_id)))
 
-    async def list_mine(self, holder: str | None = None) -> list[Lease]:
-        answer = await self._call(protocol.list_holder(holder or self.holder))
-        return [Lease.from_json(item) for item in answer["items"]]
+    async def list_mine(
+        self, holder: str | None = None, *, page_size: int = protocol.LIST_PAGE
+    ) -> list[Lease]:
+        """Every active lease of ``holder`` (the client's by default), oldest first, fetched
+        ``page_size`` (1 to 1000) at a time, following ``continue``: a holder of thousands
+        never gets one huge answer."""
+        found: list[Lease] = []
+        token = ""
+        while True:
+            answer = await self._call(protocol.list_holder(holder or self.holder, token, page_size))
+            found += [Lease.from_json(item) for item in answer["items"]]
+            token = protocol.next_page(answer)
+            if not token:
+                return found
 
     async def release_mine(self, holder: str | None = None) -> int:
         """Releases every active lease of the holder (this client's by default), e.g. after a

@@ -137,9 +137,20 @@ class Client:
     def rotation(self, lease_id: str) -> Rotation:
         return Rotation.from_json(self._call(protocol.rotation(lease_id)))
 
-    def list_mine(self, holder: str | None = None) -> list[Lease]:
-        answer = self._call(protocol.list_holder(holder or self.holder))
-        return [Lease.from_json(item) for item in answer["items"]]
+    def list_mine(
+        self, holder: str | None = None, *, page_size: int = protocol.LIST_PAGE
+    ) -> list[Lease]:
+        """Every active lease of ``holder`` (the client's by default), oldest first, fetched
+        ``page_size`` (1 to 1000) at a time, following ``continue``: a holder of thousands
+        never gets one huge answer."""
+        found: list[Lease] = []
+        token = ""
+        while True:
+            answer = self._call(protocol.list_holder(holder or self.holder, token, page_size))
+            found += [Lease.from_json(item) for item in answer["items"]]
+            token = protocol.next_page(answer)
+            if not token:
+                return found
 
     def release_mine(self, holder: str | None = None) -> int:
         return int(self._call(protocol.release_holder(holder or self.holder))["released"])
