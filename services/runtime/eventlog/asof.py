@@ -6,13 +6,14 @@ counts is the server's timestamp of each event, which the folds use too, never a
 The server stamps messages as it stores them, in stream order, so the read stops at the first
 message stamped after the instant.
 
-It costs what replaying the log up to then costs: every event of the stream (or of the subject
-filter) from its first sequence to the instant is read and folded, and nothing is kept. So a
-read refuses to go beyond ``MAX_EVENTS`` events, and says so, rather than take a replica's
-memory and CPU for minutes. It folds on the event loop one fetched batch at a time and checks
-for a cancellation between batches (nats-py can swallow one inside a fetch), so a read whose
-caller went away stops after at most one batch
-(docs/decisions/0095-the-console-and-the-api-bound.md).
+A read from the first sequence costs what replaying the log up to then costs: every event of
+the stream (or of the subject filter) to the instant is read and folded, and nothing is kept.
+A fleet's time travel starts from the nearest checkpoint instead and reads only what came after
+it (``services.runtime.eventlog.checkpoints``). Either way a read refuses to fold more than
+``MAX_EVENTS`` events, and says so, rather than take a replica's memory and CPU for minutes.
+It folds on the event loop one fetched batch at a time and checks for a cancellation between
+batches (nats-py can swallow one inside a fetch), so a read whose caller went away stops after
+at most one batch (docs/decisions/0095-the-console-and-the-api-bound.md).
 """
 
 from __future__ import annotations
@@ -35,8 +36,8 @@ from services.runtime.eventlog.ordered import OrderedPull
 V = TypeVar("V")
 
 MAX_EVENTS = 100_000
-"""The most events one read folds: about 10 s of a core at the 0.1 ms per event measured
-(docs/console.md, "Time travel")."""
+"""The most events one read folds (after the checkpoint it starts from, if any): about 10 s of
+a core at the 0.1 ms per event measured (docs/console.md, "Time travel")."""
 TRACEPARENT = "traceparent"
 STALLS = 3
 """Empty fetches in a row, with messages still pending, after which a read gives up."""
@@ -95,16 +96,19 @@ async def read_until(
     until: datetime | None,
     *,
     limit: int = MAX_EVENTS,
+    start: int = 1,
     batch: int = 1000,
     timeout: float = 5.0,
     each: Callable[[Stored], None] | None = None,
 ) -> AsOf:
-    """Every message of ``filter_subject`` stamped at or before ``until`` (None: everything
-    stored now), in stream order. Raises ``TooMuchHistory`` past ``limit`` messages. With
-    ``each``, every message is handed to it and none is kept (a fold needs only the views)."""
+    """Every message of ``filter_subject`` from sequence ``start`` stamped at or before ``until``
+    (None: everything stored now), in stream order. Raises ``TooMuchHistory`` past ``limit``
+    messages. With ``each``, every message is handed to it and none is kept (a fold needs only
+    the views); a fold from a checkpoint starts right after it."""
     out = AsOf(stream)
     kept = 0
     pull = OrderedPull(js, stream, filter_subject, batch=batch, inactive_threshold=30)
+    pull.last_seq = max(start, 1) - 1
     try:
         remaining = await pull.pending()
         stalls = 0

@@ -1,0 +1,345 @@
+"""Time travel from checkpoints: a past instant costs what changed since the nearest one.
+
+A time travel (the console's ``?at=``, ``get --at``, ``get pools --at``) folds the PROXY, LEASE
+and POOL streams up to an instant. From the first event that costs about 0.1 ms per event, and
+a week of leases is millions of them. So discovery folds each stream once more, with its own
+ordered reader and the same tolerant ``ByProxy`` fold time travel uses, and every ``every``
+stream sequences stores the whole views dict as a checkpoint labelled with that sequence, the
+server time of its event and the latest time it covers (``pure.checkpoint.Head``). A travel
+to an instant loads the newest checkpoint covering nothing after it and folds only the events
+after it up to the instant: the same views a replay gives, by construction
+(docs/decisions/NNNN-time-travel-checkpoints.md).
+
+Checkpoints are derived state, never facts. Each stream has its own KV bucket
+(``natsusers.CHECKPOINT_BUCKETS``), keeping them as long as the stream keeps its events. Every
+writer packs the same bytes for the same log, writes its chunks under their digest and the head
+last with ``create``: the first writer wins, the others skip. A reader ignores what it cannot
+verify (it does not decode, its label does not fit the stream, its event is not the stream's) and
+tries an older one, then the full replay: counted and logged, never raised.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, Generic, TypeVar
+
+import nats.errors
+import structlog
+from nats.js import JetStreamContext
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, KeyValueConfig, StorageType
+from nats.js.errors import (
+    BucketNotFoundError,
+    KeyNotFoundError,
+    KeyWrongLastSequenceError,
+    NotFoundError,
+)
+from nats.js.kv import KeyValue
+
+from events import subjects
+from events.errors import EventStoreError, StoreUnavailable
+from events.store import Recorded
+from projections import lease as lease_fold
+from projections import pool as pool_fold
+from projections import proxy as proxy_fold
+from projections import versions
+from projections.lease import LeaseView
+from projections.pool import PoolView
+from projections.proxy import ProxyView
+from services.runtime.eventlog.asof import MAX_EVENTS, ByProxy, read_until
+from services.runtime.eventlog.pure import checkpoint as cp
+from services.runtime.eventlog.pure.checkpoint import Head, Unusable
+from services.runtime.eventlog.streams import STREAMS
+from services.runtime.natsusers import CHECKPOINT_BUCKETS
+
+log = structlog.get_logger("egress.checkpoints")
+
+V = TypeVar("V")
+
+EVERY = 10_000
+"""Stream sequences between checkpoints: a travel folds at most this many events after one (about
+1 s of a core), plus the decoding of one (10,000 proxies: a fraction of that)."""
+POOL_VERSION = 1
+"""``projections.pool.PoolView`` has no snapshot version in ``projections.versions`` (nothing
+else stores it); its schema hash is in the key too."""
+TRIES = 3
+"""Checkpoints a reader tries, newest first, before it replays from the first event."""
+MAX_HEADS = 20_000
+"""Heads a reader lists at most: 200 million events of a stream at ``EVERY``."""
+IN_FLIGHT = 8
+UNUSABLE: Counter[str] = Counter()
+"""Per stream, checkpoints a reader or writer found unusable since the process started."""
+
+
+@dataclass(frozen=True)
+class Travel(Generic[V]):
+    """One stream as time travel folds it."""
+
+    stream: str
+    filter_subject: str
+    apply: Callable[[V | None, Recorded], V]
+    view_type: type[V]
+    version: int
+
+    @property
+    def bucket(self) -> str:
+        return CHECKPOINT_BUCKETS[self.stream]
+
+    @functools.cached_property
+    def tag(self) -> str:
+        return cp.tag_of(self.version, self.view_type)
+
+    @property
+    def max_age(self) -> float:
+        return next(spec.max_age for spec in STREAMS if spec.name == self.stream)
+
+
+PROXY: Travel[ProxyView] = Travel(
+    subjects.PROXY_STREAM, "proxy.*.*", proxy_fold.apply, ProxyView, versions.PROXY
+)
+LEASE: Travel[LeaseView] = Travel(
+    subjects.LEASE_STREAM, "lease.*", lease_fold.apply, LeaseView, versions.LEASE
+)
+POOL: Travel[PoolView] = Travel(
+    subjects.POOL_STREAM, "pool.*.*", pool_fold.apply, PoolView, POOL_VERSION
+)
+TRAVELS: tuple[Travel[Any], ...] = (PROXY, LEASE, POOL)
+
+
+@dataclass(frozen=True)
+class Bounds:
+    first: int
+    last: int
+
+
+async def stream_bounds(js: JetStreamContext, stream: str) -> Bounds:
+    try:
+        info = await js.stream_info(stream)
+    except NotFoundError as exc:
+        raise EventStoreError(
+            f"stream {stream} does not exist: create it with `egress-proxies streams init`"
+        ) from exc
+    except (nats.errors.Error, TimeoutError) as exc:
+        raise StoreUnavailable(f"cannot read the state of {stream}: {exc}") from exc
+    return Bounds(int(info.state.first_seq or 0), int(info.state.last_seq or 0))
+
+
+def _unusable(stream: str, why: str) -> None:
+    UNUSABLE[stream] += 1
+    log.warning("checkpoint unusable, trying an older one or the events", stream=stream, why=why)
+
+
+class CheckpointStore(Generic[V]):
+    """One stream's checkpoints in its KV bucket."""
+
+    def __init__(self, js: JetStreamContext, travel: Travel[V]) -> None:
+        self.js = js
+        self.travel = travel
+        self._kv: KeyValue | None = None
+        self._unpacker = cp.Unpacker(travel.view_type)
+
+    async def open(self, *, create: bool) -> KeyValue | None:
+        """The bucket; None when it does not exist and ``create`` is false (a reader)."""
+        if self._kv is not None:
+            return self._kv
+        bucket = self.travel.bucket
+        try:
+            try:
+                self._kv = await self.js.key_value(bucket)
+            except BucketNotFoundError:
+                if not create:
+                    return None
+                config = KeyValueConfig(
+                    bucket=bucket,
+                    history=1,
+                    ttl=self.travel.max_age or None,
+                    storage=StorageType.FILE,
+                    max_value_size=cp.CHUNK,
+                    description=f"Time-travel checkpoints of {self.travel.stream} (derived)",
+                )
+                self._kv = await self.js.create_key_value(config)
+        except (nats.errors.Error, TimeoutError) as exc:
+            raise StoreUnavailable(f"cannot open the KV bucket {bucket}: {exc}") from exc
+        return self._kv
+
+    async def heads(self, bounds: Bounds) -> list[Head]:
+        """Every head of this fold's tag that fits the stream, in no order."""
+        bucket = self.travel.bucket
+        filter_subject = f"$KV.{bucket}.{cp.heads_filter(self.travel.tag)}"
+        config = ConsumerConfig(
+            ack_policy=AckPolicy.NONE,
+            deliver_policy=DeliverPolicy.LAST_PER_SUBJECT,
+            filter_subject=filter_subject,
+            inactive_threshold=30.0,
+            mem_storage=True,
+            num_replicas=1,
+        )
+        heads: list[Head] = []
+        try:
+            sub = await self.js.pull_subscribe(
+                filter_subject, durable=None, stream=f"KV_{bucket}", config=config
+            )
+            try:
+                pending = int((await sub.consumer_info()).num_pending or 0)
+                if pending > MAX_HEADS:
+                    raise Unusable(f"{pending} heads in {bucket}, more than {MAX_HEADS}")
+                while pending > 0:
+                    msgs = await sub.fetch(min(pending, 500), timeout=2.0)
+                    for msg in msgs:
+                        pending = msg.metadata.num_pending
+                        if (msg.headers or {}).get("KV-Operation") in ("DEL", "PURGE"):
+                            continue
+                        head = self._head(msg.subject, msg.data, bounds)
+                        if head is not None:
+                            heads.append(head)
+            finally:
+                await sub.unsubscribe()
+        except (nats.errors.Error, TimeoutError) as exc:
+            raise StoreUnavailable(f"cannot list the checkpoints in {bucket}: {exc}") from exc
+        return heads
+
+    def _head(self, subject: str, value: bytes, bounds: Bounds) -> Head | None:
+        stream = self.travel.stream
+        try:
+            head = cp.decode_head(value)
+        except Unusable as exc:
+            _unusable(stream, f"{subject}: {exc}")
+            return None
+        why = cp.fits(
+            head,
+            stream=stream,
+            tag=self.travel.tag,
+            key_seq=cp.seq_of_key(subject),
+            first=bounds.first,
+            last=bounds.last,
+        )
+        if why:
+            _unusable(stream, f"{subject}: {why}")
+            return None
+        return head
+
+    async def load(self, head: Head) -> dict[str, V]:
+        """The views of ``head``, once its event is the stream's and its bytes check out."""
+        await self._verify(head)
+        kv = await self.open(create=False)
+        if kv is None:
+            raise Unusable("the bucket is gone")
+        keys = [cp.chunk_key(head.tag, head.seq, head.digest, i) for i in range(head.chunks)]
+        parts: list[bytes] = []
+        try:
+            for start in range(0, len(keys), IN_FLIGHT):
+                got = await asyncio.gather(*(kv.get(k) for k in keys[start : start + IN_FLIGHT]))
+                for entry in got:
+                    value = entry.value or b""
+                    if len(value) > cp.CHUNK:
+                        raise Unusable(f"a chunk of {len(value)} bytes (at most {cp.CHUNK})")
+                    parts.append(value)
+        except KeyNotFoundError:
+            raise Unusable("a chunk is missing") from None
+        except (nats.errors.Error, TimeoutError) as exc:
+            raise StoreUnavailable(f"cannot read a checkpoint: {exc}") from exc
+        return await asyncio.to_thread(self._unpacker.unpack, head, b"".join(parts))
+
+    async def _verify(self, head: Head) -> None:
+        """Event ``seq`` must be the one the checkpoint saw: a stream recreated (or restored
+        from another log) since has other events under the same sequences."""
+        try:
+            msg = await self.js.get_msg(self.travel.stream, seq=head.seq)
+        except NotFoundError:
+            raise Unusable(f"event {head.seq} is not in the stream") from None
+        except (nats.errors.Error, TimeoutError) as exc:
+            raise StoreUnavailable(f"cannot read event {head.seq}: {exc}") from exc
+        stamped = cp.micros(msg.time) if msg.time is not None else -1
+        if msg.subject != head.subject or abs(stamped - head.time_us) > 1000:
+            raise Unusable(f"event {head.seq} is not the one the checkpoint folded")
+
+    async def write(self, head: Head, packed: cp.Packed) -> bool:
+        """The chunks, then the head; False when another writer's head was there first."""
+        kv = await self.open(create=True)
+        assert kv is not None
+        chunks = packed.chunks()
+        keys = [cp.chunk_key(head.tag, head.seq, head.digest, i) for i in range(len(chunks))]
+        try:
+            for start in range(0, len(keys), IN_FLIGHT):
+                pairs = list(zip(keys, chunks, strict=True))[start : start + IN_FLIGHT]
+                await asyncio.gather(*(_create(kv, k, v) for k, v in pairs))
+            return await _create(kv, cp.head_key(head.tag, head.seq), cp.encode_head(head))
+        except (nats.errors.Error, TimeoutError) as exc:
+            raise StoreUnavailable(f"cannot write a checkpoint: {exc}") from exc
+
+    async def exists(self, seq: int) -> bool:
+        kv = await self.open(create=True)
+        assert kv is not None
+        try:
+            await kv.get(cp.head_key(self.travel.tag, seq))
+        except KeyNotFoundError:
+            return False
+        except (nats.errors.Error, TimeoutError) as exc:
+            raise StoreUnavailable(f"cannot read a checkpoint head: {exc}") from exc
+        return True
+
+
+async def _create(kv: KeyValue, key: str, value: bytes) -> bool:
+    """Stored if absent; a present key holds the same bytes (its name has their digest)."""
+    try:
+        await kv.create(key, value)
+    except KeyWrongLastSequenceError:
+        return False
+    return True
+
+
+async def nearest(
+    store: CheckpointStore[V], bounds: Bounds, at_us: int | None
+) -> tuple[Head, dict[str, V]] | None:
+    """The newest usable checkpoint covering nothing after ``at_us`` (None: the newest), and its
+    views; None when there is none. Never raises: what fails is counted, logged and skipped."""
+    stream = store.travel.stream
+    try:
+        if await store.open(create=False) is None:
+            return None
+        heads = await store.heads(bounds)
+    except (StoreUnavailable, Unusable) as exc:
+        _unusable(stream, str(exc))
+        return None
+    for head in cp.usable(heads, at_us=at_us, first=bounds.first, last=bounds.last)[:TRIES]:
+        try:
+            return head, await store.load(head)
+        except (StoreUnavailable, Unusable) as exc:
+            _unusable(stream, f"sequence {head.seq}: {exc}")
+    return None
+
+
+@dataclass
+class Travelled(Generic[V]):
+    """A stream folded up to an instant, and what it took."""
+
+    views: dict[str, V]
+    read: int
+    """Messages read after the checkpoint (or from the first), the one that ended the read too."""
+    checkpoint: int = 0
+    """The sequence of the checkpoint folded from; 0: none, a replay from the first event."""
+    origin: int = 1
+    """The first sequence the views hold events from."""
+
+
+async def fold_at(
+    js: JetStreamContext, travel: Travel[V], at: datetime, *, limit: int = MAX_EVENTS
+) -> Travelled[V]:
+    """``travel``'s stream folded up to ``at``: from the nearest checkpoint, else from the first
+    event. ``limit`` bounds the events folded after it (``TooMuchHistory`` beyond)."""
+    bounds = await stream_bounds(js, travel.stream)
+    views = ByProxy(travel.apply, travel.stream)
+    found = await nearest(CheckpointStore(js, travel), bounds, cp.micros(at))
+    start, origin, checkpoint = 1, max(bounds.first, 1), 0
+    if found is not None:
+        head, views.views = found
+        start, origin, checkpoint = head.seq + 1, head.origin, head.seq
+        views.newest = cp.EPOCH + timedelta(microseconds=head.time_us)
+    read = await read_until(
+        js, travel.stream, travel.filter_subject, at, limit=limit, start=start, each=views.fold
+    )
+    return Travelled(views.views, read.read, checkpoint, origin)
