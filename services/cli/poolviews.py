@@ -24,7 +24,8 @@ from projections.proxy import ProxyView
 from services.cli.common import stdout_console
 from services.cli.pure.pool_render import Decided, PoolRow, pool_row
 from services.runtime.connection import Connection
-from services.runtime.eventlog.asof import ByProxy, read_until
+from services.runtime.eventlog import checkpoints
+from services.runtime.eventlog.checkpoints import fold_at
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.eventlog.projector import Projector
 
@@ -83,12 +84,10 @@ async def fleet(conn: Connection, at: datetime | None = None) -> Fleet:
         finally:
             await following.close()
         return following.fleet()
-    pools = ByProxy(pool_fold.apply, POOL_STREAM)
-    proxies = ByProxy(proxy_fold.apply, PROXY_STREAM)
-    leases = ByProxy(lease_fold.apply, LEASE_STREAM)
-    await read_until(conn.js, POOL_STREAM, "pool.*.*", at, each=pools.fold)
-    await read_until(conn.js, PROXY_STREAM, "proxy.*.*", at, each=proxies.fold)
-    await read_until(conn.js, LEASE_STREAM, "lease.*", at, each=leases.fold)
+    # Each from its nearest checkpoint before ``at`` (services.runtime.eventlog.checkpoints).
+    pools = await fold_at(conn.js, checkpoints.POOL, at)
+    proxies = await fold_at(conn.js, checkpoints.PROXY, at)
+    leases = await fold_at(conn.js, checkpoints.LEASE, at)
     return Fleet(pools.views, proxies.views, leases.views)
 
 

@@ -1,8 +1,9 @@
 """``get --at`` and ``events --until``: the log as it was at an instant (docs/console.md).
 
-The views are folded from the first event up to the instant with the services' own folds
-(``services.runtime.eventlog.asof``), so the answer is what ``get`` would have printed then,
-leases judged at that instant too. It costs a replay of the log up to then.
+The views are folded up to the instant with the services' own folds, from the nearest
+checkpoint before it (``services.runtime.eventlog.checkpoints``), so the answer is what ``get``
+would have printed then, leases judged at that instant too. It costs decoding the checkpoints and
+folding what came after them; where there is none, a replay of the log up to then.
 """
 
 from __future__ import annotations
@@ -11,13 +12,12 @@ from datetime import UTC, datetime
 
 import click
 
-from events.subjects import LEASE_STREAM, PROXY_STREAM
-from projections import lease as lease_fold
-from projections import proxy as proxy_fold
 from projections.lease import LeaseView
 from projections.proxy import ProxyView
 from services.runtime.connection import Connection
-from services.runtime.eventlog.asof import ByProxy, parse_instant, read_until
+from services.runtime.eventlog import checkpoints
+from services.runtime.eventlog.asof import parse_instant
+from services.runtime.eventlog.checkpoints import fold_at
 
 
 def instant_option(
@@ -41,10 +41,8 @@ async def as_of(
     conn: Connection, namespace: str | None, at: datetime
 ) -> tuple[list[ProxyView], dict[str, LeaseView]]:
     """What ``get`` lists, and the lease views, as folded from the log up to ``at``."""
-    proxies = ByProxy(proxy_fold.apply, PROXY_STREAM)
-    leases = ByProxy(lease_fold.apply, LEASE_STREAM)
-    await read_until(conn.js, PROXY_STREAM, "proxy.*.*", at, each=proxies.fold)
-    await read_until(conn.js, LEASE_STREAM, "lease.*", at, each=leases.fold)
+    proxies = await fold_at(conn.js, checkpoints.PROXY, at)
+    leases = await fold_at(conn.js, checkpoints.LEASE, at)
     views = [v for v in proxies.views.values() if v.name and not v.removed]
     if namespace:
         views = [v for v in views if v.namespace == namespace]

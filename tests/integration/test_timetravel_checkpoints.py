@@ -28,6 +28,7 @@ from services.runtime.eventlog.checkpoints import (
     PROXY,
     CheckpointStore,
     Travel,
+    Travelled,
     fold_at,
     stream_bounds,
 )
@@ -71,7 +72,8 @@ async def test_at_random_instants_checkpoints_give_the_replays_views(conn: Conne
     assert lease_writer.stats.written == 3000 // EVERY
     assert proxy_writer.stats.written == 40 * 7 // 50
     rng = random.Random(31)
-    for travel, every in ((LEASE, EVERY), (PROXY, 50)):
+    cases: tuple[tuple[Travel[Any], int], ...] = ((LEASE, EVERY), (PROXY, 50))
+    for travel, every in cases:
         stamps = await timestamps(conn, travel.stream)
         picks = [
             stamps[0] - timedelta(seconds=1),  # before anything
@@ -87,7 +89,7 @@ async def test_at_random_instants_checkpoints_give_the_replays_views(conn: Conne
         ]
         used = set()
         for at in picks:
-            got = await fold_at(conn.js, travel, at)
+            got: Travelled[Any] = await fold_at(conn.js, travel, at)
             assert got.views == await replay(conn, travel, at), (travel.stream, at)
             used.add(got.checkpoint)
         assert len(used) > 3, "the instants should fold from several checkpoints and none"

@@ -2,12 +2,14 @@
 (its pools too) at an instant.
 
 The live fleet and pools pages need no read: they show the replica's views. A time travel folds
-the POOL, PROXY and LEASE streams up to the instant into fresh views with the services' own folds
-(``services.runtime.eventlog.asof``). That costs a replay of the log up to then, so a replica
-runs one at a time, at most ``QUEUE`` wait their turn, and one client has at most
-``PER_CLIENT`` reads of the log under way (``Busy`` beyond: the page answers 429 with
-``Retry-After``). A read is folded between awaits, a batch at a time, so cancelling it (its
-client went away) stops it within one batch (docs/decisions/0095-the-console-and-the-api-bound.md).
+the POOL, PROXY and LEASE streams up to the instant into fresh views with the services' own folds,
+each from its nearest checkpoint before the instant (``services.runtime.eventlog.checkpoints``).
+That costs decoding the checkpoints and folding what came after them (up to 10,000 events per
+stream), or a replay from the first event where there is none, so a replica runs one at a
+time, at most ``QUEUE`` wait their turn, and one client has at most ``PER_CLIENT`` reads of the
+log under way (``Busy`` beyond: the page answers 429 with ``Retry-After``). A read is folded
+between awaits, a batch at a time, so cancelling it (its client went away) stops it within one
+batch (docs/decisions/0095-the-console-and-the-api-bound.md).
 """
 
 from __future__ import annotations
@@ -26,13 +28,14 @@ from nats.js import JetStreamContext
 from events import subjects
 from events.store import Recorded
 from projections import lease as lease_fold
-from projections import pool as pool_fold
 from projections import proxy as proxy_fold
 from projections.lease import LeaseView
 from projections.pool import PoolView
 from projections.proxy import ProxyView
 from services.discovery.console.pure.timeline import Line, line
+from services.runtime.eventlog import checkpoints
 from services.runtime.eventlog.asof import MAX_EVENTS, ByProxy, read_until
+from services.runtime.eventlog.checkpoints import fold_at
 
 QUEUE = 8
 """Fleet time travels one replica holds at once, the one running included."""
@@ -109,6 +112,9 @@ class Cost:
     events: int
     seconds: float
     notes: tuple[str, ...] = ()
+    checkpoints: tuple[tuple[str, int], ...] = ()
+    """Per stream, the sequence of the checkpoint a time travel folded from (0: none, from the
+    first event): ``events`` counts only what was read after it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,23 +172,18 @@ class History:
         ``client``'s share is full."""
         async with self.admission.admit(client, travel=True):
             started = time.monotonic()
-            pools = ByProxy(pool_fold.apply, subjects.POOL_STREAM)
-            proxies = ByProxy(proxy_fold.apply, subjects.PROXY_STREAM)
-            leases = ByProxy(lease_fold.apply, subjects.LEASE_STREAM)
-            read_pools = await read_until(
-                self.js, subjects.POOL_STREAM, "pool.*.*", at, limit=self.limit, each=pools.fold
-            )
-            read_proxies = await read_until(
-                self.js, subjects.PROXY_STREAM, "proxy.*.*", at, limit=self.limit, each=proxies.fold
-            )
-            read_leases = await read_until(
-                self.js, subjects.LEASE_STREAM, "lease.*", at, limit=self.limit, each=leases.fold
-            )
-            first = await self._first_seq(subjects.LEASE_STREAM)
+            pools = await fold_at(self.js, checkpoints.POOL, at, limit=self.limit)
+            proxies = await fold_at(self.js, checkpoints.PROXY, at, limit=self.limit)
+            leases = await fold_at(self.js, checkpoints.LEASE, at, limit=self.limit)
             cost = Cost(
-                read_pools.read + read_proxies.read + read_leases.read,
+                pools.read + proxies.read + leases.read,
                 time.monotonic() - started,
-                _aged_out(first),
+                _aged_out(leases.origin),
+                checkpoints=(
+                    (subjects.POOL_STREAM, pools.checkpoint),
+                    (subjects.PROXY_STREAM, proxies.checkpoint),
+                    (subjects.LEASE_STREAM, leases.checkpoint),
+                ),
             )
             return FleetAt(proxies.views, leases.views, cost, pools.views)
 
