@@ -29,6 +29,7 @@ from services.discovery.console.pure.fleet import (
     parse_filters,
     rows,
 )
+from services.discovery.console.pure.fleet_page import one_page
 from services.discovery.console.pure.timeline import line, merged, summary
 from services.discovery.console.render import page, query, until
 from services.runtime.eventlog.asof import Stored, parse_instant, trace_id
@@ -177,6 +178,7 @@ def test_hostile_text_is_escaped_on_every_page() -> None:
         "live_url": "/ui/live" + query([("attrs", HOSTILE)]),
         "at_query": "",
         "signed_in": True,
+        **one_page(every),
     }
     html = page("fleet.html", **context)
     lines = [
@@ -286,6 +288,7 @@ def test_the_proxy_page_names_each_back_off_and_its_end() -> None:
         now=_at(100),
         at=None,
         at_query="",
+        **one_page([row]),
     )
     assert "<td>1</td>" in fleet
 
@@ -305,6 +308,7 @@ def test_the_time_control_is_iso_8601_in_utc() -> None:
         live_url="",
         at_query="",
         signed_in=False,
+        **one_page([]),
     )
     assert 'name="at" value="2026-03-01T12:00:05"' in html
     assert "datetime-local" not in html

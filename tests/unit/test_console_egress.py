@@ -24,6 +24,7 @@ from services.discovery.console.pure.fleet import (
     row,
     rows,
 )
+from services.discovery.console.pure.fleet_page import one_page
 from services.discovery.console.pure.timeline import line
 from services.discovery.console.render import page
 from services.discovery.pure.egress_shown import shown
@@ -58,6 +59,7 @@ def fleet_html(every: list[Row], filters: Filters) -> str:
         live_url="/ui/live",
         at_query="",
         signed_in=False,
+        **one_page(shown_rows),
     )
 
 

@@ -1,8 +1,9 @@
 """The console's routes under ``/ui``: server-rendered, read-only pages (docs/console.md).
 
-- ``GET /ui[?phase=&health=&provider=&pool=&egress_country=&attrs=&at=]``: the fleet;
-  ``GET /ui/live``: its table alone, which ``console.js`` fetches every 2 s to update the page
-  without a reload
+- ``GET /ui[?phase=&health=&provider=&pool=&egress_country=&attrs=&q=&sort=&order=&page=&size=
+  &at=]``: the fleet, a page of it; ``GET /ui/live``: its table alone, which ``console.js``
+  fetches every 2 s to update the page without a reload, sending only what changed
+  (``pure.fleet_page``)
 - ``GET /ui/proxies/{uid}[?at=]``: one proxy and its timeline; ``.../live``: the same, in part
 - ``GET /ui/pools...``: the pools pages (``pool_pages``)
 - ``GET|POST /ui/login``, ``POST /ui/logout``: a client's session (``login``, ``session``)
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from importlib import resources
 from typing import Any, TypeVar
@@ -35,16 +36,28 @@ from markupsafe import escape
 
 from events.errors import EventStoreError
 from events.subjects import InvalidToken, check_token
+from services.discovery.console.fleet_rows import FleetRows
 from services.discovery.console.headers import SECURITY_HEADERS
 from services.discovery.console.history import Busy, Cost, History
 from services.discovery.console.pure.fleet import (
     HEALTHS,
+    NO_FILTERS,
     PHASES,
     FilterError,
     counts,
     parse_filters,
     row,
     rows,
+)
+from services.discovery.console.pure.fleet_page import (
+    PAGING,
+    SORTS,
+    Poll,
+    answer,
+    arrange,
+    digest,
+    parse_poll,
+    parse_view,
 )
 from services.discovery.console.pure.pools import listed, membership, pool_ref
 from services.discovery.console.pure.timeline import merged
@@ -68,6 +81,8 @@ class Console:
     views: Views
     history: History
     session: Sessions
+    rows: FleetRows = field(default_factory=FleetRows)
+    """The live fleet's rows, rebuilt only where something changed (``fleet_rows``)."""
 
 
 ConsoleDep = NamedDependency[Console]
@@ -164,20 +179,22 @@ def _at(console: Console, request: AnyRequest) -> datetime | None:
 
 async def _fleet(console: Console, request: AnyRequest) -> dict[str, Any]:
     at = _at(console, request)
+    query_pairs = request.query_params.multi_items()
     try:
-        filters = parse_filters(request.query_params.multi_items(), allowed=("at",))
+        filters = parse_filters(query_pairs, allowed=("at", *PAGING))
+        view = parse_view(query_pairs)
     except FilterError as exc:
         raise _Refused(400, str(exc)) from None
     candidates = console.views.candidates
     if at is None:
         now, cost = console.views.now(), LIVE
         pools = listed(console.views.all_pools())
-        member_of = membership(pools)
-        every = rows(
-            console.views.all_proxies(),
+        proxies = console.views.proxies.views
+        every = console.rows.rows(
+            (proxies[uid] for _, _, uid in console.views.order),
             console.views.leases.views,
             now,
-            member_of,
+            pools=membership(pools),
             policy=candidates.policy,
             index=candidates.egress,
         )
@@ -195,10 +212,19 @@ async def _fleet(console: Console, request: AnyRequest) -> dict[str, Any]:
         known = ", ".join(choices[:10]) + (" ..." if len(choices) > 10 else "")
         hint = f"the pools are {known}" if choices else "there are no pools"
         raise _Refused(400, f"pool: no pool {filters.pool!r}{when}; {hint}")
-    shown = [r for r in every if filters.matches(r)]
+    shown = every if filters == NO_FILTERS else [r for r in every if filters.matches(r)]
     summary = counts(shown, every)
+    paged = arrange(shown, view, presorted=True)  # both lists come by namespace and name
+    kept = filters.query()
+    base = [*kept, ("at", local_input(at))]
+    order = digest([paged.page, paged.pages, *(r.uid for r in paged.rows)])
+    poll = Poll(console.rows.instance, console.rows.version, order, digest([summary]))
     return {
-        "rows": shown,
+        "rows": paged.rows,
+        "paged": paged,
+        "view": view,
+        "sorts": tuple(SORTS),
+        "base": base,
         "counts": summary,
         "filters": filters,
         "phases": PHASES,
@@ -207,7 +233,8 @@ async def _fleet(console: Console, request: AnyRequest) -> dict[str, Any]:
         "at": at,
         "now": now,
         "cost": cost,
-        "live_url": "/ui/live" + query(filters.query()),
+        "poll": poll if at is None else None,
+        "live_url": "/ui/live" + query([*kept, *view.query()]),
         "at_query": query([("at", local_input(at))]),
         "signed_in": console.session.required,
     }
@@ -306,14 +333,26 @@ async def fleet_page(console: ConsoleDep, request: AnyRequest) -> Response[Any]:
 
 @get("/live")
 async def fleet_live(console: ConsoleDep, request: AnyRequest) -> Response[Any]:
+    """The table for the page's poll: with ``since`` (the last answer's ``X-Fleet-Poll``),
+    204 when nothing changed, or only the rows changed since and the counts."""
     if not console.session.allows(request):
         return _html("log in again", 401)
     try:
-        return _html(page("_fleet.html", **await _fleet(console, request)))
+        context = await _fleet(console, request)
     except _Refused as exc:
         return _refused(console, exc, part=True)
     except _Gone:
         return _html("", GONE)
+    poll: Poll | None = context["poll"]
+    headers = {"X-Fleet-Now": str(int(context["now"].timestamp() * 1000))}
+    if poll is None:
+        return _html(page("_fleet.html", **context), headers={**headers, "X-Fleet-Mode": "full"})
+    got = answer(parse_poll(context["view"].since), poll, context["rows"], console.rows.version_of)
+    headers |= {"X-Fleet-Poll": poll.token, "X-Fleet-Mode": got.mode}
+    if got.mode == "nothing":
+        return Response(None, status_code=204, headers={**SECURITY_HEADERS, **headers})
+    template = "_fleet_rows.html" if got.mode == "rows" else "_fleet.html"
+    return _html(page(template, **context, changed=got.changed), headers=headers)
 
 
 @get("/proxies/{uid:str}")

@@ -71,6 +71,8 @@ class Row:
     """``namespace/name`` of the pool whose member it is (``pure.pools.membership``), or ""."""
     egress: EgressShown | None = None
     """What a site sees of it, and whether that keeps it from being leased; None: nothing yet."""
+    created_at: datetime | None = None
+    """When it was declared: what the page sorts by age."""
 
     @property
     def egress_country(self) -> str:
@@ -117,6 +119,7 @@ def row(
         message=proxy.health_message if proxy.healthy is False else proxy.message,
         pool=pool,
         egress=egress,
+        created_at=proxy.created_at,
     )
 
 
@@ -155,8 +158,12 @@ class Filters:
     carrying its attribute)."""
     egress_country: str = ""
     """``DE``: proxies whose egress was seen there; ``unknown``: those with no country seen."""
+    search: str = ""
+    """Text the proxy's ``namespace/name`` contains, in any case (``q=``)."""
 
     def matches(self, r: Row) -> bool:
+        if self.search and self.search not in f"{r.namespace}/{r.name}".casefold():
+            return False
         if self.pool and r.pool != self.pool:
             return False
         if self.egress_country and r.egress_country != self.egress_country:
@@ -186,7 +193,12 @@ class Filters:
             out.append(("egress_country", self.egress_country))
         if self.attributes:
             out.append(("attrs", self.attributes_text))
+        if self.search:
+            out.append(("q", self.search))
         return out
+
+
+NO_FILTERS = Filters()
 
 
 def _attributes(text: str) -> list[tuple[str, str]]:
@@ -208,7 +220,7 @@ def parse_filters(query: Iterable[tuple[str, str]], *, allowed: Iterable[str] = 
     also the API's ``attr.<key>=<value>``. An unknown parameter is an error, not ignored: a
     misspelt filter would otherwise show every proxy. Empty values (a form's "any") are no
     filter."""
-    phase = health = provider = pool = egress_country = ""
+    phase = health = provider = pool = egress_country = search = ""
     attributes: list[tuple[str, str]] = []
     other = set(allowed)
     for key, raw in query:
@@ -231,6 +243,8 @@ def parse_filters(query: Iterable[tuple[str, str]], *, allowed: Iterable[str] = 
             health = value.lower()
         elif key == "provider":
             provider = value
+        elif key == "q":
+            search = value.casefold()
         elif key == "pool":
             pool = _pool(value)
         elif key == "egress_country":
@@ -241,9 +255,10 @@ def parse_filters(query: Iterable[tuple[str, str]], *, allowed: Iterable[str] = 
         else:
             raise FilterError(
                 f"unknown query parameter {key[:60]!r}; filter with phase=, health=, provider=, "
-                "pool=NAMESPACE/NAME, egress_country=DE and attrs=key=value"
+                "pool=NAMESPACE/NAME, egress_country=DE, attrs=key=value and q=NAME; sort with "
+                "sort= and order=, page with page= and size="
             )
-    return Filters(phase, health, provider, tuple(attributes), pool, egress_country)
+    return Filters(phase, health, provider, tuple(attributes), pool, egress_country, search)
 
 
 def _pool(value: str) -> str:
