@@ -53,6 +53,7 @@ from services.runtime.aio import raise_if_cancelled
 from services.runtime.config import Settings
 from services.runtime.egress_policy import POLICY_OPTIONS, policy_from
 from services.runtime.errors import ConfigError
+from services.runtime.eventlog.checkpoint_writer import write_checkpoints
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.options import env_option
 from services.runtime.service import ServiceContext
@@ -200,6 +201,7 @@ class DiscoveryService:
                 group.create_task(self._serve(_Server(config), sock), name="discovery-http")
                 group.create_task(fleet.run(), name="fleet-metrics")
                 group.create_task(leases.demand.run(), name="pool-demand")
+                group.create_task(write_checkpoints(ctx.conn.js), name="time-travel-checkpoints")
         finally:
             sock.close()
             await views.close()

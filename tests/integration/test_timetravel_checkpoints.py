@@ -19,7 +19,7 @@ import pytest
 
 from bench.scale_startup import fill_startup
 from events import subjects
-from services.runtime.connection import Connection
+from services.runtime.connection import Connection, connect
 from services.runtime.eventlog.asof import ByProxy, read_until
 from services.runtime.eventlog.checkpoint_writer import CheckpointWriter
 from services.runtime.eventlog.checkpoints import (
@@ -33,6 +33,7 @@ from services.runtime.eventlog.checkpoints import (
     stream_bounds,
 )
 from services.runtime.eventlog.pure import checkpoint as cp
+from services.runtime.natsserver import EmbeddedNatsServer
 
 pytestmark = pytest.mark.integration
 
@@ -194,3 +195,22 @@ async def test_pools_travel_the_same_way(conn: Connection) -> None:
     await written(conn, POOL)
     got = await fold_at(conn.js, POOL, datetime.now().astimezone())
     assert got.views == {}
+
+
+async def test_discovery_writes_them_and_the_reader_travels_with_them(
+    nats_server: EmbeddedNatsServer, conn: Connection
+) -> None:
+    """With the users the bundled configurations grant (services.runtime.natsusers)."""
+    await fill_startup(conn, 10, 1000, seed=2)
+    discovery = await connect(nats_server.url, credentials=nats_server.credentials_for("discovery"))
+    reader = await connect(nats_server.url, credentials=nats_server.credentials_for("reader"))
+    try:
+        writer = await written(discovery, LEASE)
+        assert writer.stats.written == 1000 // EVERY
+        at = (await timestamps(conn, subjects.LEASE_STREAM))[-1]
+        got = await fold_at(reader.js, LEASE, at)
+        assert got.checkpoint == 1000
+        assert got.views == await replay(conn, LEASE, at)
+    finally:
+        await discovery.close()
+        await reader.close()
