@@ -214,7 +214,6 @@ class CheckpointStore(Generic[V]):
             stream=stream,
             tag=self.travel.tag,
             key_seq=cp.seq_of_key(subject),
-            first=bounds.first,
             last=bounds.last,
         )
         if why:

@@ -133,17 +133,15 @@ def decode_head(value: bytes) -> Head:
     return head
 
 
-def fits(head: Head, *, stream: str, tag: str, key_seq: int, first: int, last: int) -> str:
-    """Why ``head`` cannot be folded from on a stream holding ``first``..``last``; "" if it can.
-    Its events after ``seq`` must all still be stored, so ``seq`` is at least ``first``."""
+def fits(head: Head, *, stream: str, tag: str, key_seq: int, last: int) -> str:
+    """Why ``head`` is garbage on a stream whose last sequence is ``last``; "" if it is not.
+    One before ``first`` is not garbage, only aged out with its events (``usable`` skips it)."""
     if head.stream != stream or head.tag != tag:
         return f"labelled {head.stream}/{head.tag}, wanted {stream}/{tag}"
     if head.seq != key_seq:
         return f"labelled sequence {head.seq} under the key of {key_seq}"
     if head.seq > last:
         return f"sequence {head.seq} is beyond the stream's last ({last}): recreated?"
-    if head.seq < first:
-        return f"sequence {head.seq} is before the stream's first ({first}): aged out"
     return ""
 
 
