@@ -26,13 +26,16 @@ import platform
 import statistics
 import tempfile
 import time
+import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from nats.aio.client import Client
 from rich.console import Console
 from rich.table import Table
 
-from bench.lifecycle_worker import Options, bound, cpu_seconds, fleet, show_logs
+from bench.lifecycle_worker import Fleet, Options, bound, cpu_seconds, fleet, show_logs
+from bench.server_requests import RequestCounter
 from events import subjects
 from events.resource import ProxyResource
 from events.schemas import CreateInstance, InstanceObserved, InstanceState, Phase
@@ -65,6 +68,8 @@ class Run:
     fake: dict[str, object] = field(default_factory=dict)
     cpu: dict[str, float] = field(default_factory=dict)
     """CPU seconds each process spent inside the timed window: who was busy, who waited."""
+    requests: dict[str, int] = field(default_factory=dict)
+    """Messages by kind in the timed window, when the run counted them (``--count-requests``)."""
     load: float = 0.0
 
     @property
@@ -152,6 +157,7 @@ async def run_once(
                 async with slots:
                     await apply(store, resource)
 
+            observing = await Observing.start(running, conn.nc, options)
             pids = running.pids()
             cpu0 = {name: cpu_seconds(pid) for name, pid in pids.items()}
             load, bench0 = os.getloadavg()[0], time.process_time()
@@ -170,6 +176,7 @@ async def run_once(
             seconds = time.perf_counter() - start
             cpu = {name: cpu_seconds(pid) - cpu0[name] for name, pid in pids.items()}
             cpu["bench"] = time.process_time() - bench0
+            requests = await observing.stop()
             await declaring
             await ready.close()
             scanned = sum(v.phase is Phase.READY for v in ready.views.values())
@@ -194,7 +201,42 @@ async def run_once(
         fake=fake if isinstance(fake, dict) else {},
         cpu={k: round(v, 2) for k, v in cpu.items()},
         load=load,
+        requests=requests,
     )
+
+
+@dataclass
+class Observing:
+    """What a run asked to see of the server besides CPU: its messages by kind, its profile."""
+
+    counter: RequestCounter | None
+    profiling: asyncio.Task[None]
+
+    @classmethod
+    async def start(cls, running: Fleet, nc: Client, options: Options) -> Observing:
+        counter = RequestCounter() if options.count_requests else None
+        if counter is not None:
+            await counter.start(nc)
+        return cls(counter, asyncio.create_task(server_profile(running, options)))
+
+    async def stop(self) -> dict[str, int]:
+        requests = await self.counter.stop() if self.counter is not None else {}
+        await self.profiling
+        return requests
+
+
+async def server_profile(running: Fleet, options: Options) -> None:
+    """The server's CPU profile over the first ``server_profile_seconds`` of the timed window,
+    from its own pprof endpoint (read it with ``go tool pprof``)."""
+    if options.server_profile is None:
+        return
+    url = (
+        f"http://127.0.0.1:{running.server.prof_port}/debug/pprof/profile"
+        f"?seconds={options.server_profile_seconds}"
+    )
+    timeout = options.server_profile_seconds + 30
+    body = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=timeout).read())
+    options.server_profile.write_bytes(body)
 
 
 def spread(values: list[float]) -> list[float]:
@@ -259,6 +301,10 @@ def render(runs: list[Run], summary: dict[str, dict[str, object]], console: Cons
             busy = ", ".join(f"{name} {v:.1f}" for name, v in per.items())
             total = sum(per.values())
             console.print(f"CPU ms per proxy, {key[1:]} reconciler(s): {busy}; total {total:.1f}")
+    for run in runs:
+        if run.requests:
+            per_proxy = ", ".join(f"{k} {v / run.proxies:.2f}" for k, v in run.requests.items())
+            console.print(f"messages per proxy by kind, {run.replicas} reconciler(s): {per_proxy}")
     for key, target in summary["targets"].items():
         assert isinstance(target, dict)
         value = target["value"]
@@ -274,6 +320,9 @@ async def _main(args: argparse.Namespace) -> dict[str, object]:
         declare_concurrency=args.declare_concurrency,
         log_level=args.worker_log_level,
         profile=args.profile,
+        server_profile=args.server_profile,
+        server_profile_seconds=args.server_profile_seconds,
+        count_requests=args.count_requests,
     )
     parsed = resources(args.proxies)
     runs: list[Run] = []
@@ -311,6 +360,16 @@ def main() -> None:
         help="experiment: no fsync per append (not the product configuration)",
     )
     parser.add_argument("--profile", help="directory for cProfile stats of every worker")
+    parser.add_argument(
+        "--server-profile", type=Path, help="write the nats-server's CPU profile (pprof) here"
+    )
+    parser.add_argument("--server-profile-seconds", type=int, default=10)
+    parser.add_argument(
+        "--count-requests",
+        action="store_true",
+        help="count the messages of the account by kind (costs the server: CPU figures of such "
+        "a run do not count)",
+    )
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()
     if args.profile:

@@ -37,6 +37,7 @@ from services.reconciler.service import ReconcilerService
 from services.runtime.config import Settings
 from services.runtime.logs import configure_logging
 from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.ports import free_port
 from services.runtime.service import Service, Started, run_services
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -165,13 +166,24 @@ async def spawn(
     return worker
 
 
-class RelaxedNatsServer(EmbeddedNatsServer):
-    """Experiment only: the server's default flush interval instead of an fsync per append, to
-    tell how much of a run is spent waiting for the disk. Never the product configuration."""
+@dataclass
+class BenchNatsServer(EmbeddedNatsServer):
+    """The product's server, with two experiments a run may ask for: ``relaxed`` (the server's
+    default flush interval instead of an fsync per append, to tell how much of a run is spent
+    waiting for the disk; never the product configuration) and ``prof_port`` (the server's own
+    Go pprof endpoint, to profile where its CPU goes)."""
+
+    relaxed: bool = False
+    prof_port: int = 0
 
     def write_config(self) -> Path:
         conf = super().write_config()
-        conf.write_text(conf.read_text().replace("  sync_interval: always\n", ""))
+        text = conf.read_text()
+        if self.relaxed:
+            text = text.replace("  sync_interval: always\n", "")
+        if self.prof_port:
+            text = f"prof_port: {self.prof_port}\n" + text
+        conf.write_text(text)
         return conf
 
 
@@ -184,11 +196,15 @@ class Options:
     declare_concurrency: int = 1_000
     log_level: str = "info"
     profile: Path | None = None
+    server_profile: Path | None = None
+    """Where to write the nats-server's CPU profile (Go pprof) of the timed window."""
+    server_profile_seconds: int = 10
+    count_requests: bool = False
 
 
 @dataclass
 class Fleet:
-    server: EmbeddedNatsServer
+    server: BenchNatsServer
     workers: list[Worker]
 
     def pids(self) -> dict[str, int]:
@@ -201,7 +217,8 @@ class Fleet:
 async def fleet(tmp: Path, replicas: int, options: Options) -> AsyncIterator[Fleet]:
     """A fresh server, one executor, ``replicas`` reconcilers; the caller creates the streams."""
     relaxed, profile = options.relaxed_fsync, options.profile
-    server = (RelaxedNatsServer if relaxed else EmbeddedNatsServer)(tmp / "nats")
+    prof_port = free_port("127.0.0.1") if options.server_profile is not None else 0
+    server = BenchNatsServer(tmp / "nats", relaxed=relaxed, prof_port=prof_port)
     await server.start()
     running = Fleet(server, [])
     try:

@@ -75,6 +75,16 @@ def proxy(uid: str) -> Aggregate:
     return Aggregate(PROXY_STREAM, uid, f"proxy.{uid}.>", per_category=True)
 
 
+def proxy_category(uid: str, category: str) -> Aggregate:
+    """One category of a proxy's events, read on its own (one literal subject: the server walks
+    that subject's index, not the stream). Only for reading: its appends would not be checked
+    against the rest of the proxy."""
+    check_token("proxy uid", uid)
+    if category not in PROXY_CATEGORIES:
+        raise InvalidToken(f"category {category!r} is not a proxy's: use one of {PROXY_CATEGORIES}")
+    return Aggregate(PROXY_STREAM, uid, f"proxy.{uid}.{category}", per_category=False)
+
+
 def pool(uid: str) -> Aggregate:
     check_token("pool uid", uid)
     return Aggregate(

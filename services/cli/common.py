@@ -14,7 +14,6 @@ from typing import Any, TypeVar
 import click
 import nats.errors
 import structlog
-from nats.aio.client import Client as NATS
 from rich.console import Console
 from rich.text import Text
 
@@ -34,6 +33,7 @@ from services.runtime.connection import (
     credentials_for,
     discard,
 )
+from services.runtime.natsclient import Client as NATS
 from services.runtime.options import EnvSetting, env_option, env_values, with_env_option
 
 log = structlog.get_logger("egress.cli")

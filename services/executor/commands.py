@@ -16,6 +16,7 @@ reset it.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -35,10 +36,11 @@ from events.schemas import (
     InstanceState,
     ObserveInstance,
     ProviderFailed,
+    ProxyDeclared,
 )
 from events.store import EventStore, History, NewEvent, Recorded, derive_msg_id
 from projections.commands import Answer, Command, answers_to, concludes
-from projections.proxy import fold
+from projections.proxy import ProxyView, fold
 from services.executor.fences import FenceFloors
 from services.providers.base import (
     CreateRequest,
@@ -100,6 +102,10 @@ _OPERATION: dict[type[Event], str] = {
 }
 
 
+ANSWERS = InstanceCreated.category
+"""The category of every answer to a command (a test checks each ``Answer`` type)."""
+
+
 def _utcnow() -> datetime:
     return datetime.now(UTC)
 
@@ -129,7 +135,11 @@ class _Job:
     attempt: int
     issued: datetime
     history: History
+    """The proxy's ``instance`` events after the command: its answers so far."""
     answers: list[Answer] = field(default_factory=list)
+    view: ProxyView | None = None
+    """The proxy as its declarations say (its names), for a create."""
+    fence_floor: int = 0
 
     @property
     def kind(self) -> str:
@@ -161,16 +171,7 @@ class CommandHandler:
         if not isinstance(command, Command):
             return None  # only commands belong on proxy.*.cmd; nothing here to act on
         uid = subjects.proxy_uid_of(delivery.recorded.subject)
-        history = await self.store.read(subjects.proxy(uid))
-        job = _Job(
-            uid=uid,
-            command=command,
-            causation=delivery.recorded.msg_id,
-            attempt=delivery.attempt,
-            issued=delivery.recorded.timestamp,
-            history=history,
-            answers=answers_to(history.events, command.command_id),
-        )
+        job = await self._job(uid, command, delivery)
         if any(concludes(a) for a in job.answers):
             self._count(job, "already-answered")
             return None
@@ -197,16 +198,44 @@ class CommandHandler:
             case ObserveInstance():
                 return await self._observe(job, command, provider)
 
+    async def _job(self, uid: str, command: Command, delivery: Delivery) -> _Job:
+        """What the command needs to know, read at once: its answers (the proxy's ``instance``
+        events after the command: an answer is appended after its command), and for a create the
+        proxy's names and fence floor. Two or three literal subjects, not the whole proxy:
+        each costs the server the same at any fleet size (docs/benchmarks.md, "Proxy
+        lifecycle")."""
+        after = delivery.recorded.seq
+        answered = self.store.read(subjects.proxy_category(uid, ANSWERS), after_seq=after)
+        if isinstance(command, CreateInstance):
+            history, declared, floor = await asyncio.gather(
+                answered,
+                self.store.read(subjects.proxy_category(uid, ProxyDeclared.category)),
+                self.fences.floor(uid),
+            )
+            view, fence_floor = fold(declared.events), floor
+        else:
+            history, view, fence_floor = await answered, None, 0
+        return _Job(
+            uid=uid,
+            command=command,
+            causation=delivery.recorded.msg_id,
+            attempt=delivery.attempt,
+            issued=delivery.recorded.timestamp,
+            history=history,
+            answers=answers_to(history.events, command.command_id),
+            view=view,
+            fence_floor=fence_floor,
+        )
+
     # ---------------------------------------------------------------------------- create
 
     async def _create(self, job: _Job, cmd: CreateInstance, provider: Provider) -> Outcome:
         created = _created_record(job.history, cmd.command_id)
         if created is None:
-            # Read before the create, so the new instance starts fenced at the proxy's highest
-            # granted token (docs/decisions/0092-nobody-who-reaches-a-proxy.md).
-            floor = await self.fences.floor(job.uid)
+            # The floor was read before the create, so the new instance starts fenced at the
+            # proxy's highest granted token (docs/decisions/0092-nobody-who-reaches-a-proxy.md).
             try:
-                provider_id = await provider.create(self._request(job, cmd, floor))
+                provider_id = await provider.create(self._request(job, cmd))
             except ProviderError as exc:
                 return await self._failed(job, "create", exc)
             await self._append(
@@ -249,8 +278,8 @@ class CommandHandler:
         self._count(job, "pending")
         return Retry(self.policy.poll_delay(job.attempt), f"instance {instance.state}")
 
-    def _request(self, job: _Job, cmd: CreateInstance, fence_floor: int) -> CreateRequest:
-        view = fold(job.history.events)
+    def _request(self, job: _Job, cmd: CreateInstance) -> CreateRequest:
+        view = job.view
         return CreateRequest(
             name=cmd.instance_name,
             owner_uid=job.uid,
@@ -259,7 +288,7 @@ class CommandHandler:
             spec=cmd.spec,
             spec_hash=cmd.spec_hash,
             cloud_init=cmd.cloud_init,
-            fence_floor=fence_floor,
+            fence_floor=job.fence_floor,
         )
 
     # ---------------------------------------------------------------------------- delete

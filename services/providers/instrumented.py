@@ -33,6 +33,7 @@ from services.providers.base import (
     ProviderError,
     Transient,
 )
+from services.runtime import spans
 from services.runtime.metrics import Metrics
 from services.runtime.telemetry import tracer
 
@@ -76,10 +77,12 @@ class Instrumented:
         await self.inner.close()
 
     async def _call(self, op: str, target: str, call: Callable[[], Awaitable[T]]) -> T:
-        attributes = {"provider.name": self.name, "provider.type": self.type}
-        if target:
-            attributes["provider.instance"] = target
-        with _tracer.start_as_current_span(
+        def attributes() -> dict[str, str]:
+            named = {"provider.name": self.name, "provider.type": self.type}
+            return named | {"provider.instance": target} if target else named
+
+        with spans.current(
+            _tracer,
             f"provider.{op}",
             kind=SpanKind.CLIENT,
             attributes=attributes,

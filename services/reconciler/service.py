@@ -34,6 +34,7 @@ from services.reconciler.pure.decide_rotate import needs_lease
 from services.reconciler.pure.decision import NOTHING, Decision
 from services.reconciler.pure.view import VERSION as STATE_VERSION
 from services.reconciler.pure.view import ProxyState, fold
+from services.runtime import spans
 from services.runtime.config import Settings
 from services.runtime.consumer import ConsumerLoop, ConsumerSpec, Delivery, Outcome, Retry
 from services.runtime.eventlog.snapshots import SnapshotStore
@@ -98,8 +99,8 @@ class Reconciler:
         kept: only the events after it are read."""
         aggregate = subjects.proxy(uid)
         with (
-            _tracer.start_as_current_span("Reconcile Proxy", attributes={"proxy.uid": uid}),
-            _tracer.start_as_current_span("reconcile.managed") as span,
+            spans.current(_tracer, "Reconcile Proxy", attributes=lambda: {"proxy.uid": uid}),
+            spans.current(_tracer, "reconcile.managed") as span,
         ):
             attempts = _Attempts(self, uid, causation, span)
             await decide_and_append(

@@ -25,10 +25,10 @@ from urllib.parse import urlsplit
 
 import nats.errors
 import structlog
-from nats.aio.client import Client as NATS
 from nats.js import JetStreamContext
 
 from services.runtime.config import Credentials, redact_url, split_urls, url_has_credentials
+from services.runtime.natsclient import Client as NATS
 from services.runtime.natscredentials import CREDENTIALS_FILE, read_users
 from services.runtime.natsserver import DEFAULT_PORT
 from services.runtime.natsstale import announced_credentials

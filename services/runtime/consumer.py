@@ -23,12 +23,13 @@ import nats.errors
 import structlog
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
-from opentelemetry import propagate, trace
+from opentelemetry import trace
 
 from events import codec, subjects
 from events.errors import EventStoreError
 from events.schemas import DeadLettered
 from events.store import EventStore, NewEvent, Recorded, derive_msg_id
+from services.runtime import spans
 from services.runtime.aio import raise_if_cancelled
 from services.runtime.connection import Connection
 from services.runtime.durable import RESTORED, DurableGuard
@@ -301,12 +302,12 @@ class ConsumerLoop:
             msg_id=headers.get(codec.HDR_MSG_ID, ""),
             causation_id=headers.get(codec.HDR_CAUSATION, ""),
         )
-        parent = propagate.extract(headers)
-        with _tracer.start_as_current_span(
+        with spans.current(
+            _tracer,
             f"process {self.spec.durable}",
-            context=parent,
+            context=spans.parent_of(headers),
             kind=trace.SpanKind.CONSUMER,
-            attributes={
+            attributes=lambda: {
                 "messaging.system": "nats",
                 "messaging.operation.type": "process",
                 "messaging.destination.name": msg.subject,

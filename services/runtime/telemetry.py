@@ -352,6 +352,11 @@ class _Runtime:
 _runtime = _Runtime()
 
 
+def current_provider(provider: trace.TracerProvider) -> trace.TracerProvider:
+    """The provider behind ``provider``: the one our switch forwards to, else itself."""
+    return provider.current[1] if isinstance(provider, _Switch) else provider
+
+
 def configure_tracing(
     service_name: str,
     env: Mapping[str, str] | None = None,

@@ -4,6 +4,7 @@ the protocol's, tested in ``test_command_protocol``)."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import get_args
 
 from events.schemas import (
     AnyEvent,
@@ -18,8 +19,9 @@ from events.schemas import (
     ProxySpec,
 )
 from events.store import Recorded
+from projections.commands import Answer
 from projections.proxy import GONE, ProxyView, apply
-from services.executor.commands import CommandPolicy, observed
+from services.executor.commands import ANSWERS, CommandPolicy, observed
 from services.executor.observe import known_state, observation, watched
 from services.providers.base import Instance
 
@@ -122,3 +124,9 @@ def test_an_ipv6_instance_url_is_bracketed() -> None:
     event = observed("c1", "p", instance(ip="2001:db8::7"))
     assert event.url == "http://[2001:db8::7]:3128"
     assert instance(ip="").url == ""
+
+
+def test_every_answer_is_read_from_the_one_category_the_executor_reads() -> None:
+    """The executor reads a command's answers from one literal subject; an answer type written
+    elsewhere would never be seen, and a command would be carried out twice."""
+    assert {cls.category for cls in get_args(Answer)} == {ANSWERS}

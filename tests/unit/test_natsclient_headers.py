@@ -1,0 +1,53 @@
+"""Our header parser against nats-py's own: the same dict for any bytes."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+from nats.aio.client import Client as NatsPy
+
+from services.runtime.natsclient import Client
+
+LINE = st.one_of(
+    st.binary(max_size=40),
+    st.tuples(
+        st.text(max_size=12).map(lambda s: s.encode("utf-8", "surrogatepass")),
+        st.sampled_from([b":", b": ", b":\t", b" : ", b""]),
+        st.binary(max_size=30),
+    ).map(b"".join),
+    st.sampled_from(
+        [
+            b"Nats-Sequence: 12",
+            b"Nats Sequence: 12",
+            b"\x1cName: v",
+            b"Na\x1fme: v",
+            b": empty name",
+            b"Name:",
+            b"caf\xc3\xa9: x",
+            b"Name: caf\xc3\xa9 \xff",
+            b"  Padded  :  value  ",
+        ]
+    ),
+)
+
+
+@given(st.lists(LINE, max_size=12))
+def test_same_headers_as_nats_py_for_any_lines(lines: list[bytes]) -> None:
+    raw = b"\r\n".join(lines)
+    assert Client._parse_header_lines(raw) == NatsPy._parse_header_lines(raw)
+
+
+@given(st.binary(max_size=300))
+def test_same_headers_as_nats_py_for_any_bytes(raw: bytes) -> None:
+    assert Client._parse_header_lines(raw) == NatsPy._parse_header_lines(raw)
+
+
+def test_a_jetstream_message_parses_as_before() -> None:
+    raw = (
+        b"Nats-Stream: PROXY\r\nNats-Subject: proxy.u1.declared\r\nNats-Sequence: 7\r\n"
+        b"Nats-Time-Stamp: 2026-12-03T11:00:00.123456789Z\r\nbad name: x\r\n\r\n"
+    )
+    parsed = Client._parse_header_lines(raw)
+    assert parsed == NatsPy._parse_header_lines(raw)
+    assert parsed["Nats-Sequence"] == "7"
+    assert "bad name" not in parsed
