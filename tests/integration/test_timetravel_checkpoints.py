@@ -97,6 +97,22 @@ async def test_at_random_instants_checkpoints_give_the_replays_views(conn: Conne
         assert 0 in used
 
 
+async def test_checkpoints_of_many_chunks_are_stored_and_read_whole(
+    conn: Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Small chunks stand in for 10,000 proxies' views: every full chunk, with the headers of
+    its ``create``, must fit the bucket's limit, and a reader joins them in order."""
+    monkeypatch.setattr(cp, "CHUNK", 2048)
+    await fill_startup(conn, 30, 1000, seed=9)
+    writer = await written(conn, LEASE)
+    assert writer.stats.written == 1000 // EVERY
+    assert writer.stats.bytes > 4 * cp.CHUNK * writer.stats.written
+    at = (await timestamps(conn, subjects.LEASE_STREAM))[-1]
+    got = await fold_at(conn.js, LEASE, at)
+    assert got.checkpoint == 1000
+    assert got.views == await replay(conn, LEASE, at)
+
+
 async def test_a_checkpoint_is_folded_from_and_only_later_events_are_read(conn: Connection) -> None:
     await fill_startup(conn, 10, 1000, seed=3)
     await written(conn, LEASE)

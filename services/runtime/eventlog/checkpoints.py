@@ -71,6 +71,8 @@ TRIES = 3
 MAX_HEADS = 20_000
 """Heads a reader lists at most: 200 million events of a stream at ``EVERY``."""
 IN_FLIGHT = 8
+HEADROOM = 4096
+"""What a KV value may hold beyond a chunk: the server counts the headers of a ``create`` too."""
 UNUSABLE: Counter[str] = Counter()
 """Per stream, checkpoints a reader or writer found unusable since the process started."""
 
@@ -158,7 +160,7 @@ class CheckpointStore(Generic[V]):
                     history=1,
                     ttl=self.travel.max_age or None,
                     storage=StorageType.FILE,
-                    max_value_size=cp.CHUNK,
+                    max_value_size=cp.CHUNK + HEADROOM,
                     description=f"Time-travel checkpoints of {self.travel.stream} (derived)",
                 )
                 self._kv = await self.js.create_key_value(config)
