@@ -72,6 +72,8 @@ class Written:
     seconds: float
     stored_bytes: int
     """What the stream's checkpoint bucket holds on the server."""
+    stream_bytes: int = 0
+    """What the stream's events take, to compare."""
 
     @property
     def cpu_per_event_us(self) -> float:
@@ -108,6 +110,7 @@ class Report:
                 w.stream: round(w.cpu_per_event_us, 1) for w in self.written
             },
             "checkpoint_bytes": {w.stream: w.stored_bytes for w in self.written},
+            "event_bytes": {w.stream: w.stream_bytes for w in self.written},
             "checkpoints": {w.stream: w.written for w in self.written},
             "target_cpu_s": TARGET_CPU,
         }
@@ -129,7 +132,10 @@ async def write_all(conn: Connection, every: int) -> list[Written]:
         cpu, seconds = time.process_time() - cpu, time.perf_counter() - started
         s = writer.stats
         stored = await bucket_bytes(conn, travel)
-        out.append(Written(travel.stream, s.folded, s.written, s.skipped, cpu, seconds, stored))
+        events = int((await conn.js.stream_info(travel.stream)).state.bytes or 0)
+        out.append(
+            Written(travel.stream, s.folded, s.written, s.skipped, cpu, seconds, stored, events)
+        )
     return out
 
 

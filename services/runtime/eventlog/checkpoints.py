@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import gc
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -243,7 +244,19 @@ class CheckpointStore(Generic[V]):
             raise Unusable("a chunk is missing") from None
         except (nats.errors.Error, TimeoutError) as exc:
             raise StoreUnavailable(f"cannot read a checkpoint: {exc}") from exc
-        return await asyncio.to_thread(self._unpacker.unpack, head, b"".join(parts))
+        return await asyncio.to_thread(self._unpack, head, b"".join(parts))
+
+    def _unpack(self, head: Head, data: bytes) -> dict[str, V]:
+        """Without the cyclic collector: decoding 10,000 views makes hundreds of thousands of
+        objects, and the full collections they trigger took two thirds of the time (1.2 s
+        against 0.4 s for 10,000 lease views). Reference counting still frees garbage."""
+        enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return self._unpacker.unpack(head, data)
+        finally:
+            if enabled:
+                gc.enable()
 
     async def _verify(self, head: Head) -> None:
         """Event ``seq`` must be the one the checkpoint saw: a stream recreated (or restored

@@ -38,7 +38,8 @@ MAX_RAW = 1024 * 1024 * 1024
 """The largest checkpoint a reader decompresses (about 100 times what 10,000 proxies take)."""
 MAX_HEAD = 4096
 """A head value longer than this is not a head."""
-LEVEL = 6
+LEVEL = 3
+"""zlib's: a third faster to pack than 6 and as fast to inflate, for 7% more bytes."""
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
