@@ -186,6 +186,25 @@ def envelope_headers(event: Event, msg_id: str, causation_id: str = "") -> dict[
     return headers
 
 
+MAX_SEQ_DIGITS = 20
+"""A stream sequence is a uint64: at most 20 decimal digits."""
+
+
+def expected_last(headers: Mapping[str, str] | None, filter_subject: str) -> int | None:
+    """The aggregate's last sequence before this event, when its append expected one and the
+    server checked it: an event stored with ``Nats-Expected-Last-Subject-Sequence`` (scoped to
+    ``filter_subject``) was only accepted if that was the aggregate's last sequence then. None
+    for an event appended without the check, scoped otherwise, or with a value that is not a
+    sequence (a hand-written header the server would have refused is never trusted)."""
+    found = headers or {}
+    text = found.get(HDR_EXPECTED_SEQ)
+    if text is None or found.get(HDR_EXPECTED_SUBJECT) != filter_subject:
+        return None
+    if not (0 < len(text) <= MAX_SEQ_DIGITS and text.isascii() and text.isdigit()):
+        return None
+    return int(text)
+
+
 def decode(
     data: bytes, headers: Mapping[str, str] | None = None, *, upcasters: Upcasters = UPCASTERS
 ) -> AnyEvent:

@@ -117,6 +117,7 @@ async def decide_and_append(
     *,
     max_attempts: int = 50,
     after: Start | None = None,
+    known: History | None = None,
 ) -> AppendResult:
     """Fold → decide → append, re-folding on every conflict.
 
@@ -127,10 +128,18 @@ async def decide_and_append(
     A writer that keeps its folded state between decisions names, with ``after``, the sequence
     that state is complete as of: each attempt reads only the events after it, and ``decide``
     folds them on from that state. The append still expects the aggregate's real last sequence.
+
+    ``known``: what the writer already holds for the first attempt instead of a read (the
+    events after its kept state, possibly none, and the aggregate's last sequence as of them).
+    A conflict reads as usual.
     """
     last_error: ConcurrencyError | None = None
-    for _ in range(max_attempts):
-        history = await store.read(aggregate, after_seq=await after() if after is not None else 0)
+    for attempt in range(max_attempts):
+        if attempt == 0 and known is not None:
+            history = known
+        else:
+            start = await after() if after is not None else 0
+            history = await store.read(aggregate, after_seq=start)
         new = await _decided(decide(history))
         if not new:
             return AppendResult()

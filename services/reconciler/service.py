@@ -24,7 +24,7 @@ import structlog
 from opentelemetry import trace
 from opentelemetry.trace import Span
 
-from events import subjects
+from events import codec, subjects
 from events.schemas import ReplacementPromoted
 from events.store import EventStore, History, NewEvent, decide_and_append, derive_msg_id
 from services.reconciler.cache import STATES_BUCKET, States
@@ -45,7 +45,14 @@ from services.runtime.service import ServiceContext
 log = structlog.get_logger("egress.reconciler")
 _tracer = trace.get_tracer("egress_proxies.reconciler")
 
-FILTERS = ("proxy.*.declared", "proxy.*.instance", "proxy.*.health", "proxy.*.rotate")
+FILTERS = ("proxy.*.*",)
+"""Every event of the stream: the stream's own subject, which the server delivers from at the
+same cost per message at any fleet size. A durable filtered by several subjects cost it a walk
+over every subject of a message block per delivery (docs/benchmarks.md, "Proxy lifecycle").
+The categories that cannot change a decision are acknowledged unread (``decide.wakes``); the
+reconciler's own decisions among them keep its states current (``States.chain``)."""
+EARLIER_FILTERS = (("proxy.*.declared", "proxy.*.instance", "proxy.*.health", "proxy.*.rotate"),)
+"""The durable's filters in earlier versions: a durable found so is updated in place."""
 MAX_ATTEMPTS = 50
 DEFAULT_DRAIN = 5.0
 """Seconds a rotated-out instance keeps serving after the switch
@@ -94,21 +101,29 @@ class Reconciler:
         decision, _ = await self._reconcile(uid, causation)
         return decision
 
-    async def _reconcile(self, uid: str, causation: str) -> tuple[Decision, ProxyState]:
+    async def _reconcile(
+        self, uid: str, causation: str, exact: int | None = None
+    ) -> tuple[Decision, ProxyState]:
         """Fold → decide → append, re-folding on every conflict, from the state ``states``
-        kept: only the events after it are read."""
+        kept: only the events after it are read. ``exact``: the sequence the kept state is
+        known complete as of (it folded the delivered event itself): the first attempt decides
+        from it without a read, and its append expects that sequence."""
         aggregate = subjects.proxy(uid)
         with (
             spans.current(_tracer, "Reconcile Proxy", attributes=lambda: {"proxy.uid": uid}),
             spans.current(_tracer, "reconcile.managed") as span,
         ):
             attempts = _Attempts(self, uid, causation, span)
+            kept = None if exact is None else self.states.exactly(uid, exact)
+            if kept is not None:
+                attempts.begin(kept)
             await decide_and_append(
                 self.store,
                 aggregate,
                 attempts.decide,
                 max_attempts=MAX_ATTEMPTS,
                 after=attempts.start,
+                known=None if kept is None or exact is None else History([], exact),
             )
             decision, state = attempts.decision, attempts.state
             promoted = decision.events[0] if decision.events else None
@@ -128,11 +143,15 @@ class Reconciler:
         return decision, state
 
     async def handle(self, delivery: Delivery) -> Outcome:
-        if not wakes(delivery.recorded.event):
+        recorded = delivery.recorded
+        uid = subjects.proxy_uid_of(recorded.subject)
+        after = codec.expected_last(delivery.msg.headers, subjects.proxy(uid).filter_subject)
+        chained = self.states.chain(uid, recorded, after)
+        if not wakes(recorded.event):
             self.metrics.reconcile.labels("skipped").inc()
             return None
-        uid = subjects.proxy_uid_of(delivery.recorded.subject)
-        decision, state = await self._reconcile(uid, delivery.recorded.msg_id)
+        exact = recorded.seq if chained else None
+        decision, state = await self._reconcile(uid, recorded.msg_id, exact)
         later = revisit(
             state,
             decision,
@@ -162,6 +181,10 @@ class _Attempts:
         """The sequence the kept state is complete as of: the attempt reads the events after."""
         self._start, as_of = await self.reconciler.states.start(self.uid)
         return as_of
+
+    def begin(self, state: ProxyState) -> None:
+        """Start the first attempt from ``state``, which needs no read."""
+        self._start = state
 
     async def decide(self, history: History) -> list[NewEvent]:
         r, uid = self.reconciler, self.uid
@@ -208,6 +231,7 @@ class ReconcilerService:
             stream=subjects.PROXY_STREAM,
             durable="reconciler",
             filter_subjects=FILTERS,
+            earlier_filters=EARLIER_FILTERS,
             concurrency=self.concurrency,
             batch=min(self.concurrency, 256),
             # Waiting to replace an unhealthy instance is a delayed redelivery, which counts.

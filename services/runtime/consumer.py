@@ -58,6 +58,9 @@ class ConsumerSpec:
     key: Callable[[str], str] = subjects.proxy_uid_of
     check_interval: float = 15.0
     """Seconds between two checks that the durable is still as declared (``durable``)."""
+    earlier_filters: tuple[tuple[str, ...], ...] = ()
+    """The filters earlier versions declared: a durable found with one is a version's change,
+    updated in place (from where it is), not a drift restored and counted."""
 
     def config(self, start: int | None = None) -> ConsumerConfig:
         """Delivering every message, or those from stream sequence ``start`` when the durable
@@ -124,7 +127,12 @@ class ConsumerLoop:
         self.store = store
         self.metrics = metrics or default_metrics()
         self.guard = DurableGuard(
-            conn.js, spec.stream, spec.config, self.metrics, spec.check_interval
+            conn.js,
+            spec.stream,
+            spec.config,
+            self.metrics,
+            spec.check_interval,
+            earlier=frozenset(frozenset(f) for f in spec.earlier_filters),
         )
         self._sub: object | None = None
         self._bound_generation = -1

@@ -92,8 +92,12 @@ class DurableGuard:
         config: Callable[[int | None], ConsumerConfig],
         metrics: Metrics,
         interval: float,
+        *,
+        earlier: frozenset[frozenset[str]] = frozenset(),
     ) -> None:
         self.js = js
+        self.earlier = earlier
+        """Filters of earlier versions, updated in place to the declared one."""
         self.stream = stream
         self.config = config
         """The declared configuration, delivering everything (None) or from a start sequence."""
@@ -122,6 +126,16 @@ class DurableGuard:
             # Never seen by this replica: nothing known to lose (a first start).
             self._seen(await self._create(None))
             return True
+        if found is not None and filters(found.config) in self.earlier:
+            log.info(
+                "durable consumer of an earlier version, updating its filter",
+                consumer=self.durable,
+                found=sorted(filters(found.config)),
+                declared=sorted(filters(self.config(None))),
+            )
+            await self._update_settings(found, always=True)
+            self._seen(found)
+            return False
         kinds = drifts(self.config(None), found, self.floor)
         if not kinds:
             assert found is not None
@@ -165,12 +179,13 @@ class DurableGuard:
         except NotFoundError as exc:
             raise StoreUnavailable(f"creating durable {self.durable}: {exc}") from exc
 
-    async def _update_settings(self, found: ConsumerInfo) -> None:
-        """A new version's ack wait or limits, applied in place (the start stays as it is)."""
+    async def _update_settings(self, found: ConsumerInfo, *, always: bool = False) -> None:
+        """A new version's ack wait, limits or filter, applied in place (the start stays as it
+        is)."""
         config = found.config
         start = config.opt_start_seq if config.deliver_policy != DeliverPolicy.ALL else None
         declared = self.config(start)
-        if all(getattr(config, name) == getattr(declared, name) for name in SETTINGS):
+        if not always and all(getattr(config, n) == getattr(declared, n) for n in SETTINGS):
             return
         await self._call(self.js.add_consumer(self.stream, declared))
 

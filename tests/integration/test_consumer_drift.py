@@ -156,3 +156,46 @@ async def test_a_deleted_durable_is_noticed_and_restored_from_the_ack_floor(
     assert sum(r.drifts("vanished") for r in running) >= 1
     config = await declared_again(conn)
     assert (config.opt_start_seq or 0) <= floor + 1
+
+
+async def test_a_durable_of_an_earlier_version_is_updated_in_place_not_restored(
+    nats_server: EmbeddedNatsServer, conn: Connection, jetstream_store: JetStreamEventStore
+) -> None:
+    """A new version that changes its durable's filter (the reconciler's, D128) takes the durable
+    from where it is: nothing counted as drift, nothing handled twice, the filter declared."""
+    earlier = ("proxy.*.declared", "proxy.*.health")
+    await conn.js.add_consumer(STREAM, spec(DURABLE, filter_subjects=earlier).config())
+    handled: Counter[str] = Counter()
+    mine = await connect(nats_server.url, credentials=nats_server.credentials_for(DURABLE))
+    store = JetStreamEventStore(mine.nc, mine.js)
+    effect: Callable[[Delivery], Awaitable[Outcome]] = effect_handler(store)  # type: ignore[assignment]
+
+    async def counted(delivery: Delivery) -> Outcome:
+        handled[delivery.recorded.msg_id] += 1
+        return await effect(delivery)
+
+    metrics = Metrics()
+    declared = spec(DURABLE, check_interval=0.5, earlier_filters=(earlier,))
+    loop = ConsumerLoop(mine, declared, counted, store=store, metrics=metrics)
+    task = asyncio.create_task(loop.run())
+    try:
+        await publish_inputs(jetstream_store, FIRST)
+
+        async def all_done() -> bool:
+            return all((await effects(jetstream_store, FIRST)).values())
+
+        await until(all_done, timeout=30, what="the inputs handled")
+        info = await conn.js.consumer_info(STREAM, DURABLE)
+        assert filters(info.config) == {"proxy.*.health"}
+        assert info.config.deliver_policy == DeliverPolicy.ALL
+        assert RESTORED not in (info.config.metadata or {})
+        for kind in ("filter", "vanished", "start"):
+            value = metrics.registry.get_sample_value(
+                "egress_consumer_drift_total", {"consumer": DURABLE, "kind": kind}
+            )
+            assert not value, kind
+        assert all(handled[f"in-{uid}-0"] == 1 for uid in FIRST), handled
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await mine.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import get_args
 
 import pytest
 
@@ -25,13 +26,14 @@ from events.schemas import (
     ProviderFailed,
     ProxyDeclared,
     ProxyDeletionRequested,
+    ProxyEvent,
     ProxyMode,
     ProxyRemoved,
     ProxySpec,
     ProxySpecChanged,
 )
 from events.store import Recorded
-from services.reconciler.pure.decide import decide, unhealthy_for, wakes
+from services.reconciler.pure.decide import decide, kind_wakes, unhealthy_for, wakes
 from services.reconciler.pure.decision import Decision, instance_name
 from services.reconciler.pure.view import ProxyState, fold
 
@@ -377,3 +379,11 @@ def test_instance_created_wakes_nothing_because_it_never_changes_a_decision() ->
     assert story.decide() == before
     assert story.decide().events == ()
     assert wakes(InstanceGone(command_id="c", provider="local", provider_id="i-1"))
+
+
+@pytest.mark.parametrize("kind", get_args(ProxyEvent), ids=lambda k: k.__name__)
+def test_only_the_waking_categories_wake_a_reconcile(kind: type) -> None:
+    """The reconciler's durable delivers every category (one filter costs the server the same
+    at any fleet size); its own decisions (cmd, status) and egress facts wake nothing."""
+    woken = kind.category in {"declared", "instance", "health", "rotate"}
+    assert kind_wakes(kind) is (woken and kind is not InstanceCreated)

@@ -45,12 +45,21 @@ from services.reconciler.pure.decision import (
 )
 from services.reconciler.pure.view import ProxyState
 
+WAKING = ("declared", "instance", "health", "rotate")
+"""The categories whose events can change a decision. The reconciler's own (``cmd``, ``status``)
+record decisions already made; ``egress`` facts act through the health service's rotate requests.
+"""
+
 
 def wakes(event: object) -> bool:
     """Whether an event can change a decision. ``InstanceCreated`` never concludes a command, so
     the decision it would wake is always "wait"; the answer that concludes the command wakes its
     own reconcile. Skipping it saves a whole-aggregate read per create (docs/benchmarks.md)."""
-    return not isinstance(event, InstanceCreated)
+    return kind_wakes(type(event))
+
+
+def kind_wakes(kind: type) -> bool:
+    return getattr(kind, "category", "") in WAKING and kind is not InstanceCreated
 
 
 def unhealthy_for(state: ProxyState, now: datetime) -> float:

@@ -51,3 +51,14 @@ def test_a_jetstream_message_parses_as_before() -> None:
     assert parsed == NatsPy._parse_header_lines(raw)
     assert parsed["Nats-Sequence"] == "7"
     assert "bad name" not in parsed
+
+
+def test_the_flusher_replaced_is_still_nats_py_s_and_uses_what_it_has() -> None:
+    """Our flusher is nats-py's with one yield: if a release renames what it relies on, this
+    fails here rather than leaving connections that never write."""
+    import inspect  # noqa: PLC0415 - only this test reads source
+
+    source = inspect.getsource(NatsPy._flusher)
+    for name in ("_flush_queue", "_pending", "_pending_data_size", "_transport", "_process_op_err"):
+        assert name in source, name
+    assert inspect.iscoroutinefunction(Client._flusher)

@@ -1,0 +1,101 @@
+"""A kept state advanced by the events that provably follow it, without a read
+(services/reconciler/cache.py ``States.chain``, events/codec.py ``expected_last``)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+
+from events import codec, subjects
+from events.schemas import CreateInstance, Phase, PhaseChanged, ProxyDeclared, ProxySpec
+from events.store import Recorded
+from services.reconciler.cache import States
+from services.reconciler.pure.view import fold
+
+UID = "p-1"
+FILTER = subjects.proxy(UID).filter_subject
+NOW = datetime(2026, 12, 3, tzinfo=UTC)
+
+
+def recorded(event: object, seq: int) -> Recorded:
+    return Recorded(
+        event=event,  # type: ignore[arg-type]
+        seq=seq,
+        subject=f"proxy.{UID}.{type(event).category}",  # type: ignore[attr-defined]
+        timestamp=NOW,
+        msg_id=f"m{seq}",
+    )
+
+
+DECLARED = recorded(ProxyDeclared(uid=UID, namespace="ns", name="a", spec=ProxySpec()), 1)
+CREATE = recorded(
+    CreateInstance(command_id="c1", provider="local", instance_name="i", spec=ProxySpec()), 5
+)
+PHASE = recorded(PhaseChanged(phase=Phase.PROVISIONING), 9)
+
+
+def headers(after: str, subject: str = FILTER) -> dict[str, str]:
+    return {codec.HDR_EXPECTED_SEQ: after, codec.HDR_EXPECTED_SUBJECT: subject}
+
+
+@pytest.mark.parametrize(
+    ("found", "expected"),
+    [
+        (headers("0"), 0),
+        (headers("41"), 41),
+        (headers("18446744073709551615"), 18446744073709551615),
+        (None, None),
+        ({}, None),
+        ({codec.HDR_EXPECTED_SEQ: "3"}, None),  # no scope: checked against the subject alone
+        (headers("3", "proxy.other.>"), None),  # another aggregate's scope
+        (headers("3", "proxy.*.*"), None),
+        (headers(""), None),
+        (headers("-1"), None),
+        (headers("+3"), None),
+        (headers(" 3"), None),
+        (headers("3.0"), None),
+        (headers("٣"), None),  # a digit, but not ASCII
+        (headers("1" * 21), None),
+        (headers("0x10"), None),
+    ],
+)
+def test_only_a_sequence_the_server_checked_for_this_proxy_is_trusted(
+    found: dict[str, str] | None, expected: int | None
+) -> None:
+    assert codec.expected_last(found, FILTER) == expected
+
+
+def test_a_proxy_s_first_event_starts_its_state_without_a_read() -> None:
+    states = States()
+    assert states.chain(UID, DECLARED, 0)
+    kept = states.exactly(UID, 1)
+    assert kept == fold(UID, [DECLARED])
+
+
+def test_events_following_the_kept_state_are_folded_on_in_order() -> None:
+    states = States()
+    states.chain(UID, DECLARED, 0)
+    assert states.chain(UID, CREATE, 1)
+    assert states.chain(UID, PHASE, 5)
+    assert states.exactly(UID, 9) == fold(UID, [DECLARED, CREATE, PHASE])
+
+
+def test_a_gap_or_an_unknown_predecessor_leaves_the_state_alone() -> None:
+    states = States()
+    assert not states.chain(UID, CREATE, 1)  # nothing kept as of 1
+    states.chain(UID, DECLARED, 0)
+    assert not states.chain(UID, PHASE, 5)  # the state is as of 1, not 5
+    assert not states.chain(UID, PHASE, None)  # appended without the check
+    assert states.exactly(UID, 1) == fold(UID, [DECLARED])
+    assert states.exactly(UID, 9) is None
+
+
+async def test_a_redelivered_or_older_event_never_moves_the_state_back() -> None:
+    states = States()
+    states.chain(UID, DECLARED, 0)
+    states.chain(UID, CREATE, 1)
+    assert not states.chain(UID, DECLARED, 0)  # redelivered: the state is past it
+    assert states.exactly(UID, 5) is not None
+    await states.keep(UID, fold(UID, [DECLARED]), 1, read=1)  # an overlapping reconcile's read
+    assert states.exactly(UID, 5) == fold(UID, [DECLARED, CREATE])
