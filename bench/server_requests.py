@@ -25,14 +25,22 @@ ACK_KINDS = {
 }
 
 
+SERVICES = ("reconciler", "executor")
+"""Durables named in the counts; any other consumer is a reader of the benchmark's own."""
+
+
+def consumer(name: str) -> str:
+    return name if name in SERVICES else "the benchmark's readers"
+
+
 def kind(subject: str, reply: str, data: bytes, headers: dict[str, str] | None) -> str:
     """The kind of one message: which request, which append, which answer."""
     tokens = subject.split(".")
     if reply.startswith("$JS.ACK."):
         # A consumer's delivery: JetStream keeps the stream subject, the reply names the consumer.
-        return f"delivery to {reply.split('.')[3] if reply.count('.') > 3 else '?'}"
+        return f"delivery to {consumer(reply.split('.')[3]) if reply.count('.') > 3 else '?'}"
     if subject.startswith("$JS.API.CONSUMER.MSG.NEXT."):
-        return f"pull {tokens[-1]}"
+        return f"pull {consumer(tokens[-1])}"
     if subject.startswith("$JS.API.DIRECT.GET."):
         if len(tokens) > 5:
             return "direct get last by subject"
@@ -48,7 +56,7 @@ def kind(subject: str, reply: str, data: bytes, headers: dict[str, str] | None) 
     if subject.startswith("$JS.ACK."):
         first = data.split(b" ", 1)[0]
         name = ACK_KINDS.get(first, "nak delayed" if first.startswith(b"-NAK") else "ack other")
-        return f"{name} {tokens[3] if len(tokens) > 3 else '?'}"
+        return f"{name} {consumer(tokens[3]) if len(tokens) > 3 else '?'}"
     if subject.startswith("$JS.EVENT."):
         return "advisory " + ".".join(tokens[3:5])
     if subject.startswith("$KV."):

@@ -5,7 +5,7 @@ detached, attribute dictionaries built, a no-op span object. On the reconciler's
 7 to 10% of its CPU in a profile (docs/benchmarks.md, "Proxy lifecycle"). A span is needed when a
 provider records it, or when there is a trace to continue: a no-op span still carries its
 parent's context, which is how a trace passes through a service that does not trace itself
-(docs/architecture.md, "Tracing"). Only when neither holds is the span skipped.
+(docs/architecture.md, "Telemetry"). Only when neither holds is the span skipped.
 """
 
 from __future__ import annotations

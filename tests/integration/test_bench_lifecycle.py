@@ -56,3 +56,24 @@ async def test_summary_pairs_replica_counts_and_reports_targets(tmp_path: Path) 
     assert all(summary[k]["one_instance_each"] for k in ("k1", "k2"))
     assert set(summary["targets"]) == {"seconds_k1", "seconds_k2", "ratio_k2_k1"}
     lifecycle.render(runs, summary, Console(quiet=True))
+
+
+async def test_a_run_counts_the_server_s_messages_by_kind_and_profiles_it(tmp_path: Path) -> None:
+    """The counts and the profile say what the server did in the timed window: every proxy's
+    declaration appended once and handed to the reconciler, every command to the executor."""
+    parsed = lifecycle.resources(PROXIES)
+    profile = tmp_path / "server.pprof"
+    options = Options(
+        timeout=60.0, count_requests=True, server_profile=profile, server_profile_seconds=1
+    )
+
+    run = await lifecycle.run_once(tmp_path / "run", 1, parsed, options)
+
+    assert run.one_instance_each
+    assert run.requests["append proxy.*.declared"] == PROXIES
+    assert run.requests["append proxy.*.cmd"] == PROXIES
+    assert run.requests["delivery to executor"] >= PROXIES
+    assert run.requests["delivery to reconciler"] >= 2 * PROXIES
+    assert run.requests["ack reconciler"] >= 2 * PROXIES
+    assert profile.stat().st_size > 0  # a gzipped pprof protobuf from the server itself
+    assert profile.read_bytes()[:2] == b"\x1f\x8b"
