@@ -15,3 +15,5 @@ reconciler's state too: a change to them takes a new number here and in
 ``services.reconciler.pure.view.VERSION``."""
 LEASE = 3
 """``projections.lease.LeaseView``."""
+POOL = 1
+"""``projections.pool.PoolView``: stored only in time-travel checkpoints."""

@@ -52,15 +52,16 @@ from services.cli.pure.backup_manifest import (
 from services.runtime.connection import Connection
 from services.runtime.eventlog.ordered import OrderedPull
 from services.runtime.eventlog.streams import STREAMS, StreamSpec, differences
-from services.runtime.natsusers import CONSUMERS, KV_BUCKETS
+from services.runtime.natsusers import CHECKPOINT_BUCKETS, CONSUMERS, KV_BUCKETS
 
 API_TIMEOUT = 10.0
 CHUNK = 128 * 1024
 WINDOW = 8
 READ = 1 << 20
-CACHE_BUCKETS = (KV_BUCKETS["discovery"], KV_BUCKETS["reconciler"])
-"""Snapshots of views and states (docs/architecture.md, "Snapshots"): derived from the log, never
-a fact, rebuilt from the events when missing; a restore removes them with the log they came from."""
+CACHE_BUCKETS = (KV_BUCKETS["discovery"], KV_BUCKETS["reconciler"], *CHECKPOINT_BUCKETS.values())
+"""Snapshots of views and states, and time-travel checkpoints (docs/architecture.md, "Snapshots"):
+derived from the log, never a fact, rebuilt from the events when missing; a restore removes them
+with the log they came from."""
 LIVE_BUCKETS = (KV_BUCKETS["health"], KV_BUCKETS["gc"])
 """Who runs now (health replicas, the sweep lock): true only of the processes that wrote them."""
 LEFT_OUT = {

@@ -35,7 +35,13 @@ from services.runtime.eventlog.ordered import OrderedPull
 from services.runtime.eventlog.snapshots import SnapshotStore
 from services.runtime.eventlog.streams import STREAMS, ensure_streams
 from services.runtime.natsserver import EmbeddedNatsServer
-from services.runtime.natsusers import CONSUMERS, KV_BUCKETS, WRITES, permissions
+from services.runtime.natsusers import (
+    CHECKPOINT_BUCKETS,
+    CONSUMERS,
+    KV_BUCKETS,
+    WRITES,
+    permissions,
+)
 from tests.support.natsclient import client
 from tests.support.waiting import until
 
@@ -54,6 +60,7 @@ PROBES = (
     "gc.local",
     *(f"deadletter.{service}" for service in SERVICES),
     *(f"$KV.{bucket}.k" for bucket in KV_BUCKETS.values()),
+    *(f"$KV.{bucket}.k" for bucket in CHECKPOINT_BUCKETS.values()),
     *(f"$JS.ACK.PROXY.{durable}.1.1.1.1.0" for durable in CONSUMERS),
     "$JS.API.STREAM.DELETE.PROXY",
     "$JS.API.STREAM.PURGE.DEADLETTER",

@@ -15,17 +15,20 @@ import pytest
 
 from projections import versions
 from projections.lease import LeaseView
+from projections.pool import PoolView
 from projections.proxy import ProxyView
 from services.reconciler.pure import view
 
 RECORDED = {
     "ProxyView": (5, "f59df582c346b19e"),
     "LeaseView": (3, "d17f4986879e62cb"),
+    "PoolView": (1, "8f17628cb7959200"),
     "ProxyState": (4, "a6f858d1bfbd678a"),
 }
 CURRENT = {
     "ProxyView": (versions.PROXY, ProxyView),
     "LeaseView": (versions.LEASE, LeaseView),
+    "PoolView": (versions.POOL, PoolView),
     "ProxyState": (view.VERSION, view.ProxyState),
 }
 

@@ -64,9 +64,6 @@ V = TypeVar("V")
 EVERY = 10_000
 """Stream sequences between checkpoints: a travel folds at most this many events after one (about
 1 s of a core), plus the decoding of one (10,000 proxies: a fraction of that)."""
-POOL_VERSION = 1
-"""``projections.pool.PoolView`` has no snapshot version in ``projections.versions`` (nothing
-else stores it); its schema hash is in the key too."""
 TRIES = 3
 """Checkpoints a reader tries, newest first, before it replays from the first event."""
 MAX_HEADS = 20_000
@@ -108,7 +105,7 @@ LEASE: Travel[LeaseView] = Travel(
     subjects.LEASE_STREAM, "lease.*", lease_fold.apply, LeaseView, versions.LEASE
 )
 POOL: Travel[PoolView] = Travel(
-    subjects.POOL_STREAM, "pool.*.*", pool_fold.apply, PoolView, POOL_VERSION
+    subjects.POOL_STREAM, "pool.*.*", pool_fold.apply, PoolView, versions.POOL
 )
 TRAVELS: tuple[Travel[Any], ...] = (PROXY, LEASE, POOL)
 
