@@ -15,19 +15,22 @@ configuration (``EmbeddedNatsServer``) restarted on the same store. Measured, in
   and after SIGKILL (the index rebuilt from the blocks), and the memory after the latter;
 - server CPU per operation over K operations, from ``/proc/<pid>/stat`` utime+stime (10 ms
   ticks; K is chosen for seconds of CPU) and, as a check, the threads' ``schedstat``:
-  ``get``, a direct get of a random proxy's literal subject (``next_by_subj``, as the store reads one); ``multi_last``,
-  the direct get of ``proxy.<uid>.>``'s last messages; ``read``,
+  ``get``, a direct get of a random proxy's literal subject (``next_by_subj``, as the store
+  reads one); ``multi_last``, the direct get of ``proxy.<uid>.>``'s last messages; ``read``,
   ``JetStreamEventStore.read(subjects.proxy(uid))``; ``append``,
   ``JetStreamEventStore.append`` with ``Nats-Expected-Last-Subject-Sequence`` on
-  ``proxy.<uid>.>`` (M health verdicts, 32 at a time, one per proxy at a time);
+  ``proxy.<uid>.>`` (M health verdicts, 32 at a time, one per proxy at a time, over all the
+  proxies or ``--append-proxies`` of them);
 - delivering those M new messages to two durable pull consumers created before the appends
   (so each lags by M, more than a block's subjects): ``one``, filtered ``proxy.*.*`` (the
   stream's subject), and ``four``, filtered on the four subjects the reconciler's durable took
   before (declared, instance, health, rotate); each fetches 64 at a time and acks each, as
-  ``services.runtime.consumer`` does.
+  ``services.runtime.consumer`` does. A multi-subject filter makes the server intersect a
+  block's subjects with the filters when the block holds fewer subjects than messages left in
+  it, per delivery: appends over fewer proxies than a block's messages (~18,600 here) show it.
 
 Run: ``python -m bench.subjects [--proxies 10000,100000,1000000] [--appends M] [--reads K]
-[--json FILE]``.
+[--append-proxies P] [--json FILE]``.
 """
 
 from __future__ import annotations
@@ -64,6 +67,10 @@ CATEGORIES = ("declared", "cmd", "instance")
 FOUR = ("proxy.*.declared", "proxy.*.instance", "proxy.*.health", "proxy.*.rotate")
 """The reconciler durable's filters before it took the stream's one subject."""
 FILTERS = {"one": ("proxy.*.*",), "four": FOUR}
+READS = ("get", "multi_last", "read")
+OPS = (*READS, *(f"{op} again" for op in READS), "append", "one", "four")
+"""Each read twice: first on a server that has read nothing since its restart (blocks loaded
+from disk as the reads reach them), then again on other random proxies (blocks cached)."""
 WINDOW = 10_000
 """Fill: acknowledgements gathered every this many publishes (nats-py keeps 4,000 in flight)."""
 
@@ -187,37 +194,31 @@ async def timed(op: str, pid: int, count: int, work: Callable[[], Awaitable[int]
     return Cost(op, count, ok, seconds, 1e6 * (t1 - t0) / n, 1e6 * (s1 - s0) / n)
 
 
-async def gets(store: JetStreamEventStore, uids: list[str]) -> int:
+async def reads(store: JetStreamEventStore, op: str, uids: list[str]) -> int:
+    """``get``: a literal subject's first message, as the store reads a subject; ``multi_last``:
+    the last message of each of ``proxy.<uid>.>``'s subjects; ``read``: the store's read."""
     ok = 0
     for uid in uids:
-        request = {"seq": 1, "next_by_subj": f"proxy.{uid}.declared", "batch": 1}
-        got, _ = await store._direct_get(STREAM, request)
-        ok += len(got) == 1
+        if op == "get":
+            request = {"seq": 1, "next_by_subj": f"proxy.{uid}.declared", "batch": 1}
+            ok += len((await store._direct_get(STREAM, request))[0]) == 1
+        elif op == "multi_last":
+            request = {"multi_last": [f"proxy.{uid}.>"], "batch": 1024}
+            ok += len((await store._direct_get(STREAM, request))[0]) == len(CATEGORIES)
+        else:
+            ok += len((await store.read(subjects.proxy(uid))).events) == len(CATEGORIES)
     return ok
 
 
-async def multi_lasts(store: JetStreamEventStore, uids: list[str]) -> int:
-    ok = 0
-    for uid in uids:
-        request = {"multi_last": [f"proxy.{uid}.>"], "batch": 1024}
-        got, _, _ = await store._direct_get_eob(STREAM, request)
-        ok += len(got) == len(CATEGORIES)
-    return ok
-
-
-async def reads(store: JetStreamEventStore, uids: list[str]) -> int:
-    ok = 0
-    for uid in uids:
-        history = await store.read(subjects.proxy(uid))
-        ok += len(history.events) == len(CATEGORIES)
-    return ok
-
-
-async def appends(store: JetStreamEventStore, proxies: int, m: int, seed: int) -> int:
-    """``m`` health verdicts: rounds over distinct random proxies, 32 appends at a time, each
-    expecting the proxy's last sequence (one writer per proxy at a time, as the reconciler)."""
+async def appends(
+    store: JetStreamEventStore, proxies: int, m: int, seed: int, over: int = 0
+) -> int:
+    """``m`` health verdicts over ``over`` random proxies (0: all), in rounds over distinct ones,
+    32 appends at a time, each expecting the proxy's last sequence (one writer per proxy at a
+    time, as the reconciler). Fewer proxies than a block's messages repeat subjects in a block."""
     rng = random.Random(seed)
-    last = {i: last_seq(proxies, i) for i in range(proxies)}
+    population = rng.sample(range(proxies), over) if 0 < over < proxies else range(proxies)
+    last = {i: last_seq(proxies, i) for i in population}
     gate = asyncio.Semaphore(32)
     ok = 0
 
@@ -233,7 +234,7 @@ async def appends(store: JetStreamEventStore, proxies: int, m: int, seed: int) -
 
     done = 0
     while done < m:
-        batch = rng.sample(range(proxies), min(proxies, m - done))
+        batch = rng.sample(population, min(len(population), m - done))
         await asyncio.gather(*(one(i, done + j) for j, i in enumerate(batch)))
         done += len(batch)
     return ok
@@ -282,11 +283,15 @@ class SizeReport:
     store_mb: float = 0.0
     rss_empty_mb: float = 0.0
     rss_restart_mb: float = 0.0
+    rss_after_reads_mb: float = 0.0
+    """After the reads: the blocks they loaded are cached for a while."""
     rss_after_ops_mb: float = 0.0
     rss_crash_mb: float = 0.0
     ready_s: float = 0.0
     ready_after_kill_s: float = 0.0
     stored_after: int = 0
+    append_proxies: int = 0
+    """The proxies the M appends went to."""
     load1: float = 0.0
     costs: list[Cost] = field(default_factory=list)
 
@@ -326,7 +331,13 @@ async def filled(data: Path, proxies: int) -> tuple[Fill, float]:
 
 
 async def measure(
-    proxies: int, *, m: int, k: int, seed: int = 1, console: Console | None = None
+    proxies: int,
+    *,
+    m: int,
+    k: int,
+    over: int = 0,
+    seed: int = 1,
+    console: Console | None = None,
 ) -> SizeReport:
     """One size on a fresh store: fill (relaxed server), then the product's server on it."""
     with tempfile.TemporaryDirectory(prefix="bench-subjects-") as tmp:
@@ -334,6 +345,7 @@ async def measure(
         done, rss_empty = await filled(data, proxies)
         report = SizeReport(proxies, done, rss_empty_mb=rss_empty, load1=round(load()[0], 2))
         report.store_mb = round(store_bytes(data) / 2**20, 1)
+        report.append_proxies = min(over, proxies) if over else proxies
         if console:
             console.print(f"{proxies:,} proxies: {done.messages:,} stored in {done.seconds:,.0f} s")
         server = EmbeddedNatsServer(data_dir=data)
@@ -345,7 +357,7 @@ async def measure(
             conn = await connect(server.url, name="bench-subjects")
             try:
                 report.subjects = await num_subjects(conn)
-                report.costs = await operations(conn, pid, proxies, m=m, k=k, seed=seed)
+                await operations(report, conn, pid, m=m, k=k, over=over, seed=seed)
                 report.stored_after = await stored(conn)
                 await settle(pid)
                 report.rss_after_ops_mb = memory(pid).get("VmRSS", 0.0)
@@ -368,61 +380,69 @@ async def measure(
 
 
 async def operations(
-    conn: Connection, pid: int, proxies: int, *, m: int, k: int, seed: int
-) -> list[Cost]:
+    report: SizeReport, conn: Connection, pid: int, *, m: int, k: int, over: int, seed: int
+) -> None:
     """The reads on K random proxies each, then the durables, the M appends, the deliveries."""
     rng = random.Random(seed)
     store = JetStreamEventStore(conn.nc, conn.js)
-    costs = []
-    readers = {"get": gets, "multi_last": multi_lasts, "read": reads}
-    for op, reader in readers.items():
+    proxies, costs = report.proxies, report.costs
+    for name in OPS[: 2 * len(READS)]:
+        op = name.removesuffix(" again")
         uids = [uid_of(rng.randrange(proxies)) for _ in range(k)]
-        costs.append(await timed(op, pid, k, partial(reader, store, uids)))
+        costs.append(await timed(name, pid, k, partial(reads, store, op, uids)))
         await settle(pid)
+    report.rss_after_reads_mb = memory(pid).get("VmRSS", 0.0)
     first = len(CATEGORIES) * proxies + 1
     for name in FILTERS:
         await conn.js.add_consumer(STREAM, consumer(name, first))
-    costs.append(await timed("append", pid, m, partial(appends, store, proxies, m, seed)))
+    costs.append(await timed("append", pid, m, partial(appends, store, proxies, m, seed, over)))
     await settle(pid)
     for name in FILTERS:
         costs.append(await timed(name, pid, m, partial(consume, conn, name, m, first)))
         await settle(pid)
-    return costs
 
 
 # ----------------------------------------------------------------------------------- reporting
 
-OPS = ("get", "multi_last", "read", "append", "one", "four")
-
 
 def render(reports: list[SizeReport], console: Console) -> None:
-    memory_table = Table(title="nats-server memory and restart, per size")
-    for column in (
-        "proxies", "subjects", "store MB", "fill s", "RSS empty MB", "RSS filled MB",
-        "RSS restart MB", "B/subject", "ready s", "ready after kill s", "RSS after kill MB",
-    ):  # fmt: skip
+    memory_table = Table(title="nats-server memory (RSS, MB) and restart, per size")
+    columns: dict[str, Callable[[SizeReport], str]] = {
+        "proxies": lambda r: f"{r.proxies:,}",
+        "subjects": lambda r: f"{r.subjects:,}",
+        "store MB": lambda r: f"{r.store_mb:,.0f}",
+        "fill s": lambda r: f"{r.fill.seconds:,.0f}",
+        "empty": lambda r: f"{r.rss_empty_mb:,.0f}",
+        "filled": lambda r: f"{r.fill.rss_mb:,.0f}",
+        "restarted": lambda r: f"{r.rss_restart_mb:,.0f}",
+        "B/subject": lambda r: f"{2**20 * (r.rss_restart_mb - r.rss_empty_mb) / r.subjects:,.0f}",
+        "after reads": lambda r: f"{r.rss_after_reads_mb:,.0f}",
+        "after all": lambda r: f"{r.rss_after_ops_mb:,.0f}",
+        "ready s": lambda r: f"{r.ready_s:.2f}",
+        "ready after kill s": lambda r: f"{r.ready_after_kill_s:.2f}",
+        "after kill": lambda r: f"{r.rss_crash_mb:,.0f}",
+    }
+    for column in columns:
         memory_table.add_column(column, justify="right")
     for r in reports:
-        per_subject = 2**20 * (r.rss_restart_mb - r.rss_empty_mb) / max(r.subjects, 1)
-        memory_table.add_row(
-            f"{r.proxies:,}", f"{r.subjects:,}", f"{r.store_mb:,.0f}", f"{r.fill.seconds:,.0f}",
-            f"{r.rss_empty_mb:,.0f}", f"{r.fill.rss_mb:,.0f}", f"{r.rss_restart_mb:,.0f}",
-            f"{per_subject:,.0f}", f"{r.ready_s:.2f}", f"{r.ready_after_kill_s:.2f}",
-            f"{r.rss_crash_mb:,.0f}",
-        )  # fmt: skip
+        memory_table.add_row(*(cell(r) for cell in columns.values()))
     console.print(memory_table)
-    cpu = Table(title="server CPU per operation, µs (stat ticks / schedstat), and ops done")
-    cpu.add_column("proxies", justify="right")
+    cpu = Table(title="server CPU per operation, µs (stat ticks/schedstat)")
+    cpu.add_column("proxies (appended)", justify="right")
     for op in OPS:
         cpu.add_column(op, justify="right")
     for r in reports:
         by_op = {c.op: c for c in r.costs}
         cells = [
-            f"{c.cpu_us:,.0f} / {c.sched_us:,.0f} ({c.ok:,}/{c.count:,})" if c else "-"
+            "-" if c is None else f"{c.cpu_us:,.0f}/{c.sched_us:,.0f}" + fault(c)
             for c in (by_op.get(op) for op in OPS)
         ]
-        cpu.add_row(f"{r.proxies:,}", *cells)
+        cpu.add_row(f"{r.proxies:,} ({r.append_proxies:,})", *cells)
     console.print(cpu)
+
+
+def fault(cost: Cost) -> str:
+    return "" if cost.ok == cost.count else f" ({cost.count - cost.ok:,} of {cost.count:,} failed)"
 
 
 def document(reports: list[SizeReport]) -> dict[str, Any]:
@@ -448,18 +468,18 @@ def proxy_counts(text: str) -> list[int]:
     return values
 
 
-def positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return value
-
-
 async def run(args: argparse.Namespace, console: Console) -> list[SizeReport]:
     reports: list[SizeReport] = []
     for proxies in args.proxies:
         reports.append(
-            await measure(proxies, m=args.appends, k=args.reads, seed=args.seed, console=console)
+            await measure(
+                proxies,
+                m=args.appends,
+                k=args.reads,
+                over=args.append_proxies,
+                seed=args.seed,
+                console=console,
+            )
         )
         render(reports[-1:], console)
         if args.json:  # after each size: a later one may take the machine's whole memory
@@ -470,11 +490,16 @@ async def run(args: argparse.Namespace, console: Console) -> list[SizeReport]:
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.subjects", description=__doc__)
     parser.add_argument("--proxies", type=proxy_counts, default=[10_000, 100_000, 1_000_000])
-    parser.add_argument("--appends", type=positive, default=40_000, help="M appends/deliveries")
-    parser.add_argument("--reads", type=positive, default=20_000, help="K reads of each kind")
+    parser.add_argument("--appends", type=int, default=40_000, help="M appends/deliveries")
+    parser.add_argument("--reads", type=int, default=20_000, help="K reads of each kind")
+    parser.add_argument(
+        "--append-proxies", type=int, default=0, help="spread the appends over this many (0: all)"
+    )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()
+    if args.appends < 1 or args.reads < 1 or args.append_proxies < 0:
+        parser.error("--appends and --reads: at least 1 each; --append-proxies: 0 (all) or more")
     console = Console(width=max(160, Console().width))
     reports = asyncio.run(run(args, console))
     render(reports, console)
