@@ -10,7 +10,8 @@ in uid order. The fill runs on a server without the product's fsync per message 
 the server is then stopped and every measurement runs on a server with the product's
 configuration (``EmbeddedNatsServer``) restarted on the same store. Measured, in this order:
 
-- resident memory (``VmRSS``) of an empty server, after the fill, after the clean restart;
+- resident memory (``VmRSS``) of an empty server, after the fill, after the clean restart,
+  after the reads, after everything and after ``--idle`` seconds more without a request;
 - seconds from the restart's spawn to ``/healthz`` 200 (JetStream answers), after a clean stop
   and after SIGKILL (the index rebuilt from the blocks), and the memory after the latter;
 - server CPU per operation over K operations, from ``/proc/<pid>/stat`` utime+stime (10 ms
@@ -286,6 +287,8 @@ class SizeReport:
     rss_after_reads_mb: float = 0.0
     """After the reads: the blocks they loaded are cached for a while."""
     rss_after_ops_mb: float = 0.0
+    rss_idle_mb: float = 0.0
+    """After ``idle`` seconds more without a request: whether the caches' memory goes back."""
     rss_crash_mb: float = 0.0
     ready_s: float = 0.0
     ready_after_kill_s: float = 0.0
@@ -336,6 +339,7 @@ async def measure(
     m: int,
     k: int,
     over: int = 0,
+    idle: float = 0.0,
     seed: int = 1,
     console: Console | None = None,
 ) -> SizeReport:
@@ -361,6 +365,8 @@ async def measure(
                 report.stored_after = await stored(conn)
                 await settle(pid)
                 report.rss_after_ops_mb = memory(pid).get("VmRSS", 0.0)
+                await asyncio.sleep(idle)
+                report.rss_idle_mb = memory(pid).get("VmRSS", 0.0)
             finally:
                 await conn.close()
             await server.kill()
@@ -418,6 +424,7 @@ def render(reports: list[SizeReport], console: Console) -> None:
         "B/subject": lambda r: f"{2**20 * (r.rss_restart_mb - r.rss_empty_mb) / r.subjects:,.0f}",
         "after reads": lambda r: f"{r.rss_after_reads_mb:,.0f}",
         "after all": lambda r: f"{r.rss_after_ops_mb:,.0f}",
+        "idle": lambda r: f"{r.rss_idle_mb:,.0f}",
         "ready s": lambda r: f"{r.ready_s:.2f}",
         "ready after kill s": lambda r: f"{r.ready_after_kill_s:.2f}",
         "after kill": lambda r: f"{r.rss_crash_mb:,.0f}",
@@ -477,6 +484,7 @@ async def run(args: argparse.Namespace, console: Console) -> list[SizeReport]:
                 m=args.appends,
                 k=args.reads,
                 over=args.append_proxies,
+                idle=args.idle,
                 seed=args.seed,
                 console=console,
             )
@@ -494,6 +502,9 @@ def main() -> None:
     parser.add_argument("--reads", type=int, default=20_000, help="K reads of each kind")
     parser.add_argument(
         "--append-proxies", type=int, default=0, help="spread the appends over this many (0: all)"
+    )
+    parser.add_argument(
+        "--idle", type=float, default=60.0, help="seconds idle before the last RSS sample"
     )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", help="also write the figures to this file")

@@ -75,6 +75,7 @@ async def test_a_tiny_run_does_every_operation_it_reports() -> None:
     assert min(report.rss_empty_mb, report.fill.rss_mb, report.rss_restart_mb) > 0
     assert report.rss_crash_mb > 0
     assert report.rss_after_reads_mb > 0
+    assert report.rss_idle_mb > 0
     assert report.ready_s > 0
     assert report.ready_after_kill_s > 0
     console = Console(record=True, width=200)
