@@ -179,7 +179,7 @@ def _at(console: Console, request: AnyRequest) -> datetime | None:
 
 async def _fleet(console: Console, request: AnyRequest) -> dict[str, Any]:
     at = _at(console, request)
-    query_pairs = request.query_params.multi_items()
+    query_pairs = list(request.query_params.multi_items())
     try:
         filters = parse_filters(query_pairs, allowed=("at", *PAGING))
         view = parse_view(query_pairs)

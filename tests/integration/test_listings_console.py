@@ -1,0 +1,155 @@
+"""The console's fleet page in pages on a real discovery replica: server-side sort, search by
+name and attribute, bounded pages with the total, a poll that sends only what changed, time
+travel in pages, and hostile paging parameters refused or ignored, never echoed raw."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+
+import httpx
+import pytest
+
+from services.runtime.eventlog.jetstream import JetStreamEventStore
+from services.runtime.natsserver import EmbeddedNatsServer
+from tests.support.discovery import discovery, ready_proxy, set_health
+from tests.support.waiting import until
+
+pytestmark = pytest.mark.integration
+
+COUNT = 25
+HOSTILE = '<script>alert("x")</script>'
+UID = re.compile(r'<tr data-uid="([^"]+)"')
+
+
+@pytest.fixture
+async def ui(
+    nats_server: EmbeddedNatsServer, jetstream_store: JetStreamEventStore
+) -> AsyncIterator[httpx.AsyncClient]:
+    for i in range(COUNT):
+        await ready_proxy(
+            jetstream_store,
+            f"c{i:02d}",
+            {"tier": "gold" if i % 5 == 0 else "std"},
+            name=f"crawler-{(i * 7) % COUNT:02d}",
+            healthy=i % 4 != 0,
+        )
+    async with (
+        discovery(nats_server.url) as (_, base),
+        httpx.AsyncClient(base_url=base, timeout=20) as client,
+    ):
+
+        async def all_there() -> bool:
+            return f'of <b data-count="total">{COUNT}</b>' in (await client.get("/ui")).text
+
+        await until(all_there, what="the whole fleet on the page")
+        yield client
+
+
+def _uids(html: str) -> list[str]:
+    return UID.findall(html)
+
+
+async def test_pages_sort_and_search_on_the_server(ui: httpx.AsyncClient) -> None:
+    first = (await ui.get("/ui", params={"size": "10"})).text
+    assert len(_uids(first)) == 10
+    assert 'Page <b data-count="page">1</b> of 3' in first
+    pages = [_uids((await ui.get("/ui", params={"size": "10", "page": n})).text) for n in (1, 2, 3)]
+    every = [uid for shown in pages for uid in shown]
+    assert every == sorted(every, key=lambda uid: (int(uid[1:]) * 7) % COUNT)  # by name
+    assert len(set(every)) == COUNT
+    beyond = (await ui.get("/ui", params={"size": "10", "page": "99"})).text
+    assert _uids(beyond) == pages[2]  # past the end: the last page
+
+    by_health = _uids((await ui.get("/ui", params={"sort": "health", "size": "50"})).text)
+    unhealthy = {f"c{i:02d}" for i in range(COUNT) if i % 4 == 0}
+    assert set(by_health[: len(unhealthy)]) == unhealthy  # problems first
+    reverse = _uids((await ui.get("/ui", params={"sort": "health", "order": "desc"})).text)
+    assert reverse == by_health[::-1]
+
+    named = (await ui.get("/ui", params={"q": "CRAWLER-0"})).text
+    assert len(_uids(named)) == 10  # crawler-00 .. crawler-09
+    assert '<b data-count="shown">10</b>' in named
+    gold = _uids((await ui.get("/ui", params={"attrs": "tier=gold", "q": "crawler"})).text)
+    assert sorted(gold) == [f"c{i:02d}" for i in range(0, COUNT, 5)]
+
+
+async def test_a_poll_sends_nothing_then_only_the_changed_row(
+    ui: httpx.AsyncClient, jetstream_store: JetStreamEventStore
+) -> None:
+    page = (await ui.get("/ui", params={"size": "10"})).text
+    since = re.search(r'data-since="([^"]+)"', page)
+    assert since is not None
+    live = re.search(r'data-live="([^"]+)"', page)
+    assert live is not None
+    path = live.group(1).replace("&amp;", "&")
+    unchanged = await ui.get(path, params={"since": since.group(1)})
+    assert unchanged.status_code == 204
+    assert unchanged.content == b""
+    assert unchanged.headers["x-fleet-mode"] == "nothing"
+
+    shown = _uids(page)
+    await set_health(jetstream_store, shown[3], healthy=False, latency_ms=1.0)
+    token = unchanged.headers["x-fleet-poll"]
+
+    async def changed() -> bool:
+        got = await ui.get(path, params={"since": token})
+        return got.status_code == 200
+
+    await until(changed, what="the health change in the view")
+    after = await ui.get(path, params={"since": token})
+    assert after.headers["x-fleet-mode"] == "rows"
+    assert _uids(after.text) == [shown[3]]  # that row alone, with the counts
+    assert 'data-count="unhealthy"' in after.text
+    full = await ui.get(path, params={"since": "nonsense"})
+    assert full.headers["x-fleet-mode"] == "full"
+    assert _uids(full.text) == shown
+    assert len(after.content) < len(full.content) / 3
+
+
+async def test_time_travel_pages_too(ui: httpx.AsyncClient) -> None:
+    at = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    got = await ui.get("/ui", params={"at": at, "size": "10", "page": "2", "sort": "name"})
+    assert got.status_code == 200, got.text
+    assert len(_uids(got.text)) == 10
+    assert 'Page <b data-count="page">2</b> of 3' in got.text
+    assert "data-since" not in got.text  # a past instant does not poll
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("page", "-1"),
+        ("page", "0"),
+        ("page", "abc"),
+        ("page", "9" * 300),
+        ("size", "5"),
+        ("size", "100000"),
+        ("size", "\uff11\uff10"),
+        ("sort", HOSTILE),
+        ("sort", "name; drop"),
+        ("order", HOSTILE),
+    ],
+)
+async def test_hostile_paging_is_a_400_naming_the_field(
+    ui: httpx.AsyncClient, name: str, value: str
+) -> None:
+    for path in ("/ui", "/ui/live"):
+        got = await ui.get(path, params={name: value})
+        assert got.status_code == 400, (path, got.text)
+        assert f"{name}:" in got.text
+        assert HOSTILE not in got.text
+
+
+@pytest.mark.parametrize(
+    "value", [HOSTILE, "x" * 10_000, "é\u202e\u0000", "1.2.3.4", "a.99999999999999999999.b.c"]
+)
+async def test_a_hostile_since_or_search_is_harmless(ui: httpx.AsyncClient, value: str) -> None:
+    live = await ui.get("/ui/live", params={"since": value})
+    assert live.status_code == 200
+    assert live.headers["x-fleet-mode"] == "full"
+    assert HOSTILE not in live.text
+    searched = await ui.get("/ui", params={"q": value})
+    assert searched.status_code == 200
+    assert HOSTILE not in searched.text
