@@ -42,6 +42,14 @@ RAW_QUERY = (
     "egress.country",
     "egress.asn",
     "next",
+    "limit",
+    "continue",
+    "q",
+    "sort",
+    "order",
+    "page",
+    "size",
+    "since",
 )
 """Names some handlers read from the raw query instead of declaring them (the console's filters
 and its time, the login's target): sent to every route with the names its handler declares."""
