@@ -25,6 +25,7 @@ from nats.js import JetStreamContext
 
 from events import reading
 from events.errors import EventStoreError, StoreUnavailable
+from services.runtime.aio import raise_if_cancelled
 from services.runtime.eventlog.asof import ByProxy, Stored
 from services.runtime.eventlog.checkpoints import (
     EVERY,
@@ -92,6 +93,7 @@ class CheckpointWriter(Generic[V]):
                 )
             except Exception:  # derived state: a bug here must not stop the API
                 log.exception("checkpoints failed, again later", stream=self.travel.stream)
+            raise_if_cancelled()
             await asyncio.sleep(RETRY)
 
     async def follow(self, *, until_seq: int | None = None) -> None:
@@ -104,6 +106,7 @@ class CheckpointWriter(Generic[V]):
         try:
             while until_seq is None or self.stats.last < until_seq:
                 msgs = await pull.fetch(self.idle)
+                raise_if_cancelled()  # nats-py can swallow a cancellation inside a fetch
                 started = time.thread_time()
                 for msg in msgs:
                     await self._fold(msg)
