@@ -8,7 +8,7 @@ stream sequences stores the whole views dict as a checkpoint labelled with that 
 server time of its event and the latest time it covers (``pure.checkpoint.Head``). A travel
 to an instant loads the newest checkpoint covering nothing after it and folds only the events
 after it up to the instant: the same views a replay gives, by construction
-(docs/decisions/NNNN-time-travel-checkpoints.md).
+(docs/decisions/0131-time-travel-folds-from-checkpoints-the.md).
 
 Checkpoints are derived state, never facts. Each stream has its own KV bucket
 (``natsusers.CHECKPOINT_BUCKETS``), keeping them as long as the stream keeps its events. Every
