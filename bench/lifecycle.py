@@ -323,6 +323,7 @@ async def _main(args: argparse.Namespace) -> dict[str, object]:
         server_profile=args.server_profile,
         server_profile_seconds=args.server_profile_seconds,
         count_requests=args.count_requests,
+        observe_interval=args.observe_interval,
     )
     parsed = resources(args.proxies)
     runs: list[Run] = []
@@ -369,6 +370,13 @@ def main() -> None:
         action="store_true",
         help="count the messages of the account by kind (costs the server: CPU figures of such "
         "a run do not count)",
+    )
+    parser.add_argument(
+        "--observe-interval",
+        type=float,
+        default=10.0,
+        help="the executor's observe sweep, seconds (the product's default); a longer one leaves "
+        "the steady cost of watching a Ready fleet out of the window",
     )
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()

@@ -142,12 +142,20 @@ class Worker:
 
 
 async def spawn(
-    role: str, url: str, name: str, log: Path, *, log_level: str, profile: Path | None
+    role: str,
+    url: str,
+    name: str,
+    log: Path,
+    *,
+    log_level: str,
+    profile: Path | None,
+    observe_interval: float = 10.0,
 ) -> Worker:
     """Tracing stays off in workers (no OTEL_* variables): an exporter is not what is measured."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     args = [sys.executable, "-m", "bench.lifecycle_worker", role, url, "--log-level", log_level]
+    args += ["--observe-interval", str(observe_interval)]
     if profile is not None:
         args += ["--profile", str(profile)]
     with log.open("ab") as err:
@@ -200,6 +208,10 @@ class Options:
     """Where to write the nats-server's CPU profile (Go pprof) of the timed window."""
     server_profile_seconds: int = 10
     count_requests: bool = False
+    observe_interval: float = 10.0
+    """The executor's observe sweep (the product's default: 10 s). A sweep asks about every
+    Ready instance, so inside a longer run it costs the fleet's size per round: a steady cost of
+    a Ready fleet, not of bringing it up, which a run can leave out with a longer interval."""
 
 
 @dataclass
@@ -226,7 +238,15 @@ async def fleet(tmp: Path, replicas: int, options: Options) -> AsyncIterator[Fle
             stats = profile / f"{name}-k{replicas}.pstats" if profile is not None else None
             role, log = name.split("-")[0], tmp / f"{name}.log"
             level = options.log_level
-            worker = await spawn(role, server.url, name, log, log_level=level, profile=stats)
+            worker = await spawn(
+                role,
+                server.url,
+                name,
+                log,
+                log_level=level,
+                profile=stats,
+                observe_interval=options.observe_interval,
+            )
             running.workers.append(worker)
         yield running
     finally:
