@@ -44,17 +44,15 @@ import random
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, PubAck
 from rich.console import Console
-from rich.table import Table
 
 from bench.scale_fleet import FillingServer, load, memory, server_pid
 from bench.scale_reads import server_cpu, settle
+from bench.subjects_report import OPS, READS, Cost, Fill, SizeReport, document, render, write_json
 from events import codec, subjects
 from events import schemas as ev
 from events.store import NewEvent, derive_msg_id
@@ -68,8 +66,6 @@ CATEGORIES = ("declared", "cmd", "instance")
 FOUR = ("proxy.*.declared", "proxy.*.instance", "proxy.*.health", "proxy.*.rotate")
 """The reconciler durable's filters before it took the stream's one subject."""
 FILTERS = {"one": ("proxy.*.*",), "four": FOUR}
-READS = ("get", "multi_last", "read")
-OPS = (*READS, *(f"{op} again" for op in READS), "append", "one", "four")
 """Each read twice: first on a server that has read nothing since its restart (blocks loaded
 from disk as the reads reach them), then again on other random proxies (blocks cached)."""
 WINDOW = 10_000
@@ -113,15 +109,6 @@ def last_seq(proxies: int, i: int) -> int:
 # --------------------------------------------------------------------------------------- fill
 
 
-@dataclass
-class Fill:
-    proxies: int
-    messages: int = 0
-    payload_bytes: int = 0
-    seconds: float = 0.0
-    rss_mb: float = 0.0
-
-
 async def fill(conn: Connection, proxies: int) -> Fill:
     """Category after category, proxies in uid order, acknowledgements gathered every
     ``WINDOW`` publishes."""
@@ -163,20 +150,6 @@ def store_bytes(data_dir: Path) -> int:
 
 
 # ---------------------------------------------------------------------------- the operations
-
-
-@dataclass
-class Cost:
-    op: str
-    count: int
-    """Operations done (for ``one``/``four``: messages delivered)."""
-    ok: int
-    """Operations that did what they claim (a read of 3 events, an append stored, ...)."""
-    seconds: float
-    cpu_us: float
-    """Server CPU per operation from ``/proc/<pid>/stat`` (10 ms ticks)."""
-    sched_us: float
-    """The same from the threads' ``schedstat`` (nanoseconds)."""
 
 
 def ticks(pid: int) -> float:
@@ -274,29 +247,6 @@ async def consume(conn: Connection, name: str, m: int, first: int) -> int:
 
 
 # ------------------------------------------------------------------------------------ one size
-
-
-@dataclass
-class SizeReport:
-    proxies: int
-    fill: Fill
-    subjects: int = 0
-    store_mb: float = 0.0
-    rss_empty_mb: float = 0.0
-    rss_restart_mb: float = 0.0
-    rss_after_reads_mb: float = 0.0
-    """After the reads: the blocks they loaded are cached for a while."""
-    rss_after_ops_mb: float = 0.0
-    rss_idle_mb: float = 0.0
-    """After ``idle`` seconds more without a request: whether the caches' memory goes back."""
-    rss_crash_mb: float = 0.0
-    ready_s: float = 0.0
-    ready_after_kill_s: float = 0.0
-    stored_after: int = 0
-    append_proxies: int = 0
-    """The proxies the M appends went to."""
-    load1: float = 0.0
-    costs: list[Cost] = field(default_factory=list)
 
 
 async def started(server: EmbeddedNatsServer) -> float:
@@ -406,63 +356,6 @@ async def operations(
     for name in FILTERS:
         costs.append(await timed(name, pid, m, partial(consume, conn, name, m, first)))
         await settle(pid)
-
-
-# ----------------------------------------------------------------------------------- reporting
-
-
-def render(reports: list[SizeReport], console: Console) -> None:
-    memory_table = Table(title="nats-server memory (RSS, MB) and restart, per size")
-    columns: dict[str, Callable[[SizeReport], str]] = {
-        "proxies": lambda r: f"{r.proxies:,}",
-        "subjects": lambda r: f"{r.subjects:,}",
-        "store MB": lambda r: f"{r.store_mb:,.0f}",
-        "fill s": lambda r: f"{r.fill.seconds:,.0f}",
-        "empty": lambda r: f"{r.rss_empty_mb:,.0f}",
-        "filled": lambda r: f"{r.fill.rss_mb:,.0f}",
-        "restarted": lambda r: f"{r.rss_restart_mb:,.0f}",
-        "B/subject": lambda r: f"{2**20 * (r.rss_restart_mb - r.rss_empty_mb) / r.subjects:,.0f}",
-        "after reads": lambda r: f"{r.rss_after_reads_mb:,.0f}",
-        "after all": lambda r: f"{r.rss_after_ops_mb:,.0f}",
-        "idle": lambda r: f"{r.rss_idle_mb:,.0f}",
-        "ready s": lambda r: f"{r.ready_s:.2f}",
-        "ready after kill s": lambda r: f"{r.ready_after_kill_s:.2f}",
-        "after kill": lambda r: f"{r.rss_crash_mb:,.0f}",
-    }
-    for column in columns:
-        memory_table.add_column(column, justify="right")
-    for r in reports:
-        memory_table.add_row(*(cell(r) for cell in columns.values()))
-    console.print(memory_table)
-    cpu = Table(title="server CPU per operation, µs (stat ticks/schedstat)")
-    cpu.add_column("proxies (appended)", justify="right")
-    for op in OPS:
-        cpu.add_column(op, justify="right")
-    for r in reports:
-        by_op = {c.op: c for c in r.costs}
-        cells = [
-            "-" if c is None else f"{c.cpu_us:,.0f}/{c.sched_us:,.0f}" + fault(c)
-            for c in (by_op.get(op) for op in OPS)
-        ]
-        cpu.add_row(f"{r.proxies:,} ({r.append_proxies:,})", *cells)
-    console.print(cpu)
-
-
-def fault(cost: Cost) -> str:
-    return "" if cost.ok == cost.count else f" ({cost.count - cost.ok:,} of {cost.count:,} failed)"
-
-
-def document(reports: list[SizeReport]) -> dict[str, Any]:
-    return {
-        "date": time.strftime("%Y-%m-%d %H:%M %Z"),
-        "cpus": os.cpu_count(),
-        "load_average": load(),
-        "sizes": [asdict(r) for r in reports],
-    }
-
-
-def write_json(path: Path, doc: dict[str, Any]) -> None:
-    path.write_text(json.dumps(doc, indent=2) + "\n")
 
 
 def proxy_counts(text: str) -> list[int]:

@@ -14,6 +14,7 @@ import pytest
 from rich.console import Console
 
 from bench import subjects as bench
+from bench import subjects_report
 from events import subjects
 from services.runtime.connection import Connection
 from services.runtime.eventlog.jetstream import JetStreamEventStore
@@ -62,10 +63,10 @@ async def test_a_tiny_run_does_every_operation_it_reports() -> None:
 
     assert (report.fill.messages, report.subjects) == (900, 900)
     assert report.stored_after == 900 + 400
-    assert [c.op for c in report.costs] == list(bench.OPS)
+    assert [c.op for c in report.costs] == list(subjects_report.OPS)
     for cost in report.costs:
         assert cost.ok == cost.count, cost
-    reads = dict.fromkeys(bench.OPS[:6], 120)
+    reads = dict.fromkeys(subjects_report.OPS[:6], 120)
     assert {c.op: c.count for c in report.costs} == {
         **reads,
         "append": 400,
@@ -79,7 +80,7 @@ async def test_a_tiny_run_does_every_operation_it_reports() -> None:
     assert report.ready_s > 0
     assert report.ready_after_kill_s > 0
     console = Console(record=True, width=200)
-    bench.render([report], console)
+    subjects_report.render([report], console)
     text = console.export_text()
     assert "900" in text
     assert "B/subject" in text

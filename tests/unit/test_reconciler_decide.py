@@ -385,5 +385,5 @@ def test_instance_created_wakes_nothing_because_it_never_changes_a_decision() ->
 def test_only_the_waking_categories_wake_a_reconcile(kind: type) -> None:
     """The reconciler's durable delivers every category (one filter costs the server the same
     at any fleet size); its own decisions (cmd, status) and egress facts wake nothing."""
-    woken = kind.category in {"declared", "instance", "health", "rotate"}
+    woken = getattr(kind, "category", "") in {"declared", "instance", "health", "rotate"}
     assert kind_wakes(kind) is (woken and kind is not InstanceCreated)

@@ -15,9 +15,12 @@ HEADERS = {"traceparent": f"00-{TRACE_ID}-00f067aa0ba902b7-01"}
 def test_with_tracing_off_and_no_trace_to_continue_no_span_is_made() -> None:
     configure_tracing("svc", {}, announce=False)
     built: list[str] = []
-    with spans.current(
-        tracer("tests"), "process", attributes=lambda: built.append("x") or {}
-    ) as span:
+
+    def attributes() -> dict[str, str]:
+        built.append("x")
+        return {}
+
+    with spans.current(tracer("tests"), "process", attributes=attributes) as span:
         assert span is trace.INVALID_SPAN
         assert not trace.get_current_span().get_span_context().is_valid
     assert built == []  # the attributes were not even built

@@ -1,6 +1,6 @@
 """Time-travel checkpoints as bytes: their labels, keys, packing and every check a reader makes
-before it trusts one (docs/decisions/0131-time-travel-folds-from-checkpoints-the.md, written by the I/O in
-``services.runtime.eventlog.checkpoints``).
+before it trusts one (docs/decisions/0131-time-travel-folds-from-checkpoints-the.md), written
+by the I/O in ``services.runtime.eventlog.checkpoints``.
 
 A checkpoint is derived state, never a fact: the ``ByProxy`` views of one stream folded from
 ``origin`` to sequence ``seq``, with the tolerant fold time travel uses. Its content depends
