@@ -3,12 +3,15 @@ limits, tokens bound to their listing and filters, and a key cursor that survive
 
 from __future__ import annotations
 
+import base64
+
 import pytest
 
 from services.discovery.errors import InvalidRequest
 from services.discovery.pure.errorcodes import STATUS, ErrorCode
 from services.discovery.pure.paging import (
     MAX_LIMIT,
+    TOKEN_VERSION,
     BadLimit,
     BadToken,
     decode_token,
@@ -86,3 +89,20 @@ def test_paging_errors_name_the_field() -> None:
     with pytest.raises(InvalidContinue) as caught:
         parse_paging([("continue", "nonsense")], "proxies", 3)
     assert caught.value.status == STATUS[ErrorCode.INVALID_CONTINUE] == 400
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"[" * 1500 + b"]" * 1500,  # nested deeper than the JSON parser goes
+        b"[" * 2500,
+        b'["' + b"x" * 2000 + b'", []]',
+        b"null",
+        b'{"a": 1}',
+        b"\xff\xfe",
+    ],
+)
+def test_a_hostile_token_is_refused_never_a_crash(body: bytes) -> None:
+    token = base64.urlsafe_b64encode(bytes([TOKEN_VERSION]) + body).decode().rstrip("=")
+    with pytest.raises(BadToken):
+        decode_token(token, "proxies", 3)

@@ -70,7 +70,8 @@ def decode_token(token: str, where: str, width: int) -> Key:
         if not raw or raw[0] != TOKEN_VERSION:
             raise BadToken(fix)
         made_for, key = json.loads(raw[1:])
-    except (binascii.Error, ValueError, TypeError):
+    except (binascii.Error, ValueError, TypeError, RecursionError):
+        # RecursionError: JSON nested deeper than the parser goes (a hostile token).
         raise BadToken(fix) from None
     if made_for != where or not isinstance(key, list) or len(key) != width:
         raise BadToken(fix)
