@@ -64,7 +64,7 @@ async def test_another_crawler_cannot_take_or_end_a_lease_it_did_not_acquire(
                 assert await asyncio.to_thread(fetch_via, url, target) == "hello through the proxy"
 
                 listed = await other.get("/v1/leases", params={"holder": "victim-1"})
-                assert listed.json() == {"items": []}
+                assert listed.json() == {"items": [], "continue": "", "total": 0}
                 for method, path, body in [
                     ("GET", f"/v1/leases/{lease['id']}", None),
                     ("PATCH", f"/v1/leases/{lease['id']}", {"ttlSeconds": 1}),
