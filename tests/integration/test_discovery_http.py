@@ -152,9 +152,10 @@ async def test_openapi_document_is_valid(api: httpx.AsyncClient) -> None:
     assert {"204", "404"} <= set(lease["delete"]["responses"])
     assert {"200", "400", "404", "503"} <= set(lease["patch"]["responses"])
     holders = document["paths"]["/v1/leases"]
-    for method in ("get", "delete"):
-        (holder,) = holders[method]["parameters"]
-        assert (holder["name"], holder["in"]) == ("holder", "query")
+    listed = {(p["name"], p["in"]) for p in holders["get"]["parameters"]}
+    assert listed == {("holder", "query"), ("limit", "query"), ("continue", "query")}
+    (holder,) = holders["delete"]["parameters"]
+    assert (holder["name"], holder["in"]) == ("holder", "query")
     acquire_body = document["components"]["schemas"][body.rsplit("/", 1)[1]]["properties"]
     assert {"exclude", "proxyUid"} <= set(acquire_body)
     report = document["paths"]["/v1/leases/{lease_id}/report"]["post"]
