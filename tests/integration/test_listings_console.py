@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
+from urllib.parse import parse_qsl
 
 import httpx
 import pytest
@@ -83,8 +84,21 @@ async def test_a_poll_sends_nothing_then_only_the_changed_row(
     assert since is not None
     live = re.search(r'data-live="([^"]+)"', page)
     assert live is not None
-    path = live.group(1).replace("&amp;", "&")
-    unchanged = await ui.get(path, params={"since": since.group(1)})
+    # httpx's params replace a URL's own query: keep the page's (its size) beside ``since``.
+    path, _, query = live.group(1).replace("&amp;", "&").partition("?")
+    page_query = dict(parse_qsl(query))
+    assert page_query == {"size": "10"}
+    polled = {**page_query, "since": since.group(1)}
+
+    async def settled() -> bool:
+        """The fixture waits for every proxy, not for every event of each: a poll may still
+        carry a late verdict; its token then stands for the page as it now is."""
+        got = await ui.get(path, params=polled)
+        polled["since"] = got.headers.get("x-fleet-poll", polled["since"])
+        return got.status_code == 204
+
+    await until(settled, what="a poll with nothing new")
+    unchanged = await ui.get(path, params=polled)
     assert unchanged.status_code == 204
     assert unchanged.content == b""
     assert unchanged.headers["x-fleet-mode"] == "nothing"
@@ -94,22 +108,23 @@ async def test_a_poll_sends_nothing_then_only_the_changed_row(
     token = unchanged.headers["x-fleet-poll"]
 
     async def changed() -> bool:
-        got = await ui.get(path, params={"since": token})
+        got = await ui.get(path, params={**page_query, "since": token})
         return got.status_code == 200
 
     await until(changed, what="the health change in the view")
-    after = await ui.get(path, params={"since": token})
+    after = await ui.get(path, params={**page_query, "since": token})
     assert after.headers["x-fleet-mode"] == "rows"
     assert _uids(after.text) == [shown[3]]  # that row alone, with the counts
     assert 'data-count="unhealthy"' in after.text
-    full = await ui.get(path, params={"since": "nonsense"})
+    full = await ui.get(path, params={**page_query, "since": "nonsense"})
     assert full.headers["x-fleet-mode"] == "full"
     assert _uids(full.text) == shown
     assert len(after.content) < len(full.content) / 3
 
 
 async def test_time_travel_pages_too(ui: httpx.AsyncClient) -> None:
-    at = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    # To the microsecond: an instant cut to the second could fall before the fleet's events.
+    at = datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
     got = await ui.get("/ui", params={"at": at, "size": "10", "page": "2", "sort": "name"})
     assert got.status_code == 200, got.text
     assert len(_uids(got.text)) == 10
