@@ -5,10 +5,9 @@ would be a crash of the command instead of a retry."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Awaitable, Callable, Iterator
 from functools import partial
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import msgspec
@@ -23,6 +22,7 @@ from services.providers.hetzner.config import HetznerConfig
 from services.providers.hetzner.provider import HetznerProvider
 from tests.contract.provider import assert_classified
 from tests.support.cloud_requests import cloud_request
+from tests.support.httpthread import serving
 
 pytestmark = pytest.mark.integration
 
@@ -59,15 +59,8 @@ class Garbage(BaseHTTPRequestHandler):
 @pytest.fixture(params=sorted(ANSWERS))
 def endpoint(request: pytest.FixtureRequest) -> Iterator[str]:
     handler = type("Answer", (Garbage,), {"answer": ANSWERS[request.param]})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+    with serving(handler) as url:
+        yield url
 
 
 def providers(endpoint: str, monkeypatch: pytest.MonkeyPatch) -> list[Provider]:

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -36,6 +35,7 @@ from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.natsserver import EmbeddedNatsServer
 from tests.support.clirun import cli, restore_logging_after
 from tests.support.discovery import discovery, ready_proxy
+from tests.support.httpthread import serving
 
 pytestmark = pytest.mark.reliability
 
@@ -191,15 +191,8 @@ class Canned(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def hostile_api() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Canned)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(5)
+    with serving(Canned) as url:
+        yield url
 
 
 def answer(method: str, path: str, status: int, body: object, **headers: str) -> None:

@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator, Iterator, Mapping
@@ -21,6 +20,7 @@ from typing import Any
 
 from services.providers.local_process import PID_FILE
 from services.runtime.ports import free_port
+from tests.support.httpthread import serving
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -40,14 +40,8 @@ class Hello(http.server.BaseHTTPRequestHandler):
 @contextmanager
 def hello_target() -> Iterator[str]:
     """A loopback origin the health prober and the tests fetch through the proxies."""
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hello)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(Hello) as url:
+        yield f"{url}/"
 
 
 def processes_mentioning(marker: str) -> list[int]:
