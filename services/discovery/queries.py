@@ -170,7 +170,8 @@ PAGING = frozenset({"limit", "continue"})
 
 @dataclass(frozen=True, slots=True)
 class Paging:
-    """``limit`` and ``continue`` of a listing's query (D-paging, docs/api.md "Paging")."""
+    """``limit`` and ``continue`` of a listing's query (docs/api.md "Paging",
+    docs/decisions/0132-listings-page-by-key-as-kubernetes.md)."""
 
     limit: int | None
     after: Key | None

@@ -114,16 +114,13 @@ class Reconciler:
             spans.current(_tracer, "reconcile.managed") as span,
         ):
             attempts = _Attempts(self, uid, causation, span)
-            kept = None if exact is None else self.states.exactly(uid, exact)
-            if kept is not None:
-                attempts.begin(kept)
             await decide_and_append(
                 self.store,
                 aggregate,
                 attempts.decide,
                 max_attempts=MAX_ATTEMPTS,
                 after=attempts.start,
-                known=None if kept is None or exact is None else History([], exact),
+                known=attempts.known(exact),
             )
             decision, state = attempts.decision, attempts.state
             promoted = decision.events[0] if decision.events else None
@@ -182,9 +179,14 @@ class _Attempts:
         self._start, as_of = await self.reconciler.states.start(self.uid)
         return as_of
 
-    def begin(self, state: ProxyState) -> None:
-        """Start the first attempt from ``state``, which needs no read."""
-        self._start = state
+    def known(self, exact: int | None) -> History | None:
+        """The first attempt's history when the kept state is complete as of exactly ``exact``
+        (it folded the delivered event): nothing after it to read; else None (read)."""
+        kept = None if exact is None else self.reconciler.states.exactly(self.uid, exact)
+        if kept is None or exact is None:
+            return None
+        self._start = kept
+        return History([], exact)
 
     async def decide(self, history: History) -> list[NewEvent]:
         r, uid = self.reconciler, self.uid

@@ -102,6 +102,15 @@ async def test_a_client_is_refused_on_every_route_with_another_clients_lease(
         # The same holder label lists and releases only the caller's own leases.
         listed = await b.get("/v1/leases", params={"holder": "shared-name"})
         assert listed.json()["items"] == []
+        assert listed.json()["total"] == 0  # not even counted
+        paged = await b.get("/v1/leases", params={"holder": "shared-name", "limit": "1"})
+        assert (paged.json()["items"], paged.json()["total"], paged.json()["continue"]) == (
+            [],
+            0,
+            "",
+        )
+        own = (await a.get("/v1/leases", params={"holder": "shared-name", "limit": "1"})).json()
+        assert ([x["id"] for x in own["items"]], own["total"]) == ([lease["id"]], 1)
         released = await b.delete("/v1/leases", params={"holder": "shared-name"})
         assert released.json() == {"released": 0}
         # The same Idempotency-Key from another client is another request, not a way in.
