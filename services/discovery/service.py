@@ -26,6 +26,7 @@ from projections.egress import EgressPolicy
 from services.discovery.access import CLIENTS_ENV, Clients
 from services.discovery.app import MAX_BODY_BYTES, DiscoveryApi, create_app
 from services.discovery.auth import TOKEN_ENV, token_from_env
+from services.discovery.badrequest import json_bad_request
 from services.discovery.credentials import LeaseCredentials
 from services.discovery.durations import duration_option, format_duration, seconds_of
 from services.discovery.expiry import ExpirySweep
@@ -183,7 +184,7 @@ class DiscoveryService:
                     max_body=MAX_BODY_BYTES,
                     timeout=self.body_timeout,
                 ),
-                http=head_deadline(self.head_timeout),
+                http=json_bad_request(head_deadline(self.head_timeout)),
                 timeout_keep_alive=int(KEEP_ALIVE),
                 limit_concurrency=MAX_CONNECTIONS,
                 h11_max_incomplete_event_size=MAX_HEAD_BYTES,
