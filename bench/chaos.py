@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import os
 import random
@@ -95,6 +96,8 @@ class Result:
     services: dict[str, dict[str, object]] = field(default_factory=dict)
     log: dict[str, int] = field(default_factory=dict)
     fault_log: list[tuple[float, str, str]] = field(default_factory=list)
+    holder_uses: dict[str, int] = field(default_factory=dict)
+    """The holders' requests through their proxies, by answer."""
     hostile: dict[str, dict[str, int]] = field(default_factory=dict)
     """What the hostile client was answered, by kind of attempt (``bench.chaos_hostile``)."""
 
@@ -210,7 +213,10 @@ def judge(
             "at the proxy ports": dict(hostile.proxy_answers),
             "on another client's leases": dict(hostile.lease_answers),
             "abandoned time travels": dict(hostile.travels),
+            "forged credentials beside the holders' traffic": dict(hostile.forged),
+            "requests leaving the crawl through its own lease": dict(hostile.escapes),
         }
+    result.holder_uses = dict(record.uses)
     result.ambiguous_grants = ambiguous
     result.withdrawn_grants = withdrawn
     result.acquisitions = check.tally(a.answer for a in acquisitions)
@@ -257,9 +263,10 @@ async def chaos(run: Run, options: Options, result: Result, clock: Clock) -> tup
     running = run.running
     stop = asyncio.Event()
     record = Record()
+    load_options = dataclasses.replace(options.load, origin_port=running.origin_port)
     load = asyncio.create_task(
         run_load(
-            running.api_port, options.load, stop, seed=options.seed, run_id="crawler", record=record
+            running.api_port, load_options, stop, seed=options.seed, run_id="crawler", record=record
         )
     )
 
@@ -267,7 +274,15 @@ async def chaos(run: Run, options: Options, result: Result, clock: Clock) -> tup
         return {uid: view.url for uid, view in run.views.items() if serving(view)}
 
     hostile = asyncio.create_task(
-        run_hostile(running.api_port, running.origin_port, proxies, record, stop, seed=options.seed)
+        run_hostile(
+            running.api_port,
+            running.origin_port,
+            proxies,
+            record,
+            stop,
+            seed=options.seed,
+            selector=options.load.selector,
+        )
     )
     faults = Faults(running, random.Random(options.seed))
     await faults.run(60.0 * options.minutes, options.fault_interval)
@@ -366,6 +381,7 @@ def render(result: Result, console: Console) -> None:
         "grants withdrawn after an outage": result.withdrawn_grants,
         "releases (attempts)": result.releases,
         "reports": result.reports,
+        "holders' requests through their proxies": result.holder_uses,
         "acquire ms (201s)": {k: round(v, 1) for k, v in result.acquire_ms.items()},
         "Ready before faults, s": result.ready_seconds,
         "converged after last fault, s": result.converge_seconds,

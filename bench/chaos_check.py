@@ -73,6 +73,7 @@ class Acquisition:
     acquired_at: float = 0.0
     expires_at: float = 0.0
     token: int = 0
+    proxy_url: str = ""
 
 
 @dataclass(frozen=True, slots=True)

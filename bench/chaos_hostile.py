@@ -10,7 +10,12 @@ an attacker who can reach the ports would (docs/operations.md, "Security model")
   rotated and released as ``hostile``; each must be refused (403 ``not_your_lease``, or 404
   once the lease is gone), never done;
 - **abandoned time travels**: console pages as of a past instant, given up after a fraction of
-  a second, which the replica must stop folding and bound.
+  a second, which the replica must stop folding and bound;
+- **forged credentials beside a holder's traffic**: bursts of concurrent requests on a crawler's
+  proxy with the crawler's lease id and made-up passwords (``bench.chaos_edge``); each must be
+  refused (407), never a 200;
+- **requests that leave the crawl**: through a lease of its own, the metadata name, CONNECT to
+  the host's ports, ``0.0.0.0``; each must be refused at the proxy, never a 200.
 
 The check is that nothing the hostile client asked for took effect; the soak's other checks
 (no lease doubled or lost, every proxy serving at the end) must hold beside it.
@@ -19,8 +24,6 @@ The check is that nothing the hostile client asked for took effect; the soak's o
 from __future__ import annotations
 
 import asyncio
-import base64
-import contextlib
 import random
 import secrets
 import time
@@ -30,8 +33,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from urllib.parse import urlsplit
 
-from bench.chaos_check import Check
-from bench.chaos_load import Record, call
+from bench.chaos_check import Acquisition, Check
+from bench.chaos_edge import Endpoint, escape, escapes, exchange, forge, get
+from bench.chaos_load import Record, call, stamp
 from services.discovery.pure.clients import hash_token
 
 CRAWLER_TOKEN = secrets.token_hex(32)
@@ -66,6 +70,8 @@ class Hostile:
     proxy_answers: Counter[str] = field(default_factory=Counter)
     lease_answers: Counter[str] = field(default_factory=Counter)
     travels: Counter[str] = field(default_factory=Counter)
+    forged: Counter[str] = field(default_factory=Counter)
+    escapes: Counter[str] = field(default_factory=Counter)
     taken: list[str] = field(default_factory=list)
     """Attempts that were not refused: each one is evidence against the system."""
 
@@ -73,23 +79,8 @@ class Hostile:
 async def proxy_attempt(url: str, credential: bytes, origin_port: int) -> str:
     """One request through the proxy at ``url`` with ``credential`` as its Basic login."""
     parts = urlsplit(url)
-    header = b"Proxy-Authorization: Basic " + base64.b64encode(credential) + b"\r\n"
-    target = f"127.0.0.1:{origin_port}".encode()
-    request = b"GET http://" + target + b"/ HTTP/1.1\r\nHost: " + target + b"\r\n" + header
-    try:
-        async with asyncio.timeout(2.0):
-            reader, writer = await asyncio.open_connection(parts.hostname, parts.port)
-            try:
-                writer.write(request + b"Connection: close\r\n\r\n")
-                await writer.drain()
-                status = (await reader.readline()).split(b" ")[1:2]
-            finally:
-                writer.close()
-                with contextlib.suppress(OSError):
-                    await writer.wait_closed()
-    except (OSError, TimeoutError):
-        return "unreachable"  # a Squid the soak killed
-    return status[0].decode("latin-1") if status else "no answer"
+    request = get(f"127.0.0.1:{origin_port}", credential)
+    return await exchange(parts.hostname or "", parts.port or 0, request)
 
 
 async def lease_attempt(port: int, lease_id: str, rng: random.Random) -> str:
@@ -125,28 +116,113 @@ async def run_hostile(
     stop: asyncio.Event,
     *,
     seed: int,
+    selector: Mapping[str, str] | None = None,
 ) -> Hostile:
     """Until ``stop``: one hostile action every ``PAUSE``. ``proxies()`` gives the Ready
-    proxies' URLs (uid -> url) as the soak currently sees them."""
-    rng = random.Random(f"{seed}-hostile")
-    seen = Hostile()
-    while not stop.is_set():
-        kind = rng.choice(("proxy", "lease", "travel"))
-        if kind == "proxy" and (urls := list(proxies().values())):
+    proxies' URLs (uid -> url) as the soak currently sees them; ``selector`` is what the
+    hostile client's own leases ask for."""
+    attacker = Attacker(
+        port, origin_port, proxies, record, random.Random(f"{seed}-hostile"), Hostile()
+    )
+    own = OwnLease(port, dict(selector or {}))
+    try:
+        while not stop.is_set():
+            await attacker.step(own)
+            await asyncio.sleep(PAUSE)
+    finally:
+        await own.release()
+    return attacker.seen
+
+
+@dataclass
+class Attacker:
+    """What the hostile client knows: the ports, the proxies the soak sees, the crawlers'
+    leases as a ``read`` client would see them."""
+
+    port: int
+    origin_port: int
+    proxies: Callable[[], Mapping[str, str]]
+    record: Record
+    rng: random.Random
+    seen: Hostile
+
+    async def step(self, own: OwnLease) -> None:
+        rng, seen = self.rng, self.seen
+        kind = rng.choice(("proxy", "lease", "travel", "forge", "escape"))
+        if kind == "forge" and (held := _held(self.record)):
+            await self.forge(rng.choice(held))
+        elif kind == "escape" and (endpoint := await own.endpoint()) is not None:
+            name = rng.choice(sorted(escapes(self.port)))
+            answer = await escape(endpoint, name, self.port)
+            seen.escapes[f"{name}: {answer}"] += 1
+            if answer == "200":
+                seen.taken.append(f"{time.time():.3f} the proxy let its holder reach the {name}")
+        elif kind == "proxy" and (urls := list(self.proxies().values())):
             credential = rng.choice(BAD_CREDENTIALS)
-            answer = await proxy_attempt(rng.choice(urls), credential, origin_port)
+            answer = await proxy_attempt(rng.choice(urls), credential, self.origin_port)
             seen.proxy_answers[answer] += 1
             if answer == "200":
                 seen.taken.append(f"{time.time():.3f} a proxy let {credential[:20]!r} through")
-        elif kind == "lease" and (ids := _newest_leases(record)):
-            answer = await lease_attempt(port, rng.choice(ids), rng)
+        elif kind == "lease" and (ids := _newest_leases(self.record)):
+            answer = await lease_attempt(self.port, rng.choice(ids), rng)
             seen.lease_answers[answer] += 1
             if answer.endswith("taken"):
                 seen.taken.append(f"{time.time():.3f} another client's lease: {answer}")
         elif kind == "travel":
-            seen.travels[await travel_attempt(port, rng)] += 1
-        await asyncio.sleep(PAUSE)
-    return seen
+            seen.travels[await travel_attempt(self.port, rng)] += 1
+
+    async def forge(self, target: Acquisition) -> None:
+        endpoint = Endpoint.of(target.proxy_url)
+        if endpoint is None:
+            return
+        for credential, answer in await forge(endpoint, target.lease_id, self.origin_port):
+            self.seen.forged[answer] += 1
+            if answer == "200":
+                self.seen.taken.append(f"{time.time():.3f} a forged {credential[:40]!r} passed")
+
+
+def _held(record: Record) -> list[Acquisition]:
+    """The crawlers' newest leases still current, with a proxy URL to forge on."""
+    now = time.time()
+    return [a for a in record.acquisitions[-20:] if a.proxy_url and a.expires_at > now + 1.0]
+
+
+class OwnLease:
+    """The hostile client's own lease, for the requests that would leave the crawl: acquired
+    when needed, taken again before it expires, released at the end."""
+
+    def __init__(self, port: int, selector: dict[str, str]) -> None:
+        self.port = port
+        self.selector = selector
+        self.lease_id = ""
+        self.url = ""
+        self.expires_at = 0.0
+        self.n = 0
+
+    async def endpoint(self) -> Endpoint | None:
+        if self.lease_id and self.expires_at > time.time() + 2.0:
+            return Endpoint.of(self.url)
+        await self.release()
+        self.n += 1
+        body = {"ttlSeconds": 20, "holder": f"hostile-{self.n}", "selector": self.selector}
+        answer, parsed, _ = await call(
+            self.port, "POST", "/v1/leases", body, timeout=5.0, token=HOSTILE_TOKEN
+        )
+        if answer.status != 201:
+            return None
+        try:
+            self.lease_id = str(parsed["id"])
+            self.url = str(parsed["proxy"]["url"])
+            self.expires_at = stamp(parsed["expiresAt"])
+        except (KeyError, TypeError, ValueError):
+            return None
+        return Endpoint.of(self.url)
+
+    async def release(self) -> None:
+        if self.lease_id:
+            path = f"/v1/leases/{self.lease_id}"
+            await call(self.port, "DELETE", path, timeout=5.0, token=HOSTILE_TOKEN)
+        self.lease_id = ""
 
 
 def _newest_leases(record: Record) -> list[str]:
@@ -154,7 +230,10 @@ def _newest_leases(record: Record) -> list[str]:
 
 
 def check_hostile(seen: Hostile) -> Check:
-    attempts = sum(seen.proxy_answers.values()) + sum(seen.lease_answers.values())
+    attempts = sum(
+        sum(counts.values())
+        for counts in (seen.proxy_answers, seen.lease_answers, seen.forged, seen.escapes)
+    )
     return Check(
         "hostile attempts that took effect",
         float(len(seen.taken)),

@@ -17,11 +17,13 @@ import contextlib
 import json
 import random
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from bench.chaos_check import BUSY, OK, Acquisition, Answer, Call
+from bench.chaos_edge import Endpoint, use
 
 HOST = "127.0.0.1"
 CONNECT_TIMEOUT = 2.0
@@ -43,6 +45,11 @@ class LoadOptions:
     selector: dict[str, str] = field(default_factory=dict)
     token: str = ""
     """The crawlers' bearer token ("" for an API without clients)."""
+    origin_port: int = 0
+    """Where holders send requests through their proxies while they hold them (0: they send
+    none): the traffic a forged credential lands beside (``bench.chaos_edge``)."""
+    uses: int = 2
+    """Requests through the proxy per lease held."""
 
 
 @dataclass
@@ -52,6 +59,9 @@ class Record:
     acquisitions: list[Acquisition] = field(default_factory=list)
     releases: list[Call] = field(default_factory=list)
     reports: list[Call] = field(default_factory=list)
+    uses: Counter[str] = field(default_factory=Counter)
+    """The holders' requests through their proxies, by status; a 407 there is a holder refused
+    while its lease was current (or withdrawn under it: the checks of the log tell which)."""
 
 
 async def call(
@@ -118,6 +128,7 @@ def acquisition(holder: str, answer: Answer, body: dict[str, Any]) -> Acquisitio
             acquired_at=stamp(body["acquiredAt"]),
             expires_at=stamp(body["expiresAt"]),
             token=int(body["fencingToken"]),
+            proxy_url=str(body["proxy"].get("url", "")),
         )
     except (KeyError, TypeError, ValueError):
         # A 201 the client cannot use: recorded as such, the checker then finds no such lease.
@@ -143,6 +154,17 @@ async def release(port: int, lease_id: str, options: LoadOptions, record: Record
         if answer.outcome == OK or answer.status == 404:
             return
         await asyncio.sleep(options.pause)
+
+
+async def hold(got: Acquisition, options: LoadOptions, record: Record, rng: random.Random) -> None:
+    """The lease's hold: requests through its proxy when the soak has an origin, then the rest
+    of the hold time."""
+    until = time.monotonic() + rng.uniform(*options.hold)
+    endpoint = Endpoint.of(got.proxy_url) if options.origin_port else None
+    if endpoint is not None:
+        for _ in range(options.uses):
+            record.uses[await use(endpoint, options.origin_port)] += 1
+    await asyncio.sleep(max(0.0, until - time.monotonic()))
 
 
 async def crawler(
@@ -173,7 +195,7 @@ async def crawler(
         if not got.lease_id:
             await asyncio.sleep(backoff(answer, headers, options))
             continue
-        await asyncio.sleep(rng.uniform(*options.hold))
+        await hold(got, options, record, rng)
         if rng.random() < options.report_share:
             tag = f"{holder}-report"
             report = {"outcome": "success", "target": "chaos.example", "detail": tag}

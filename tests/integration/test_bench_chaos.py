@@ -257,6 +257,14 @@ def test_the_hostile_check_flags_an_attempt_that_took_effect_and_a_run_without_a
     taken = check_hostile(seen)
     assert not taken.ok
     assert taken.evidence == ("another client's lease: PATCH taken",)
+    forged = Hostile()
+    forged.forged["407"] += 7
+    forged.forged["200"] += 1
+    forged.taken.append("a forged b'lease-1:x' passed")
+    assert not check_hostile(forged).ok, "a forged credential let through is evidence"
+    escaped = Hostile()
+    escaped.escapes["metadata name: 403"] += 1
+    assert check_hostile(escaped).ok, "refused escapes are attempts, and none took effect"
     idle = check_hostile(Hostile())
     assert not idle.ok
     assert idle.evidence == ("the hostile client made no attempt",)
@@ -299,8 +307,12 @@ async def test_a_short_soak_completes_with_every_fault_and_no_lease_is_doubled_o
         "at the proxy ports",
         "on another client's leases",
         "abandoned time travels",
+        "forged credentials beside the holders' traffic",
+        "requests leaving the crawl through its own lease",
     }
     assert all(result.hostile.values()), result.hostile  # each kind was tried
+    assert "407" in result.hostile["forged credentials beside the holders' traffic"]
+    assert result.holder_uses.get("200"), result.holder_uses  # holders used their proxies
     assert all(c.evidence for c in result.checks if not c.ok), "a failure names its evidence"
     assert checks["double leases"].ok, checks["double leases"].evidence
     assert checks["acknowledged events lost"].ok, checks["acknowledged events lost"].evidence
