@@ -20,6 +20,8 @@ from litestar import Request
 from services.discovery.errors import InvalidRequest
 
 _PATH = re.compile(r"^(?P<text>.*?) - at `\$\.?(?P<path>[^`]*)`\Z")
+_FIELD_FIRST = re.compile(r"^[a-z][A-Za-z]{0,40}: ")
+"""A message a Struct's own check raised, which names its field already (``models._target``)."""
 
 HINTS = {
     "ttlSeconds": "a number of seconds from 1 to 604800, which is 7 days; null for the default",
@@ -36,7 +38,7 @@ def problem(exc: msgspec.ValidationError) -> str:
     text = str(exc)
     found = _PATH.match(text)
     if found is None or not found["path"]:
-        return f"the body: {text}"
+        return text if _FIELD_FIRST.match(text) else f"the body: {text}"
     path, detail = found["path"], found["text"]
     field = path.split(".", 1)[0].split("[", 1)[0]
     hint = HINTS.get(field)

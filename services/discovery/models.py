@@ -21,6 +21,7 @@ from services.discovery.credentials import LeaseCredentials
 from services.discovery.pure.candidates import CandidateIndex
 from services.discovery.pure.egress_shown import EgressShown, shown_in
 from services.discovery.pure.pools import MAX_POOL_REF
+from services.discovery.pure.targets import check_target
 
 AttributeKey = Annotated[str, Meta(min_length=1, max_length=63)]
 AttributeValue = Annotated[str, Meta(max_length=256)]
@@ -51,6 +52,15 @@ class _Out(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     pass
 
 
+def _target(target: str) -> None:
+    """A ``target`` names a host (``pure.targets``), checked as the body is decoded so that a
+    refused one never reaches the log; the message starts with the field (``bodies.problem``)."""
+    try:
+        check_target(target)
+    except ValueError as exc:
+        raise ValueError(f"target: {exc}") from None
+
+
 class AcquireRequest(_In, frozen=True, kw_only=True):
     selector: Selector = msgspec.field(default_factory=dict)
     """Attributes the proxy must have, all of them (``{"country": "de"}``)."""
@@ -78,6 +88,9 @@ class AcquireRequest(_In, frozen=True, kw_only=True):
     only its members, the proxies carrying its ``pool`` attribute in its namespace, besides the
     selector. Unknown: 404 ``unknown_pool``; a 503 says whether the pool is scaling."""
 
+    def __post_init__(self) -> None:
+        _target(self.target)
+
 
 class RenewRequest(_In, frozen=True, kw_only=True):
     ttl_seconds: Annotated[float, TTL_SECONDS] | None = None
@@ -88,9 +101,13 @@ class ReportRequest(_In, frozen=True, kw_only=True):
     outcome: OutcomeName
     """``success``, ``blocked`` (the target refused the proxy's IP) or ``failed``."""
     target: Annotated[str, Meta(max_length=2048)] = ""
-    """What the holder reached through the proxy: a host or URL."""
+    """What the holder reached through the proxy: a host name, or an http(s) URL of one (labels
+    of letters, digits and inner hyphens, or an IP address); anything else is a 400."""
     detail: Annotated[str, Meta(max_length=1024)] = ""
     """Free text, e.g. ``HTTP 403``."""
+
+    def __post_init__(self) -> None:
+        _target(self.target)
 
 
 class ConditionOut(_Out, frozen=True, kw_only=True):

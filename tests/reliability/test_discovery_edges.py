@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from events import subjects
+from events.schemas import LeaseAcquired, LeaseReported
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.natsserver import EmbeddedNatsServer
 from tests.support.discovery import discovery, ready_proxy
@@ -92,3 +93,39 @@ async def test_an_idempotency_key_the_parser_lets_through_is_checked_by_the_api(
             assert answer.json()["error"] == "invalid_request"
             assert answer.json()["message"].startswith("Idempotency-Key: ")
 
+
+HOSTILE_TARGETS = (
+    "xsshost<svg>.example",
+    "https://shop.example/<script>alert(1)</script>",
+    "http://user:pw@shop.example/",
+    "shop.example\x00.evil",
+    "javascript://shop.example/%0aalert(1)",
+)
+
+
+async def test_a_report_target_that_names_no_host_is_refused_naming_the_field(
+    api: str, jetstream_store: JetStreamEventStore
+) -> None:
+    async with httpx.AsyncClient(base_url=api, timeout=10) as client:
+        lease = (await client.post("/v1/leases", json={"selector": {"country": "de"}})).json()
+        report = f"/v1/leases/{lease['leaseId']}/report"
+        for target in HOSTILE_TARGETS:
+            answer = await client.post(report, json={"outcome": "blocked", "target": target})
+            assert answer.status_code == 400, target
+            assert answer.json()["error"] == "invalid_request"
+            assert answer.json()["message"].startswith("target: "), answer.json()
+            refused = await client.post(
+                "/v1/leases", json={"selector": {"country": "de"}, "target": target}
+            )
+            assert refused.status_code == 400, target
+            assert refused.json()["message"].startswith("target: ")
+        # A host and a URL of one are still taken, and the lease is as it was.
+        for target in ("shop.example", "https://Shop.Example/cart?id=1"):
+            answer = await client.post(report, json={"outcome": "success", "target": target})
+            assert answer.status_code == 204, answer.text
+        held = await client.get(f"/v1/leases/{lease['leaseId']}")
+        assert held.status_code == 200
+    history = (await jetstream_store.read(subjects.lease("p1"))).events
+    reported = [r.event.target for r in history if isinstance(r.event, LeaseReported)]
+    assert reported == ["shop.example", "https://Shop.Example/cart?id=1"]
+    assert sum(isinstance(r.event, LeaseAcquired) for r in history) == 1
