@@ -39,7 +39,7 @@ from services.providers.squidauth.secret import SECRET_ENV, SECRET_FILE_ENV, ens
 from services.runtime.config import Settings
 from services.runtime.datadir import DataDirBusy, exclusive
 from services.runtime.natsserver import EmbeddedNatsServer
-from services.runtime.natsstale import stop_leftovers
+from services.runtime.natsstale import StoreInUse, refuse_foreign, stop_leftovers
 from services.runtime.options import env_option, with_env_option
 from services.runtime.ports import free_port
 from services.runtime.service import Service, Started, run_services
@@ -160,7 +160,9 @@ def up(state: CliState, /, **values: Any) -> None:
 def _own_data_dir(held: contextlib.ExitStack, data_dir: Path) -> None:
     """The data dir's lock, held until `up` returns, taken before anything is started or
     written: a second `up` on it is refused with nothing changed
-    (docs/decisions/0094-one-data-dir-one-up-one-nats.md)."""
+    (docs/decisions/0094-one-data-dir-one-up-one-nats.md), and so is a data dir whose store a
+    process `up` did not start uses, a nats-server started by hand whatever its command line
+    (docs/decisions/0136-a-store-is-found-by-what-runs-on-it.md)."""
     try:
         held.enter_context(exclusive(data_dir))
     except DataDirBusy as exc:
@@ -172,6 +174,10 @@ def _own_data_dir(held: contextlib.ExitStack, data_dir: Path) -> None:
             f"cannot lock {data_dir}: {exc.strerror or exc}; choose a data dir you can write",
             param_hint="'--data-dir'",
         ) from None
+    try:
+        refuse_foreign(EmbeddedNatsServer(data_dir=data_dir / "nats"))
+    except StoreInUse as exc:
+        raise click.BadParameter(str(exc), param_hint="'--data-dir'") from None
 
 
 def _up_owning(state: CliState, values: dict[str, Any]) -> None:
