@@ -79,6 +79,7 @@ from services.discovery.pools import ROUTES as POOL_ROUTES
 from services.discovery.pools import checked_pool, known_pool
 from services.discovery.pure.clients import LEASE, READ, Client
 from services.discovery.pure.policy import Granted
+from services.discovery.pure.pools import bound_selector
 from services.discovery.queries import (
     IDEMPOTENCY_KEY,
     Continue,
@@ -266,7 +267,9 @@ async def acquire(
     client = caller(request)
     pool, selector = checked_pool(data.pool, data.selector)
     held = _held(api, client)
-    check_acquire(client, selector, held, access_metrics(api.metrics.registry))
+    check_acquire(
+        client, bound_selector(selector, pool), held, access_metrics(api.metrics.registry)
+    )
     pool_uid = ""
     if pool is not None:
         pool_uid = (await known_pool(api.views, pool, api.leases.policy.view_timeout)).uid

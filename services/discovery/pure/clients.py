@@ -12,6 +12,7 @@ limits, and a lease belongs to the client that acquired it
         maxLeases: 20                     # optional: most leases held at once
         selectors:                        # optional: an acquire must ask for one of these
           - {country: de}
+          - {pool: crawl/de}              # a pool is bound to its namespace (NAME: default)
 
 The file holds hashes, never tokens: a leaked copy (a backup, a ``kubectl get secret`` on the
 wrong screen) opens nothing. SHA-256 and not a password hash, because a token is 32 random bytes
@@ -31,6 +32,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
+
+from events.poolresource import POOL_ATTRIBUTE
+from services.discovery.pure.pools import parse_pool_ref
 
 LEASE = "lease"
 """Acquire leases, and get, renew, report on, rotate and release the client's own."""
@@ -223,8 +227,23 @@ def _selectors(value: Any, where: str) -> tuple[Mapping[str, str], ...]:
                     f"{here}: keys and values are text of 1 to {MAX_SELECTOR_TEXT} characters "
                     '(quote numbers and booleans: country: "no")'
                 )
-        found.append(dict(selector))
+        found.append(_bound(selector, here))
     return tuple(found)
+
+
+def _bound(selector: dict[str, str], where: str) -> dict[str, str]:
+    """The selector with its ``pool`` as ``NAMESPACE/NAME``: a pool's name is unique only
+    within its namespace, so an allowance of ``de`` alone would let the client lease every
+    namespace's ``de`` (docs/decisions/0139-the-discovery-api-s-edges.md). ``NAME`` alone is in
+    the namespace ``default``, as in a lease request's ``pool``."""
+    pool = selector.get(POOL_ATTRIBUTE)
+    if pool is None:
+        return dict(selector)
+    try:
+        ref = parse_pool_ref(pool)
+    except ValueError as exc:
+        raise ClientsError(f"{where}.{POOL_ATTRIBUTE}: {exc}") from None
+    return {**selector, POOL_ATTRIBUTE: str(ref)}
 
 
 def _text(value: Any) -> bool:

@@ -82,6 +82,25 @@ def pool_selector(selector: Mapping[str, str], pool: PoolRef) -> dict[str, str]:
     return {**selector, POOL_ATTRIBUTE: pool.name}
 
 
+ANY_NAMESPACE = "*"
+"""The namespace a bare ``pool`` attribute in a selector stands for: members of that name in
+every namespace. No client's binding is written with it, so none allows it."""
+
+
+def bound_selector(selector: Mapping[str, str], pool: PoolRef | None) -> dict[str, str]:
+    """The selector a client's allowed selectors are checked against: its ``pool`` as the
+    ``NAMESPACE/NAME`` the request leases from, since a client's binding names the namespace
+    (``pure.clients``, docs/decisions/0139-the-discovery-api-s-edges.md). A ``pool`` attribute
+    sent without the request's ``pool`` matches members of every namespace, so it becomes
+    ``*/NAME``, which no binding allows."""
+    if pool is not None:
+        return {**selector, POOL_ATTRIBUTE: str(pool)}
+    named = selector.get(POOL_ATTRIBUTE)
+    if named is None:
+        return dict(selector)
+    return {**selector, POOL_ATTRIBUTE: f"{ANY_NAMESPACE}/{named}"}
+
+
 def template_misses(pool: PoolView, selector: Mapping[str, str]) -> dict[str, str]:
     """Selector pairs no member of ``pool`` can have: its template's attributes (and the pool's
     own) are every member's, so waiting for the pool will not bring them."""
