@@ -27,9 +27,8 @@ from projections import proxy
 from projections.proxy import ProxyView
 from services.health.credentials import LIFETIME_SECONDS as PROBE_LIFETIME
 from services.providers.squidauth.pure.scheme import (
-    PROBE_USER,
     basic_authorization,
-    probe_password,
+    probe_credential,
     proxy_key,
 )
 from services.runtime.connection import Connection
@@ -124,7 +123,7 @@ def probe_authorization(uid: str) -> str:
     """The prober's credential for proxy ``uid``: the soak's proxies enforce leases."""
     key = proxy_key(LEASE_SECRET.encode(), uid)
     expires = int((time.time() + PROBE_LIFETIME) * 1000)
-    return basic_authorization(PROBE_USER, probe_password(key, expires))
+    return basic_authorization(probe_credential(key, expires))
 
 
 async def forwards(url: str, origin_port: int, authorization: str = "") -> bool:

@@ -2,10 +2,12 @@
 (docs/decisions/0084-leases-enforced-at-the-proxy.md).
 
 A proxy that enforces leases answers 407 to a request without a current lease's credentials, and
-the prober holds no lease. It sends the probe credential instead: the user ``egress-probe``,
-minted with the proxy's key from the master lease secret, valid for a few minutes. The helper
-accepts it like a lease's but it neither fences a lease nor is fenced by one, so probing never
-locks a holder out.
+the prober holds no lease. It sends the probe credential instead: a user name
+``egress-probe.<expiry>.<mac>`` and a password bound to it, minted with the proxy's key from the
+master lease secret, valid for a few minutes (a fixed user name would let others' requests ride
+on the probe's check in Squid's cache:
+docs/decisions/0133-a-proxy-login-nobody-else-can-repeat.md). The helper accepts it like a
+lease's but it neither fences a lease nor is fenced by one, so probing never locks a holder out.
 
 The probe client knows a proxy by its URL; the key is the proxy's uid's. So this finds the uid of
 a URL in the shared proxy view, through an index rebuilt only when a URL is not in it (a new or
@@ -21,9 +23,8 @@ from collections.abc import Callable, Mapping
 from events.schemas import ProxyMode
 from projections.proxy import ProxyView, probe_target
 from services.providers.squidauth.pure.scheme import (
-    PROBE_USER,
     basic_authorization,
-    probe_password,
+    probe_credential,
     proxy_key,
 )
 
@@ -62,8 +63,7 @@ class ProbeCredentials:
         if uid is None:
             return ""
         expires = int((self._clock() + self._lifetime) * 1000)
-        password = probe_password(proxy_key(self._master, uid), expires)
-        return basic_authorization(PROBE_USER, password)
+        return basic_authorization(probe_credential(proxy_key(self._master, uid), expires))
 
     def _uid(self, proxy_url: str) -> str | None:
         views = self._views()

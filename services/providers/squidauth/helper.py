@@ -8,21 +8,26 @@ Squid starts it (``auth_param basic program``) and writes one line per credentia
 the helper to expect and echo.
 
 It runs on the proxy, which may have no route to NATS: everything it decides comes from the
-credential itself (docs/decisions/0084-leases-enforced-at-the-proxy.md). A credential is accepted
-when its mac verifies with this proxy's key (``--key-file``), its expiry has not passed on this
-host's clock, and its fencing token is not lower than the highest token accepted so far. That
-highest token is kept in
+credential itself (docs/decisions/0084-leases-enforced-at-the-proxy.md). A lease's user name is
+``<lease id>.<token>.<expiry ms>.<mac>`` and its password ``<token>.<expiry ms>.<mac>``, the
+second mac over the whole user name (docs/decisions/0133-a-proxy-login-nobody-else-can-repeat.md):
+Squid caches a checked credential by user name alone, and a user name only its holder knows is an
+entry nobody else can land on. A credential is accepted when both macs verify with this proxy's
+key (``--key-file``), its expiry has not passed on this host's clock, and its fencing token is
+not lower than the highest token accepted so far. That highest token is kept in
 ``--state-file`` under an exclusive lock, so the several helper processes Squid runs agree, and a
 restarted helper (or Squid) keeps refusing an older lease; ``--fence-floor`` is where a new
 instance of the proxy starts (the proxy's highest granted token when it was created, D92). The
-probe user is checked like a lease but never fences and is never fenced.
+probe's user name, ``egress-probe.<expiry ms>.<mac>``, is checked like a lease's but never fences
+and is never fenced.
 
 Whoever reaches the proxy port chooses what Squid hands the helper, and Squid gives up when its
 helpers keep dying (D92): so no input ends this process. Lines are read as bytes and bounded
 (``MAX_LINE``), numbers are ASCII digits only, a credential that is not printable ASCII is
 refused before any comparison, and whatever still goes wrong on one line is answered ``BH``
 on that line's channel while the loop goes on. Refusals are logged to stderr (Squid's
-cache.log) without the mac, and at most ``LOG_BURST`` lines a minute.
+cache.log) with the lease id part of the user name and the token, never a mac, and at most
+``LOG_BURST`` lines a minute.
 
 The same scheme is minted by ``services/providers/squidauth/pure/scheme.py``; this copy stands alone
 because it is shipped to VMs and pods as a single file.
@@ -33,7 +38,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
-import hashlib
 import hmac
 import os
 import sys
@@ -55,10 +59,14 @@ LOG_BURST = 20
 """Refusals logged per minute; the rest are counted and the count logged with the next one."""
 DIGITS = frozenset("0123456789")
 MALFORMED = 'ERR message="malformed credential"'
+MALFORMED_LEASE = (
+    'ERR message="malformed lease credential: expected user <lease id>.<token>.<expiry>.<mac>"'
+)
+NOT_VALID = 'ERR message="credential not valid for this proxy"'
 
 
 def _mac(key: bytes, message: str) -> str:
-    return hmac.new(key, message.encode(), hashlib.sha256).hexdigest()[:MAC_HEX]
+    return hmac.digest(key, message.encode(), "sha256").hex()[:MAC_HEX]
 
 
 def _number(text: str) -> int | None:
@@ -102,28 +110,34 @@ def _plain(text: str) -> bool:
 
 def check(key: bytes, fence: Fence, user: str, password: str, now_ms: int) -> str:
     """``OK``, or ``ERR`` with the reason Squid logs. Total: any strings get an answer."""
-    if not _plain(user) or not _plain(password):
+    if not _plain(user) or not _plain(password) or "|" in user:
         return MALFORMED
-    parts = password.split(".")
-    token = 0
-    if user == PROBE_USER:
-        if len(parts) != 2:
-            return 'ERR message="malformed probe credential"'
-        expires, mac = _number(parts[0]), parts[1]
-        message = f"probe|{parts[0]}"
+    parts = user.rsplit(".", 3)
+    token: int | None = None
+    if len(parts) == 3 and parts[0] == PROBE_USER:
+        expiry, mac = parts[1], parts[2]
+        named = f"probe-user|{expiry}"
+        bound = f"{expiry}.{_mac(key, f'probe|{user}|{expiry}')}"
+    elif len(parts) == 4 and parts[0]:
+        lease_id, number, expiry, mac = parts
+        token = _number(number)
+        if token is None:
+            return MALFORMED_LEASE
+        named = f"lease-user|{lease_id}|{number}|{expiry}"
+        bound = f"{number}.{expiry}.{_mac(key, f'lease|{user}|{number}|{expiry}')}"
     else:
-        if len(parts) != 3 or not user or "|" in user:
-            return 'ERR message="malformed lease credential"'
-        number, expires, mac = _number(parts[0]), _number(parts[1]), parts[2]
-        if number is None:
-            return 'ERR message="malformed lease credential"'
-        token = number
-        message = f"lease|{user}|{parts[0]}|{parts[1]}"
-    if expires is None or len(mac) != MAC_HEX or not hmac.compare_digest(_mac(key, message), mac):
-        return 'ERR message="credential not valid for this proxy"'
+        return MALFORMED_LEASE
+    expires = _number(expiry)
+    if expires is None or len(mac) != MAC_HEX:
+        return NOT_VALID
+    # Both compared whatever the first says: the time taken tells nothing of which one failed.
+    name_ok = hmac.compare_digest(_mac(key, named), mac)
+    password_ok = hmac.compare_digest(bound, password)
+    if not (name_ok and password_ok):
+        return NOT_VALID
     if now_ms >= expires:
         return 'ERR message="lease expired"'
-    if user != PROBE_USER and not fence.admit(token):
+    if token is not None and not fence.admit(token):
         return 'ERR message="fenced: a newer lease is in use"'
     return "OK"
 
@@ -162,12 +176,15 @@ def _shown(raw: bytes) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
-def _described(user: bytes, password: bytes) -> str:
-    """What a log line says of a refused credential: the user and the token, which travel in
-    clear anyway, never the expiry with the mac (the password is a bearer secret)."""
-    token = password.split(b".", 1)[0]
+def _described(user: bytes) -> str:
+    """What a log line says of a refused credential: the lease id part of the user name and the
+    token, which are no secret, never a mac (the user name's or the password's)."""
+    lease_id, _, rest = user.partition(b".")
+    token = rest.partition(b".")[0]
+    if lease_id == PROBE_USER.encode():
+        return f"user={PROBE_USER!r}"
     shown = token.decode("ascii") if token.isdigit() and len(token) <= MAX_DIGITS else "?"
-    return f"user={_shown(user)!r} token={shown}"
+    return f"lease={_shown(lease_id)!r} token={shown}"
 
 
 def answer(
@@ -219,7 +236,7 @@ def _verdict(
             log(f"cannot read or write the fencing state {fence.path}: {exc.strerror or exc}")
             return 'BH message="fencing state unusable, see cache.log"'
     if verdict != "OK":
-        log(f"refused {_described(user, password)}: {verdict.partition(' ')[2]}")
+        log(f"refused {_described(user)}: {verdict.partition(' ')[2]}")
     return verdict
 
 
