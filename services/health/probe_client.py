@@ -33,11 +33,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from services.health.pure.http1 import Head, HttpRefused, chunk_size, parse_head, status_of
 from services.runtime.errors import ConfigError
 
 USER_AGENT = "egress-proxies-health/1"
 _HEAD_LIMIT = 64 * 1024
 _BODY_LIMIT = 1024 * 1024
+_MAX_TRAILERS = 64
 
 
 class ProbeError(Exception):
@@ -213,28 +215,16 @@ class ProbeClient:
             f"User-Agent: {self.user_agent}\r\n{auth}Connection: close\r\n\r\n".encode("latin-1")
         )
         await conn.writer.drain()
-        head = await conn.reader.readuntil(b"\r\n\r\n")
-        if len(head) > _HEAD_LIMIT:
-            raise ProbeError("protocol_error", "response head too large")
-        status = _status(head)
-        content_type, length, chunked = "", None, False
-        for line in head.split(b"\r\n")[1:]:
-            name, _, value = line.partition(b":")
-            name, value = name.strip().lower(), value.strip()
-            if name == b"content-type":
-                content_type = value.decode("latin-1")
-            elif name == b"content-length" and value.isdigit():
-                length = int(value)
-            elif name == b"transfer-encoding":
-                chunked = b"chunked" in value.lower()
-        if chunked:
+        head = await _read_head(conn.reader, reused=False)
+        if head.chunked:
             body = await _read_chunked(conn.reader, keep=limit + 1)
-        elif length is not None:
-            body = await conn.reader.readexactly(min(length, limit + 1))
+        elif head.length is not None:
+            body = await conn.reader.readexactly(min(head.length, limit + 1))
         else:
             body = b""
             while len(body) <= limit and (more := await conn.reader.read(limit + 1 - len(body))):
                 body += more  # a body until close: up to the limit
+        status, content_type = head.status, head.content_type
         return Fetched("ok", status, content_type, body[: limit + 1])
 
     def forget(self, proxy_url: str) -> None:
@@ -326,7 +316,10 @@ class ProbeClient:
             head = await conn.reader.readuntil(b"\r\n\r\n")
         except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
             raise ProbeError("connection_lost", f"CONNECT {authority}: {exc!r}") from exc
-        status = _status(head)
+        try:
+            status = status_of(head)
+        except HttpRefused as exc:
+            raise ProbeError("protocol_error", f"CONNECT {authority}: {exc}") from exc
         if status != 200:
             raise ProbeError("tunnel_refused", f"CONNECT {authority}: HTTP {status}")
         try:
@@ -339,72 +332,68 @@ def _result(ok: bool, outcome: str, started: float, status: int, detail: str) ->
     return ProbeResult(ok, outcome, (time.perf_counter() - started) * 1000.0, status, detail)
 
 
-def _status(head: bytes) -> int:
-    line = head.split(b"\r\n", 1)[0].split()
-    if len(line) < 2 or not line[0].startswith(b"HTTP/") or not line[1].isdigit():
-        raise ProbeError("protocol_error", f"not an HTTP response: {head[:60]!r}")
-    return int(line[1])
-
-
-async def _read_response(reader: asyncio.StreamReader, *, reused: bool) -> tuple[int, bool]:
-    """The status and whether the connection may be reused; the body is read and dropped."""
+async def _read_head(reader: asyncio.StreamReader, *, reused: bool) -> Head:
+    """The final head (1xx interim answers are skipped); ``_Stale`` when a reused connection
+    was closed before a byte came."""
     while True:
         try:
-            head = await reader.readuntil(b"\r\n\r\n")
+            raw = await reader.readuntil(b"\r\n\r\n")
         except asyncio.IncompleteReadError as exc:
             if reused and not exc.partial:
                 raise _Stale from exc
             raise
         except asyncio.LimitOverrunError as exc:
             raise ProbeError("protocol_error", "response head too large") from exc
-        if len(head) > _HEAD_LIMIT:
+        if len(raw) > _HEAD_LIMIT:
             raise ProbeError("protocol_error", "response head too large")
-        status = _status(head)
-        if status >= 200:
-            break  # 1xx interim answers are skipped
-    version = head[:8]
-    length: int | None = None
-    chunked = False
-    keep = version == b"HTTP/1.1"
-    for line in head.split(b"\r\n")[1:]:
-        name, _, value = line.partition(b":")
-        name, value = name.strip().lower(), value.strip().lower()
-        if name == b"content-length" and value.isdigit():
-            length = int(value)
-        elif name == b"transfer-encoding":
-            chunked = b"chunked" in value
-        elif name == b"connection":
-            keep = b"close" not in value and (keep or b"keep-alive" in value)
+        try:
+            head = parse_head(raw)
+        except HttpRefused as exc:
+            raise ProbeError("protocol_error", str(exc)) from exc
+        if head.status >= 200:
+            return head
+
+
+async def _read_response(reader: asyncio.StreamReader, *, reused: bool) -> tuple[int, bool]:
+    """The status and whether the connection may be reused; the body is read and dropped."""
+    head = await _read_head(reader, reused=reused)
+    status, keep = head.status, head.keep_alive
     if status in (204, 304):
         return status, keep
-    if chunked:
+    if head.chunked:
         await _read_chunked(reader)
-    elif length is not None:
-        if length > _BODY_LIMIT:
+    elif head.length is not None:
+        if head.length > _BODY_LIMIT:
             return status, False  # not worth reading: drop the connection instead
-        await reader.readexactly(length)
+        await reader.readexactly(head.length)
     else:
         return status, False  # body until close: the answer is the status, the rest is moot
     return status, keep
 
 
 async def _read_chunked(reader: asyncio.StreamReader, keep: int = 0) -> bytes:
-    """Reads a chunked body through; returns its first ``keep`` bytes."""
+    """Reads a chunked body through; returns its first ``keep`` bytes. Every size line is
+    parsed strictly (``http1.chunk_size``): a negative or otherwise malformed one is a
+    ``protocol_error``, as is a chunk not followed by its line end."""
     kept = bytearray()
     total = 0
-    while True:
-        size_line = await reader.readuntil(b"\r\n")
-        try:
-            size = int(size_line.split(b";", 1)[0].strip(), 16)
-        except ValueError as exc:
-            raise ProbeError("protocol_error", "bad chunk size") from exc
-        total += size
-        if total > _BODY_LIMIT:
-            raise ProbeError("protocol_error", "response body too large")
-        if size == 0:
-            while (await reader.readuntil(b"\r\n")) != b"\r\n":
-                pass  # trailers
-            return bytes(kept)
-        chunk = await reader.readexactly(size + 2)
-        if len(kept) < keep:
-            kept += chunk[: min(size, keep - len(kept))]
+    try:
+        while True:
+            size = chunk_size(await reader.readuntil(b"\r\n"))
+            total += size
+            if total > _BODY_LIMIT:
+                raise ProbeError("protocol_error", "response body too large")
+            if size == 0:
+                for _ in range(_MAX_TRAILERS):
+                    if await reader.readuntil(b"\r\n") == b"\r\n":
+                        return bytes(kept)
+                raise ProbeError("protocol_error", "too many trailer lines")
+            chunk = await reader.readexactly(size + 2)
+            if chunk[-2:] != b"\r\n":
+                raise ProbeError("protocol_error", "a chunk longer than its size")
+            if len(kept) < keep:
+                kept += chunk[: min(size, keep - len(kept))]
+    except HttpRefused as exc:
+        raise ProbeError("protocol_error", str(exc)) from exc
+    except asyncio.LimitOverrunError as exc:
+        raise ProbeError("protocol_error", "a chunk size line without its end") from exc

@@ -83,7 +83,7 @@ HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n"
         (HEAD + b"\r\n", b"z" * 65536, "ok"),  # a body until close that never closes
         (HEAD + b"Transfer-Encoding: chunked\r\n\r\nzz\r\n", b"", "protocol_error"),
         (b"\x00\xff garbage \xfe\r\n\r\n", b"", "protocol_error"),
-        (b"HTTP/1.1 200 OK\r\nX: " + b"h" * (1 << 20), b"", "connection_lost"),  # no end of head
+        (b"HTTP/1.1 200 OK\r\nX: " + b"h" * (1 << 20), b"", "protocol_error"),  # no end of head
         (b"", b"", "connection_lost"),  # closed at once
     ],
 )
