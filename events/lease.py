@@ -69,6 +69,12 @@ class LeaseReleased(Event, frozen=True, kw_only=True):
     withdrawn: bool = False
     """Written by the system, not the holder: the claim's requester had been told it failed
     (its acknowledgement was lost in an outage), so nobody holds the lease."""
+    reason: str = ""
+    """Written by the system, not the holder: why it ended the lease under its holder.
+    ``proxy_deleted`` (the proxy is being deleted: ``delete proxy``, its pool's scale-down or
+    deletion) or ``left_pool`` (the proxy no longer carries the pool the lease was granted
+    from). "" for a holder's release and a withdrawn claim
+    (docs/decisions/0139-the-discovery-api-s-edges.md)."""
 
 
 class LeaseReported(Event, frozen=True, kw_only=True):

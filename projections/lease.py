@@ -103,6 +103,9 @@ class LeaseRecord(msgspec.Struct, frozen=True, kw_only=True):
     provider_id: str = ""
     """The instance it switched to; "" while it never switched."""
     switched_at: datetime | None = None
+    reason: str = ""
+    """Why the system ended it (``LeaseReleased.reason``); "" while active, and for a lease its
+    holder released or that expired."""
 
 
 class LeaseView(msgspec.Struct, frozen=True, kw_only=True):
@@ -198,9 +201,11 @@ def _ignored(view: LeaseView, why: str) -> LeaseView:
     return msgspec.structs.replace(view, unusable=view.unusable + 1)
 
 
-def _ended(view: LeaseView, how: str, at: datetime, cooldown_until: datetime) -> LeaseView:
+def _ended(
+    view: LeaseView, how: str, at: datetime, cooldown_until: datetime, reason: str = ""
+) -> LeaseView:
     assert view.current is not None
-    ended = msgspec.structs.replace(view.current, end=how, ended_at=at)
+    ended = msgspec.structs.replace(view.current, end=how, ended_at=at, reason=reason)
     return msgspec.structs.replace(
         view, current=None, recent=(*view.recent, ended)[-HISTORY:], cooldown_until=cooldown_until
     )
@@ -271,7 +276,7 @@ def _release(view: LeaseView, event: LeaseReleased, at: datetime) -> LeaseView:
         return view  # an old lease, or one the fold refused: nothing to end
     if at >= current.expires_at:
         return _settle(view, at)  # released too late: it had expired already
-    return _ended(view, RELEASED, at, plus_seconds(at, cooldown))
+    return _ended(view, RELEASED, at, plus_seconds(at, cooldown), event.reason)
 
 
 def _expire(view: LeaseView, event: LeaseExpired, at: datetime) -> LeaseView:

@@ -86,6 +86,14 @@ class LeaseEnded(ApiError):
     code = ErrorCode.LEASE_ENDED
 
 
+class LeaseRevoked(ApiError):
+    """The system ended the lease under its holder (``LeaseReleased.reason``): the proxy is
+    being deleted or left its pool, so the lease is gone for a reason its holder could not see
+    coming (docs/decisions/0139-the-discovery-api-s-edges.md)."""
+
+    code = ErrorCode.LEASE_REVOKED
+
+
 class IdempotencyKeyMismatch(ApiError):
     """An Idempotency-Key sent again with another body: a different request under an old key."""
 

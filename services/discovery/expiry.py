@@ -21,6 +21,7 @@ from events.schemas import LeaseExpired
 from events.store import EventStore, NewEvent, derive_msg_id
 from projections.lease import LeaseView
 from services.discovery.metrics import DiscoveryMetrics
+from services.discovery.revocation import revoke
 from services.discovery.views import Views
 from services.discovery.withdraw import Withdrawals
 from services.runtime.aio import raise_if_cancelled
@@ -75,6 +76,7 @@ class ExpirySweep:
                 if self.withdrawals is not None and self.withdrawals.doubts:
                     await self.withdrawals.settle()
                 await self.sweep()
+                await revoke(self.store, self.views)  # a lease whose proxy is going (D139)
             except EventStoreError as exc:
                 log.warning("lease expiry sweep failed, trying again", error=str(exc))
             await asyncio.sleep(interval)

@@ -31,6 +31,7 @@ from projections.outcomes import BLOCKED
 from services.discovery.errors import Unavailable, UnknownLease
 from services.discovery.metrics import DiscoveryMetrics
 from services.discovery.pure.policy import Granted, LeasePolicy
+from services.discovery.revocation import gone
 from services.discovery.views import Views
 from services.discovery.withdraw import Withdrawals
 
@@ -66,7 +67,7 @@ class HeldLeases:
         found = self.views.find_lease(lease_id)
         record = active(found[0], lease_id, self.views.now()) if found else None
         if found is None or record is None:
-            raise UnknownLease(f"no active lease {lease_id!r} (unknown, released or expired)")
+            raise gone(self.views, lease_id)  # 410 when the system ended it (D139)
         return Granted(found[0], record)
 
     async def current(self, lease_id: str) -> Granted:

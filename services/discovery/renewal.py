@@ -19,13 +19,16 @@ from events.schemas import LeaseRenewed
 from events.store import NewEvent, derive_msg_id
 from projections.lease import LeaseView
 from projections.lease_queries import active, find
-from services.discovery.errors import Unavailable, UnknownLease
+from services.discovery.errors import ApiError, Unavailable
 from services.discovery.leases import Leases
 from services.discovery.pure.policy import Granted
+from services.discovery.revocation import gone
 
 
-def _unknown(lease_id: str) -> UnknownLease:
-    return UnknownLease(f"no active lease {lease_id!r} (unknown, released or expired)")
+def _unknown(leases: Leases, lease_id: str, view: LeaseView | None) -> ApiError:
+    """404 ``unknown_lease``, or 410 ``lease_revoked`` with the reason when the system ended
+    the lease (``revocation.gone``): a holder that renews learns why it lost the proxy."""
+    return gone(leases.views, lease_id, view)
 
 
 async def renew(
@@ -40,7 +43,7 @@ async def renew(
     view: LeaseView | None = granted.view
     for _ in range(policy.max_attempts):
         if view is None or active(view, lease_id, views.now()) is None:
-            raise _unknown(lease_id)
+            raise _unknown(leases, lease_id, view)
         event = LeaseRenewed(
             lease_id=lease_id,
             proxy_uid=uid,
@@ -66,7 +69,7 @@ async def renew(
             # replica): the answer is what the log made of this renewal, not of what followed.
             return Granted(after, record)
         if after is None or record is None or active(after, lease_id, views.now()) is None:
-            raise _unknown(lease_id)  # the fold found it over at the renewal's timestamp
+            raise _unknown(leases, lease_id, after)  # the fold found it over at its timestamp
         # Stored, yet not counted: stamped after its deadline (this replica's clock runs well
         # behind the server's; it learns the difference from that very event).
         raise Unavailable(

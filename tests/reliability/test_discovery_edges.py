@@ -11,14 +11,18 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import httpx
 import pytest
 
 from events import subjects
+from events.poolresource import pool_uid
 from events.schemas import LeaseAcquired, LeaseReported
+from services.discovery.pure.clients import hash_token
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.natsserver import EmbeddedNatsServer
+from tests.integration.test_discovery_pools import declare_pool, member, member_proxy
 from tests.support.discovery import discovery, ready_proxy
 
 pytestmark = pytest.mark.reliability
@@ -129,3 +133,51 @@ async def test_a_report_target_that_names_no_host_is_refused_naming_the_field(
     reported = [r.event.target for r in history if isinstance(r.event, LeaseReported)]
     assert reported == ["shop.example", "https://Shop.Example/cart?id=1"]
     assert sum(isinstance(r.event, LeaseAcquired) for r in history) == 1
+
+
+TOKENS = {"bound": "b" * 40, "bare": "n" * 40}
+
+
+async def test_a_client_allowed_a_pool_leases_it_in_its_namespace_only(
+    nats_server: EmbeddedNatsServer, jetstream_store: JetStreamEventStore, tmp_path: Path
+) -> None:
+    """Two pools named ``depool``, in ``crawl`` and ``other``. A client allowed
+    ``crawl/depool`` gets it and nothing of ``other``'s, whether it names that pool or sends the
+    bare ``pool`` attribute; a client allowed ``depool`` alone has the ``default`` one only."""
+    members = {}
+    for namespace in ("crawl", "other"):
+        uid = pool_uid(namespace, "depool")
+        members[namespace] = (member("depool", namespace, uid, 0, "local"),)
+        await declare_pool(jetstream_store, uid, namespace, "depool", members[namespace])
+        await member_proxy(jetstream_store, "depool", members[namespace][0], namespace=namespace)
+    file = tmp_path / "clients.yaml"
+    file.write_text(
+        "clients:\n"
+        f"  - {{name: bound, token: '{hash_token(TOKENS['bound'])}', scopes: [lease],"
+        " selectors: [{pool: crawl/depool}]}\n"
+        f"  - {{name: bare, token: '{hash_token(TOKENS['bare'])}', scopes: [lease],"
+        " selectors: [{pool: depool}]}\n"
+    )
+    async with discovery(nats_server.url, clients_file=file) as (_, base):
+
+        def as_(name: str) -> httpx.AsyncClient:
+            auth = {"Authorization": f"Bearer {TOKENS[name]}"}
+            return httpx.AsyncClient(base_url=base, headers=auth, timeout=10)
+
+        async with as_("bound") as bound, as_("bare") as bare:
+            for client, body in (
+                (bound, {"pool": "other/depool"}),
+                (bound, {"selector": {"pool": "depool"}}),
+                (bound, {"selector": {"pool": "depool"}, "exclude": [members["crawl"][0].uid]}),
+                (bare, {"pool": "other/depool"}),
+                (bare, {"pool": "crawl/depool"}),
+                (bare, {"selector": {"pool": "depool"}}),
+            ):
+                refused = await client.post("/v1/leases", json={"holder": "h", **body})
+                assert (refused.status_code, refused.json()["error"]) == (403, "forbidden"), body
+                assert refused.json()["message"].startswith("selector: ")
+            granted = await bound.post("/v1/leases", json={"holder": "h", "pool": "crawl/depool"})
+            assert granted.status_code == 201, granted.text
+            assert granted.json()["proxyUid"] == members["crawl"][0].uid
+    other = await jetstream_store.read(subjects.lease(members["other"][0].uid))
+    assert other.events == []

@@ -21,7 +21,7 @@ from services.reconciler.pure import view
 
 RECORDED = {
     "ProxyView": (5, "f59df582c346b19e"),
-    "LeaseView": (3, "d17f4986879e62cb"),
+    "LeaseView": (4, "62115b92d5d2ab02"),
     "PoolView": (1, "8f17628cb7959200"),
     "ProxyState": (4, "a6f858d1bfbd678a"),
 }

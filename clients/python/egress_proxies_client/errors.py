@@ -55,6 +55,12 @@ class LeaseEnded(UnknownLease):
     key. A kind of ``UnknownLease``, since for the caller the lease is gone either way."""
 
 
+class LeaseRevoked(UnknownLease):
+    """410 ``lease_revoked``: the service ended the lease under its holder, because its proxy is
+    being deleted or left the pool it was leased from (the message says which). A kind of
+    ``UnknownLease``: the lease is gone, and a new one is on another proxy."""
+
+
 class UnknownProxy(EgressError):
     """404 ``unknown_proxy``: the ``proxy_uid`` asked for does not exist (any more)."""
 

@@ -27,6 +27,7 @@ class ErrorCode(StrEnum):
     NOT_ACCEPTABLE = "not_acceptable"
     REQUEST_TIMEOUT = "request_timeout"
     LEASE_ENDED = "lease_ended"
+    LEASE_REVOKED = "lease_revoked"
     NOT_ROTATABLE = "not_rotatable"
     BODY_TOO_LARGE = "body_too_large"
     UNSUPPORTED_MEDIA_TYPE = "unsupported_media_type"
@@ -56,6 +57,7 @@ STATUS: dict[ErrorCode, int] = {
     ErrorCode.REQUEST_TIMEOUT: 408,
     ErrorCode.LEASE_ENDED: 409,
     ErrorCode.NOT_ROTATABLE: 409,
+    ErrorCode.LEASE_REVOKED: 410,
     ErrorCode.BODY_TOO_LARGE: 413,
     ErrorCode.UNSUPPORTED_MEDIA_TYPE: 415,
     ErrorCode.NO_MATCHING_PROXY: 422,
@@ -105,6 +107,8 @@ MEANING: dict[ErrorCode, str] = {
     ErrorCode.REQUEST_TIMEOUT: "the body did not arrive in time; the connection is closed",
     ErrorCode.LEASE_ENDED: "the lease this Idempotency-Key acquired is over; use a new key",
     ErrorCode.NOT_ROTATABLE: "the lease's proxy is being deleted or External",
+    ErrorCode.LEASE_REVOKED: "the system ended the lease under its holder: its proxy is being "
+    "deleted, or left the pool it was leased from (the message says which); lease another",
     ErrorCode.BODY_TOO_LARGE: "the body is over 64 KiB",
     ErrorCode.UNSUPPORTED_MEDIA_TYPE: "the body's `Content-Type` is not one the route reads",
     ErrorCode.NO_MATCHING_PROXY: "no proxy has the selector's attributes (the message names "
