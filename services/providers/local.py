@@ -43,6 +43,7 @@ from services.providers.base import (
     Transient,
 )
 from services.providers.pure import squidconf
+from services.providers.pure.targets import AllowedTarget, targets_problem
 from services.runtime.errors import ConfigError
 
 log = structlog.get_logger("egress.provider.local")
@@ -75,9 +76,14 @@ class LocalConfig(
     outgoing_address: str = ""
     """The source address of the proxies' connections to targets (Squid's
     ``tcp_outgoing_address``): an IP literal this host owns; "" for the host's own choice."""
+    allowed_targets: tuple[AllowedTarget, ...] = ()
+    """Non-public ranges and ports the proxies may reach beyond loopback HTTP (D134)."""
 
     def __post_init__(self) -> None:
         parse_port_range(self.port_range)
+        problem = targets_problem(self.allowed_targets)
+        if problem:
+            raise ValueError(problem)
         if self.outgoing_address:
             try:
                 squidconf.outgoing_address(self.outgoing_address)
@@ -130,7 +136,12 @@ class LocalProvider:
         stop_grace: float = 3.0,
         start_grace: float = 10.0,
         outgoing: str = "",
+        targets: tuple[AllowedTarget, ...] = (),
     ) -> None:
+        problem = targets_problem(targets, "local.allowedTargets")
+        if problem:
+            raise ConfigError(f"provider {name!r}: {problem}")
+        self.targets = targets
         try:
             self.backend = proc.resolve_backend(backend)
         except ValueError as exc:
@@ -168,6 +179,7 @@ class LocalProvider:
             port_range=parse_port_range(config.port_range),
             stop_grace=config.stop_grace_seconds,
             outgoing=config.outgoing_address,
+            targets=config.allowed_targets,
         )
 
     # ---------------------------------------------------------------- Provider
@@ -255,6 +267,7 @@ class LocalProvider:
                     meta.name,
                     lease_auth=request.lease_auth,
                     outgoing=self.outgoing,
+                    targets=self.targets,
                 )
                 self._write(path, meta)  # the record first: see the module docstring
             elif self._pid(path):
@@ -268,6 +281,7 @@ class LocalProvider:
                     meta.name,
                     lease_auth=request.lease_auth,
                     outgoing=self.outgoing,
+                    targets=self.targets,
                 )
             meta.pid = proc.spawn(command, path)
             self._write(path, meta)

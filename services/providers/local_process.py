@@ -31,6 +31,7 @@ from services.providers import local_auth
 from services.providers.base import LeaseAuth, Permanent, ProviderError, QuotaExceeded, Transient
 from services.providers.pure.squidconf import SquidAuth
 from services.providers.pure.squidconf import squid_config as shared_squid_config
+from services.providers.pure.targets import AllowedTarget
 from services.providers.squidauth.secret import SECRET_ENV
 
 SQUID = "squid"
@@ -82,9 +83,11 @@ def squid_config(
     auth: SquidAuth | None = None,
     *,
     outgoing: str = "",
+    targets: Collection[AllowedTarget] = (),
 ) -> str:
     """The shared egress Squid on loopback, logging into the instance directory, connecting to
-    targets from ``outgoing`` when one is given."""
+    targets from ``outgoing`` when one is given. Plain HTTP to loopback stays allowed: the
+    sites a developer tests with run there (D134); ``targets`` adds what else it may reach."""
     return shared_squid_config(
         listen=f"{HOST}:{port}",
         name=name,
@@ -93,6 +96,8 @@ def squid_config(
         user=user,
         auth=auth,
         outgoing=outgoing,
+        targets=tuple(targets),
+        loopback_http=True,
     )
 
 
@@ -132,6 +137,7 @@ def prepare(
     *,
     lease_auth: LeaseAuth | None = None,
     outgoing: str = "",
+    targets: Collection[AllowedTarget] = (),
 ) -> list[str]:
     """Write what the backend needs into ``instance_dir`` and return its command line. Every
     command line names a file inside ``instance_dir``, which is how a pid is recognised as ours
@@ -145,7 +151,9 @@ def prepare(
                 instance_dir, lease_auth, user, squid_service(instance_dir)
             )
         config = instance_dir / "squid.conf"
-        text = squid_config(instance_dir, port, name, user, auth, outgoing=outgoing)
+        text = squid_config(
+            instance_dir, port, name, user, auth, outgoing=outgoing, targets=targets
+        )
         write_atomic(config, text.encode())
         if user is not None:
             entry = pwd.getpwnam(user)

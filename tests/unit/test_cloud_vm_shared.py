@@ -17,6 +17,8 @@ from hypothesis import strategies as st
 
 from services.providers.base import Leftover, Permanent
 from services.providers.cloud.pure.firewall import FIREWALL_KIND, firewall_name, firewall_owner
+from services.providers.cloud.pure.guard import PART_NAME as GUARD_PART
+from services.providers.cloud.pure.guard import SNIPPET_PATH
 from services.providers.cloud.pure.leftovers import firewall_id_of, firewall_leftovers
 from services.providers.cloud.pure.settings import (
     MAX_CLIENT_RANGES,
@@ -97,9 +99,10 @@ def test_the_squid_part_follows_the_proxys_own_and_precedes_the_lease_part() -> 
     own = "#cloud-config\npackages: [htop]\n"
     keyed = with_lease_auth(own, "ab" * 32, "print('helper')\n", fence_floor=7)
     got = parts(vm_user_data(keyed, settings(proxyPort=8080), "aws-eu"))
-    assert list(got) == ["part-001", LEASE_PART, PART_NAME]
-    # cloud-init runs script parts by name: ours before the lease part, whatever the order here.
-    assert sorted([PART_NAME, LEASE_PART]) == [PART_NAME, LEASE_PART]
+    assert list(got) == ["part-001", LEASE_PART, GUARD_PART, PART_NAME]
+    # cloud-init runs script parts by name: the guard, then Squid's, then the lease part,
+    # whatever the order here.
+    assert sorted([PART_NAME, LEASE_PART, GUARD_PART]) == [GUARD_PART, PART_NAME, LEASE_PART]
     assert got["part-001"] == own
     script = got[PART_NAME]
     assert "http_port 8080\n" in script
@@ -109,10 +112,14 @@ def test_the_squid_part_follows_the_proxys_own_and_precedes_the_lease_part() -> 
     assert script.rstrip().endswith("fi")
 
 
-def test_without_install_squid_the_user_data_is_left_as_given() -> None:
-    assert vm_user_data("#cloud-config\n", settings(installSquid=False), "x") == "#cloud-config\n"
+def test_without_install_squid_the_image_squid_gets_the_guard_and_its_rules() -> None:
+    got = parts(vm_user_data("#cloud-config\n", settings(installSquid=False), "x"))
+    assert list(got) == ["part-001", GUARD_PART]
+    assert got["part-001"] == "#cloud-config\n"
+    assert "http_access deny egress_to_link_local\n" in got[GUARD_PART]
     alone = parts(vm_user_data("", settings(), "x"))
-    assert list(alone) == [PART_NAME]
+    assert list(alone) == [GUARD_PART, PART_NAME]
+    assert SNIPPET_PATH not in alone[GUARD_PART]  # the Squid part's own config has the rules
 
 
 def test_the_squid_script_hides_clients_and_keeps_no_cache() -> None:

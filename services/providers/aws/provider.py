@@ -252,7 +252,13 @@ class AwsProvider:
                 {"ResourceType": "instance", "Tags": tags},
                 {"ResourceType": "volume", "Tags": tags},
             ],
-            "MetadataOptions": {"HttpTokens": "required", "HttpEndpoint": "enabled"},
+            # IMDSv2 only, one hop: a token PUT relayed by anything on the VM (its Squid, a
+            # container) gets no answer back, beside the guard's firewall rule (D134).
+            "MetadataOptions": {
+                "HttpTokens": "required",
+                "HttpPutResponseHopLimit": 1,
+                "HttpEndpoint": "enabled",
+            },
             # A VM that powers itself off is replaced anyway; stopped, it would still bill its
             # disk until the reconciler noticed.
             "InstanceInitiatedShutdownBehavior": "terminate",

@@ -13,6 +13,8 @@ from urllib.parse import urlparse
 
 import msgspec
 
+from services.providers.pure.targets import AllowedTarget, targets_problem
+
 # Project ids: 6-30 characters; a domain-scoped project ("example.com:name") keeps its prefix.
 PROJECT = re.compile(r"^([a-z0-9.-]+:)?[a-z][a-z0-9-]{4,28}[a-z0-9]\Z")
 # Zones, machine types, network tags and instance names share GCE's RFC 1035 rule.
@@ -38,6 +40,8 @@ class GcpConfig(
     image: str = DEFAULT_IMAGE
     timeout_seconds: Annotated[float, msgspec.Meta(gt=0, le=600)] = 30.0
     api_endpoint: str = ""
+    allowed_targets: tuple[AllowedTarget, ...] = ()
+    """Non-public ranges and ports the VMs' Squid may reach (D134)."""
 
     def __post_init__(self) -> None:
         problem = validate(self)
@@ -82,4 +86,4 @@ def validate(config: GcpConfig) -> str:
                 f"apiEndpoint {config.api_endpoint!r}: use a base URL such as "
                 "https://compute.example.internal (no path), or leave it out for Google's"
             )
-    return ""
+    return targets_problem(config.allowed_targets)

@@ -28,6 +28,7 @@ from services.providers.base import (
     Permanent,
     ProviderError,
 )
+from services.providers.cloud.pure.guard import with_guard
 from services.providers.gcp.client import (
     already_exists,
     build_client,
@@ -274,10 +275,11 @@ class GcpProvider:
         )
         if config.network_tag:
             instance.tags = compute_v1.Tags(items=[config.network_tag])
-        if request.cloud_init:
-            instance.metadata = compute_v1.Metadata(
-                items=[compute_v1.Items(key=USER_DATA_KEY, value=request.cloud_init)]
-            )
+        # The image's Squid gets the destination rules and the metadata guard (D134).
+        user_data = with_guard(request.cloud_init, config.allowed_targets, snippet=True)
+        instance.metadata = compute_v1.Metadata(
+            items=[compute_v1.Items(key=USER_DATA_KEY, value=user_data)]
+        )
         if config.service_account:
             instance.service_accounts = [
                 compute_v1.ServiceAccount(email=config.service_account, scopes=SCOPES)

@@ -14,6 +14,8 @@ providers:
       memoryRequest: 64Mi
       memoryLimit: 256Mi
       nodeSelector: {}
+      allowedTargets: []    # non-public ranges the proxies may reach, e.g.
+                            # [{cidr: 10.20.0.0/16, ports: [80, 443]}] (D134)
 ```
 
 Each check names the field and the fix, so a typo stops start-up instead of failing every create.
@@ -26,6 +28,8 @@ import re
 from typing import Annotated
 
 import msgspec
+
+from services.providers.pure.targets import AllowedTarget, targets_problem
 
 DEFAULT_IMAGE = "ubuntu/squid:6.6-24.04_edge"
 # Who may use the proxies: cluster-internal addresses (pods, nodes), never the whole internet.
@@ -51,6 +55,9 @@ class KubernetesConfig(
     node_selector: dict[str, str] = msgspec.field(default_factory=dict)
     delete_grace_seconds: Annotated[int, msgspec.Meta(ge=0, le=300)] = 5
     timeout_seconds: Annotated[float, msgspec.Meta(gt=0, le=600)] = 30.0
+    allowed_targets: tuple[AllowedTarget, ...] = ()
+    """Non-public ranges and ports the proxies may reach (D134): none by default, so a pod's
+    proxy reaches neither the cluster's services nor its node's metadata service."""
 
     def __post_init__(self) -> None:
         problem = validate(self)
@@ -81,4 +88,4 @@ def validate(config: KubernetesConfig) -> str:
     for key in config.node_selector:
         if not _LABEL_KEY.match(key):
             return f"nodeSelector: {key!r} is not a label key; use e.g. kubernetes.io/arch"
-    return ""
+    return targets_problem(config.allowed_targets)

@@ -37,6 +37,7 @@ from services.providers.base import (
     Permanent,
     ProviderError,
 )
+from services.providers.cloud.pure.guard import with_guard
 from services.providers.kvm import guests, volumes
 from services.providers.kvm.images import ImageCache
 from services.providers.kvm.pure.config import (
@@ -165,7 +166,8 @@ class KvmProvider:
                 mac=mac_for(name),
             )
             seed = build_seed_iso(
-                user_data=request.cloud_init,
+                # The image's Squid gets the destination rules and the metadata guard (D134).
+                user_data=with_guard(request.cloud_init, self.config.allowed_targets, snippet=True),
                 meta_data=meta_data_for(name),
                 vendor_data=self.config.vendor_data,
             )

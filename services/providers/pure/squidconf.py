@@ -19,6 +19,8 @@ import ipaddress
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from services.providers.pure.targets import AllowedTarget, header_lines, target_lines
+
 AUTH_ACL = "egress_lease"
 
 
@@ -91,6 +93,9 @@ def squid_config(
     outgoing: str = "",
     include: str = "",
     pid_file: str = "none",
+    targets: Sequence[AllowedTarget] = (),
+    loopback_http: bool = False,
+    own_addresses_file: str = "",
 ) -> str:
     """``listen`` is squid's ``http_port`` value (``3128`` or ``127.0.0.1:20001``);
     ``pid_file``: none for a Squid we run ourselves, the service manager's path on a VM;
@@ -98,7 +103,12 @@ def squid_config(
     lease part puts its ``deny``, so that it precedes every ``allow``);
     ``outgoing``, an IP literal (see ``outgoing_address``), is the source of every
     connection Squid opens to a target (``tcp_outgoing_address``), or "" for the host's choice.
-    Squid uses it only for targets of the same address family."""
+    Squid uses it only for targets of the same address family.
+
+    Where a request may go (D134, ``targets.py``): public addresses, CONNECT to 443 only, plus
+    ``targets``; ``loopback_http`` adds plain HTTP to loopback (the local provider's sites),
+    ``own_addresses_file`` refuses the host's own addresses (a VM's, found at boot). These
+    rules come before ``include``, so nothing included can allow what they refuse."""
     lines = [
         f"http_port {listen}",
         f"visible_hostname egress-{name}",
@@ -113,11 +123,13 @@ def squid_config(
         "pinger_enable off",
         "digest_generation off",
         "shutdown_lifetime 0 seconds",
-        "forwarded_for delete",
-        "via off",
+        *header_lines(),
     ]
     if auth is not None:
         lines.extend(auth_lines(auth))
+    lines += target_lines(
+        targets, loopback_http=loopback_http, own_addresses_file=own_addresses_file
+    )
     if include:
         lines.append(f"include {include}")
     if allowed_clients:

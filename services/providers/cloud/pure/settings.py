@@ -19,6 +19,8 @@ from urllib.parse import urlparse
 
 import msgspec
 
+from services.providers.pure.targets import AllowedTarget, targets_problem
+
 WORLD = frozenset({"0.0.0.0/0", "::/0"})
 MAX_CLIENT_RANGES = 60
 """Fewer than any of the three clouds allows in one firewall rule set (AWS: 60 rules per
@@ -37,6 +39,8 @@ class CloudSettings(
     install_squid: bool = True
     """Add the user-data part that installs and configures the egress Squid (Debian and Ubuntu
     images); false when the Proxy's own cloud-init installs it."""
+    allowed_targets: tuple[AllowedTarget, ...] = ()
+    """Non-public ranges and ports the proxies may reach, for an intranet crawl (D134)."""
 
 
 def check_cloud_settings(settings: CloudSettings) -> str:
@@ -57,6 +61,9 @@ def check_cloud_settings(settings: CloudSettings) -> str:
             ipaddress.ip_network(cidr, strict=True)
         except ValueError as exc:
             return f"allowedClients: {cidr!r} is not a CIDR ({exc}); use e.g. 203.0.113.0/24"
+    problem = targets_problem(settings.allowed_targets)
+    if problem:
+        return problem
     if settings.endpoint_url:
         url = urlparse(settings.endpoint_url)
         if url.scheme not in ("http", "https") or not url.netloc or url.path not in ("", "/"):

@@ -7,13 +7,17 @@ in name order in its final stage: this one (``zy-``) runs after the Proxy's own 
 the lease part (``zz-``), which adds its ``conf.d`` snippet and restarts Squid.
 
 The Squid it configures is the one every provider runs (``providers/pure/squidconf.py``): no
-cache, client addresses hidden, ``allowedClients`` only, listening on ``proxyPort``. It is
+cache, client addresses hidden, ``allowedClients`` only, listening on ``proxyPort``, reaching
+public addresses and the entry's ``allowedTargets`` only, never this host's own addresses (the
+guard part, ``guard.py``, lists them at every Squid start and keeps the metadata service out
+of the Squid user's reach at the host firewall: D134). It is
 written for Debian and Ubuntu images (apt, the ``proxy`` user, ``/etc/squid``), the default
 image of every cloud provider here. Pure: nothing is read or run here.
 """
 
 from __future__ import annotations
 
+from services.providers.cloud.pure.guard import OWN_ADDRESSES, with_guard
 from services.providers.cloud.pure.settings import CloudSettings, client_networks
 from services.providers.pure.squidconf import squid_config
 from services.providers.squidauth.pure.cloudinit import with_script_part
@@ -33,6 +37,8 @@ def squid_script(settings: CloudSettings, name: str) -> str:
         allowed_clients=client_networks(settings),
         include="/etc/squid/conf.d/*.conf",
         pid_file="/run/squid.pid",  # Debian's squid.service reloads through it
+        targets=settings.allowed_targets,
+        own_addresses_file=OWN_ADDRESSES,
     )
     return f"""#!/bin/sh
 # egress-proxies: this VM is an egress Squid for {name} (docs/providers.md, "Cloud VMs")
@@ -55,7 +61,9 @@ fi
 
 def vm_user_data(cloud_init: str, settings: CloudSettings, name: str) -> str:
     """The user data a VM is created with: the Proxy's cloud-init (with the lease part, when
-    the entry enforces leases), plus the Squid part unless ``installSquid`` is false."""
+    the entry enforces leases), the guard part, and the Squid part unless ``installSquid`` is
+    false (the guard part then writes the destination rules into the image's ``conf.d``)."""
+    guarded = with_guard(cloud_init, settings.allowed_targets, snippet=not settings.install_squid)
     if not settings.install_squid:
-        return cloud_init
-    return with_script_part(cloud_init, squid_script(settings, name), PART_NAME)
+        return guarded
+    return with_script_part(guarded, squid_script(settings, name), PART_NAME)

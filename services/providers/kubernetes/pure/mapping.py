@@ -98,6 +98,7 @@ def squid_config(
         cache_log="/dev/stderr",
         coredump_dir="/tmp",
         allowed_clients=config.allowed_clients,
+        targets=config.allowed_targets,
         auth=dataclasses.replace(LEASE_AUTH, fence_floor=fence_floor) if lease_auth else None,
     )
 

@@ -21,6 +21,7 @@ from urllib.parse import urlparse
 import msgspec
 
 from services.providers.base import Permanent
+from services.providers.pure.targets import AllowedTarget, targets_problem
 from services.runtime.errors import ConfigError
 
 DEFAULT_SOCKET = "/var/run/libvirt/libvirt-sock"
@@ -105,6 +106,8 @@ class KvmConfig(
     domain_type: str = "kvm"
     connect_timeout: float = 30.0
     keepalive_interval: float = 15.0
+    allowed_targets: tuple[AllowedTarget, ...] = ()
+    """Non-public ranges and ports the guests' Squid may reach (D134)."""
 
 
 def parse_address(address: str) -> tuple[str, int]:
@@ -176,6 +179,9 @@ def _check_top(config: KvmConfig) -> list[str]:
         errors.append(f"kvm.connectTimeout is {config.connect_timeout}: use seconds above 0")
     if config.keepalive_interval <= 0:
         errors.append(f"kvm.keepaliveInterval is {config.keepalive_interval}: use seconds above 0")
+    problem = targets_problem(config.allowed_targets, "kvm.allowedTargets")
+    if problem:
+        errors.append(problem)
     return errors
 
 

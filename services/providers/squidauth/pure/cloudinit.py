@@ -41,7 +41,8 @@ def vm_squid_auth(fence_floor: int = 0) -> SquidAuth:
 
 def lease_script(key_hex: str, helper: str, fence_floor: int = 0) -> str:
     """The script part: idempotent (a re-run writes the same files), and it never prints the
-    key (cloud-init logs a script's output)."""
+    key (cloud-init logs a script's output). The key is readable by the helper's user only,
+    Squid's (owner, mode 0400): no other user of the VM can mint credentials (D134)."""
     if _END in helper:
         raise ValueError(f"the helper source contains the heredoc end marker {_END}")
     snippet = "\n".join(auth_lines(vm_squid_auth(fence_floor)))
@@ -59,9 +60,10 @@ cat > {HELPER_PATH} <<'{_END}'
 {_END}
 chmod 0755 {HELPER_PATH}
 umask 077
+rm -f {KEY_PATH}
 printf '%s\\n' '{key_hex}' > {KEY_PATH}
-chown "root:$(id -gn "$user")" {KEY_PATH}
-chmod 0640 {KEY_PATH}
+chown "$user:$(id -gn "$user")" {KEY_PATH}
+chmod 0400 {KEY_PATH}
 umask 022
 cat > {SNIPPET_PATH} <<'{_END}'
 {snippet}
