@@ -215,11 +215,9 @@ def check_owner(client: Client, record: LeaseRecord, metrics: AccessMetrics | No
     )
 
 
-def check_acquire(
-    client: Client, selector: dict[str, str], held: int, metrics: AccessMetrics | None
-) -> None:
-    """The client's limits on a new lease: an allowed selector, and fewer leases than its
-    ``maxLeases`` (``held``: its active leases as this replica's view has them)."""
+def check_acquire(client: Client, selector: dict[str, str], metrics: AccessMetrics | None) -> None:
+    """The client's allowed selectors; its ``maxLeases`` is held by ``quota`` while a lease
+    is granted (D135)."""
     if not client.allows_selector(selector):
         if metrics is not None:
             metrics.refusals.labels("selector").inc()
@@ -227,14 +225,6 @@ def check_acquire(
         raise Forbidden(
             f"selector: client {client.name!r} may lease only with one of these selectors "
             f"(or narrower): {allowed}"
-        )
-    if client.max_leases is not None and held >= client.max_leases and not client.admin:
-        if metrics is not None:
-            metrics.refusals.labels("lease_limit").inc()
-        raise LeaseLimit(
-            f"client {client.name!r} holds {held} leases, its limit (maxLeases "
-            f"{client.max_leases}); release one first",
-            headers={"Retry-After": "1"},
         )
 
 

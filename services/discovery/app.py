@@ -38,6 +38,7 @@ from projections.lease_queries import find
 from projections.proxy import ProxyView
 from services.discovery.access import (
     Clients,
+    LeaseLimit,
     access_metrics,
     caller,
     check_acquire,
@@ -92,6 +93,7 @@ from services.discovery.queries import (
     parse_paging,
     parse_proxy_filter,
 )
+from services.discovery.quota import Limit as LeaseQuota
 from services.discovery.renewal import renew
 from services.discovery.rotation import RotationOut, latest, rotate, rotation_out
 from services.discovery.views import Views
@@ -150,19 +152,6 @@ async def _own(api: Api, request: AnyRequest, lease_id: str) -> Client:
     if record is not None:
         check_owner(client, record, access_metrics(api.metrics.registry))
     return client
-
-
-def _held(api: Api, client: Client) -> int:
-    if client.max_leases is None:
-        return 0
-    now = api.views.now()
-    return sum(
-        1
-        for view in api.views.active_leases()
-        if view.current is not None
-        and view.current.client == client.name
-        and view.current.expires_at > now
-    )
 
 
 def _proxy(api: Api, proxy: ProxyView) -> ProxyOut:
@@ -266,28 +255,35 @@ async def acquire(
     and a 503 says whether the pool is scaling."""
     client = caller(request)
     pool, selector = checked_pool(data.pool, data.selector)
-    held = _held(api, client)
-    check_acquire(
-        client, bound_selector(selector, pool), held, access_metrics(api.metrics.registry)
-    )
+    refusals = access_metrics(api.metrics.registry)
+    check_acquire(client, bound_selector(selector, pool), refusals)
     pool_uid = ""
     if pool is not None:
         pool_uid = (await known_pool(api.views, pool, api.leases.policy.view_timeout)).uid
-    granted = await api.leases.acquire(
-        selector,
-        data.ttl_seconds,
-        data.holder,
-        key=checked_key(idempotency_key),
-        exclude=data.exclude,
-        proxy_uid=data.proxy_uid,
-        target=checked_target(data.target),
-        wait=data.wait_seconds,
-        client=client.name,
-        pool=pool,
-        pool_uid=pool_uid,
-        # A client counts as a pool's demand for at most the leases it may still hold.
-        demand_limit=None if client.max_leases is None else max(client.max_leases - held, 0),
+    # Counted before the grant, not after (D135); a pool's demand counts the client at most this.
+    limit = (
+        None
+        if client.admin or not client.max_leases
+        else LeaseQuota(client.name, client.max_leases)
     )
+    try:
+        granted = await api.leases.acquire(
+            selector,
+            data.ttl_seconds,
+            data.holder,
+            key=checked_key(idempotency_key),
+            exclude=data.exclude,
+            proxy_uid=data.proxy_uid,
+            target=checked_target(data.target),
+            wait=data.wait_seconds,
+            client=client.name,
+            pool=pool,
+            pool_uid=pool_uid,
+            limit=limit,
+        )
+    except LeaseLimit:
+        refusals.refusals.labels("lease_limit").inc()
+        raise
     return _lease(api, granted)
 
 

@@ -7,8 +7,11 @@ refused (``busy``: every member taken; ``scaling``: the pool is still growing). 
 figures of the interval, and a pool whose demand ended gets one more, of nothing, so the
 controller need not wait for the report to go stale. ``unserved`` counts distinct holders, so a
 crawler retrying every second is one crawler short of a member, not five; and each client for
-at most the leases it may still hold (its ``maxLeases``), so a client inventing holder names
-cannot grow a pool beyond what it could lease.
+at most the leases it may still hold when the report is made (its ``maxLeases`` less the leases
+it holds then), so a client inventing holder names cannot grow a pool beyond what it could lease:
+its leased members and its unserved holders together stay within its limit (D135). The limit a
+request carried is not enough: a client refused while it held one lease, then granted another,
+counted its refusals against the lease it no longer lacked.
 
 Bounded: at most ``MAX_HOLDERS`` holders are remembered per pool and interval (the count
 saturates), and only pools that exist reach here (the route answers 404 for the others).
@@ -23,6 +26,7 @@ import re
 import socket
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import structlog
@@ -46,8 +50,8 @@ def default_replica() -> str:
 
 @dataclass(frozen=True, slots=True)
 class Asker:
-    """Who a request is for: its client, its holder, and how many more leases the client may
-    hold (None: no limit)."""
+    """Who a request is for: its client, its holder, and the client's ``maxLeases`` (None: no
+    limit)."""
 
     client: str
     holder: str
@@ -67,24 +71,40 @@ class _Pool:
     holders: set[tuple[str, str]] = field(default_factory=set)
     """(client, holder) refused this interval."""
     limits: dict[str, int | None] = field(default_factory=dict)
-    """client -> the leases it may still hold, as its latest request said."""
+    """client -> its ``maxLeases``, as its latest request said."""
 
-    def unserved(self) -> int:
+    def unserved(self, held: Callable[[str], int]) -> int:
+        """Distinct holders unserved, each client for at most the leases it may still hold
+        now (``held``: the client's active leases)."""
         waiting = {who for who, n in self.waiting.items() if n > 0}
         per_client = Counter(client for client, _ in waiting | self.holders)
         total = 0
         for client, count in per_client.items():
             limit = self.limits.get(client)
-            total += count if limit is None else min(count, limit)
+            total += count if limit is None else min(count, max(limit - held(client), 0))
         return total
 
     def empty(self) -> bool:
         return not +self.waiting and not self.refused
 
 
+def _none_held(client: str) -> int:
+    del client
+    return 0
+
+
 class DemandReporter:
-    def __init__(self, store: EventStore, replica: str = "", interval: float = INTERVAL) -> None:
+    def __init__(
+        self,
+        store: EventStore,
+        replica: str = "",
+        interval: float = INTERVAL,
+        *,
+        held: Callable[[str], int] = _none_held,
+    ) -> None:
         self.store = store
+        self.held = held
+        """A client's active leases now (``quota.Quota.held``)."""
         self.replica = replica or default_replica()
         self.interval = interval
         self.pools: dict[str, _Pool] = {}
@@ -126,7 +146,7 @@ class DemandReporter:
                     replica=self.replica,
                     waiting=sum(pool.waiting.values()),
                     refused=dict(pool.refused),
-                    unserved=pool.unserved(),
+                    unserved=pool.unserved(self.held),
                     interval_seconds=self.interval,
                 )
             )

@@ -13,11 +13,13 @@ makes a retried claim find the lease its first attempt got (docs/api.md, "Idempo
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
 import uuid
 from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Collection, Mapping
+from dataclasses import dataclass
 
 import structlog
 
@@ -28,6 +30,7 @@ from events.store import EventStore, NewEvent
 from projections.lease import LeaseView
 from projections.lease_queries import active, find, is_available
 from projections.proxy import ProxyView
+from services.discovery.access import LeaseLimit
 from services.discovery.demand import Asker, DemandReporter
 from services.discovery.errors import ApiError, IdempotencyKeyMismatch, LeaseEnded, PoolBusy
 from services.discovery.held_leases import HeldLeases
@@ -36,6 +39,7 @@ from services.discovery.pools import members_only
 from services.discovery.pure.candidates import narrowed, normalized, pairs_of, random_order
 from services.discovery.pure.policy import Claim, Granted, LeasePolicy, Stored
 from services.discovery.pure.pools import PoolRef
+from services.discovery.quota import Limit, Quota
 from services.discovery.refusals import refusal
 from services.discovery.views import Views
 from services.discovery.waiting import Queue, Waiter
@@ -49,6 +53,19 @@ def eligible(views: Views, proxy: ProxyView, selector: Mapping[str, str]) -> boo
     pairs = pairs_of(proxy)
     wanted = normalized(selector).items()
     return views.candidates.admits(proxy) and all((k, v) in pairs for k, v in wanted)
+
+
+@dataclass(frozen=True, slots=True)
+class _Request:
+    """What one acquire asks for, beyond its claim."""
+
+    selector: Mapping[str, str]
+    claim: Claim
+    exclude: Collection[str]
+    proxy_uid: str | None
+    wait: float
+    pool: PoolRef | None
+    pool_uid: str
 
 
 class Leases(HeldLeases):
@@ -69,7 +86,8 @@ class Leases(HeldLeases):
         self._trying: Counter[str] = Counter()
         self.queue: Queue[Granted] = Queue(views, self._give_back)
         views.on_change = self.queue.changed
-        self.demand = DemandReporter(store)
+        self.quota = Quota(views, policy.view_timeout)
+        self.demand = DemandReporter(store, held=self.quota.held)
 
     async def acquire(
         self,
@@ -85,65 +103,100 @@ class Leases(HeldLeases):
         client: str = "",
         pool: PoolRef | None = None,
         pool_uid: str = "",
-        demand_limit: int | None = None,
+        limit: Limit | None = None,
     ) -> Granted:
         """A lease on a proxy matching ``selector``, none of ``exclude``, ``proxy_uid`` if given
         (a sticky session: that proxy or none), and not in back-off for ``target``; waiting up
         to ``wait`` seconds for one to become free (``waiting``). With a ``pool`` (whose
         attribute ``selector`` holds, ``pools.checked_pool``), only in the pool's namespace; a
         request for the pool ``pool_uid`` that waits or is refused counts as its demand, each
-        client for at most ``demand_limit`` holders (the leases it may still hold)."""
+        client for at most the leases it may still hold. With a ``limit`` (the client's
+        ``maxLeases``), the request holds a place under it while it is served (``quota``); a
+        retry of a granted request (the same Idempotency-Key) gets its lease even at the limit."""
         ttl = self.policy.grant_ttl(requested_ttl)
         claim = Claim(dict(selector), ttl, requested_ttl or 0.0, holder, key or "", target, client)
-        with self.metrics.acquire_seconds.time():
+        with self.metrics.acquire_seconds.time(), contextlib.ExitStack() as reservation:
             if claim.key:
                 found = self._known(claim)
                 if found is not None:
                     self.metrics.acquisitions.labels("replayed").inc()
                     return found
+            try:
+                reservation.enter_context(self.quota.reserve(limit, claim.key))
+            except LeaseLimit:
+                # A retry whose first attempt was granted on another replica a moment ago.
+                found = await self._known_at_log_end(claim) if claim.key else None
+                if found is None:
+                    raise
+                self.metrics.acquisitions.labels("replayed").inc()
+                return found
+            request = _Request(selector, claim, exclude, proxy_uid, wait, pool, pool_uid)
+            return await self._reserved(request, limit)
 
-            def candidates() -> list[str]:
-                matching = members_only(self.views, self.views.candidates.matching(selector), pool)
-                return narrowed(matching, exclude, proxy_uid)
+    async def _reserved(self, request: _Request, limit: Limit | None) -> Granted:
+        """``acquire``, once the request holds its place under the client's limit."""
+        selector, claim, pool, pool_uid = (
+            request.selector,
+            request.claim,
+            request.pool,
+            request.pool_uid,
+        )
 
-            def refused() -> ApiError:
-                return refusal(
-                    self.views, selector, exclude=exclude, only=proxy_uid, target=target, pool=pool
-                )
+        def candidates() -> list[str]:
+            matching = members_only(self.views, self.views.candidates.matching(selector), pool)
+            return narrowed(matching, request.exclude, request.proxy_uid)
 
-            async def attempt() -> Granted | None:
-                matching = candidates()
-                return await self._try(matching, claim) if matching else None
+        def refused() -> ApiError:
+            return refusal(
+                self.views,
+                selector,
+                exclude=request.exclude,
+                only=request.proxy_uid,
+                target=claim.target,
+                pool=pool,
+            )
 
-            queued = wait > 0 and self.queue.waiting > 0
-            granted = None if queued else await attempt()
+        async def attempt() -> Granted | None:
+            matching = candidates()
+            if not matching:
+                return None
+            try:
+                async with self.quota.claiming(limit):
+                    return await self._try(matching, claim)
+            except LeaseLimit:
+                # The same key in flight beside this request was granted the lease first.
+                found = self._known(claim) if claim.key else None
+                if found is None:
+                    raise
+                return found
+
+        wait = request.wait
+        asker = Asker(claim.client, claim.holder, limit.max_leases if limit else None)
+        queued = wait > 0 and self.queue.waiting > 0
+        granted = None if queued else await attempt()
+        error = refused() if granted is None else None
+        if error and error.status == 503 and not queued and await self._caught_up():
+            granted = await attempt()  # released on another replica a moment ago
             error = refused() if granted is None else None
-            if error and error.status == 503 and not queued and await self._caught_up():
-                granted = await attempt()  # released on another replica a moment ago
-                error = refused() if granted is None else None
-            if error and error.status == 503 and wait > 0 and not self.queue.full:
-                asker = Asker(client, holder, demand_limit)
+        if error and error.status == 503 and wait > 0 and not self.queue.full:
+            if pool_uid:
+                self.demand.waiting(pool_uid, asker, 1)
+            try:
+                granted = await self._wait(candidates, attempt, claim.target, wait)
+            finally:
                 if pool_uid:
-                    self.demand.waiting(pool_uid, asker, 1)
-                try:
-                    granted = await self._wait(candidates, attempt, claim.target, wait)
-                finally:
-                    if pool_uid:
-                        self.demand.waiting(pool_uid, asker, -1)
-                error = refused() if granted is None else None
-            if granted is None:
-                error = error or refused()
-                self.metrics.acquisitions.labels(
-                    "busy" if error.status == 503 else "no_match"
-                ).inc()
-                if isinstance(error, PoolBusy):
-                    self.metrics.pool_busy.labels(str(error.scaling).lower()).inc()
-                    if pool_uid:
-                        why = "scaling" if error.scaling else "busy"
-                        self.demand.refused(pool_uid, Asker(client, holder, demand_limit), why)
-                raise error
-            self.metrics.acquisitions.labels("acquired").inc()
-            return granted
+                    self.demand.waiting(pool_uid, asker, -1)
+            error = refused() if granted is None else None
+        if granted is None:
+            error = error or refused()
+            self.metrics.acquisitions.labels("busy" if error.status == 503 else "no_match").inc()
+            if isinstance(error, PoolBusy):
+                self.metrics.pool_busy.labels(str(error.scaling).lower()).inc()
+                if pool_uid:
+                    self.demand.refused(pool_uid, asker, "scaling" if error.scaling else "busy")
+            raise error
+        self.metrics.acquisitions.labels("acquired").inc()
+        return granted
 
     async def _caught_up(self) -> bool:
         """Whether the views moved on by reaching their streams' ends (bounded).
@@ -197,6 +250,13 @@ class Leases(HeldLeases):
                 f"({record.end or 'expired'}); use a new key for a new lease"
             )
         return Granted(view, record)
+
+    async def _known_at_log_end(self, claim: Claim) -> Granted | None:
+        """``_known``, once this replica's view holds every lease granted so far."""
+        with contextlib.suppress(TimeoutError):
+            end = await self.views.lease_log_seq()
+            await self.views.wait_for_lease_seq(end, self.policy.view_timeout)
+        return self._known(claim)
 
     async def _try(self, matching: list[str], claim: Claim) -> Granted | None:
         """Claim free candidates in random order, so requests and replicas spread out instead

@@ -22,6 +22,7 @@ from services.discovery.metrics import DiscoveryMetrics
 from services.discovery.pure.errorcodes import ErrorCode
 from services.discovery.pure.policy import Granted, LeasePolicy
 from services.discovery.pure.pools import PoolRef
+from services.discovery.quota import Limit
 from services.discovery.views import Views
 from services.runtime.metrics import metric_set
 
@@ -93,7 +94,7 @@ class MeasuredLeases(Leases):
         client: str = "",
         pool: PoolRef | None = None,
         pool_uid: str = "",
-        demand_limit: int | None = None,
+        limit: Limit | None = None,
     ) -> Granted:
         started = time.monotonic()
         result = "refused"
@@ -110,7 +111,7 @@ class MeasuredLeases(Leases):
                 client=client,
                 pool=pool,
                 pool_uid=pool_uid,
-                demand_limit=demand_limit,
+                limit=limit,
             )
             result = "acquired"
             return granted

@@ -211,3 +211,20 @@ async def test_a_pool_uid_no_subject_can_hold_is_dropped_and_the_others_reported
     assert isinstance(stored.event, PoolDemand)
     assert stored.event.uid == POOL
     assert "a b.>" not in reporter.pools
+
+
+def test_a_client_counts_against_its_limit_less_what_it_holds_when_reported() -> None:
+    """Its leased members and its unserved holders together stay within its maxLeases (D135):
+    refused while it held one lease, then granted a second, it lacks nothing more."""
+    held = {"greedy": 1}
+    reporter = DemandReporter(InMemoryEventStore(), replica="d1", held=held.__getitem__)
+    for i in range(40):
+        reporter.refused(POOL, Asker("greedy", f"h{i}", limit=2), "busy")
+    held["greedy"] = 2
+    [got] = reporter.take()
+    assert got.unserved == 0
+    for i in range(40):
+        reporter.refused(POOL, Asker("greedy", f"h{i}", limit=2), "busy")
+    held["greedy"] = 1
+    [got] = reporter.take()
+    assert got.unserved == 1
