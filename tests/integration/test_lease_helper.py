@@ -83,16 +83,22 @@ def checker(key_file: Path, state_file: Path) -> Iterator[Helper]:
 
 
 def test_the_current_lease_passes_and_a_forged_one_does_not(checker: Helper) -> None:
-    user, password = user_password(LeaseCredentials(MASTER).url(view(), record(7)))
+    lease = record(7)
+    user, password = user_password(LeaseCredentials(MASTER).url(view(), lease))
     assert checker.ask(user, password) == "OK"
     token, expires, mac = password.split(".")
     for forged in (
         f"{int(token) + 1}.{expires}.{mac}",  # another token
         f"{token}.{int(expires) + 60_000}.{mac}",  # a longer lease
         f"{token}.{expires}.{'0' * len(mac)}",
+        "x",
     ):
-        assert checker.ask(user, forged).startswith("ERR")
-    assert checker.ask(str(uuid.uuid4()), password).startswith("ERR")  # another lease's id
+        assert checker.ask(user, forged).startswith("ERR")  # the user name alone opens nothing
+    lease_id, _, name_mac = user.rpartition(".")
+    other_id = str(uuid.uuid4())
+    assert checker.ask(user.replace(lease.lease_id, other_id), password).startswith("ERR")
+    assert checker.ask(f"{lease_id}.{'0' * len(name_mac)}", password).startswith("ERR")
+    assert checker.ask(lease.lease_id, password).startswith("ERR")  # the lease id is no user
 
 
 def test_an_expired_lease_is_refused(checker: Helper) -> None:
@@ -143,13 +149,15 @@ def test_the_probe_credential_passes_without_fencing_or_being_fenced(checker: He
     scheme_name, _, encoded = header.partition(" ")
     assert scheme_name == "Basic"
     user, _, password = base64.b64decode(encoded).decode().partition(":")
-    assert user == scheme.PROBE_USER
+    assert user.startswith(f"{scheme.PROBE_USER}.")
     holder = user_password(LeaseCredentials(MASTER).url(view(), record(50)))
     assert checker.ask(*holder) == "OK"
     assert checker.ask(user, password) == "OK"
     assert checker.ask(*holder) == "OK"
-    stale = scheme.probe_password(scheme.proxy_key(MASTER, UID), 1_000)
-    assert checker.ask(user, stale) == 'ERR message="lease expired"'
+    assert checker.ask(user, "x").startswith("ERR")
+    assert checker.ask(scheme.PROBE_USER, password).startswith("ERR")  # the fixed name of old
+    stale = scheme.probe_credential(scheme.proxy_key(MASTER, UID), 1_000)
+    assert checker.ask(*stale) == 'ERR message="lease expired"'
 
 
 def test_bad_lines_and_a_missing_key_get_answers_not_a_crash(

@@ -40,19 +40,19 @@ def malformed(proxy: Proxy) -> Iterator[bytes]:
     """30 ``Proxy-Authorization`` values no helper may die of (the issue's and their kin)."""
     key = scheme.proxy_key(MASTER, proxy.uid)
     expires = time.time_ns() // 10**6 + 600_000
-    valid = scheme.lease_password(key, "lease-x", 99, expires)
-    token, _, rest = valid.partition(".")
+    user, password = scheme.lease_credential(key, "lease-x", 99, expires)
+    head, _, mac = user.rpartition(".")
     bad = [
-        _basic(f"lease-x:{token}.{expires}.{'é' * 32}".encode()),  # a mac that is not ASCII
-        _basic(f"lease-x:².{rest}".encode()),  # a digit int() refuses
-        _basic(f"lease-x:1².{rest}".encode()),
-        _basic(f"lease-x:{token}.٣{expires}.{rest[-32:]}".encode()),
-        _basic(f"{scheme.PROBE_USER}:²³.{'a' * 32}".encode()),
+        _basic(f"{head}.{'é' * 32}:{password}".encode()),  # a mac that is not ASCII
+        _basic(f"lease-x.².{expires}.{mac}:{password}".encode()),  # a digit int() refuses
+        _basic(f"lease-x.1².{expires}.{mac}:{password}".encode()),
+        _basic(f"lease-x.99.٣{expires}.{mac}:{password}".encode()),
+        _basic(f"{scheme.PROBE_USER}.²³.{'a' * 32}:x".encode()),
         _basic(b"x" * 4096 + b":" + b"y" * 4096),  # 8 KiB of junk
         _basic("é:é".encode()),
         _basic(b"\xff\xfe\xfd:\x80\x81\x82"),  # not UTF-8 at all
         b"Basic \xff\xfe\xfd\xfc",  # raw bytes in the header itself
-        _basic(b"lease-x\x00:" + valid.encode()),
+        _basic(user.encode() + b"\x00:" + password.encode()),
     ]
     for i in range(30):
         yield bad[i % len(bad)] + (b"" if i < len(bad) else b"=" * (i // len(bad)))
@@ -128,6 +128,7 @@ async def test_malformed_credentials_leave_squid_serving_the_holder(
     assert "egress lease helper: refused" in log
     key = scheme.proxy_key(MASTER, proxy.uid)
     assert str(urlsplit(holder).password) not in log
+    assert str(urlsplit(holder).username).rpartition(".")[2] not in log
     assert key.hex() not in log
 
 

@@ -24,9 +24,9 @@ def basic(user: str, password: str) -> bytes:
 def wrong_password(password: str) -> str:
     """A password of the same shape as ``password`` that is not it."""
     while True:
-        forged = password[: -len(password) // 2] + secrets.token_hex(len(password))[
-            : len(password) // 2
-        ]
+        forged = (
+            password[: -len(password) // 2] + secrets.token_hex(len(password))[: len(password) // 2]
+        )
         if forged != password:
             return forged
 

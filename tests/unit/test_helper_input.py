@@ -28,7 +28,7 @@ ANY_BYTES = st.binary(max_size=300)
 
 def valid_password(token: int = 7) -> tuple[str, str]:
     expires = time.time_ns() // 10**6 + 3_600_000
-    return "lease-1", scheme.lease_password(KEY, "lease-1", token, expires)
+    return scheme.lease_credential(KEY, "lease-1", token, expires)
 
 
 def fence_in(directory: str, floor: int = 0) -> helper.Fence:
@@ -128,14 +128,17 @@ def test_the_loop_answers_every_line_once_in_order_on_its_channel(
     ("user", "password", "reason"),
     [
         pytest.param(
-            b"lease-1", b"7.9999999999999." + "é".encode() * 32, "malformed", id="non-ascii-mac"
+            b"lease-1.7.9999999999999." + "é".encode() * 32, b"x", "malformed", id="non-ascii-mac"
         ),
-        pytest.param(b"lease-1", "²." + "1" * 13 + "." + "a" * 32, "malformed", id="superscript"),
+        pytest.param("lease-1.².1111111111111." + "a" * 32, "x", "malformed", id="superscript"),
         pytest.param("é".encode(), "é".encode(), "malformed", id="e-acute"),
         pytest.param(b"\xff\xfe\x80", b"\xc0\xaf", "malformed", id="not-utf8"),
         pytest.param(b"x" * 8192, b"y" * 8192, "malformed", id="8KiB"),
-        pytest.param(b"lease-1", "٣." + "1" * 13 + "." + "a" * 32, "malformed", id="arabic-3"),
-        pytest.param(b"lease-1", b"1." + b"9" * 40 + b"." + b"a" * 32, "not valid", id="big"),
+        pytest.param("lease-1.٣.1111111111111." + "a" * 32, "x", "malformed", id="arabic-3"),
+        pytest.param(b"lease-1.1." + b"9" * 40 + b"." + b"a" * 32, b"x", "not valid", id="big"),
+        pytest.param(b"lease-1", b"7.9999999999999." + b"a" * 32, "malformed", id="old-form"),
+        pytest.param(b"egress-probe", b"9999999999999." + b"a" * 32, "malformed", id="old-probe"),
+        pytest.param(b"lease|1.7.9999999999999." + b"a" * 32, b"x", "malformed", id="pipe"),
         pytest.param(b"lease-1", b"", "expected", id="no-password"),
     ],
 )
@@ -152,19 +155,32 @@ def test_malformed_credentials_are_refused_with_a_reason(
     assert "\n" not in log[0]
 
 
-def test_a_refusal_is_logged_without_the_mac(tmp_path: Path) -> None:
+def test_a_refusal_is_logged_with_the_lease_id_and_token_never_a_mac(tmp_path: Path) -> None:
     user, password = valid_password()
+    name_mac = user.rpartition(".")[2]
     token, expires, mac = password.split(".")
-    forged = f"{token}.{int(expires) + 1}.{mac}"
     log: list[str] = []
-    line = f"3 {user} {forged}".encode()
-    assert ask(line, fence_in(str(tmp_path)), log) == (
-        '3 ERR message="credential not valid for this proxy"'
-    )
-    assert len(log) == 1
-    assert "user='lease-1' token=7" in log[0]
-    assert mac not in log[0]
-    assert expires[:8] not in log[0]
+    for forged_user, forged_password in (
+        (user, f"{token}.{int(expires) + 1}.{mac}"),  # the right user name, a wrong password
+        (user[:-1] + ("0" if user[-1] != "0" else "1"), password),  # a wrong user name
+    ):
+        line = f"3 {forged_user} {forged_password}".encode()
+        assert ask(line, fence_in(str(tmp_path)), log) == (
+            '3 ERR message="credential not valid for this proxy"'
+        )
+    assert len(log) == 2
+    for logged in log:
+        assert "lease='lease-1' token=7" in logged
+        assert mac not in logged
+        assert name_mac[:8] not in logged
+        assert expires[:8] not in logged
+
+
+def test_a_probe_refusal_is_logged_by_its_fixed_name_only(tmp_path: Path) -> None:
+    user, _ = scheme.probe_credential(KEY, time.time_ns() // 10**6 + 60_000)
+    log: list[str] = []
+    assert ask(f"4 {user} x".encode(), fence_in(str(tmp_path)), log).startswith("4 ERR")
+    assert log == ["refused user='egress-probe': message=\"credential not valid for this proxy\""]
 
 
 def test_the_current_lease_still_passes_and_is_fenced_below_the_floor(tmp_path: Path) -> None:

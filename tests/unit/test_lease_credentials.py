@@ -3,6 +3,7 @@ them is tested with the helper as a subprocess (tests/integration/test_lease_hel
 
 from __future__ import annotations
 
+import base64
 import uuid
 from datetime import UTC, datetime, timedelta
 from urllib.parse import unquote, urlsplit
@@ -50,25 +51,33 @@ def test_each_proxy_has_its_own_key() -> None:
     assert scheme.proxy_key(MASTER, UID) != scheme.proxy_key(MASTER + b"x", UID)
 
 
-def test_the_lease_url_carries_the_lease_id_and_a_password_bound_to_token_and_expiry() -> None:
+def test_the_lease_url_user_carries_a_mac_and_the_password_is_bound_to_it() -> None:
     lease = record(42)
     url = LeaseCredentials(MASTER).url(view(), lease)
     user, password = user_password(url)
-    assert user == lease.lease_id
-    token, expires, mac = password.split(".")
+    lease_id, token, expires, name_mac = user.rsplit(".", 3)
+    assert lease_id == lease.lease_id
     assert (int(token), int(expires)) == (42, scheme.expiry_ms(lease.expires_at))
-    assert len(mac) == scheme.MAC_HEX
+    assert len(name_mac) == scheme.MAC_HEX
+    assert password.rpartition(".")[0] == f"{token}.{expires}"
+    assert len(password.rpartition(".")[2]) == scheme.MAC_HEX
+    assert name_mac not in password
+    assert urlsplit(url).username == user  # URL-safe as it is: nothing to escape
+    assert urlsplit(url).password == password
     assert urlsplit(url).netloc.endswith("@192.0.2.7:3128")
     assert MASTER.decode() not in url
     assert scheme.proxy_key(MASTER, UID).hex() not in url
 
 
-def test_a_renewal_changes_the_password() -> None:
+def test_a_renewal_changes_the_user_name_and_the_password() -> None:
     lease = record(42)
     renewed = record(42, FUTURE + timedelta(minutes=5), lease_id=lease.lease_id)
     credentials = LeaseCredentials(MASTER)
     assert credentials.url(view(), lease) == credentials.url(view(), lease)
-    assert credentials.url(view(), lease) != credentials.url(view(), renewed)
+    before = user_password(credentials.url(view(), lease))
+    after = user_password(credentials.url(view(), renewed))
+    assert before[0] != after[0]
+    assert before[1] != after[1]
 
 
 def test_urls_without_an_address_or_of_external_proxies_stay_as_they_are() -> None:
@@ -90,6 +99,8 @@ def test_the_probe_credential_follows_a_proxy_to_its_new_url() -> None:
     probes = ProbeCredentials(MASTER, lambda: views, clock=lambda: now[0])
     first = probes("http://192.0.2.7:3128")
     assert first.startswith("Basic ")
+    user = base64.b64decode(first.removeprefix("Basic ")).decode().partition(":")[0]
+    assert user.startswith(f"{scheme.PROBE_USER}.")  # never the fixed name alone (D133)
     assert probes("http://192.0.2.99:3128") == ""  # nobody's
     views[UID] = view(url="http://192.0.2.99:3128")  # replaced: a new address
     assert probes("http://192.0.2.7:3128") == ""
