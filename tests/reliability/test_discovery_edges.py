@@ -17,13 +17,23 @@ import httpx
 import pytest
 
 from events import subjects
+from events.pool import PoolDeletionRequested
 from events.poolresource import pool_uid
-from events.schemas import LeaseAcquired, LeaseReported
+from events.schemas import (
+    LeaseAcquired,
+    LeaseReleased,
+    LeaseReported,
+    ProxyDeletionRequested,
+    ProxySpec,
+    ProxySpecChanged,
+)
+from events.store import NewEvent
 from services.discovery.pure.clients import hash_token
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.natsserver import EmbeddedNatsServer
 from tests.integration.test_discovery_pools import declare_pool, member, member_proxy
 from tests.support.discovery import discovery, ready_proxy
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.reliability
 
@@ -112,7 +122,7 @@ async def test_a_report_target_that_names_no_host_is_refused_naming_the_field(
 ) -> None:
     async with httpx.AsyncClient(base_url=api, timeout=10) as client:
         lease = (await client.post("/v1/leases", json={"selector": {"country": "de"}})).json()
-        report = f"/v1/leases/{lease['leaseId']}/report"
+        report = f"/v1/leases/{lease['id']}/report"
         for target in HOSTILE_TARGETS:
             answer = await client.post(report, json={"outcome": "blocked", "target": target})
             assert answer.status_code == 400, target
@@ -127,7 +137,7 @@ async def test_a_report_target_that_names_no_host_is_refused_naming_the_field(
         for target in ("shop.example", "https://Shop.Example/cart?id=1"):
             answer = await client.post(report, json={"outcome": "success", "target": target})
             assert answer.status_code == 204, answer.text
-        held = await client.get(f"/v1/leases/{lease['leaseId']}")
+        held = await client.get(f"/v1/leases/{lease['id']}")
         assert held.status_code == 200
     history = (await jetstream_store.read(subjects.lease("p1"))).events
     reported = [r.event.target for r in history if isinstance(r.event, LeaseReported)]
@@ -178,6 +188,80 @@ async def test_a_client_allowed_a_pool_leases_it_in_its_namespace_only(
                 assert refused.json()["message"].startswith("selector: ")
             granted = await bound.post("/v1/leases", json={"holder": "h", "pool": "crawl/depool"})
             assert granted.status_code == 201, granted.text
-            assert granted.json()["proxyUid"] == members["crawl"][0].uid
+            assert granted.json()["proxy"]["uid"] == members["crawl"][0].uid
     other = await jetstream_store.read(subjects.lease(members["other"][0].uid))
     assert other.events == []
+
+
+ENDS = 5.0
+"""A lease whose proxy goes is ended well within this (a sweep interval: 0.1 s here)."""
+
+
+@pytest.mark.parametrize("how", ["pool_deleted", "proxy_deleted", "left_pool"])
+async def test_a_lease_whose_member_goes_ends_with_a_reason_its_holder_sees(
+    nats_server: EmbeddedNatsServer, jetstream_store: JetStreamEventStore, how: str
+) -> None:
+    """A member leased through its pool goes (its pool deleted: the controller retires it;
+    ``delete proxy``; re-declared without the pool's attribute). On two replicas, the lease
+    ends at once with one ``LeaseReleased`` naming the reason; its holder's GET, renewal and
+    report answer 410 ``lease_revoked`` saying why, its DELETE is the no-op of an ended lease,
+    and another member is leased as before."""
+    uid_of_pool = pool_uid("crawl", "depool")
+    planned = (
+        member("depool", "crawl", uid_of_pool, 0, "local"),
+        member("depool", "crawl", uid_of_pool, 1, "local"),
+    )
+    await declare_pool(jetstream_store, uid_of_pool, "crawl", "depool", planned)
+    for each in planned:
+        await member_proxy(jetstream_store, "depool", each)
+    async with (
+        discovery(nats_server.url) as (_, first),
+        discovery(nats_server.url) as (_, second),
+        httpx.AsyncClient(base_url=first, timeout=10) as one,
+        httpx.AsyncClient(base_url=second, timeout=10) as two,
+    ):
+        body = {"holder": "h", "pool": "crawl/depool", "exclude": [planned[1].uid]}
+        granted = await one.post("/v1/leases", json=body)
+        assert granted.status_code == 201, granted.text
+        lease_id, uid = granted.json()["id"], planned[0].uid
+        assert (await two.get(f"/v1/leases/{lease_id}")).status_code == 200
+        if how == "left_pool":
+            spec = ProxySpec(provider="local", attributes={"country": "de"})
+            event: ProxySpecChanged | ProxyDeletionRequested = ProxySpecChanged(
+                uid=uid, spec=spec, generation=2
+            )
+        else:
+            event = ProxyDeletionRequested(uid=uid)
+        if how == "pool_deleted":
+            # What `delete pool` appends; its controller then retires every member, leased too.
+            deleted = NewEvent(PoolDeletionRequested(uid=uid_of_pool), f"{uid_of_pool}-delete")
+            await jetstream_store.append(subjects.pool(uid_of_pool), [deleted])
+        await jetstream_store.append(subjects.proxy(uid), [NewEvent(event, f"{how}-{uid}")])
+        reason = "left_pool" if how == "left_pool" else "proxy_deleted"
+
+        async def revoked() -> bool:
+            answers = [await api.get(f"/v1/leases/{lease_id}") for api in (one, two)]
+            return all(a.status_code == 410 for a in answers)
+
+        await until(revoked, ENDS, what="both replicas answer 410 for the lease")
+        for api in (one, two):
+            for method, path, payload in (
+                ("GET", "", None),
+                ("PATCH", "", {"ttlSeconds": 60}),
+                ("POST", "/report", {"outcome": "failed", "target": "shop.example"}),
+            ):
+                answer = await api.request(method, f"/v1/leases/{lease_id}{path}", json=payload)
+                assert answer.status_code == 410, (method, path, answer.text)
+                assert answer.json()["error"] == "lease_revoked"
+                assert uid in answer.json()["message"]
+                assert ("no longer a member" in answer.json()["message"]) == (how == "left_pool")
+            assert (await api.delete(f"/v1/leases/{lease_id}")).status_code == 204
+        if how != "pool_deleted":  # a pool being deleted leases nothing more
+            again = await two.post("/v1/leases", json={"holder": "h", "pool": "crawl/depool"})
+            assert again.status_code == 201, again.text
+            assert again.json()["proxy"]["uid"] == planned[1].uid
+        await asyncio.sleep(0.5)  # a few more sweeps on both replicas: still one end
+    history = (await jetstream_store.read(subjects.lease(uid))).events
+    ends = [r.event for r in history if isinstance(r.event, LeaseReleased)]
+    assert [(e.lease_id, e.reason, e.client) for e in ends] == [(lease_id, reason, "")]
+    assert not any(isinstance(r.event, LeaseReported) for r in history)
