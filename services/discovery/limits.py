@@ -13,6 +13,12 @@ few seconds held a connection and its buffers for as long as it liked. Two bound
 - ``BodyDeadline`` (ASGI, outermost): the body is read in full before the app sees the request,
   within ``body_timeout`` (else 408) and up to ``max_body`` bytes (else 413), both answered with
   ``Connection: close``. A client that leaves mid-body ends the request there.
+- ``IdleConnections``: connections waiting for a request head (just opened, or kept alive
+  between requests) are at most ``IDLE_PER_ADDRESS`` per client address (an IPv6 address's /64);
+  one more closes that address's oldest. uvicorn answers 503 to everyone once ``MAX_CONNECTIONS``
+  are open, so without it one address holding 1,010 idle sockets made every request 503 for the
+  head timeout (D135). Addresses of trusted proxies (``--trusted-proxies``) are not capped: they
+  carry everyone's connections.
 
 Each of these ends is one log line naming the client, without a traceback: a client that goes
 away is not an error of ours.
@@ -21,7 +27,9 @@ away is not an error of ours.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, MutableMapping
+import ipaddress
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Collection, MutableMapping
 from typing import Any
 
 import msgspec
@@ -49,6 +57,11 @@ MAX_CONNECTIONS = 1000
 MAX_HEAD_BYTES = 16 * 1024
 """The most a request head may take (also h11's ``max_incomplete_event_size``; httptools has
 no bound of its own)."""
+IDLE_PER_ADDRESS = 128
+"""Connections one client address may keep waiting for a request head; a crawler's pool of
+keep-alive connections (httpx keeps 100 at most) fits."""
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -179,11 +192,75 @@ async def _answer(send: Send, code: ErrorCode, message: str) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
+def address_group(host: str) -> str:
+    """What counts as one client address: an IPv4 address (an IPv4-mapped IPv6 one too), or an
+    IPv6 address's /64, the block one host is given. Anything else (a Unix socket) as it is."""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return host
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return str(address.ipv4_mapped)
+        return str(ipaddress.IPv6Network((address, 64), strict=False))
+    return str(address)
+
+
+def trusted(host: str, networks: Collection[Network]) -> bool:
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return any(address in network for network in networks)
+
+
+class IdleConnections:
+    """The connections of one server waiting for a request head, per client address; beyond
+    ``per_address``, the address's oldest is closed."""
+
+    def __init__(self, per_address: int = IDLE_PER_ADDRESS, exempt: Collection[Network] = ()):
+        self.per_address = per_address
+        self.exempt = tuple(exempt)
+        self._by_group: dict[str, OrderedDict[asyncio.BaseTransport, None]] = {}
+
+    def waiting(self, host: str, transport: asyncio.BaseTransport) -> None:
+        if trusted(host, self.exempt):
+            return
+        group = address_group(host)
+        held = self._by_group.setdefault(group, OrderedDict())
+        held[transport] = None
+        held.move_to_end(transport)
+        while len(held) > self.per_address:
+            oldest, _ = held.popitem(last=False)
+            if not oldest.is_closing():
+                log.info(
+                    "connection closed: its address holds too many idle ones",
+                    client=group,
+                    bound=self.per_address,
+                )
+                oldest.close()
+        if not held:
+            del self._by_group[group]
+
+    def busy(self, host: str, transport: asyncio.BaseTransport) -> None:
+        group = address_group(host)
+        held = self._by_group.get(group)
+        if held is not None:
+            held.pop(transport, None)
+            if not held:
+                del self._by_group[group]
+
+    def held(self, host: str) -> int:
+        return len(self._by_group.get(address_group(host), ()))
+
+
 class _HeadTimer:
     """Closes a connection that does not send a whole request head within ``head_timeout`` of
     opening or of its last answer. Mixed into uvicorn's protocols, ahead of them."""
 
     head_timeout: float = HEAD_TIMEOUT
+    idle: IdleConnections | None = None
+    """Shared by every connection of one server (``head_deadline``)."""
     _head_timer: asyncio.TimerHandle | None = None
     _head_bytes = 0
     transport: asyncio.Transport
@@ -216,6 +293,8 @@ class _HeadTimer:
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm_head_timer()
+        if self.idle is not None and self.client:
+            self.idle.busy(self.client[0], self.transport)  # also after its head timed out
         super().connection_lost(exc)  # type: ignore[misc] # the protocol next in the MRO
 
     def _arm_head_timer(self) -> None:
@@ -223,11 +302,15 @@ class _HeadTimer:
         self._head_bytes = 0
         loop = asyncio.get_running_loop()
         self._head_timer = loop.call_later(self.head_timeout, self._head_timed_out)
+        if self.idle is not None and self.client:
+            self.idle.waiting(self.client[0], self.transport)
 
     def _disarm_head_timer(self) -> None:
         if self._head_timer is not None:
             self._head_timer.cancel()
             self._head_timer = None
+            if self.idle is not None and self.client:
+                self.idle.busy(self.client[0], self.transport)
 
     def _head_timed_out(self) -> None:
         self._head_timer = None
@@ -248,13 +331,19 @@ class H11HeadDeadline(_HeadTimer, H11Protocol):
             self._disarm_head_timer()  # a head is in: the body has its own bound
 
 
-def head_deadline(timeout: float = HEAD_TIMEOUT) -> type[asyncio.Protocol]:
-    """uvicorn's fastest HTTP protocol available, with the head bound of ``timeout``."""
+def head_deadline(
+    timeout: float = HEAD_TIMEOUT, idle: IdleConnections | None = None
+) -> type[asyncio.Protocol]:
+    """uvicorn's fastest HTTP protocol available, with the head bound of ``timeout`` and, with
+    ``idle``, the bound on connections per address waiting for a head."""
+    idle_connections = idle
     if HttpToolsProtocol is None:  # pragma: no cover
-        return type("H11HeadDeadline", (H11HeadDeadline,), {"head_timeout": timeout})
+        fields = {"head_timeout": timeout, "idle": idle}
+        return type("H11HeadDeadline", (H11HeadDeadline,), fields)
 
     class HttpToolsHeadDeadline(_HeadTimer, HttpToolsProtocol):
         head_timeout = timeout
+        idle = idle_connections
 
         def on_headers_complete(self) -> None:
             self._disarm_head_timer()  # a head is in: the body has its own bound

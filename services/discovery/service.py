@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import socket
 from collections.abc import Generator
 from dataclasses import dataclass, field
@@ -34,10 +35,13 @@ from services.discovery.fleet_metrics import FleetSource
 from services.discovery.limits import (
     BODY_TIMEOUT,
     HEAD_TIMEOUT,
+    IDLE_PER_ADDRESS,
     KEEP_ALIVE,
     MAX_CONNECTIONS,
     MAX_HEAD_BYTES,
     BodyDeadline,
+    IdleConnections,
+    Network,
     head_deadline,
 )
 from services.discovery.metrics import discovery_metrics
@@ -124,6 +128,10 @@ class DiscoveryService:
     """Who may call the API (the clients file and the token); None: built from ``token``."""
     egress: EgressPolicy = field(default_factory=EgressPolicy)
     """How a proxy's egress findings decide whether it is leased (D111)."""
+    trusted_proxies: tuple[Network, ...] = ()
+    """Whose ``X-Forwarded-For``/``-Proto`` is believed (``--trusted-proxies``); none: nobody's,
+    so no caller can claim another address (D135)."""
+    idle_per_address: int = IDLE_PER_ADDRESS
 
     def check(self) -> None:
         """The bounds ``build`` applies to the flags, for a service made without it: values
@@ -184,7 +192,15 @@ class DiscoveryService:
                     max_body=MAX_BODY_BYTES,
                     timeout=self.body_timeout,
                 ),
-                http=json_bad_request(head_deadline(self.head_timeout)),
+                http=json_bad_request(
+                    head_deadline(
+                        self.head_timeout,
+                        IdleConnections(self.idle_per_address, self.trusted_proxies),
+                    )
+                ),
+                # uvicorn believes forwarded headers from loopback unless told otherwise.
+                proxy_headers=bool(self.trusted_proxies),
+                forwarded_allow_ips=[str(n) for n in self.trusted_proxies],
                 timeout_keep_alive=int(KEEP_ALIVE),
                 limit_concurrency=MAX_CONNECTIONS,
                 h11_max_incomplete_event_size=MAX_HEAD_BYTES,
@@ -236,6 +252,23 @@ class DiscoveryService:
             self.listening.clear()
 
 
+def parse_trusted_proxies(text: str) -> tuple[Network, ...]:
+    """``--trusted-proxies``: addresses and networks, strictly (no host bits, no ``*``)."""
+    found = []
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        try:
+            found.append(ipaddress.ip_network(item))
+        except ValueError:
+            raise ConfigError(
+                f"--trusted-proxies: {item[:60]!r} is not an address or a network (10.0.0.7, "
+                "10.0.0.0/8, fd00::/8, without host bits); list the reverse proxies in front of "
+                "the API, comma-separated, or leave it empty"
+            ) from None
+    return tuple(found)
+
+
 def build(
     settings: Settings,
     *,
@@ -248,6 +281,7 @@ def build(
     egress_country_attribute: str = "",
     egress_required: bool = False,
     unique_egress: bool = False,
+    trusted_proxies: str = "",
 ) -> DiscoveryService:
     """The factory ``run discovery`` and ``up`` call; durations may be seconds or ``30s``, ``5m``,
     ``1h``. The token and the lease secret come from the environment only (a flag would show
@@ -270,6 +304,7 @@ def build(
         lease_secret=master_secret_from_env(),
         clients=Clients(Path(clients_file) if clients_file else None, token),
         egress=policy_from(egress_country_attribute, egress_required, unique_egress),
+        trusted_proxies=parse_trusted_proxies(trusted_proxies),
     )
 
 
@@ -299,6 +334,14 @@ OPTIONS: tuple[click.Option, ...] = (
         help="The API's clients: names, token hashes, scopes and limits (docs/api.md, "
         '"Clients"); re-read while running, so a removed client is refused within a second. '
         "DISCOVERY_TOKEN, if set too, is one more client (default, admin).",
+    ),
+    env_option(
+        "--trusted-proxies",
+        default="",
+        metavar="CIDRS",
+        help="Addresses or networks of the reverse proxies in front of the API, comma-separated "
+        "(10.0.0.0/8,192.0.2.7): only their X-Forwarded-For and X-Forwarded-Proto are believed, "
+        "for the console's login limits and links. Empty (the default): nobody's.",
     ),
     env_option(
         "--max-lease-ttl",
