@@ -12,16 +12,18 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
-from services.cli import backup_io
+from services.cli import backup_files, backup_io
+from services.cli.backup_files import SIGN_KEY_FILE_ENV
 from services.cli.common import (
     CliState,
     Unfinished,
@@ -43,12 +45,20 @@ from services.cli.pure.backup_manifest import (
     stored_size,
     stream_file,
 )
+from services.cli.pure.backup_sign import SIGNATURE, sign
 from services.runtime.connection import Connection
 from services.runtime.errors import ConfigError
 from services.runtime.eventlog.streams import STREAMS
+from services.runtime.options import with_env_option
 from services.runtime.version import VERSION
 
+F = TypeVar("F", bound=Callable[..., Any])
 EXIT_BACKUP_DAMAGED = 13
+SIGN_KEY_HELP = (
+    "A file holding the key that signs the manifest (an HMAC-SHA256 in "
+    "manifest.json.hmac); EGRESS_BACKUP_SIGN_KEY may hold the key itself. Keep it apart from "
+    "the backups: with it, restore and --check refuse a backup changed after it was signed"
+)
 EPILOG = """\b
 Exit codes: 0 done; 2 DIR is not empty (backup), the server holds a log or runs services
 (restore); 3 NATS unreachable; 4 the server refused; 13 restore: the backup is incomplete,
@@ -73,21 +83,34 @@ def progress_bar(console: Any) -> Progress:
     )
 
 
+def sign_key_option() -> Callable[[F], F]:
+    """``--sign-key`` of both commands."""
+    return with_env_option(
+        "--sign-key",
+        env=SIGN_KEY_FILE_ENV,
+        type=click.Path(dir_okay=False, path_type=Path),
+        default=None,
+        help=SIGN_KEY_HELP,
+    )
+
+
 @click.command("backup", epilog=EPILOG)
 @settings_options()
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@sign_key_option()
 @click.pass_obj
-def backup(state_: CliState, nats_url: str | None, directory: Path) -> None:
+def backup(state_: CliState, nats_url: str | None, directory: Path, sign_key: Path | None) -> None:
     """Copy the event log, as it was at one instant, into DIRECTORY (new or empty).
 
     Every stream is cut at the same instant, so the copy is a state the system was in; the
     services keep running meanwhile. Reading needs no more than the reader user.
     """
     settings = settings_for(state_, nats_url=nats_url)
+    key = backup_files.sign_key(sign_key)
     _prepare(directory)
     written: list[Path] = []
     try:
-        manifest = run_until_signalled(_backup(settings.nats_url, directory, written))
+        manifest = run_until_signalled(_backup(settings.nats_url, directory, written, key))
     except BaseException:
         _discard(written)
         raise
@@ -101,6 +124,7 @@ def backup(state_: CliState, nats_url: str | None, directory: Path) -> None:
         Text(
             f"{directory}: the log as it was at {manifest.cut} ({size:,} bytes, "
             f"{manifest.seconds:.1f}s); events after that instant are not in it"
+            + ("; signed with the key (manifest.json.hmac)" if key is not None else "")
         )
     )
 
@@ -120,7 +144,7 @@ def _discard(written: list[Path]) -> None:
             path.unlink()
 
 
-async def _backup(url: str, directory: Path, written: list[Path]) -> Manifest:
+async def _backup(url: str, directory: Path, written: list[Path], key: bytes | None) -> Manifest:
     started, conn = time.monotonic(), await open_connection(url)
     try:
         # The durables first: their floors are true at the cut, which comes after (backup_io).
@@ -156,7 +180,7 @@ async def _backup(url: str, directory: Path, written: list[Path]) -> Manifest:
             streams=entries,
             left_out=backup_io.LEFT_OUT,
         )
-        _write_manifest(directory, manifest, written)
+        _write_manifest(directory, manifest, written, key)
         return manifest
     finally:
         await conn.close()
@@ -208,14 +232,18 @@ async def _copy(
     )
 
 
-def _write_manifest(directory: Path, manifest: Manifest, written: list[Path]) -> None:
-    """Last, and whole or not at all: a directory without it is no backup (restore says so)."""
+def _write_manifest(
+    directory: Path, manifest: Manifest, written: list[Path], key: bytes | None
+) -> None:
+    """Last, and whole or not at all: a directory without it is no backup (restore says so).
+    Its signature, when there is a key, just before it."""
+    data = encode_manifest(manifest)
+    if key is not None:
+        written.append(directory / SIGNATURE)
+        _write_new(directory / SIGNATURE, sign(key, data))
     final, partial = directory / MANIFEST, directory / f".{MANIFEST}.partial"
     written.append(partial)
-    with os.fdopen(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as out:
-        out.write(encode_manifest(manifest))
-        out.flush()
-        os.fsync(out.fileno())
+    _write_new(partial, data)
     partial.rename(final)
     written.append(final)
     descriptor = os.open(directory, os.O_RDONLY)
@@ -223,6 +251,13 @@ def _write_manifest(directory: Path, manifest: Manifest, written: list[Path]) ->
         os.fsync(descriptor)
     finally:
         os.close(descriptor)
+
+
+def _write_new(path: Path, data: bytes) -> None:
+    with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as out:
+        out.write(data)
+        out.flush()
+        os.fsync(out.fileno())
 
 
 def _backup_table(manifest: Manifest) -> Table:

@@ -20,7 +20,6 @@ import gzip
 import hashlib
 import json
 import os
-import zlib
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -34,10 +33,10 @@ from nats.js.api import StreamConfig
 
 from events.errors import EventStoreError, StoreUnavailable
 from events.subjects import GC_STREAM
+from services.cli.backup_files import decompressed, file_digest
 from services.cli.pure.backup_manifest import (
     END,
     MAGIC,
-    BackupDamaged,
     ConsumerEntry,
     Record,
     StreamCheck,
@@ -57,7 +56,6 @@ from services.runtime.natsusers import CHECKPOINT_BUCKETS, CONSUMERS, KV_BUCKETS
 API_TIMEOUT = 10.0
 CHUNK = 128 * 1024
 WINDOW = 8
-READ = 1 << 20
 CACHE_BUCKETS = (KV_BUCKETS["discovery"], KV_BUCKETS["reconciler"], *CHECKPOINT_BUCKETS.values())
 """Snapshots of views and states, and time-travel checkpoints (docs/architecture.md, "Snapshots"):
 derived from the log, never a fact, rebuilt from the events when missing; a restore removes them
@@ -225,33 +223,6 @@ async def read_stream(
 # -- checking a backup directory ----------------------------------------------------------------
 
 
-def file_digest(path: Path) -> tuple[int, str]:
-    digest, size = hashlib.sha256(), 0
-    with path.open("rb") as source:
-        while chunk := source.read(READ):
-            digest.update(chunk)
-            size += len(chunk)
-    return size, digest.hexdigest()
-
-
-def decompressed(path: Path, file: str) -> Iterator[bytes]:
-    """A stream file's content, refusing a gzip stream that is damaged, cut short or followed by
-    anything."""
-    inflate = zlib.decompressobj(wbits=31)
-    with path.open("rb") as source:
-        while chunk := source.read(READ):
-            if inflate.eof:
-                raise BackupDamaged(file, "holds data after its compressed stream")
-            try:
-                yield inflate.decompress(chunk)
-            except zlib.error as exc:
-                raise BackupDamaged(file, f"is damaged: {exc}") from None
-    if not inflate.eof:
-        raise BackupDamaged(file, "is truncated: its compressed stream ends early")
-    if inflate.unused_data:
-        raise BackupDamaged(file, "holds data after its compressed stream")
-
-
 def subjects_of(name: str) -> tuple[str, ...]:
     return next(spec.subjects for spec in STREAMS if spec.name == name)
 
@@ -261,9 +232,7 @@ def check_stream(
 ) -> StreamCheck:
     """One stream file, read whole: the manifest's size and checksum, then every record."""
     path = directory / entry.file
-    if not path.is_file():
-        raise BackupDamaged(entry.file, "is missing from the backup")
-    check_file(entry, *file_digest(path))
+    check_file(entry, *file_digest(path, entry.file))
     check = StreamCheck(entry, cut_ns, subjects_of(entry.name))
     for record in records_of(decompressed(path, entry.file), entry.file):
         check.record(record)
@@ -273,8 +242,9 @@ def check_stream(
 
 
 def records(directory: Path, entry: StreamEntry) -> Iterator[Record]:
-    """The records of a file already checked."""
-    return iter(records_of(decompressed(directory / entry.file, entry.file), entry.file))
+    """The records of a file already checked, as long as it is still that file: one changed
+    since is refused before its last records leave."""
+    return iter(records_of(decompressed(directory / entry.file, entry.file, entry), entry.file))
 
 
 # -- restoring ----------------------------------------------------------------------------------

@@ -22,8 +22,8 @@ from rich.table import Table
 from rich.text import Text
 
 from events.errors import EventStoreError
-from services.cli import backup_io
-from services.cli.backup_cmd import EPILOG, Damaged, progress_bar
+from services.cli import backup_files, backup_io
+from services.cli.backup_cmd import EPILOG, Damaged, progress_bar, sign_key_option
 from services.cli.common import (
     CliState,
     open_connection,
@@ -42,6 +42,7 @@ from services.cli.pure.backup_manifest import (
     decode_manifest,
     lease_last_seq,
 )
+from services.cli.pure.backup_sign import verify
 from services.runtime.connection import Connection
 from services.runtime.errors import ConfigError
 from services.runtime.eventlog.streams import STREAMS
@@ -77,7 +78,13 @@ MIN_SERVER = (2, 15)
     default=None,
     help="Copies of each stream [default: as backed up].",
 )
-@click.option("--check", is_flag=True, help="Only check the backup's files; no server is used.")
+@click.option(
+    "--check",
+    is_flag=True,
+    help="Only check the backup's files; no server is used. Without --sign-key it proves the "
+    "files agree with the manifest, not who wrote them.",
+)
+@sign_key_option()
 @click.pass_obj
 def restore(
     state_: CliState,
@@ -89,22 +96,23 @@ def restore(
     lease_headroom: int,
     replicas: int | None,
     check: bool,
+    sign_key: Path | None,
 ) -> None:
     """Restore the event log from a backup DIRECTORY, before the services start on it.
 
-    Every file is checked first (checksums, sequences, the cut); a damaged backup changes
-    nothing. The streams come back with their own sequences and times, the services' durable
-    consumers at what they had acknowledged. Events after the backup's instant are lost.
+    Every file is checked first (checksums, sequences, the cut, and with a signing key the
+    manifest's signature); a damaged or altered backup changes nothing. The streams come back
+    with their own sequences and times, the services' durable consumers at what they had
+    acknowledged. Events after the backup's instant are lost.
     """
     console = stdout_console()
+    key = backup_files.sign_key(sign_key)
     try:
-        manifest, checks = _verify(directory, console)
+        manifest, checks, signed = _verify(directory, console, key)
     except BackupDamaged as exc:
         raise Damaged(f"{directory}/{exc}; nothing was restored") from None
     if check:
-        console.print(
-            Text(f"{directory}: a complete backup of the log as it was at {manifest.cut}")
-        )
+        console.print(Text(f"{directory}: {_proven(manifest, key, signed)}"))
         return
     settings = settings_for(state_, nats_url=nats_url)
     plan = Plan(
@@ -138,20 +146,42 @@ def restore(
     )
 
 
-def _verify(directory: Path, console: Any) -> tuple[Manifest, dict[str, StreamCheck]]:
-    path = directory / MANIFEST
-    if not path.is_file():
+def _proven(manifest: Manifest, key: bytes | None, signed: bool) -> str:
+    """What ``--check`` proves, and no more (docs/operations.md, "Backup and restore")."""
+    whole = f"a complete backup of the log as it was at {manifest.cut}, consistent throughout"
+    if key is not None:
+        return f"{whole}, signed with this key: its files are those the backup wrote"
+    if signed:
+        return (
+            f"{whole}; it is signed, but the signature was not checked: give --sign-key to "
+            "prove nobody changed it"
+        )
+    return (
+        f"{whole}; unsigned: this proves the files agree with the manifest, not that nobody "
+        "rewrote both (sign backups with --sign-key)"
+    )
+
+
+def _verify(
+    directory: Path, console: Any, key: bytes | None
+) -> tuple[Manifest, dict[str, StreamCheck], bool]:
+    data = backup_files.read_regular(directory / MANIFEST, MANIFEST)
+    if data is None:
         raise BackupDamaged(
             MANIFEST, "is missing: this is not a backup, or the backup did not finish"
         )
-    manifest = decode_manifest(path.read_bytes(), {spec.name: spec.subjects for spec in STREAMS})
+    signature = backup_files.read_signature(directory)
+    if key is not None:
+        # Before anything the manifest says is believed.
+        verify(key, data, signature)
+    manifest = decode_manifest(data, {spec.name: spec.subjects for spec in STREAMS})
     checks = {}
     with progress_bar(console) as bar:
         for entry in manifest.streams:
             task = bar.add_task(f"check {entry.name}", total=max(entry.messages, 1))
             seen = _counter(bar, task)
             checks[entry.name] = backup_io.check_stream(directory, entry, manifest.cut_ns, seen)
-    return manifest, checks
+    return manifest, checks, signature is not None
 
 
 def _counter(bar: Progress, task: Any) -> Any:

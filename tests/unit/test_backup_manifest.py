@@ -197,6 +197,13 @@ def damaged_manifests() -> list[tuple[bytes, str]]:
         (edited(f"streams/{lease}/sha256", "abc"), "sha256"),
         (edited(f"streams/{lease}/messages", 5), "5 messages do not fit sequences 1..2"),
         (edited(f"streams/{lease}/observed_last_seq", 1), "observed_last_seq"),
+        # Restored, 2^63 - 1 plus the headroom wrapped; fencing tokens began again after a restart.
+        (
+            edited(f"streams/{lease}/observed_last_seq", 2**63 - 1),
+            r"streams\[1\].observed_last_seq",
+        ),
+        (edited(f"streams/{lease}/observed_last_seq", 2 + 10**9), "past last_seq 2"),
+        (edited(f"streams/{lease}/last_seq", 2**60), r"streams\[1\].last_seq"),
         (edited(f"streams/{lease}/name", "OTHER"), "holds streams"),
         (edited("cut", "yesterday"), "cut"),
         (json.dumps(without_lease).encode(), "holds streams"),

@@ -37,11 +37,20 @@ END = RECORD.pack(0, 0, 0, 0, 0)
 MAX_MESSAGE = 64 * 1024 * 1024
 """No NATS message is larger (the server's largest ``max_payload``): a length beyond it is
 damage, refused before anything is allocated for it."""
-MAX_SEQ = 2**63 - 1
-"""JetStream counts in 64 bits; nothing reaches half of that (and msgspec checks int64)."""
+MAX_SEQ = 2**53
+"""JetStream counts in 64 bits, but no log comes near 2^53 (a million events a second for 285
+years), the largest integer every JSON reader keeps exact. A manifest's sequence beyond it is
+forged: restored, ``2^63 - 1`` plus the headroom wrapped, and fencing tokens started again from
+1,000,000 after a restart (docs/decisions/0136-a-store-is-found-by-what-runs-on-it.md)."""
+MAX_OBSERVED_AHEAD = 100_000_000
+"""How far past the cut a backup may have seen a stream while it read it: the events appended
+during the backup. Far more than any backup meets; a gap beyond it is not a backup's, and each
+sequence a restore skips costs the server about 40 ns at every start (D102)."""
+MAX_NS = 2**63 - 1
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 _Seq = Annotated[int, Meta(ge=0, le=MAX_SEQ)]
+_Ns = Annotated[int, Meta(ge=0, le=MAX_NS)]
 _Count = Annotated[int, Meta(ge=0)]
 _Name = Annotated[str, Meta(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
 _Sha = Annotated[str, Meta(pattern=r"^[0-9a-f]{64}$")]
@@ -91,7 +100,7 @@ class Manifest(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     server_version: str
     cut: str
     """The instant the backup is the log as of (RFC 3339, the server's clock, nanoseconds)."""
-    cut_ns: _Seq
+    cut_ns: _Ns
     created: str
     seconds: Annotated[float, Meta(ge=0)]
     streams: list[StreamEntry]
@@ -160,6 +169,14 @@ def _check_entry(entry: StreamEntry) -> None:
         )
     if entry.observed_last_seq < entry.last_seq:
         raise BackupDamaged(MANIFEST, f"{where}: observed_last_seq is below last_seq")
+    if entry.observed_last_seq - entry.last_seq > MAX_OBSERVED_AHEAD:
+        raise BackupDamaged(
+            MANIFEST,
+            f"{where}: observed_last_seq {entry.observed_last_seq} is "
+            f"{entry.observed_last_seq - entry.last_seq:,} past last_seq {entry.last_seq}; a "
+            f"backup sees at most {MAX_OBSERVED_AHEAD:,} events appended while it reads: the "
+            "manifest was edited",
+        )
     for consumer in entry.consumers:
         if consumer.ack_floor_stream_seq > entry.last_seq:
             raise BackupDamaged(
