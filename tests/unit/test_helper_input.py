@@ -235,3 +235,13 @@ def test_an_unexpected_error_on_one_line_is_answered_bh_and_the_loop_goes_on(
     assert end == b""
     assert "RuntimeError" in log[0]
     assert password not in log[0]
+
+
+def test_helpers_that_keep_the_fencing_file_open_agree_through_it(tmp_path: Path) -> None:
+    first = helper.Fence(str(tmp_path / "fence"), keep_open=True)
+    second = helper.Fence(str(tmp_path / "fence"), keep_open=True)
+    assert first.admit(10)
+    assert second.admit(20)
+    assert not first.admit(10)  # the other's token, read through the file kept open
+    assert first.admit(20)
+    assert (tmp_path / "fence").read_text() == "20\n"
