@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from projections.lease import LeaseRecord
 from services.discovery.errors import ApiError
 from services.discovery.pure.clients import (
     OPEN,
+    READ,
     Client,
     ClientsError,
     ClientTable,
@@ -102,6 +104,12 @@ class Clients:
             except ClientsError as exc:
                 raise ConfigError(f"--clients-file / DISCOVERY_TOKEN: {exc}") from None
         self._named = _named(self.table)
+        self._on_leave: list[Callable[[list[str]], None]] = []
+
+    def on_leave(self, listener: Callable[[list[str]], None]) -> None:
+        """Call ``listener`` with the names of the clients a re-read removed, gave another token,
+        or took the ``read`` scope from: what they were let in as has ended."""
+        self._on_leave.append(listener)
 
     @property
     def open(self) -> bool:
@@ -147,8 +155,11 @@ class Clients:
             )
             self._raw = None  # report again next time, and take the file once it is mended
             return False
-        before = set(self.table.names)
+        before, was = set(self.table.names), self._named
         self._raw, self.table, self._named = raw, table, _named(table)
+        left = [name for name, client in was.items() if _left(client, self._named.get(name))]
+        for listener in self._on_leave if left else ():
+            listener(left)
         log.info(
             "clients file re-read",
             path=str(self.path),
@@ -226,6 +237,14 @@ def check_acquire(client: Client, selector: dict[str, str], metrics: AccessMetri
             f"selector: client {client.name!r} may lease only with one of these selectors "
             f"(or narrower): {allowed}"
         )
+
+
+def _left(before: Client, now: Client | None) -> bool:
+    return (
+        now is None
+        or now.token_hash != before.token_hash
+        or (before.may(READ) and not now.may(READ))
+    )
 
 
 def _named(table: ClientTable) -> dict[str, Client]:

@@ -24,7 +24,7 @@ from events.schemas import (
 from events.store import EventStore, NewEvent
 from projections.egress import EgressPolicy
 from services.discovery.access import Clients
-from services.discovery.service import DiscoveryService
+from services.discovery.service import DiscoveryService, parse_trusted_proxies
 from services.runtime.config import Settings
 from services.runtime.connection import connect
 from services.runtime.eventlog.jetstream import JetStreamEventStore
@@ -84,10 +84,12 @@ async def discovery(
     snapshot_interval: float = 30.0,
     clients_file: Path | None = None,
     egress: EgressPolicy | None = None,
+    trusted_proxies: str = "",
 ) -> AsyncIterator[tuple[DiscoveryService, str]]:
     """A discovery replica with its own NATS connection, listening on a free loopback port;
     yields the service and its base URL. ``clients_file``: the API's clients (``access``);
-    ``egress``: how it judges egress findings (``--egress-*``)."""
+    ``egress``: how it judges egress findings (``--egress-*``); ``trusted_proxies``: whose
+    forwarded headers it believes (``--trusted-proxies``)."""
     conn = await connect(url)
     service = DiscoveryService(
         host="127.0.0.1",
@@ -101,6 +103,7 @@ async def discovery(
         snapshot_interval=snapshot_interval,
         clients=Clients(clients_file, token),
         egress=egress or EgressPolicy(),
+        trusted_proxies=parse_trusted_proxies(trusted_proxies),
     )
     ctx = ServiceContext(
         settings=Settings(nats_url=url),

@@ -2,7 +2,16 @@
 
 Both posts are refused unless the browser says the form came from this origin (``Origin``, or
 ``Sec-Fetch-Site: same-origin``): another site cannot log a visitor out, nor into a session of
-its own choosing. Failed logins are limited per client address and logged, without the token.
+its own choosing.
+
+Failed logins are limited per client address (an IPv6 address's /64), as the connection gives
+it: ``X-Forwarded-For`` counts only from ``--trusted-proxies``, so a caller cannot claim a fresh
+address per guess. A correct token always logs in, throttled or not: a token is 32 random bytes
+or more, so the limit was never what stops guessing (the API answers bearer tokens at full
+speed), and a limit that refused the right token let anyone who shares the owner's address, or
+the reverse proxy's, lock the owner out. What the limit bounds is what failures cost: beyond it,
+a wrong token is answered 429 and not logged one by one, per address and over all addresses
+(docs/decisions/0135-counters-that-hold.md).
 """
 
 from __future__ import annotations
@@ -19,6 +28,7 @@ from litestar.response import Redirect
 from services.discovery.console.headers import SECURITY_HEADERS
 from services.discovery.console.render import page
 from services.discovery.console.session import Sessions
+from services.discovery.limits import address_group
 
 log = structlog.get_logger("egress.discovery.console")
 
@@ -69,17 +79,13 @@ async def login(sessions: SessionsDep, request: AnyRequest) -> Response[Any]:
     target = _safe_next(form.get("next", "/ui"))
     if not same_origin(request):
         return _form(target, "Log in from this console's own page.", 403)
-    address = request.client.host if request.client else "unknown"
-    now = time.monotonic()
-    wait = sessions.throttle.retry_after(address, now)
-    if wait > 0:
-        log.warning("console login refused: too many failed attempts", client_address=address)
-        message = f"Too many failed logins from your address; try again in {int(wait) + 1} s."
-        return _form(target, message, 429, **{"Retry-After": str(int(wait) + 1)})
+    address = address_group(request.client.host) if request.client else "unknown"
     client = sessions.login(form.get("token", ""))
     if client is None:
-        sessions.throttle.failed(address, now)
-        log.warning("console login failed", client_address=address)
+        wait = sessions.failed_login(address, time.monotonic())
+        if wait > 0:
+            message = f"Too many failed logins; try again in {int(wait) + 1} s."
+            return _form(target, message, 429, **{"Retry-After": str(int(wait) + 1)})
         return _form(target, "That token is not valid.", 401)
     if not sessions.ready:
         message = "Sessions cannot be signed yet (the event log is out of reach); try again soon."

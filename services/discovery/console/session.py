@@ -13,7 +13,12 @@ the answer sets an ``HttpOnly``, ``SameSite=Strict`` cookie (``Secure`` over htt
 - logging out stores the time in ``console.logout.<client>``: every session of that client
   issued before it ends, on this replica at once and on the others within a second (each polls
   the clients it has seen sessions of);
-- failed logins are limited per client address (``LoginThrottle``), and logged.
+- a client removed from the clients file, given another token or no longer the ``read`` scope
+  is logged out the same way by every replica that reads that file: a session is of one entry
+  of the client, so re-adding the client with its old token does not bring its sessions back
+  (docs/decisions/0135-counters-that-hold.md);
+- failed logins are limited per client address and over all addresses (``LoginThrottle``), and
+  logged up to those limits; a correct token logs in whatever the limits (``login``).
 
 A request with a bearer token of a client with the ``read`` scope is let in too (``curl``).
 """
@@ -55,6 +60,10 @@ LOGOUT = "console.logout."
 REFRESH_SECONDS = 1.0
 KEY_REFRESH_SECONDS = 3600.0
 """The bucket drops keys a week after their last write: the key is written again hourly."""
+FAILURES_PER_ADDRESS = 5.0
+"""Failed logins a minute one address may make before they are answered 429."""
+FAILURES_IN_ALL = 60.0
+"""Failed logins a minute over all addresses before they are answered 429 (and not logged)."""
 
 
 @dataclass
@@ -88,11 +97,15 @@ class Sessions:
     ) -> None:
         self.clients = clients
         self.js = js
-        self.throttle = throttle or LoginThrottle()
+        self.throttle = throttle or LoginThrottle(FAILURES_PER_ADDRESS)
+        self.all_failures = LoginThrottle(FAILURES_IN_ALL, max_addresses=1)
         self._key: bytes | None = None if js is not None else secrets.token_bytes(32)
         self._kv: KeyValue | None = None
         self._revoked: dict[str, int] = {}
         self._seen: dict[str, float] = {}
+        self._unstored: dict[str, int] = {}
+        """Logouts of clients that left the file, for the bucket (``run``)."""
+        clients.on_leave(self._left)
 
     @property
     def required(self) -> bool:
@@ -146,6 +159,29 @@ class Sessions:
         client = self.clients.identify(token.strip()) if token.strip() else None
         return client if client is not None and client.may(READ) else None
 
+    def failed_login(self, address: str, now: float) -> float:
+        """Count a wrong token from ``address``; the seconds until another is answered 401
+        rather than 429 (0: this one is). Failures over a limit are neither counted nor
+        logged one by one: the first over it says so."""
+        wait = max(self.throttle.retry_after(address, now), self.all_failures.retry_after("", now))
+        if wait > 0:
+            return wait
+        self.throttle.failed(address, now)
+        self.all_failures.failed("", now)
+        log.warning("console login failed", client_address=address)
+        if self.throttle.retry_after(address, now) > 0:
+            log.warning(
+                "console logins: further failures from this address are refused (429) and not "
+                "logged for a while",
+                client_address=address,
+            )
+        elif self.all_failures.retry_after("", now) > 0:
+            log.warning(
+                "console logins: too many failures from all addresses; further ones are refused "
+                "(429) and not logged for a while"
+            )
+        return 0.0
+
     @property
     def ready(self) -> bool:
         """Whether sessions can be signed: the shared key has been read."""
@@ -176,6 +212,29 @@ class Sessions:
             with contextlib.suppress(nats.errors.Error, TimeoutError):
                 await self._kv.put(LOGOUT + client.name, str(at).encode())
 
+    def _left(self, names: list[str]) -> None:
+        """Clients that left the file (or changed their token or lost ``read``): their sessions
+        end here now, and everywhere once ``run`` has stored it."""
+        at = _now_ms()
+        for name in names:
+            self._revoked[name] = max(at, self._revoked.get(name, 0))
+            self._unstored[name] = self._revoked[name]
+            self._seen[name] = time.monotonic()
+        log.info("console sessions ended: the clients file no longer lets them in", clients=names)
+
+    async def _store_left(self) -> None:
+        """Store the logouts ``_left`` made, never over a later one another replica stored."""
+        kv = await self._open()
+        for name, at in list(self._unstored.items()):
+            try:
+                stored = _logout_ms((await kv.get(LOGOUT + name)).value)
+            except KeyNotFoundError:
+                stored = 0
+            if stored < at:
+                await kv.put(LOGOUT + name, str(at).encode())
+            if self._unstored.get(name) == at:
+                del self._unstored[name]
+
     @staticmethod
     def cleared() -> Cookie:
         return Cookie(key=COOKIE, value="", path=PATH, max_age=0, httponly=True, samesite="strict")
@@ -192,6 +251,7 @@ class Sessions:
                 if self._key is None or time.monotonic() - last_key_write > KEY_REFRESH_SECONDS:
                     await self._load_key()
                     last_key_write = time.monotonic()
+                await self._store_left()
                 await self.refresh()
             except (StoreUnavailable, nats.errors.Error, TimeoutError) as exc:
                 log.warning("console sessions: the KV bucket cannot be read", error=str(exc))
@@ -225,9 +285,12 @@ class Sessions:
                 entry = await kv.get(LOGOUT + name)
             except KeyNotFoundError:
                 continue
-            text = (entry.value or b"").decode("ascii", "replace")
-            if text.isascii() and text.isdigit() and len(text) < 20:
-                self._revoked[name] = max(int(text), self._revoked.get(name, 0))
+            self._revoked[name] = max(_logout_ms(entry.value), self._revoked.get(name, 0))
+
+
+def _logout_ms(value: bytes | None) -> int:
+    text = (value or b"").decode("ascii", "replace")
+    return int(text) if text.isascii() and text.isdigit() and len(text) < 20 else 0
 
 
 def _now_ms() -> int:
