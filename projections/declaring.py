@@ -25,6 +25,23 @@ from events.schemas import (
 from events.store import EventStore, History, NewEvent, decide_and_append, derive_msg_id
 from projections.proxy import fold
 
+POOL_SOURCE = "pool/"
+"""How a pool member's ``ProxyDeclared.source`` starts (``pool/<namespace>/<name>``)."""
+
+
+class OwnedByPool(ValueError):
+    """A declaration of a Proxy that a pool's member holds: the pool declares it, and would put
+    back anything else declared under its name (docs/decisions/0137-a-pool-member-is-the-pools.md).
+    Refused with nothing appended."""
+
+    def __init__(self, namespace: str, name: str, source: str) -> None:
+        self.pool = source.removeprefix(POOL_SOURCE)
+        super().__init__(
+            f"proxy {namespace}/{name} is a member of pool {self.pool}: the pool declares it "
+            f"from its template. Change the pool (apply its ProxyPool, or scale it), or give "
+            f"your Proxy another name"
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class Applied:
@@ -78,10 +95,12 @@ def content_hash(spec: ProxySpec, cloud_init: str) -> str:
 
 
 async def apply(store: EventStore, declared: ProxyResource | Declaration) -> Applied:
-    """Declare (or re-declare) one proxy; a ``ProxyResource`` is the CLI's form."""
+    """Declare (or re-declare) one proxy; a ``ProxyResource`` is the CLI's form. Raises
+    ``OwnedByPool``, appending nothing, for a pool's member declared by anyone but its pool."""
     decl = from_resource(declared) if isinstance(declared, ProxyResource) else declared
     uid = decl.uid
     results: list[str] = []
+    owner = [""]
     wanted = content_hash(decl.spec, decl.cloud_init)
 
     def decide(history: History) -> list[NewEvent]:
@@ -100,6 +119,10 @@ async def apply(store: EventStore, declared: ProxyResource | Declaration) -> App
                 cloud_init_resolved=decl.cloud_init,
             )
             return [NewEvent(event, derive_msg_id(uid, "declared", str(history.last_seq)))]
+        if view.source.startswith(POOL_SOURCE) and view.source != decl.source:
+            results.append("owned")
+            owner[0] = view.source
+            return []
         if view.deleting:
             results.append("deleting")
             return []
@@ -115,6 +138,8 @@ async def apply(store: EventStore, declared: ProxyResource | Declaration) -> App
         return [NewEvent(changed, derive_msg_id(uid, "spec", str(generation), wanted))]
 
     await decide_and_append(store, subjects.proxy(uid), decide)
+    if results[-1] == "owned":
+        raise OwnedByPool(decl.namespace, decl.name, owner[0])
     return Applied(uid, decl.namespace, decl.name, results[-1])
 
 

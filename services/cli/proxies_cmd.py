@@ -238,7 +238,11 @@ def apply_cmd(
                     pools.append((ns, name))
                     console.print(inert(f"proxypool {ns}/{name} {applied.result}"))
                     continue
-                applied = await declaring.apply(store, resource)
+                try:
+                    applied = await declaring.apply(store, resource)
+                except declaring.OwnedByPool as exc:
+                    # The pool would put it back: two spec changes, and nothing gained.
+                    raise ConfigError(f"{exc}; nothing was changed for it") from None
                 uids.append(applied.uid)
                 console.print(inert(f"proxy {applied.namespace}/{applied.name} {applied.result}"))
             if not wait:

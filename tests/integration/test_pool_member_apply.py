@@ -1,0 +1,77 @@
+"""A Proxy applied under a pool member's name is refused naming the pool, and the member is
+left as its pool declared it (docs/decisions/0137-a-pool-member-is-the-pools.md). Before, the
+apply printed "changed" and the pool put the member back: two spec changes per apply, the
+``pool`` attribute briefly gone, so a lease selecting ``{pool: de}`` could miss it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from events import subjects
+from events.poolresource import pool_uid
+from events.resource import cli_uid
+from projections.pool import fold as fold_pool
+from projections.proxy import fold as fold_proxy
+from services.pools.controller import Controller
+from services.runtime.eventlog.jetstream import JetStreamEventStore
+from services.runtime.natsserver import EmbeddedNatsServer
+from tests.support.clirun import cli, restore_logging_after
+
+pytestmark = pytest.mark.integration
+
+POOL = """\
+apiVersion: crawl.example.com/v1alpha1
+kind: ProxyPool
+metadata: {name: de, namespace: crawl}
+spec:
+  replicas: 2
+  template:
+    provider: local
+    attributes: {country: de}
+"""
+PROXY = """\
+apiVersion: crawl.example.com/v1alpha1
+kind: Proxy
+metadata: {name: NAME, namespace: crawl}
+spec:
+  provider: local
+  attributes: {country: fr}
+"""
+
+
+@pytest.fixture(autouse=True)
+def restore_logging() -> Iterator[None]:
+    yield from restore_logging_after()
+
+
+async def test_applying_a_proxy_named_like_a_member_is_refused_naming_the_pool(
+    nats_server: EmbeddedNatsServer, jetstream_store: JetStreamEventStore, tmp_path: Path
+) -> None:
+    url = ("--nats-url", nats_server.url)
+    (tmp_path / "pool.yaml").write_text(POOL)
+    assert (await cli("apply", "-f", str(tmp_path / "pool.yaml"), *url)).exit_code == 0
+    history = await jetstream_store.read(subjects.pool(pool_uid("crawl", "de")))
+    view = fold_pool(list(history.events))
+    assert view is not None
+    # The pool's controller declares its members, as it does in `up`.
+    outcome = await Controller(jetstream_store).evaluate(view, {}, {}, datetime.now(UTC))
+    assert len(outcome.declared) == 2, outcome
+    member = outcome.declared[0]
+    aggregate = subjects.proxy(cli_uid("crawl", member))
+    before = (await jetstream_store.read(aggregate)).events
+
+    (tmp_path / "proxy.yaml").write_text(PROXY.replace("NAME", member))
+    refused = await cli("apply", "-f", str(tmp_path / "proxy.yaml"), *url)
+    assert refused.exit_code == 2, refused.output
+    said = " ".join(refused.output.split())
+    assert f"proxy crawl/{member} is a member of pool crawl/de" in said, said
+    assert "changed" not in said.replace("nothing was changed", "")
+    after = (await jetstream_store.read(aggregate)).events
+    assert after == before, "nothing appended: the member is as its pool declared it"
+    proxy = fold_proxy(after)
+    assert proxy is not None
+    assert proxy.spec.attributes == {"country": "de", "pool": "de"}
