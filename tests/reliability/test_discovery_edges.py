@@ -101,7 +101,7 @@ async def test_an_idempotency_key_the_parser_lets_through_is_checked_by_the_api(
             answer = await client.post(
                 "/v1/leases",
                 json={"selector": {"country": "de"}},
-                headers={"Idempotency-Key": key.encode("latin-1")},
+                headers=[(b"Idempotency-Key", key.encode("latin-1"))],
             )
             assert answer.status_code == 400, key
             assert answer.json()["error"] == "invalid_request"

@@ -35,9 +35,18 @@ def _record(selector: dict[str, str]) -> LeaseRecord:
     )
 
 
-def _proxy(attributes: dict[str, str], **kw: bool) -> ProxyView:
+def _proxy(
+    attributes: dict[str, str], *, deleting: bool = False, removed: bool = False
+) -> ProxyView:
     spec = ProxySpec(provider="local", attributes=attributes)
-    return ProxyView(uid="p1", namespace="crawl", name="depool-x", spec=spec, **kw)
+    return ProxyView(
+        uid="p1",
+        namespace="crawl",
+        name="depool-x",
+        spec=spec,
+        deleting=deleting,
+        removed=removed,
+    )
 
 
 def test_a_proxy_going_away_ends_its_lease() -> None:
@@ -58,7 +67,7 @@ def test_a_lease_without_a_pool_ends_only_with_its_proxy() -> None:
 
 
 def test_the_fold_keeps_the_reason_and_the_holder_is_told_it() -> None:
-    events = [
+    events: list[LeaseAcquired | LeaseReleased] = [
         LeaseAcquired(
             lease_id="l1", proxy_uid="p1", ttl_seconds=300.0, selector={"pool": "depool"}
         ),
