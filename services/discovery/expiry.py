@@ -6,7 +6,7 @@ when a holder let its lease run out. Every replica sweeps: the msg id derives fr
 and the folded sequence, and the append expects that sequence, so replicas that saw the same
 state store one event between them, and a replica whose view is behind gets a conflict and
 simply looks again next time. An event appended too early (a clock running ahead) is ignored by
-the fold.
+the fold. Each pass then ends the leases whose proxy is going away (``revocation.py``, D139).
 """
 
 from __future__ import annotations

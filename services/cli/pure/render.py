@@ -44,7 +44,7 @@ MAIN_FIELDS: Mapping[str, tuple[str, ...]] = {
     "EgressChanged": ("old_ip", "ip", "country", "asn", "org"),
     "PhaseChanged": ("phase", "reason", "ip", "message"),
     "LeaseAcquired": ("lease_id", "holder", "ttl_seconds"),
-    "LeaseReleased": ("lease_id", "cooldown_seconds"),
+    "LeaseReleased": ("lease_id", "cooldown_seconds", "reason"),
     "LeaseReported": ("lease_id", "outcome", "detail"),
     "LeaseExpired": ("lease_id",),
     "LeaseRenewed": ("lease_id", "ttl_seconds"),

@@ -130,7 +130,7 @@ def summary(event: object) -> str:
         case LeaseRenewed() as e:
             return f"lease {e.lease_id} renewed for {e.ttl_seconds:g} s"
         case LeaseReleased() as e:
-            how = "withdrawn" if e.withdrawn else "released"
+            how = "withdrawn" if e.withdrawn else f"ended ({e.reason})" if e.reason else "released"
             return f"lease {e.lease_id} {how}, cooldown {e.cooldown_seconds:g} s"
         case LeaseExpired() as e:
             return f"lease {e.lease_id} expired"
