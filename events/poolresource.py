@@ -38,6 +38,7 @@ from events.resource import (
     cli_uid,
     unknown_in,
     unknown_in_struct,
+    unquote_hint,
     validate_spec,
 )
 from events.spec import ProxyMode, ProxySpec
@@ -129,11 +130,13 @@ def unknown_pool_fields(obj: Any) -> list[FieldError]:
 
 
 def from_object(obj: Any, source: str = "proxypool") -> tuple[PoolResource, PoolSpec]:
-    """Convert a decoded YAML/JSON object, validate it and give the spec the log keeps."""
+    """Convert a decoded YAML/JSON object, validate it and give the spec the log keeps.
+    Strictly: ``replicas: "3"`` is refused naming the field (docs/decisions/0137-a-pool-member-
+    is-the-pools.md), on the CLI's path and the watcher's alike."""
     if not isinstance(obj, dict):
         raise ResourceError(source, [FieldError("$", "expected a mapping (a ProxyPool object)")])
     try:
-        resource = msgspec.convert(obj, PoolResource, strict=False)
+        resource = msgspec.convert(obj, PoolResource, strict=True)
     except msgspec.ValidationError as exc:
         message, _, path = str(exc).partition(" - at `")
         where = path.rstrip("`") or "$"
@@ -141,7 +144,12 @@ def from_object(obj: Any, source: str = "proxypool") -> tuple[PoolResource, Pool
             where = where.removeprefix("key` in `")
             message = f"keys must be strings ({message})"
         raise ResourceError(
-            source, [FieldError(where, f"{message}; see the ProxyPool schema in docs/pools.md")]
+            source,
+            [
+                FieldError(
+                    where, f"{unquote_hint(message)}; see the ProxyPool schema in docs/pools.md"
+                )
+            ],
         ) from exc
     errors, spec = validate(resource)
     if errors or spec is None:

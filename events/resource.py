@@ -87,11 +87,14 @@ def cli_uid(namespace: str, name: str) -> str:
 
 
 def from_object(obj: Any, source: str = "proxy") -> ProxyResource:
-    """Convert a decoded YAML/JSON object, then validate it."""
+    """Convert a decoded YAML/JSON object, then validate it. Strictly: a number written as a
+    string (``failureThreshold: "3"``) is refused naming the field, as the API and the CRD's
+    schema refuse it, rather than taken for one on this path alone
+    (docs/decisions/0137-a-pool-member-is-the-pools.md)."""
     if not isinstance(obj, dict):
         raise ResourceError(source, [FieldError("$", "expected a mapping (a Proxy object)")])
     try:
-        resource = msgspec.convert(obj, ProxyResource, strict=False)
+        resource = msgspec.convert(obj, ProxyResource, strict=True)
     except msgspec.ValidationError as exc:
         raise ResourceError(source, [_from_msgspec(str(exc))]) from exc
     errors = validate(resource)
@@ -181,7 +184,18 @@ def _from_msgspec(message: str) -> FieldError:
     if " - at `" in message:
         message, _, rest = message.partition(" - at `")
         path = rest.rstrip("`")
-    return FieldError(path, f"{message}; see the Proxy schema in deploy/ or docs/")
+    return FieldError(path, f"{unquote_hint(message)}; see the Proxy schema in deploy/ or docs/")
+
+
+def unquote_hint(message: str) -> str:
+    """msgspec's message, with the fix when a number was written as a string."""
+    if (
+        message.startswith("Expected `")
+        and message.endswith("got `str`")
+        and ("int" in message or "float" in message)
+    ):
+        return f'{message} (write the number without quotes: 3, not "3")'
+    return message
 
 
 def validate(resource: ProxyResource) -> list[FieldError]:

@@ -15,7 +15,7 @@ from typing import Any, TypedDict
 
 import msgspec
 
-from events.resource import ProxyResource
+from events.resource import ProxyResource, unquote_hint
 from events.schemas import ProxySpec
 from services.watcher.pure.crd import CLOUD_INIT_LABEL, FINALIZER
 
@@ -109,14 +109,16 @@ def parse_proxy(raw: Mapping[str, Any]) -> ProxyObject:
     invalid: Problem | None = None
     try:
         resource = msgspec.convert(
-            {"metadata": {}, "spec": raw.get("spec") or {}}, ProxyResource, strict=False
+            {"metadata": {}, "spec": raw.get("spec") or {}}, ProxyResource, strict=True
         )
         spec = resource.spec
     except msgspec.ValidationError as exc:
         message, _, path = str(exc).partition(" - at `$.")
         where = path.rstrip("`") or "spec"
         invalid = Problem(
-            "InvalidSpec", "InvalidSpec", f"{where}: {message}; see the Proxy CRD's schema"
+            "InvalidSpec",
+            "InvalidSpec",
+            f"{where}: {unquote_hint(message)}; see the Proxy CRD's schema",
         )
     return ProxyObject(**metadata(raw), spec=spec, invalid=invalid)
 
