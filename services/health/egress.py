@@ -32,6 +32,7 @@ from services.health.geoip import GeoLookup
 from services.health.metrics import HealthMetrics
 from services.health.probe_client import CheckUrl, ProbeClient
 from services.health.pure.echo import ECHO_BODY_LIMIT, parse_echo
+from services.health.pure.refused import refused_by_proxy, refused_message
 
 log = structlog.get_logger("egress.health")
 
@@ -174,6 +175,10 @@ class EgressChecker:
         got = await self.client.fetch(
             proxy_url, check, self.settings.timeout, limit=ECHO_BODY_LIMIT
         )
+        if refused_by_proxy(got.outcome, got.status, got.body, got.detail):
+            # The proxy works; its destination rules refuse the echo URL (D134).
+            why = refused_message(got.detail or "HTTP 403", url, "--egress-echo-url")
+            return EgressObserved(provider_id=provider_id, error=why, checked_at=at)
         if got.outcome != "ok":
             why = f"fetching the echo URL {url} through the proxy failed: {got.detail}"
             return EgressObserved(provider_id=provider_id, error=why, checked_at=at)

@@ -43,6 +43,7 @@ from projections.proxy import ProxyView, probe_target, target_verdict
 from services.health.egress import EgressChecker
 from services.health.metrics import HealthMetrics
 from services.health.probe_client import CheckUrl, ProbeClient, ProbeResult
+from services.health.pure.refused import PAGE_LIMIT, refused_by_proxy, refused_message
 from services.health.pure.verdict import (
     LATENCY_CHANGED,
     Known,
@@ -240,7 +241,10 @@ class Prober:
         thresholds = Thresholds(
             spec.failure_threshold, spec.success_threshold, self.latency_band_ms
         )
-        outcome = Outcome(result.ok, result.latency_ms, self._explain(result, check_url, spec))
+        refused = await self._refused(target_url, check_url, spec, result)
+        outcome = Outcome(
+            result.ok, result.latency_ms, self._explain(result, check_url, spec, refused)
+        )
         slot.streak, verdict = judge(self._known(uid, after), slot.streak, outcome, thresholds)
         if verdict is not None:
             await self._append(uid, after, verdict)
@@ -253,10 +257,29 @@ class Prober:
     def check_url_for(self, provider: str, spec: HealthCheck) -> str:
         return spec.url or self.provider_check_urls.get(provider) or self.default_check_url
 
+    async def _refused(
+        self, proxy_url: str, check_url: str, spec: HealthCheck, result: ProbeResult
+    ) -> bool:
+        """Whether a 403 is the proxy's own rules refusing the check URL (D134). A refused
+        CONNECT says so itself; a plain 403 is fetched once more for its page, which costs a
+        request only while the check fails that way."""
+        if result.outcome == "tunnel_refused":
+            return refused_by_proxy(result.outcome, result.status, detail=result.detail)
+        if result.ok or result.status != 403:
+            return False
+        check = self._check(check_url)
+        if isinstance(check, str):
+            return False
+        got = await self.client.fetch(proxy_url, check, spec.timeout_seconds, limit=PAGE_LIMIT)
+        return refused_by_proxy(got.outcome, got.status, got.body)
+
     @staticmethod
-    def _explain(result: ProbeResult, check_url: str, spec: HealthCheck) -> str:
+    def _explain(
+        result: ProbeResult, check_url: str, spec: HealthCheck, refused: bool = False
+    ) -> str:
         """A failure names what was fetched and what changes it: an operator whose proxies
-        are all unhealthy is most often probing a URL their network cannot reach."""
+        are all unhealthy is most often probing a URL their network cannot reach, or one the
+        proxy's own destination rules refuse (``refused``)."""
         if result.ok:
             return result.detail
         if result.outcome == "connect_error":
@@ -272,6 +295,8 @@ class Prober:
                 "and the executor must have the same lease secret)"
             )
         where = "spec.healthCheck.url" if spec.url else "spec.healthCheck.url or --health-check-url"
+        if refused:
+            return refused_message(result.detail, check_url, where)
         return f"{result.detail} (fetched {check_url} through the proxy; set {where} to change it)"
 
     def _known(self, uid: str, view: ProxyView) -> Known:

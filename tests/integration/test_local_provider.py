@@ -23,6 +23,7 @@ from events.schemas import InstanceState
 from services.providers import local_process
 from services.providers.base import NotFound, Permanent
 from services.providers.local import LocalProvider
+from services.providers.pure.targets import AllowedTarget
 from tests.contract.provider import (
     MakeRequest,
     ProviderContract,
@@ -112,9 +113,20 @@ class TestProxypyContract(LocalContract):
 # ----------------------------------------------------------------------------- traffic
 
 
+LOOPBACK_TLS = AllowedTarget(cidr="127.0.0.1/32", ports=("1024-65535",))
+
+
 @pytest.fixture(params=BACKENDS)
 async def local(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[LocalProvider]:
-    provider = LocalProvider("local", tmp_path / "local", backend=request.param, stop_grace=GRACE)
+    # The TLS servers here listen on random loopback ports: allowed explicitly, as an operator
+    # would for an intranet crawl; CONNECT goes nowhere else (D134).
+    provider = LocalProvider(
+        "local",
+        tmp_path / "local",
+        backend=request.param,
+        stop_grace=GRACE,
+        targets=(LOOPBACK_TLS,),
+    )
     yield provider
     await delete_all(provider)
 

@@ -26,6 +26,7 @@ from events.schemas import (
 from events.store import EventStore, NewEvent, derive_msg_id
 from services.health.service import HealthService
 from services.providers.local import LocalProvider
+from services.providers.pure.targets import AllowedTarget
 from services.runtime.config import Settings
 from services.runtime.connection import Connection, connect
 from services.runtime.eventlog.jetstream import JetStreamEventStore
@@ -179,7 +180,14 @@ class Squid:
     def __init__(self, data_dir: Path) -> None:
         port = free_port()
         self.provider = LocalProvider(
-            "local", data_dir, backend="squid", port_range=(port, port), stop_grace=0.5
+            "local",
+            data_dir,
+            backend="squid",
+            port_range=(port, port),
+            stop_grace=0.5,
+            # https checks tunnel to TLS servers on random loopback ports: listed, as an
+            # operator lists an intranet's (D134).
+            targets=(AllowedTarget(cidr="127.0.0.1/32", ports=("1024-65535",)),),
         )
         self.make = request_factory("local")
         self.url = f"http://127.0.0.1:{port}"
