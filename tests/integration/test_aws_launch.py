@@ -42,6 +42,12 @@ async def test_a_launch_carries_tags_user_data_network_and_the_default_type(
     (sent,) = [b for b in front.bodies if b["Action"] == ["RunInstances"]]
     assert sent["NetworkInterface.1.AssociatePublicIpAddress"] == ["true"]
     assert sent["MetadataOptions.HttpTokens"] == ["required"]
+    # IMDSv2 only, one hop, asked for (not left to the AMI's default, which may be 2):
+    # nothing relayed from the VM gets a token back (D134).
+    assert sent["MetadataOptions.HttpPutResponseHopLimit"] == ["1"]
+    options = raw["MetadataOptions"]
+    assert (options["HttpTokens"], options["HttpPutResponseHopLimit"]) == ("required", 1)
+    assert options["HttpEndpoint"] == "enabled"
     assert "KeyName" not in sent
     assert "InstanceMarketOptions.MarketType" not in sent
 

@@ -1,4 +1,5 @@
-"""Where a leased proxy lets its holder go (docs/decisions/0134-where-a-proxy-lets-its-holder-go.md).
+"""Where a leased proxy lets its holder go
+(docs/decisions/0134-where-a-proxy-lets-its-holder-go.md).
 
 Every provider's generated Squid configuration, run by a real Squid: the local provider's (with
 leases enforced, through a holder's credentials), the kubernetes pod's, the cloud VM's
