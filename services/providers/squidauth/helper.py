@@ -49,6 +49,7 @@ from typing import BinaryIO
 from urllib.parse import unquote_to_bytes
 
 PROBE_USER = "egress-probe"
+PROBE_NAME = PROBE_USER.encode()
 MAC_HEX = 32
 MAX_LINE = 65536
 """Bytes of one request line; Squid's own buffer for ``user password`` is 8 KiB. A longer line is
@@ -208,9 +209,9 @@ def _described(user: bytes) -> str:
     """What a log line says of a refused credential: the lease id part of the user name and the
     token, which are no secret, never a mac (the user name's or the password's)."""
     lease_id, _, rest = user.partition(b".")
-    token = rest.partition(b".")[0]
-    if lease_id == PROBE_USER.encode():
+    if lease_id == PROBE_NAME:
         return f"user={PROBE_USER!r}"
+    token = rest.partition(b".")[0]
     shown = token.decode("ascii") if token.isdigit() and len(token) <= MAX_DIGITS else "?"
     return f"lease={_shown(lease_id)!r} token={shown}"
 
