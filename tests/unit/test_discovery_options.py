@@ -18,7 +18,7 @@ from services.discovery.durations import format_duration, seconds_of
 from services.discovery.errors import InvalidRequest
 from services.discovery.pure.policy import LeasePolicy
 from services.discovery.queries import ProxyFilter, parse_proxy_filter
-from services.discovery.service import OPTIONS, DiscoveryService, build
+from services.discovery.service import OPTIONS, DiscoveryService, build, parse_trusted_proxies
 from services.discovery.views import Views
 from services.runtime.config import Settings
 from services.runtime.errors import ConfigError
@@ -66,6 +66,7 @@ def test_flags_parse_durations_into_seconds() -> None:
         "port": 8080,
         "host": "127.0.0.1",
         "clients_file": None,
+        "trusted_proxies": "",
         "max_lease_ttl": 900.0,
         "lease_cooldown": 2.0,
         "block_backoff": 5400.0,
@@ -233,3 +234,15 @@ def test_a_service_made_without_the_flags_checks_the_same_bounds() -> None:
     with pytest.raises(ConfigError, match=r"^--lease-cooldown: "):
         DiscoveryService(lease_cooldown=-1).check()
     DiscoveryService(max_lease_ttl=MAX_LEASE_SECONDS, lease_cooldown=MAX_COOLDOWN_SECONDS).check()
+
+
+def test_trusted_proxies_are_addresses_or_networks_strictly() -> None:
+    assert parse_trusted_proxies("") == ()
+    assert [str(n) for n in parse_trusted_proxies("10.0.0.0/8, 192.0.2.7,fd00::/8")] == [
+        "10.0.0.0/8",
+        "192.0.2.7/32",
+        "fd00::/8",
+    ]
+    for bad in ("*", "10.0.0.1/8", "proxy.internal", "10.0.0.0/33"):
+        with pytest.raises(ConfigError, match=r"^--trusted-proxies: "):
+            parse_trusted_proxies(bad)
