@@ -21,6 +21,7 @@ from services.providers.base import (
     QuotaExceeded,
     Transient,
 )
+from services.providers.cloud.pure.guard import PART_NAME as GUARD_PART
 from services.providers.cloud.pure.userdata import PART_NAME
 from services.providers.digitalocean.provider import DigitalOceanProvider
 from services.providers.digitalocean.testing import LIMIT_MESSAGE, DigitalOceanFake
@@ -320,11 +321,16 @@ async def test_the_region_is_stable_per_name_and_spreads_over_names(fake: Digita
     assert used <= set(regions)
 
 
-async def test_an_empty_spec_needs_no_user_data_without_squid(fake: DigitalOceanFake) -> None:
+async def test_an_empty_spec_without_squid_gets_only_the_metadata_guard(
+    fake: DigitalOceanFake,
+) -> None:
     async with closing(provider(fake, install_squid=False)) as made:
         await made.create(request("px-plain"))
     (droplet,) = fake.droplets.values()
-    assert "user_data" not in droplet.request
+    message = email.parser.Parser(policy=email.policy.default).parsestr(
+        droplet.request["user_data"]
+    )
+    assert [part.get_filename() for part in message.iter_parts()] == [GUARD_PART]
 
 
 # ----------------------------------------------------------------------------- what is read

@@ -4,6 +4,8 @@ and a listing read."""
 
 from __future__ import annotations
 
+import email.parser
+import email.policy
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
 
@@ -21,6 +23,7 @@ from services.providers.base import (
     QuotaExceeded,
     Transient,
 )
+from services.providers.cloud.pure.guard import PART_NAME as GUARD_PART
 from services.providers.gcp.config import GcpConfig
 from services.providers.gcp.provider import GcpProvider
 from services.providers.gcp.testing import ComputeFake
@@ -264,9 +267,14 @@ async def test_insert_body_carries_placement_cloud_init_labels_and_one_external_
         "egress_proxies_provider": "gcp-eu",
         "egress_proxies_spec_hash": "0123456789abcdef",
     }
-    assert body["metadata"]["items"] == [
-        {"key": "user-data", "value": "#cloud-config\npackages: [squid]\n"}
-    ]
+    (item,) = body["metadata"]["items"]
+    assert item["key"] == "user-data"
+    # The Proxy's own cloud-init, then the guard part with the destination rules (D134).
+    parts = email.parser.Parser(policy=email.policy.default).parsestr(item["value"])
+    got = {str(part.get_filename()): str(part.get_content()) for part in parts.iter_parts()}
+    assert list(got) == ["part-001", GUARD_PART]
+    assert got["part-001"] == "#cloud-config\npackages: [squid]\n"
+    assert "http_access deny egress_to_link_local" in got[GUARD_PART]
     assert body["tags"] == {"items": ["egress-proxy"]}
     (disk,) = body["disks"]
     assert (disk["boot"], disk["autoDelete"]) == (True, True)
@@ -286,7 +294,8 @@ async def test_defaults_from_the_config_and_no_optional_fields(
     body = fake.instances[(ZONE, "px-plain")].body
     assert body["machineType"] == f"zones/{ZONE}/machineTypes/e2-small"
     assert body["disks"][0]["initializeParams"]["sourceImage"].endswith("family/debian-12")
-    assert "metadata" not in body
+    # Even without a cloud-init of its own, the image's Squid gets the guard part (D134).
+    assert body["metadata"]["items"][0]["key"] == "user-data"
     assert "serviceAccounts" not in body
     assert "subnetwork" not in body["networkInterfaces"][0]
 

@@ -21,6 +21,7 @@ from services.providers.base import (
     QuotaExceeded,
     Transient,
 )
+from services.providers.cloud.pure.guard import PART_NAME as GUARD_PART
 from services.providers.cloud.pure.userdata import PART_NAME as SQUID_PART
 from services.providers.hetzner.provider import HetznerProvider
 from services.providers.hetzner.testing import HetznerFake
@@ -314,7 +315,7 @@ async def test_the_create_request_carries_place_labels_firewall_and_user_data(
     assert body["networks"] == [4711]
     assert body["start_after_create"] is True
     parts = user_data_parts(body["user_data"])
-    assert list(parts) == ["part-001", SQUID_PART]
+    assert list(parts) == ["part-001", GUARD_PART, SQUID_PART]
     assert parts["part-001"] == "#cloud-config\npackages: [htop]\n"
     assert "http_port 8080" in parts[SQUID_PART]
     assert "acl egress_clients src 203.0.113.0/24 2001:db8::/32" in parts[SQUID_PART]
@@ -331,16 +332,20 @@ async def test_defaults_come_from_the_config_and_the_optional_fields_stay_out(
     assert body["public_net"] == {"enable_ipv4": True, "enable_ipv6": False}
     assert "ssh_keys" not in body
     assert "networks" not in body
-    assert list(user_data_parts(body["user_data"])) == [SQUID_PART]
+    assert list(user_data_parts(body["user_data"])) == [GUARD_PART, SQUID_PART]
 
 
-async def test_install_squid_false_sends_the_proxys_cloud_init_alone(fake: HetznerFake) -> None:
+async def test_install_squid_false_sends_the_proxys_cloud_init_and_the_guard(
+    fake: HetznerFake,
+) -> None:
     async with closing(HetznerProvider(ENTRY, config(fake, install_squid=False))) as provider:
         await provider.create(request("px-own", cloud_init="#cloud-config\npackages: [squid]\n"))
         await provider.create(request("px-none"))
     own, none = fake.create_bodies
-    assert own["user_data"] == "#cloud-config\npackages: [squid]\n"
-    assert "user_data" not in none
+    parts = user_data_parts(own["user_data"])
+    assert list(parts) == ["part-001", GUARD_PART]  # the image's Squid gets the rules (D134)
+    assert parts["part-001"] == "#cloud-config\npackages: [squid]\n"
+    assert list(user_data_parts(none["user_data"])) == [GUARD_PART]
 
 
 # ----------------------------------------------------------------------------- what is read
