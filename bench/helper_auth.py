@@ -130,7 +130,7 @@ def run(
         helpers.append(("baseline", baseline, legacy_scheme))
     key = scheme.proxy_key(MASTER, UID)
     expires = time.time_ns() // 10**6 + 3_600_000
-    figures = []
+    figures: list[Figure] = []
     with tempfile.TemporaryDirectory() as directory:
         for kind in KINDS:
             # Each helper's round follows the other's, so a busy moment weighs on both alike.
