@@ -12,14 +12,14 @@ credential itself (docs/decisions/0084-leases-enforced-at-the-proxy.md). A lease
 ``<lease id>.<token>.<expiry ms>.<mac>`` and its password ``<token>.<expiry ms>.<mac>``, the
 second mac over the whole user name (docs/decisions/0133-a-proxy-login-nobody-else-can-repeat.md):
 Squid caches a checked credential by user name alone, and a user name only its holder knows is an
-entry nobody else can land on. A credential is accepted when both macs verify with this proxy's
-key (``--key-file``), its expiry has not passed on this host's clock, and its fencing token is
-not lower than the highest token accepted so far. That highest token is kept in
-``--state-file`` under an exclusive lock, so the several helper processes Squid runs agree, and a
-restarted helper (or Squid) keeps refusing an older lease; ``--fence-floor`` is where a new
-instance of the proxy starts (the proxy's highest granted token when it was created, D92). The
-probe's user name, ``egress-probe.<expiry ms>.<mac>``, is checked like a lease's but never fences
-and is never fenced.
+entry nobody else can land on. A credential is accepted when its password's mac, which covers
+the whole user name, verifies with this proxy's key (``--key-file``), its expiry has not passed on
+this host's clock, and its fencing token is not lower than the highest token accepted so far.
+That highest token is kept in ``--state-file`` under an exclusive lock, so the several helper
+processes Squid runs agree, and a restarted helper (or Squid) keeps refusing an older lease;
+``--fence-floor`` is where a new instance of the proxy starts (the proxy's highest granted token
+when it was created, D92). The probe's user name, ``egress-probe.<expiry ms>.<mac>``, is checked
+like a lease's but never fences and is never fenced.
 
 Whoever reaches the proxy port chooses what Squid hands the helper, and Squid gives up when its
 helpers keep dying (D92): so no input ends this process. Lines are read as bytes and bounded
