@@ -20,7 +20,7 @@ and the Squid helper (which checks): pure, so every side computes it the same wa
   ms>"``: accepted like a lease's, but it neither fences nor is fenced.
 
 ``helper.py`` carries its own copy of the checking half (it is shipped to VMs as one file);
-``tests/unit/test_lease_credentials.py`` runs it against what this module mints.
+``tests/unit/test_login_scheme.py`` runs it against what this module mints.
 """
 
 from __future__ import annotations
