@@ -55,6 +55,11 @@ _NOT_SECRET = frozenset({"fencingtoken"})
 # schemes, where nats://token@host carries the token.
 _URL_PASSWORD = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^\s/:@]*:)[^\s/@]+@")
 _NATS_TOKEN = re.compile(r"(?i)\b((?:nats|tls|ws|wss)://)[^\s/:@]+@")
+# A proxy login's user name carries a mac (docs/decisions/0133-*.md): Squid caches a checked
+# login by user name, so the name is a bearer secret too. The lease id before it stays readable.
+_LOGIN_MAC = re.compile(
+    r"(?i)(\b[a-z][a-z0-9+.-]*://[^\s/:@.]+)(?:\.[0-9]{1,19}){1,2}\.[0-9a-f]{32}(?=[:@])"
+)
 # A credential after the scheme of an Authorization header: "Bearer" as clients write it, or any
 # case after "authorization:". Not prose ("a bearer token"), nor a challenge ('Bearer realm="x"').
 _BEARER = re.compile(
@@ -70,11 +75,13 @@ cheaper than three substitutions (every value of every line passes here)."""
 
 
 def scrub(text: str) -> str:
-    """``text`` with URL passwords, NATS tokens in URLs and bearer tokens replaced."""
+    """``text`` with URL passwords, proxy logins' macs, NATS tokens in URLs and bearer tokens
+    replaced."""
     if not _MAYBE_SECRET.search(text):
         return text
     text = _URL_PASSWORD.sub(rf"\1{REDACTED}@", text)
     text = _NATS_TOKEN.sub(rf"\1{REDACTED}@", text)
+    text = _LOGIN_MAC.sub(rf"\1.{REDACTED}", text)
     return _BEARER.sub(rf"\1{REDACTED}", text)
 
 

@@ -256,6 +256,14 @@ def test_redaction_reaches_into_nested_values_and_header_lists() -> None:
         ("to https://a:b@c/x and tls://d:e@f", f"to https://a:{REDACTED}@c/x and tls://d:{REDACTED}@f"),
         ("nats://s3cr3t@h:4222", f"nats://{REDACTED}@h:4222"),
         ("http://user@h/", "http://user@h/"),
+        (
+            "http://lease-1.7.1765000000000.0123456789abcdef0123456789abcdef:7.1.f@h:3128",
+            f"http://lease-1.{REDACTED}:{REDACTED}@h:3128",
+        ),
+        (
+            "http://egress-probe.1765000000000.0123456789abcdef0123456789abcdef@h",
+            f"http://egress-probe.{REDACTED}@h",
+        ),
         ("Authorization: Bearer abc.def-1", f"Authorization: Bearer {REDACTED}"),
         ("nats://h:4222 is fine", "nats://h:4222 is fine"),
         ("{'authorization': 'bearer x1'}", f"{{'authorization': 'bearer {REDACTED}'}}"),
@@ -357,9 +365,10 @@ def test_console_lines_cannot_drive_the_terminal_or_forge_a_line() -> None:
 
 
 def _scrub_every_pattern(text: str) -> str:
-    """``scrub`` without its first look: all three substitutions, always."""
+    """``scrub`` without its first look: every substitution, always."""
     text = logs._URL_PASSWORD.sub(rf"\1{logs.REDACTED}@", text)
     text = logs._NATS_TOKEN.sub(rf"\1{logs.REDACTED}@", text)
+    text = logs._LOGIN_MAC.sub(rf"\1.{logs.REDACTED}", text)
     return logs._BEARER.sub(rf"\1{logs.REDACTED}", text)
 
 
