@@ -31,6 +31,7 @@ from services.providers.base import (
     Transient,
 )
 from services.providers.cloud.pure.firewall import FIREWALL_KIND, firewall_name, firewall_owner
+from services.providers.cloud.pure.guard import PART_NAME as GUARD_PART
 from services.providers.cloud.pure.userdata import PART_NAME as SQUID_PART
 from services.providers.squidauth.keyed import lease_keyed
 from services.providers.squidauth.pure.cloudinit import PART_NAME as LEASE_PART
@@ -331,14 +332,18 @@ async def test_the_vm_boots_with_the_squid_part_and_the_lease_part(
     keyed = lease_keyed(aws, b"m" * 32)
     pid = await keyed.create(request("px-ud", cloud_init="#cloud-config\npackages: [htop]\n"))
     parts = mime_parts(user_data(ec2, pid))
-    # cloud-init runs script parts in name order: the Squid part before the lease part.
-    assert sorted(parts) == ["part-001", SQUID_PART, LEASE_PART]
+    # cloud-init runs script parts in name order: the metadata guard (D134), the Squid part,
+    # then the lease part. Together they pass EC2's limit: the user data went gzip-compressed.
+    assert sorted(parts) == ["part-001", GUARD_PART, SQUID_PART, LEASE_PART]
     assert "packages: [htop]" in parts["part-001"]
     assert "http_port 3128" in parts[SQUID_PART]
     assert "acl egress_clients src 127.0.0.0/8 ::1/128" in parts[SQUID_PART]
     assert "apt-get install -y -q squid" in parts[SQUID_PART]
     async with closing(AwsProvider(PROVIDER, config(front.url, image, installSquid=False))) as bare:
         plain = await bare.create(request("px-bare", cloud_init="#!/bin/sh\necho hi\n"))
-        assert user_data(ec2, plain) == "#!/bin/sh\necho hi\n"
+        # The Proxy's own part, and the guard with the rules for the image's Squid (D134).
+        bare_parts = mime_parts(user_data(ec2, plain))
+        assert sorted(bare_parts) == ["part-001", GUARD_PART]
+        assert bare_parts["part-001"] == "#!/bin/sh\necho hi\n"
         sent = [b for b in front.bodies if b["Action"] == ["RunInstances"]][-1]
-        assert base64.b64decode(sent["UserData"][0]) == b"#!/bin/sh\necho hi\n"
+        assert base64.b64decode(sent["UserData"][0]).decode() == user_data(ec2, plain)

@@ -5,6 +5,7 @@ and an EC2 client of the test's own for what happens behind the system's back.""
 from __future__ import annotations
 
 import base64
+import gzip
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -90,7 +91,9 @@ def described(client: Any, instance_id: str) -> dict[str, Any]:
 
 def user_data(client: Any, instance_id: str) -> str:
     answer = client.describe_instance_attribute(InstanceId=instance_id, Attribute="userData")
-    return base64.b64decode(answer["UserData"]["Value"]).decode()
+    raw = base64.b64decode(answer["UserData"]["Value"])
+    # User data over EC2's limit is sent gzip-compressed; cloud-init reads both.
+    return (gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw).decode()
 
 
 def groups_named(client: Any, name: str) -> list[dict[str, Any]]:
