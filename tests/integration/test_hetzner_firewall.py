@@ -23,6 +23,7 @@ from services.gc.lock import SweepLock
 from services.gc.sweep import sweep_once
 from services.providers.base import Leftover, LeftoverCleaner, NotFound, Permanent, Transient
 from services.providers.cloud.pure.firewall import FIREWALL_KIND
+from services.providers.cloud.pure.guard import PART_NAME as GUARD_PART
 from services.providers.cloud.pure.userdata import PART_NAME as SQUID_PART
 from services.providers.hetzner.provider import HetznerProvider
 from services.providers.hetzner.testing import HetznerFake
@@ -322,8 +323,9 @@ async def test_user_data_has_the_proxys_part_the_squid_part_and_the_lease_part(
         await wrapped.close()
     (body,) = fake.create_bodies
     parts = user_data_parts(body["user_data"])
-    # cloud-init runs script parts in name order: Squid's configuration, then the lease's.
-    assert sorted(parts) == ["part-001", SQUID_PART, LEASE_PART]
+    # cloud-init runs script parts in name order: the metadata guard (D134), Squid's
+    # configuration, then the lease's.
+    assert sorted(parts) == ["part-001", GUARD_PART, SQUID_PART, LEASE_PART]
     assert parts["part-001"] == "#cloud-config\n"
     assert "apt-get install -y -q squid" in parts[SQUID_PART]
     assert lease_auth_for(master, "uid-7").key in parts[LEASE_PART]
