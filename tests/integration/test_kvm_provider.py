@@ -4,6 +4,8 @@ pool, the image cache, the seed as the guest would read it, delete, and leftover
 from __future__ import annotations
 
 import asyncio
+import email.parser
+import email.policy
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
@@ -11,6 +13,7 @@ import pytest
 
 from events.schemas import InstanceState, Placement, ProxySpec
 from services.providers.base import CreateRequest, NotFound, Permanent, Transient
+from services.providers.cloud.pure.guard import PART_NAME as GUARD_PART
 from services.providers.kvm.images import download_bytes
 from services.providers.kvm.provider import KvmProvider
 from services.providers.kvm.pure.config import DEFAULT_VENDOR_DATA
@@ -100,11 +103,14 @@ async def test_create_defines_and_starts_a_domain_with_overlay_and_seed(
     finally:
         conn.close()
     assert contents.label == "cidata"
-    assert contents.files == {
-        "user-data": CLOUD_INIT,
-        "meta-data": meta_data_for("vm-a"),
-        "vendor-data": DEFAULT_VENDOR_DATA,
-    }
+    assert set(contents.files) == {"user-data", "meta-data", "vendor-data"}
+    assert contents.files["meta-data"] == meta_data_for("vm-a")
+    assert contents.files["vendor-data"] == DEFAULT_VENDOR_DATA
+    # The Proxy's cloud-init, then the guard part for the image's Squid (D134).
+    message = email.parser.Parser(policy=email.policy.default).parsestr(contents.files["user-data"])
+    parts = {str(p.get_filename()): str(p.get_content()) for p in message.iter_parts()}
+    assert list(parts) == ["part-001", GUARD_PART]
+    assert parts["part-001"] == CLOUD_INIT
     ip = await running(provider, provider_id)
     instance = await provider.get(provider_id)
     assert (instance.ip, instance.owner_uid, instance.name) == (ip, "owner-a", "vm-a")

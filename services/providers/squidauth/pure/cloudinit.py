@@ -96,7 +96,10 @@ def with_script_part(user_data: str, script: str, filename: str) -> str:
     if user_data.strip():
         theirs = EmailMessage()
         # text/plain: cloud-init tells the part's type from its first line, as it would have.
-        theirs.set_content(user_data, subtype="plain")
+        # ASCII stays as written (no quoted-printable soft breaks splitting a long line, so
+        # a wire log's redaction still sees each token whole); other text is encoded.
+        cte = "8bit" if user_data.isascii() else None
+        theirs.set_content(user_data, subtype="plain", cte=cte)
         theirs.add_header("Content-Disposition", "attachment", filename="part-001")
         message.attach(theirs)
     message.attach(ours)
