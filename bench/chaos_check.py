@@ -349,8 +349,9 @@ def ghost_writes(releases: list[Call], reports: list[Call], log: LeaseLog) -> Ch
         outcomes = {a.outcome for a in answers}
         if OK not in outcomes and NO_ANSWER not in outcomes:
             found.append(
-                f"lease {grant.lease_id} on {grant.proxy_uid} ended as released at "
-                f"{clock(grant.ended_at)}; its DELETEs: {'; '.join(map(told, answers)) or 'none'}"
+                f"lease {grant.lease_id} of {grant.holder!r} on {grant.proxy_uid} ended as "
+                f"released at {clock(grant.ended_at)}; its DELETEs: "
+                f"{'; '.join(map(told, answers)) or 'none'}"
             )
     by_tag = {c.tag: c for c in reports}
     for tag in sorted(log.reports):

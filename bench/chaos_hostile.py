@@ -35,11 +35,13 @@ from urllib.parse import urlsplit
 
 from bench.chaos_check import Acquisition, Check
 from bench.chaos_edge import Endpoint, escape, escapes, exchange, forge, get
-from bench.chaos_load import Record, call, stamp
+from bench.chaos_load import LoadOptions, Record, acquisition, call, release
 from services.discovery.pure.clients import hash_token
 
 CRAWLER_TOKEN = secrets.token_hex(32)
 HOSTILE_TOKEN = secrets.token_hex(32)
+HOSTILE_HOLDER = "hostile-"
+"""The holder names of the hostile client's own leases start so."""
 PAUSE = 0.05
 """Between two hostile actions: about 20 a second, beside the crawlers' load."""
 
@@ -124,7 +126,7 @@ async def run_hostile(
     attacker = Attacker(
         port, origin_port, proxies, record, random.Random(f"{seed}-hostile"), Hostile()
     )
-    own = OwnLease(port, dict(selector or {}))
+    own = OwnLease(port, dict(selector or {}), record)
     try:
         while not stop.is_set():
             await attacker.step(own)
@@ -184,16 +186,21 @@ class Attacker:
 def _held(record: Record) -> list[Acquisition]:
     """The crawlers' newest leases still current, with a proxy URL to forge on."""
     now = time.time()
-    return [a for a in record.acquisitions[-20:] if a.proxy_url and a.expires_at > now + 1.0]
+    recent = _crawlers(record.acquisitions[-20:])
+    return [a for a in recent if a.proxy_url and a.expires_at > now + 1.0]
 
 
 class OwnLease:
     """The hostile client's own lease, for the requests that would leave the crawl: acquired
-    when needed, taken again before it expires, released at the end."""
+    when needed, taken again before it expires, released at the end. Its acquisitions and
+    releases go into the soak's record like the crawlers', so the checks of the log account
+    for them (a lease the checker cannot trace to a request is a ghost)."""
 
-    def __init__(self, port: int, selector: dict[str, str]) -> None:
+    def __init__(self, port: int, selector: dict[str, str], record: Record) -> None:
         self.port = port
         self.selector = selector
+        self.record = record
+        self.options = LoadOptions(token=HOSTILE_TOKEN, timeout=5.0)
         self.lease_id = ""
         self.url = ""
         self.expires_at = 0.0
@@ -204,29 +211,31 @@ class OwnLease:
             return Endpoint.of(self.url)
         await self.release()
         self.n += 1
-        body = {"ttlSeconds": 20, "holder": f"hostile-{self.n}", "selector": self.selector}
+        holder = f"{HOSTILE_HOLDER}{self.n}"
+        body = {"ttlSeconds": 20, "holder": holder, "selector": self.selector}
         answer, parsed, _ = await call(
             self.port, "POST", "/v1/leases", body, timeout=5.0, token=HOSTILE_TOKEN
         )
-        if answer.status != 201:
+        got = acquisition(holder, answer, parsed)
+        self.record.acquisitions.append(got)
+        if not got.lease_id:
             return None
-        try:
-            self.lease_id = str(parsed["id"])
-            self.url = str(parsed["proxy"]["url"])
-            self.expires_at = stamp(parsed["expiresAt"])
-        except (KeyError, TypeError, ValueError):
-            return None
+        self.lease_id, self.url, self.expires_at = got.lease_id, got.proxy_url, got.expires_at
         return Endpoint.of(self.url)
 
     async def release(self) -> None:
         if self.lease_id:
-            path = f"/v1/leases/{self.lease_id}"
-            await call(self.port, "DELETE", path, timeout=5.0, token=HOSTILE_TOKEN)
+            await release(self.port, self.lease_id, self.options, self.record)
         self.lease_id = ""
 
 
 def _newest_leases(record: Record) -> list[str]:
-    return [a.lease_id for a in record.acquisitions[-20:] if a.lease_id]
+    return [a.lease_id for a in _crawlers(record.acquisitions[-20:]) if a.lease_id]
+
+
+def _crawlers(acquisitions: list[Acquisition]) -> list[Acquisition]:
+    """The crawlers' acquisitions: the hostile client's own are in the record too."""
+    return [a for a in acquisitions if not a.holder.startswith(HOSTILE_HOLDER)]
 
 
 def check_hostile(seen: Hostile) -> Check:
