@@ -15,11 +15,11 @@ import asyncio
 
 import structlog
 
-from events import subjects
-from events.errors import ConcurrencyError, EventStoreError
+from events.errors import EventStoreError
 from events.schemas import LeaseExpired
-from events.store import EventStore, NewEvent, derive_msg_id
+from events.store import EventStore
 from projections.lease import LeaseView
+from services.discovery.ending import record_end
 from services.discovery.metrics import DiscoveryMetrics
 from services.discovery.revocation import revoke
 from services.discovery.views import Views
@@ -55,16 +55,7 @@ class ExpirySweep:
             current = view.current
             assert current is not None
             event = LeaseExpired(lease_id=current.lease_id, proxy_uid=view.proxy_uid)
-            msg_id = derive_msg_id("lease-expired", current.lease_id, str(view.last_seq))
-            try:
-                result = await self.store.append(
-                    subjects.lease(view.proxy_uid),
-                    [NewEvent(event, msg_id)],
-                    expected_seq=view.last_seq,
-                )
-            except ConcurrencyError:
-                continue  # something happened to it meanwhile; the next pass looks again
-            if not result.duplicates:
+            if await record_end(self.store, view, event, "lease-expired"):
                 recorded += 1
                 self.metrics.expirations.inc()
         return recorded

@@ -1,11 +1,10 @@
 """Ending leases whose proxy is going away, and answering their holders
 (docs/decisions/0139-the-discovery-api-s-edges.md; the rule is ``pure.revocation``).
 
-Every replica sweeps, beside the expiry sweep and as it does: the release expects the sequence
-the replica folded and its msg id derives from the lease and that sequence, so replicas that saw
-the same state store one event between them, and one whose view is behind gets a conflict and
-looks again next pass. The release is the system's own (no client, no cooldown: the proxy is
-leaving the fleet or the pool) and carries the reason, so ``egress-proxies events`` says why.
+Every replica sweeps, beside the expiry sweep and as it does (``ending.py``): replicas that saw
+the same state store one event between them. The release is the system's own (no client, no
+cooldown: the proxy is leaving the fleet or the pool) and carries the reason, so
+``egress-proxies events`` says why.
 The fold ends the lease only if it is still the current one, so a holder's release racing this
 one leaves one of them without effect, never two ends.
 """
@@ -14,12 +13,11 @@ from __future__ import annotations
 
 import structlog
 
-from events import subjects
-from events.errors import ConcurrencyError
 from events.schemas import LeaseReleased
-from events.store import EventStore, NewEvent, derive_msg_id
+from events.store import EventStore
 from projections.lease import LeaseView
 from projections.lease_queries import find
+from services.discovery.ending import record_end
 from services.discovery.errors import ApiError, LeaseRevoked, UnknownLease
 from services.discovery.pure.revocation import REASONS, revoked_message, why_revoked
 from services.discovery.views import Views
@@ -50,16 +48,7 @@ async def revoke(store: EventStore, views: Views) -> int:
         event = LeaseReleased(
             lease_id=current.lease_id, proxy_uid=view.proxy_uid, cooldown_seconds=0.0, reason=reason
         )
-        msg_id = derive_msg_id("lease-revoked", current.lease_id, str(view.last_seq))
-        try:
-            result = await store.append(
-                subjects.lease(view.proxy_uid),
-                [NewEvent(event, msg_id)],
-                expected_seq=view.last_seq,
-            )
-        except ConcurrencyError:
-            continue  # something happened to it meanwhile; the next pass looks again
-        if not result.duplicates:
+        if await record_end(store, view, event, "lease-revoked"):
             ended += 1
             log.warning(
                 "ended a lease under its holder",
