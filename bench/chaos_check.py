@@ -337,13 +337,15 @@ def ghost_leases(acquisitions: list[Acquisition], log: LeaseLog) -> tuple[Check,
 
 
 def ghost_writes(releases: list[Call], reports: list[Call], log: LeaseLog) -> Check:
-    """Releases and reports that took effect although every attempt was answered as failed."""
+    """Releases and reports that took effect although every attempt was answered as failed. A
+    claim the system withdrew (``ghost_leases`` counts those) was released by no client: no
+    DELETE is expected of it."""
     calls: dict[str, list[Call]] = defaultdict(list)
     for call in releases:
         calls[call.lease_id].append(call)
     found = []
     for grant in sorted(log.grants.values(), key=lambda g: g.seq):
-        if grant.end != lease.RELEASED:
+        if grant.end != lease.RELEASED or grant.withdrawn:
             continue
         answers = [c.answer for c in calls.get(grant.lease_id, [])]
         outcomes = {a.outcome for a in answers}

@@ -239,6 +239,24 @@ def test_a_release_or_report_told_failed_that_took_effect_is_a_ghost() -> None:
     assert ghost_writes([Call("a", answered(204))], [Call("a", answered(204), tag="t")], log).ok
 
 
+def test_a_claim_the_system_withdrew_is_no_ghost_release() -> None:
+    """Its requester was told 503 and never had an id to DELETE: the system's withdrawal
+    ended it, which ``ghost_leases`` counts apart."""
+    log = fold_log(
+        [
+            recorded(1, 0, claim("a", "h1")),
+            recorded(2, 1, LeaseReleased(lease_id="a", proxy_uid="px", withdrawn=True)),
+            recorded(3, 2, claim("b", "h2")),
+            recorded(4, 3, LeaseReleased(lease_id="b", proxy_uid="px")),
+        ]
+    )
+
+    found = ghost_writes([], [], log)
+
+    assert found.value == 1, "the release nobody asked for is still a ghost"
+    assert "lease b of 'h2'" in found.evidence[0]
+
+
 def test_convergence_must_come_within_the_limit() -> None:
     assert check_converged(12.5, 60, []).ok
     late = check_converged(61.0, 60, ["chaos/p0: phase Provisioning"])
