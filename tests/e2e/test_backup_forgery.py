@@ -23,19 +23,18 @@ import pytest
 from services.cli.pure.backup_manifest import END, MAGIC, Record, RecordReader, encode_record
 from services.runtime.connection import connect
 from services.runtime.natsserver import EmbeddedNatsServer
-from tests.e2e.test_backup_refusals import log_state, run, seeded, servers
+from tests.support.backups import (
+    backed_up,
+    run,
+    said,
+    seeded,
+    state_of,
+    two_servers,  # noqa: F401  # the fixture `servers`
+)
 
 pytestmark = pytest.mark.e2e
 
-__all__ = ["servers"]  # the fixture, used by name
-
 KEY = "k" * 16 + "0123456789abcdef0123456789abcdef"
-
-
-def said(process: object) -> str:
-    """What a command printed, its lines joined (a terminal's width wraps them)."""
-    out = getattr(process, "stdout", "") + getattr(process, "stderr", "")
-    return " ".join(out.split())
 
 
 def edit_manifest(backup: Path, stream: str, **fields: object) -> None:
@@ -58,6 +57,19 @@ def forge(backup: Path) -> None:
     edit_manifest(backup, "LEASE", sha256=hashlib.sha256(raw).hexdigest(), size=len(raw))
 
 
+def refused_each_way(
+    backup: Path, target: EmbeddedNatsServer, named: str, problem: str, *args: str
+) -> None:
+    """``restore --check`` and ``restore --force`` alike exit 13 naming the file and the
+    problem, without a traceback."""
+    for way in ("--check", "--force"):
+        refused = run("restore", str(backup), way, *args, url=target.admin_url)
+        assert refused.returncode == 13, refused.stdout + refused.stderr
+        assert f"{backup}/{named}" in refused.stderr, refused.stderr
+        assert problem in said(refused), refused.stderr
+        assert "Traceback" not in refused.stderr
+
+
 @pytest.mark.parametrize(
     ("how", "named", "problem"),
     [
@@ -73,12 +85,9 @@ async def test_a_forged_sequence_or_a_linked_file_is_refused_and_the_log_untouch
     named: str,
     problem: str,
 ) -> None:
-    source, target = servers
-    await seeded(source, 20)
-    before = await seeded(target, 5)
+    _, target = servers
     backup = tmp_path / "backup"
-    taken = run("backup", str(backup), url=source.admin_url)
-    assert taken.returncode == 0, taken.stderr
+    before = await backed_up(servers, backup, source_events=20, target_events=5)
     if how == "observed-max":
         edit_manifest(backup, "LEASE", observed_last_seq=2**63 - 1)
     elif how == "observed-far":
@@ -93,32 +102,21 @@ async def test_a_forged_sequence_or_a_linked_file_is_refused_and_the_log_untouch
         outside = tmp_path / "elsewhere.gz"
         (backup / "LEASE.events.gz").rename(outside)
         (backup / "LEASE.events.gz").symlink_to(outside)
-    for args in (("--check",), ("--force",)):
-        refused = run("restore", str(backup), *args, url=target.admin_url)
-        assert refused.returncode == 13, refused.stdout + refused.stderr
-        assert f"{backup}/{named}" in refused.stderr, refused.stderr
-        assert problem in said(refused), refused.stderr
-        assert "Traceback" not in refused.stderr
-    conn = await connect(target.admin_url)
-    try:
-        assert await log_state(conn) == before
-    finally:
-        await conn.close()
+    refused_each_way(backup, target, named, problem)
+    assert await state_of(target) == before
 
 
 async def test_a_signed_backup_refuses_a_consistent_forgery_and_a_lost_signature(
     tmp_path: Path, servers: tuple[EmbeddedNatsServer, EmbeddedNatsServer]
 ) -> None:
-    source, target = servers
-    await seeded(source, 20)
-    before = await seeded(target, 5)
+    _, target = servers
     key_file = tmp_path / "backup.key"
     key_file.write_text(KEY + "\n")
     backup = tmp_path / "backup"
-    taken = run("backup", str(backup), "--sign-key", str(key_file), url=source.admin_url)
-    assert taken.returncode == 0, taken.stderr
+    sign = ("--sign-key", str(key_file))
+    before = await backed_up(servers, backup, *sign, source_events=20, target_events=5)
     assert (backup / "manifest.json.hmac").is_file()
-    checked = run("restore", str(backup), "--check", "--sign-key", str(key_file), url="")
+    checked = run("restore", str(backup), "--check", *sign, url="")
     assert checked.returncode == 0, checked.stderr
     assert "signed with this key" in said(checked)
 
@@ -127,15 +125,9 @@ async def test_a_signed_backup_refuses_a_consistent_forgery_and_a_lost_signature
     # Without the key, a consistent forgery cannot be told, and the output says so.
     assert unsigned_check.returncode == 0, unsigned_check.stderr
     assert "signature was not checked" in said(unsigned_check)
-    for args in (("--check",), ("--force",)):
-        refused = run(
-            "restore", str(backup), *args, "--sign-key", str(key_file), url=target.admin_url
-        )
-        assert refused.returncode == 13, refused.stdout + refused.stderr
-        assert f"{backup}/manifest.json.hmac" in refused.stderr
-        assert "does not match" in said(refused)
+    refused_each_way(backup, target, "manifest.json.hmac", "does not match", *sign)
     (backup / "manifest.json.hmac").unlink()
-    missing = run("restore", str(backup), "--force", "--sign-key", str(key_file), url="")
+    missing = run("restore", str(backup), "--force", *sign, url="")
     assert missing.returncode == 13, missing.stdout + missing.stderr
     assert "manifest.json.hmac: is missing" in said(missing)
     short = tmp_path / "short.key"
@@ -143,11 +135,7 @@ async def test_a_signed_backup_refuses_a_consistent_forgery_and_a_lost_signature
     bad_key = run("restore", str(backup), "--check", "--sign-key", str(short), url="")
     assert bad_key.returncode == 2, bad_key.stdout + bad_key.stderr
     assert "--sign-key" in bad_key.stderr
-    conn = await connect(target.admin_url)
-    try:
-        assert await log_state(conn) == before
-    finally:
-        await conn.close()
+    assert await state_of(target) == before
 
 
 async def test_a_restored_lease_stream_keeps_its_sequence_across_a_restart(

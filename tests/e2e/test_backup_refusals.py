@@ -11,8 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import subprocess
-from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -20,52 +18,19 @@ import pytest
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from services.runtime.connection import Connection, connect
-from services.runtime.eventlog.streams import ensure_streams
 from services.runtime.natsserver import EmbeddedNatsServer
-from tests.support import markers
+from tests.support.backups import (
+    backed_up,
+    log_state,
+    run,
+    seeded,
+    state_of,
+    two_servers,  # noqa: F401  # the fixture `servers`
+)
 from tests.support.natscli import NatsCli
-from tests.support.system import base_env, cli
 from tests.support.waiting import until
 
 pytestmark = pytest.mark.e2e
-
-
-async def seeded(server: EmbeddedNatsServer, events: int) -> dict[str, tuple[int, int]]:
-    """A log of ``events`` per stream, and a durable of the reconciler's; its state."""
-    conn = await connect(server.admin_url)
-    try:
-        await ensure_streams(conn.js)
-        for i in range(events):
-            await conn.js.publish(f"proxy.u{i % 3}.declared", b'{"n": %d}' % i)
-            await conn.js.publish(f"lease.u{i % 3}", b"{}")
-        return await log_state(conn)
-    finally:
-        await conn.close()
-
-
-async def log_state(conn: Connection) -> dict[str, tuple[int, int]]:
-    return {
-        name: ((i := await conn.js.stream_info(name)).state.messages, i.state.last_seq)
-        for name in ("PROXY", "LEASE", "GC", "DEADLETTER")
-    }
-
-
-def run(*args: str, url: str) -> subprocess.CompletedProcess[str]:
-    return cli(*args, env={**base_env(), "NATS_URL": url})
-
-
-@pytest.fixture
-@markers.starts("two nats-servers")
-async def servers(tmp_path: Path) -> AsyncIterator[tuple[EmbeddedNatsServer, EmbeddedNatsServer]]:
-    source = EmbeddedNatsServer(data_dir=tmp_path / "source")
-    target = EmbeddedNatsServer(data_dir=tmp_path / "target")
-    await source.start()
-    await target.start()
-    try:
-        yield source, target
-    finally:
-        await source.stop()
-        await target.stop()
 
 
 def damage(backup: Path, how: str) -> str:
@@ -95,22 +60,15 @@ def damage(backup: Path, how: str) -> str:
 async def test_a_damaged_backup_is_refused_and_the_log_is_untouched(
     tmp_path: Path, servers: tuple[EmbeddedNatsServer, EmbeddedNatsServer], how: str
 ) -> None:
-    source, target = servers
-    await seeded(source, 30)
-    before = await seeded(target, 7)
+    _, target = servers
     backup = tmp_path / "backup"
-    taken = run("backup", str(backup), url=source.admin_url)
-    assert taken.returncode == 0, taken.stderr
+    before = await backed_up(servers, backup, source_events=30, target_events=7)
     named = damage(backup, how)
     refused = run("restore", str(backup), "--force", url=target.admin_url)
     assert refused.returncode == 13, refused.stdout + refused.stderr
     assert f"{backup}/{named}" in refused.stderr
     assert "nothing was restored" in refused.stderr
-    conn = await connect(target.admin_url)
-    try:
-        assert await log_state(conn) == before
-    finally:
-        await conn.close()
+    assert await state_of(target) == before
 
 
 async def test_a_restore_replaces_a_log_only_when_told_and_never_under_running_services(
@@ -155,14 +113,10 @@ async def test_a_restore_replaces_a_log_only_when_told_and_never_under_running_s
 
     replaced = run("restore", str(backup), "--force", url=target.admin_url)
     assert replaced.returncode == 0, replaced.stdout + replaced.stderr
-    conn = await connect(target.admin_url)
-    try:
-        now = await log_state(conn)
-        assert {k: v[0] for k, v in now.items()} == {k: v[0] for k, v in wanted.items()}
-        # LEASE continues above both the backup's log and the one it replaced.
-        assert now["LEASE"][1] == max(wanted["LEASE"][1], before["LEASE"][1]) + 1_000_000
-    finally:
-        await conn.close()
+    now = await state_of(target)
+    assert {k: v[0] for k, v in now.items()} == {k: v[0] for k, v in wanted.items()}
+    # LEASE continues above both the backup's log and the one it replaced.
+    assert now["LEASE"][1] == max(wanted["LEASE"][1], before["LEASE"][1]) + 1_000_000
 
 
 async def _waiting(conn: Connection) -> bool:
