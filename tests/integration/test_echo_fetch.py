@@ -7,47 +7,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
 from services.health.probe_client import CheckUrl, ProbeClient
+from tests.support.loopback import serving
 
 pytestmark = pytest.mark.integration
 
 LIMIT = 4096
 ECHO = CheckUrl.parse("http://echo.invalid/ip")
-
-
-@contextlib.asynccontextmanager
-async def serving(
-    handle: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]],
-) -> AsyncIterator[str]:
-    """A server on loopback whose connections are all closed when the test is done with it."""
-    tasks: set[asyncio.Task[None]] = set()
-    writers: set[asyncio.StreamWriter] = set()
-
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writers.add(writer)
-        task = asyncio.current_task()
-        assert task is not None
-        tasks.add(task)
-        with contextlib.suppress(Exception):
-            await handle(reader, writer)
-
-    server = await asyncio.start_server(serve, "127.0.0.1", 0)
-    try:
-        yield f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
-    finally:
-        server.close()
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        for writer in writers:
-            writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
-        await server.wait_closed()
 
 
 def fake_proxy(

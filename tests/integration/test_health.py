@@ -13,15 +13,12 @@ from tests.support.health import (
     declare_ready,
     fast_check,
     health_events,
+    replica_service,
     start_replica,
 )
 from tests.support.waiting import until
 
 pytestmark = pytest.mark.integration
-
-
-def service(name: str, check_url: str) -> HealthService:
-    return HealthService(check_url=check_url, heartbeat=0.2, replica_id=name, latency_band_ms=0)
 
 
 async def test_killed_squid_turns_unhealthy_and_a_new_process_restores_it(
@@ -31,7 +28,7 @@ async def test_killed_squid_turns_unhealthy_and_a_new_process_restores_it(
     target: RecordingTarget,
 ) -> None:
     await declare_ready(jetstream_store, "p1", squid.url, fast_check(target.url(), failures=3))
-    replica = await start_replica(nats_server.url, service("solo", target.url()))
+    replica = await start_replica(nats_server.url, replica_service("solo", target.url()))
     try:
 
         async def events(n: int) -> bool:
@@ -71,7 +68,7 @@ async def test_events_are_appended_only_on_transitions(
     uids = ["a1", "a2", "a3"]
     for uid in uids:
         await declare_ready(jetstream_store, uid, squid.url, fast_check(target.url()))
-    replica = await start_replica(nats_server.url, service("solo", target.url()))
+    replica = await start_replica(nats_server.url, replica_service("solo", target.url()))
     probes = replica.service
 
     async def probed_at_least(n: int) -> bool:

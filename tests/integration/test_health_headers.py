@@ -4,10 +4,8 @@ nothing else, inside an active trace and with probe spans on; https goes through
 from __future__ import annotations
 
 import asyncio
-import ssl
 
 import pytest
-import trustme
 from opentelemetry import trace
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
@@ -24,6 +22,7 @@ from tests.support.health import (
     health_events,
     start_replica,
 )
+from tests.support.loopback import listening, localhost_tls
 from tests.support.waiting import until
 
 pytestmark = pytest.mark.integration
@@ -113,11 +112,7 @@ async def _at_least(target: RecordingTarget, n: int) -> bool:
 
 
 async def test_https_check_goes_through_a_connect_tunnel(squid: Squid) -> None:
-    ca = trustme.CA()
-    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    ca.issue_cert("localhost").configure_cert(server_ctx)
-    client_ctx = ssl.create_default_context()
-    ca.configure_trust(client_ctx)
+    server_ctx, client_ctx = localhost_tls()
     seen: list[dict[str, str]] = []
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -128,21 +123,16 @@ async def test_https_check_goes_through_a_connect_tunnel(squid: Squid) -> None:
                 seen.append({k.strip().lower(): v.strip() for k, _, v in pairs})
                 writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
                 await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):
-            pass
         finally:
             writer.close()
 
-    server = await asyncio.start_server(serve, "127.0.0.1", 0, ssl=server_ctx)
-    port = server.sockets[0].getsockname()[1]
     client = ProbeClient(ssl_context=client_ctx)
     try:
-        check = CheckUrl.parse(f"https://localhost:{port}/tls")
-        results = [await client.probe(squid.url, check, 5.0) for _ in range(3)]
+        async with listening(serve, tls=server_ctx) as port:
+            check = CheckUrl.parse(f"https://localhost:{port}/tls")
+            results = [await client.probe(squid.url, check, 5.0) for _ in range(3)]
     finally:
         await client.close()
-        server.close()
-        await server.wait_closed()
     assert [r.outcome for r in results] == ["ok"] * 3, results
     assert len(seen) == 3
     assert all(set(headers) == ALLOWED for headers in seen)

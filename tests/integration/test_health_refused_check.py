@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import pytest
 
-from services.health.service import HealthService
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.natsserver import EmbeddedNatsServer
 from tests.support.health import (
@@ -19,6 +18,7 @@ from tests.support.health import (
     declare_ready,
     fast_check,
     health_events,
+    replica_service,
     start_replica,
 )
 from tests.support.waiting import until
@@ -41,10 +41,7 @@ async def test_a_check_url_refused_by_the_proxys_rules_says_so_and_how_to_fix_it
     check_url: str,
 ) -> None:
     await declare_ready(jetstream_store, "p1", squid.url, fast_check(check_url, failures=1))
-    probes = HealthService(
-        check_url=target.url(), heartbeat=0.2, replica_id="solo", latency_band_ms=0
-    )
-    replica = await start_replica(nats_server.url, probes)
+    replica = await start_replica(nats_server.url, replica_service("solo", target.url()))
     try:
 
         async def judged() -> bool:

@@ -156,6 +156,13 @@ class Replica:
         await self.conn.close()
 
 
+def replica_service(name: str, check_url: str) -> HealthService:
+    """A health replica as the health tests run one: a 0.2 s heartbeat, so it takes its
+    proxies at once, and no latency band, so the log holds a verdict only where health changed
+    and a test can count them."""
+    return HealthService(check_url=check_url, heartbeat=0.2, replica_id=name, latency_band_ms=0)
+
+
 async def start_replica(url: str, service: HealthService) -> Replica:
     conn = await connect(url)
     ctx = ServiceContext(
