@@ -18,7 +18,7 @@ from events.schemas import LeaseAcquired, LeaseReleased, LeaseRenewed, LeaseRepo
 from services.discovery.pure.clients import hash_token
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.natsserver import EmbeddedNatsServer
-from tests.support.discovery import discovery, ready_proxy
+from tests.support.discovery import bearer_client, discovery, ready_proxy
 from tests.support.waiting import until
 
 pytestmark = pytest.mark.integration
@@ -47,11 +47,7 @@ class Fleet:
     urls: tuple[str, str]
 
     def as_(self, name: str, replica: int = 0) -> httpx.AsyncClient:
-        return httpx.AsyncClient(
-            base_url=self.urls[replica],
-            headers={"Authorization": f"Bearer {TOKENS[name]}"},
-            timeout=10,
-        )
+        return bearer_client(self.urls[replica], TOKENS[name])
 
 
 @pytest.fixture

@@ -13,15 +13,14 @@ import pytest
 
 from egress_proxies_client import AsyncClient, NoProxyAvailable, UnknownPool
 from events import subjects
-from events.pool import PoolDecided, PoolDeclared, PoolFigures, PoolMember, PoolSpec
-from events.poolresource import member_name, pool_uid
-from events.resource import cli_uid
-from events.schemas import Condition, HealthChanged, Phase, PhaseChanged, ProxySpec
+from events.poolresource import pool_uid
+from events.schemas import Condition, HealthChanged, Phase, PhaseChanged
 from events.store import EventStore, NewEvent
 from services.discovery.pure.clients import hash_token
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.natsserver import EmbeddedNatsServer
-from tests.support.discovery import discovery, ready_proxy
+from tests.support.discovery import bearer_client, discovery, ready_proxy
+from tests.support.discovery_pools import declare_pool, member, member_proxy
 from tests.support.waiting import until
 
 pytestmark = pytest.mark.integration
@@ -29,11 +28,6 @@ pytestmark = pytest.mark.integration
 DE = pool_uid("crawl", "de")
 US = pool_uid("crawl", "us")
 SOLO = pool_uid("default", "solo")
-
-
-def member(pool: str, namespace: str, uid: str, ordinal: int, provider: str) -> PoolMember:
-    name = member_name(pool, uid, ordinal)
-    return PoolMember(ordinal=ordinal, name=name, uid=cli_uid(namespace, name), provider=provider)
 
 
 DE_MEMBERS = (
@@ -45,44 +39,6 @@ US_MEMBERS = (member("us", "crawl", US, 0, "local"), member("us", "crawl", US, 1
 SOLO_MEMBER = member("solo", "default", SOLO, 0, "local")
 STRANGER = "stranger"
 """A proxy with the members' very attributes, in another namespace: no member of crawl/de."""
-
-
-async def declare_pool(
-    store: EventStore, uid: str, namespace: str, name: str, members: tuple[PoolMember, ...]
-) -> None:
-    """A pool as its controller leaves it after its first decision: every member planned."""
-    spec = PoolSpec(
-        replicas=len(members),
-        template=ProxySpec(provider="local", attributes={"country": "de"}),
-    )
-    declared = PoolDeclared(uid=uid, namespace=namespace, name=name, spec=spec)
-    decided = PoolDecided(
-        uid=uid,
-        reason="ScaleUp",
-        message=f"added {len(members)} (0 -> {len(members)} of {len(members)})",
-        added=members,
-        figures=PoolFigures(desired=len(members)),
-        generation=1,
-    )
-    await store.append(
-        subjects.pool(uid), [NewEvent(declared, f"{uid}-declared"), NewEvent(decided, f"{uid}-1")]
-    )
-
-
-async def member_proxy(
-    store: EventStore, pool: str, planned: PoolMember, namespace: str = "crawl", **kw: Any
-) -> None:
-    """The member's Proxy as the pool controller declares it (its attribute stamped on) and the
-    reconciler and the health service then leave it."""
-    await ready_proxy(
-        store,
-        planned.uid,
-        {"country": "de", "pool": pool},
-        namespace=namespace,
-        name=planned.name,
-        provider=planned.provider,
-        **kw,
-    )
 
 
 async def turn_ready(store: EventStore, uid: str) -> None:
@@ -295,8 +251,7 @@ async def test_pools_need_the_read_scope_and_a_pool_lease_an_allowed_selector(
     async with discovery(nats_server.url, clients_file=file) as (_, base):
 
         def as_(name: str) -> httpx.AsyncClient:
-            auth = {"Authorization": f"Bearer {TOKENS[name]}"}
-            return httpx.AsyncClient(base_url=base, headers=auth, timeout=10)
+            return bearer_client(base, TOKENS[name])
 
         async with (
             httpx.AsyncClient(base_url=base) as nobody,

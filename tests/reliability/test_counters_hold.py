@@ -16,18 +16,9 @@ import httpx
 import pytest
 
 from events import subjects
-from events.pool import (
-    Autoscale,
-    PoolDecided,
-    PoolDeclared,
-    PoolFigures,
-    PoolMember,
-    PoolSpec,
-)
-from events.poolresource import member_name, pool_uid
-from events.resource import cli_uid
-from events.schemas import ProxySpec
-from events.store import EventStore, NewEvent
+from events.pool import Autoscale, PoolFigures
+from events.poolresource import pool_uid
+from events.store import EventStore
 from projections import lease as lease_fold
 from projections import pool_demand
 from services.discovery.pure.clients import hash_token
@@ -35,7 +26,8 @@ from services.discovery.service import DiscoveryService
 from services.pools.pure.autoscale import wanted
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.natsserver import EmbeddedNatsServer
-from tests.support.discovery import discovery, ready_proxy
+from tests.support.discovery import bearer_client, discovery, ready_proxy
+from tests.support.discovery_pools import declare_pool, member, member_proxy
 from tests.support.waiting import until
 
 pytestmark = pytest.mark.reliability
@@ -59,11 +51,7 @@ class Replicas:
     urls: list[str]
 
     def as_(self, name: str, replica: int = 0) -> httpx.AsyncClient:
-        return httpx.AsyncClient(
-            base_url=self.urls[replica],
-            headers={"Authorization": f"Bearer {TOKENS[name]}"},
-            timeout=30,
-        )
+        return bearer_client(self.urls[replica], TOKENS[name], timeout=30)
 
 
 @pytest.fixture
@@ -182,39 +170,16 @@ DE = pool_uid("crawl", "de")
 AUTOSCALE = Autoscale(min=1, max=10, target_leased=1.0)
 
 
-def member(ordinal: int) -> PoolMember:
-    name = member_name("de", DE, ordinal)
-    return PoolMember(ordinal=ordinal, name=name, uid=cli_uid("crawl", name), provider="local")
-
-
-async def declare_pool(store: EventStore, members: tuple[PoolMember, ...]) -> None:
-    spec = PoolSpec(
-        replicas=len(members),
-        template=ProxySpec(provider="local", attributes={"country": "de"}),
-        autoscale=AUTOSCALE,
-    )
-    declared = PoolDeclared(uid=DE, namespace="crawl", name="de", spec=spec)
-    decided = PoolDecided(
-        uid=DE,
-        reason="ScaleUp",
-        message=f"added {len(members)}",
-        added=members,
-        figures=PoolFigures(desired=len(members)),
-        generation=1,
-    )
-    await store.append(subjects.pool(DE), [NewEvent(declared, "d"), NewEvent(decided, "d-1")])
-    for planned in members:
-        attributes = {"country": "de", "pool": "de"}
-        await ready_proxy(store, planned.uid, attributes, name=planned.name)
-
-
 async def test_a_pools_demand_counts_a_client_at_most_its_limit(
     nats_server: EmbeddedNatsServer, jetstream_store: JetStreamEventStore, tmp_path: Path
 ) -> None:
     """Holding one member and waiting under 40 holder names, then granted the other member: its
     leased members and its unserved holders together stay within its limit, so the pool is
     not asked for a third member the client could never lease."""
-    await declare_pool(jetstream_store, (member(0), member(1)))
+    members = (member("de", "crawl", DE, 0, "local"), member("de", "crawl", DE, 1, "local"))
+    await declare_pool(jetstream_store, DE, "crawl", "de", members, autoscale=AUTOSCALE)
+    for planned in members:
+        await member_proxy(jetstream_store, "de", planned)
     file = tmp_path / "clients.yaml"
     file.write_text(clients_yaml())
     pool = {"pool": "crawl/de"}

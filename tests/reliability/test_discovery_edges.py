@@ -31,8 +31,8 @@ from events.store import NewEvent
 from services.discovery.pure.clients import hash_token
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.natsserver import EmbeddedNatsServer
-from tests.integration.test_discovery_pools import declare_pool, member, member_proxy
-from tests.support.discovery import discovery, ready_proxy
+from tests.support.discovery import bearer_client, discovery, ready_proxy
+from tests.support.discovery_pools import declare_pool, member, member_proxy
 from tests.support.waiting import until
 
 pytestmark = pytest.mark.reliability
@@ -171,8 +171,7 @@ async def test_a_client_allowed_a_pool_leases_it_in_its_namespace_only(
     async with discovery(nats_server.url, clients_file=file) as (_, base):
 
         def as_(name: str) -> httpx.AsyncClient:
-            auth = {"Authorization": f"Bearer {TOKENS[name]}"}
-            return httpx.AsyncClient(base_url=base, headers=auth, timeout=10)
+            return bearer_client(base, TOKENS[name])
 
         async with as_("bound") as bound, as_("bare") as bare:
             for client, body in (

@@ -11,6 +11,8 @@ import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import httpx
+
 from events import subjects
 from events.schemas import (
     Condition,
@@ -124,6 +126,13 @@ async def discovery(
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         await conn.close()
+
+
+def bearer_client(base: str, token: str, *, timeout: float = 10) -> httpx.AsyncClient:
+    """An API client of the clients file's, sending ``token`` as every request's bearer."""
+    return httpx.AsyncClient(
+        base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=timeout
+    )
 
 
 async def grant_seq(store: EventStore, uid: str, lease_id: str) -> int:
