@@ -22,44 +22,15 @@ from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.natsserver import EmbeddedNatsServer
 from tests.support.clirun import cli, restore_logging_after
 from tests.support.discovery import ready_proxy
+from tests.support.pool_yaml import manifest, pool, proxy
 from tests.support.waiting import until
 
 pytestmark = pytest.mark.integration
-
-POOL = """\
-apiVersion: crawl.example.com/v1alpha1
-kind: ProxyPool
-metadata: {name: NAME, namespace: crawl}
-spec:
-  replicas: 3
-  maxAge: 6h
-  template:
-    provider: local
-    attributes: {country: de}
-"""
-PROXY = """\
-apiVersion: crawl.example.com/v1alpha1
-kind: Proxy
-metadata: {name: solo, namespace: crawl}
-spec:
-  provider: local
-  attributes: {country: de}
-"""
 
 
 @pytest.fixture(autouse=True)
 def restore_logging() -> Iterator[None]:
     yield from restore_logging_after()
-
-
-def manifest(tmp_path: Path, *documents: str) -> str:
-    path = tmp_path / f"pools-{len(list(tmp_path.glob('*.yaml')))}.yaml"
-    path.write_text("---\n".join(documents))
-    return str(path)
-
-
-def pool(name: str = "de", replicas: int = 3) -> str:
-    return POOL.replace("NAME", name).replace("replicas: 3", f"replicas: {replicas}")
 
 
 async def members_decided(
@@ -93,7 +64,7 @@ async def test_a_pool_applied_beside_a_proxy_is_listed_described_and_scaled(
     nats_server: EmbeddedNatsServer, jetstream_store: JetStreamEventStore, tmp_path: Path
 ) -> None:
     url = ("--nats-url", nats_server.url)
-    path = manifest(tmp_path, PROXY, pool())
+    path = manifest(tmp_path, proxy("solo"), pool())
     applied = await cli("apply", "-f", path, *url)
     assert applied.exit_code == 0, applied.output
     assert "proxy crawl/solo created" in applied.output

@@ -20,27 +20,9 @@ from services.pools.controller import Controller
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.natsserver import EmbeddedNatsServer
 from tests.support.clirun import cli, restore_logging_after
+from tests.support.pool_yaml import manifest, pool, proxy
 
 pytestmark = pytest.mark.integration
-
-POOL = """\
-apiVersion: crawl.example.com/v1alpha1
-kind: ProxyPool
-metadata: {name: de, namespace: crawl}
-spec:
-  replicas: 2
-  template:
-    provider: local
-    attributes: {country: de}
-"""
-PROXY = """\
-apiVersion: crawl.example.com/v1alpha1
-kind: Proxy
-metadata: {name: NAME, namespace: crawl}
-spec:
-  provider: local
-  attributes: {country: fr}
-"""
 
 
 @pytest.fixture(autouse=True)
@@ -52,8 +34,7 @@ async def test_applying_a_proxy_named_like_a_member_is_refused_naming_the_pool(
     nats_server: EmbeddedNatsServer, jetstream_store: JetStreamEventStore, tmp_path: Path
 ) -> None:
     url = ("--nats-url", nats_server.url)
-    (tmp_path / "pool.yaml").write_text(POOL)
-    assert (await cli("apply", "-f", str(tmp_path / "pool.yaml"), *url)).exit_code == 0
+    assert (await cli("apply", "-f", manifest(tmp_path, pool(replicas=2)), *url)).exit_code == 0
     history = await jetstream_store.read(subjects.pool(pool_uid("crawl", "de")))
     view = fold_pool(list(history.events))
     assert view is not None
@@ -64,14 +45,13 @@ async def test_applying_a_proxy_named_like_a_member_is_refused_naming_the_pool(
     aggregate = subjects.proxy(cli_uid("crawl", member))
     before = (await jetstream_store.read(aggregate)).events
 
-    (tmp_path / "proxy.yaml").write_text(PROXY.replace("NAME", member))
-    refused = await cli("apply", "-f", str(tmp_path / "proxy.yaml"), *url)
+    refused = await cli("apply", "-f", manifest(tmp_path, proxy(member, country="fr")), *url)
     assert refused.exit_code == 2, refused.output
     said = " ".join(refused.output.split())
     assert f"proxy crawl/{member} is a member of pool crawl/de" in said, said
     assert "changed" not in said.replace("nothing was changed", "")
     after = (await jetstream_store.read(aggregate)).events
     assert after == before, "nothing appended: the member is as its pool declared it"
-    proxy = fold_proxy(after)
-    assert proxy is not None
-    assert proxy.spec.attributes == {"country": "de", "pool": "de"}
+    member_view = fold_proxy(after)
+    assert member_view is not None
+    assert member_view.spec.attributes == {"country": "de", "pool": "de"}
