@@ -47,37 +47,47 @@ def held(counts: Counts) -> None:
     assert 0 not in counts.holder, f"the holder's connection failed: {counts.summary()}"
 
 
+async def flood_beside(
+    local: LocalProvider,
+    target: str,
+    name: str,
+    login: Callable[[bytes], tuple[str, str, str]],
+    forged: str,
+) -> None:
+    """A proxy ``name`` whose one rightful login comes from ``login`` (given the proxy's key: the
+    user name, the password, and the user name forgers send), flooded beside that login's
+    traffic by forgers of the ``forged`` kind; the holder passes and they do not."""
+    proxy = await start(lease_keyed(local, MASTER), local, name)
+    user, password, forged_user = login(scheme.proxy_key(MASTER, proxy.uid))
+    holder = basic(user, password)
+    counts = await flood(
+        proxy.url, target, lambda: holder, forgers(forged_user, password)[forged], seconds=SECONDS
+    )
+    held(counts)
+
+
+def lease_login(key: bytes) -> tuple[str, str, str]:
+    """A lease's credential; forgers send its lease id."""
+    expires = time.time_ns() // 10**6 + 600_000
+    user, password = scheme.lease_credential(key, LEASE_ID, 5, expires)
+    return user, password, scheme.lease_id_of(user)
+
+
+def probe_login(key: bytes) -> tuple[str, str, str]:
+    """The health probe's credential; forgers send the probe's fixed user name."""
+    user, password = scheme.probe_credential(key, time.time_ns() // 10**6 + 300_000)
+    return user, password, scheme.PROBE_USER
+
+
 @pytest.mark.parametrize("forged", ["fixed", "changing"])
 async def test_the_lease_id_with_any_password_neither_passes_nor_costs_the_holder(
     local: LocalProvider, target: str, forged: str
 ) -> None:
-    proxy = await start(lease_keyed(local, MASTER), local, f"px-forge-{forged}")
-    key = scheme.proxy_key(MASTER, proxy.uid)
-    expires = time.time_ns() // 10**6 + 600_000
-    user, password = scheme.lease_credential(
-        key, "6f1c8a52-5a8e-4a57-9c55-3b1f0e8c2d11", 5, expires
-    )
-    holder = basic(user, password)
-    lease_id = scheme.lease_id_of(user)
-    counts = await flood(
-        proxy.url, target, lambda: holder, forgers(lease_id, password)[forged], seconds=SECONDS
-    )
-    held(counts)
+    await flood_beside(local, target, f"px-forge-{forged}", lease_login, forged)
 
 
 @pytest.mark.parametrize("forged", ["fixed", "changing"])
 async def test_the_probe_name_with_any_password_neither_passes_nor_costs_the_probe(
     local: LocalProvider, target: str, forged: str
 ) -> None:
-    proxy = await start(lease_keyed(local, MASTER), local, f"px-probe-{forged}")
-    key = scheme.proxy_key(MASTER, proxy.uid)
-    probe = scheme.probe_credential(key, time.time_ns() // 10**6 + 300_000)
-    holder = basic(*probe)
-    counts = await flood(
-        proxy.url,
-        target,
-        lambda: holder,
-        forgers(scheme.PROBE_USER, probe.password)[forged],
-        seconds=SECONDS,
-    )
-    held(counts)
+    await flood_beside(local, target, f"px-probe-{forged}", probe_login, forged)

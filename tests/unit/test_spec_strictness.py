@@ -6,6 +6,7 @@ The same values as numbers are accepted, so the refusal is of the quotes alone."
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from click.testing import CliRunner
 from events import poolresource, resource
 from events.resource import ResourceError
 from services.cli.main import main
-from services.watcher.pure.objects import parse_proxy
+from services.watcher.pure.objects import Problem, parse_proxy
 from services.watcher.pure.pools import parse_pool
 
 PROXY: dict[str, Any] = {
@@ -87,28 +88,38 @@ def test_the_numbers_as_numbers_are_accepted() -> None:
     assert parse_pool(POOL).problem is None
 
 
-@pytest.mark.parametrize("path", PROXY_NUMBERS, ids=str)
-def test_a_proxys_quoted_number_is_refused_naming_the_field(path: tuple[str | int, ...]) -> None:
-    document = quoted(PROXY, path)
+def refused_on_both_paths(
+    document: dict[str, Any],
+    from_object: Callable[[dict[str, Any]], object],
+    watcher: Callable[[dict[str, Any]], Problem | None],
+    path: tuple[str | int, ...],
+) -> str:
+    """``document`` with the number at ``path`` quoted: the CLI's path refuses it naming the
+    field and the fix, and the watcher refuses it too; the watcher's message."""
+    document = quoted(document, path)
     with pytest.raises(ResourceError) as refused:
-        resource.from_object(document)
+        from_object(document)
     assert shown(path) in str(refused.value)
     assert 'without quotes: 3, not "3"' in str(refused.value)
-    problem = parse_proxy(document).invalid
+    problem = watcher(document)
     assert problem is not None, "the watcher refuses it too"
-    assert ".".join(str(k) for k in path[1:]).replace(".0", "[0]") in problem.message
+    return problem.message
+
+
+@pytest.mark.parametrize("path", PROXY_NUMBERS, ids=str)
+def test_a_proxys_quoted_number_is_refused_naming_the_field(path: tuple[str | int, ...]) -> None:
+    message = refused_on_both_paths(
+        PROXY, resource.from_object, lambda d: parse_proxy(d).invalid, path
+    )
+    assert ".".join(str(k) for k in path[1:]).replace(".0", "[0]") in message
 
 
 @pytest.mark.parametrize("path", POOL_NUMBERS, ids=str)
 def test_a_pools_quoted_number_is_refused_naming_the_field(path: tuple[str | int, ...]) -> None:
-    document = quoted(POOL, path)
-    with pytest.raises(ResourceError) as refused:
-        poolresource.from_object(document)
-    assert shown(path) in str(refused.value)
-    assert 'without quotes: 3, not "3"' in str(refused.value)
-    problem = parse_pool(document).problem
-    assert problem is not None, "the watcher refuses it too"
-    assert shown(path) in problem.message
+    message = refused_on_both_paths(
+        POOL, poolresource.from_object, lambda d: parse_pool(d).problem, path
+    )
+    assert shown(path) in message
 
 
 def test_apply_refuses_a_quoted_replicas_before_it_connects(tmp_path: Path) -> None:
