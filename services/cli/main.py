@@ -27,6 +27,7 @@ from services.cli.get_cmd import get_cmd
 from services.cli.lease_cmd import lease
 from services.cli.lease_holder_cmd import renew  # noqa: F401  # registers renew and list on `lease`
 from services.cli.pools_cmd import describe_cmd, scale_cmd
+from services.cli.providers_cmd import providers
 from services.cli.proxies_cmd import apply_cmd, delete_cmd
 from services.cli.pure.render import clean
 from services.cli.restore_cmd import restore
@@ -73,6 +74,7 @@ Exit codes:
  12  gc run-once: a provider (or its leftovers) was skipped, a delete failed, or another
      sweep held the lock
  13  restore: the backup is incomplete, damaged or altered (it names the file); nothing changed
+ 14  providers check: a provider entry would fail (it names the entry, the check and the fix)
 """
 
 
@@ -166,6 +168,7 @@ main.add_command(crd)
 main.add_command(clients)
 main.add_command(backup)
 main.add_command(restore)
+main.add_command(providers)
 
 
 if __name__ == "__main__":

@@ -351,18 +351,7 @@ def build_providers(
     if lease_secret is None and any(e.enforces_leases for e in entries):
         lease_secret = master_secret_from_env()
     for index, entry in enumerate(entries):
-        kind = PROVIDER_TYPES.get(entry.type)
-        if kind is None:
-            known = ", ".join(sorted(PROVIDER_TYPES))
-            raise ConfigError(
-                f"{_FLAG}: providers[{index}] ({entry.name}): unknown type {entry.type!r}; "
-                f"use one of {known}"
-            )
-        _, factory = _load(entry.type, f"{_FLAG}: providers[{index}] ({entry.name})")
-        try:
-            provider = factory(entry.name, entry.config)
-        except ConfigError as exc:
-            raise ConfigError(f"{_FLAG}: providers[{index}] ({entry.name}): {exc}") from exc
+        provider = build_unwrapped(entry, index)
         if entry.enforces_leases:
             if lease_secret is not None:
                 provider = lease_keyed(provider, lease_secret)
@@ -374,6 +363,21 @@ def build_providers(
                 )
         providers[entry.name] = provider
     return providers
+
+
+def build_unwrapped(entry: ProviderEntry, index: int = 0) -> Provider:
+    """``entry``'s provider as its type's factory makes it, without the lease key and the
+    instruments ``build_providers`` adds: what a preflight asks its cloud through (the wrappers
+    play no part in what a cloud answers). ``index`` is the entry's place, for the message."""
+    label = f"{_FLAG}: providers[{index}] ({entry.name})"
+    if entry.type not in PROVIDER_TYPES:
+        known = ", ".join(sorted(PROVIDER_TYPES))
+        raise ConfigError(f"{label}: unknown type {entry.type!r}; use one of {known}")
+    _, factory = _load(entry.type, label)
+    try:
+        return factory(entry.name, entry.config)
+    except ConfigError as exc:
+        raise ConfigError(f"{label}: {exc}") from exc
 
 
 def _set_gcp_wire_log(full: bool) -> None:

@@ -33,10 +33,36 @@ from services.providers.base import (
     Leftover,
     NotFound,
     ProviderError,
+    Transient,
 )
+from services.providers.preflight import Finding
 
 OPS = ("create", "get", "delete", "list")
 LEFTOVER_OPS = ("leftovers", "delete_leftover")
+
+
+class FakeFinding(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One finding a fake entry's preflight answers, as a cloud's would be written."""
+
+    check: Annotated[str, msgspec.Meta(min_length=1)]
+    ok: bool
+    detail: str = ""
+    fix: str = ""
+
+    def __post_init__(self) -> None:
+        # A failing finding without its fix is what the preflight exists to rule out.
+        if not self.ok and not self.fix.strip():
+            raise ValueError(f"finding {self.check!r} fails, so it needs a `fix`")
+
+
+class FakePreflight(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``preflight:`` of a ``fake:`` block: the entry answers a preflight with ``findings``
+    after ``delay`` seconds (a slow API), or raises ``Transient(error)`` when ``error`` is set
+    (an API it cannot reach). Without the block the fake has nothing to check."""
+
+    findings: tuple[FakeFinding, ...] = ()
+    delay: Annotated[float, msgspec.Meta(ge=0)] = 0.0
+    error: str = ""
 
 
 class FakeConfig(
@@ -46,6 +72,7 @@ class FakeConfig(
 
     latency: Annotated[float, msgspec.Meta(ge=0)] = 0.0
     pending_polls: Annotated[int, msgspec.Meta(ge=0)] = 0
+    preflight: FakePreflight | None = None
 
 
 @dataclass(slots=True)
@@ -84,6 +111,16 @@ class FakeProvider:
 
     @classmethod
     def from_config(cls, name: str, config: FakeConfig) -> FakeProvider:
+        if config.preflight is not None:
+            answer = config.preflight
+            return FakeProviderWithPreflight(
+                name,
+                latency=config.latency,
+                pending_polls=config.pending_polls,
+                findings=[Finding(f.check, f.ok, f.detail, f.fix) for f in answer.findings],
+                delay=answer.delay,
+                error=Transient(answer.error) if answer.error else None,
+            )
         return cls(name, latency=config.latency, pending_polls=config.pending_polls)
 
     # ---------------------------------------------------------------- test controls
@@ -236,3 +273,33 @@ class FakeProviderWithLeftovers(FakeProvider):
             return False
         self.left.pop(leftover.provider_id, None)
         return True
+
+
+class FakeProviderWithPreflight(FakeProvider):
+    """A ``FakeProvider`` that is also a ``Preflight``, answering the findings it was given, so
+    the preflight command and the start-up check are tested without a cloud. A subclass, so the
+    plain fake stays a provider with nothing to check. ``error`` is raised instead of answering:
+    a ``ProviderError`` for an API that refused the call, anything else for a bug."""
+
+    def __init__(
+        self,
+        name: str = "fake",
+        *,
+        latency: float = 0.0,
+        pending_polls: int = 0,
+        findings: list[Finding] | None = None,
+        delay: float = 0.0,
+        error: Exception | None = None,
+    ) -> None:
+        super().__init__(name, latency=latency, pending_polls=pending_polls)
+        self.findings = list(findings or [])
+        self.delay = delay
+        self.error = error
+
+    async def preflight(self) -> list[Finding]:
+        self.calls.append(("preflight", self.name))
+        if self.delay > 0:
+            await asyncio.sleep(self.delay)
+        if self.error is not None:
+            raise copy.copy(self.error)
+        return list(self.findings)
