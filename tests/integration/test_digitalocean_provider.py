@@ -190,29 +190,41 @@ async def test_throttling_waits_as_long_as_the_reset_header_says(
 
 
 @pytest.mark.parametrize(
-    ("placement", "source"),
+    ("placement", "said"),
     [
         (
             {"machine_type": "s-64vcpu-1tb"},
-            "the size 's-64vcpu-1tb' comes from spec.placement.machineType",
+            "spec.placement.machineType 's-64vcpu-1tb' is not a DigitalOcean Droplet size",
         ),
-        ({"region": "xyz9"}, "the region 'xyz9' comes from spec.placement.region"),
-        ({"image": "windows-2022"}, "the image 'windows-2022' comes from spec.placement.image"),
+        (
+            {"region": "xyz9"},
+            "DigitalOcean lists no size for xyz9 (the region xyz9 comes from "
+            "spec.placement.region)",
+        ),
     ],
 )
-async def test_a_placement_digitalocean_does_not_know_is_permanent_naming_the_field(
-    do: DigitalOceanProvider, fake: DigitalOceanFake, placement: dict[str, str], source: str
+async def test_a_size_or_region_the_catalogue_lacks_is_refused_before_any_write(
+    do: DigitalOceanProvider, fake: DigitalOceanFake, placement: dict[str, str], said: str
 ) -> None:
     with pytest.raises(Permanent) as caught:
         await do.create(request("px-c", **placement))
+    assert said in str(caught.value)
+    assert (fake.calls_of("droplets.create"), fake.firewalls) == (0, {})
+
+
+async def test_an_image_digitalocean_does_not_know_is_permanent_naming_the_field(
+    do: DigitalOceanProvider, fake: DigitalOceanFake
+) -> None:
+    with pytest.raises(Permanent) as caught:
+        await do.create(request("px-c", image="windows-2022"))
     assert "HTTP 422 unprocessable_entity" in str(caught.value)
-    assert source in str(caught.value)
+    assert "the image 'windows-2022' comes from spec.placement.image" in str(caught.value)
     assert fake.droplets == {}
 
 
 async def test_a_bad_default_is_named_as_the_config_field(fake: DigitalOceanFake) -> None:
     async with closing(provider(fake, size="s-1vcpu-3gb")) as made:
-        with pytest.raises(Permanent, match="the size 's-1vcpu-3gb' comes from size"):
+        with pytest.raises(Permanent, match="size 's-1vcpu-3gb' is not a DigitalOcean"):
             await made.create(request("px-d"))
 
 
@@ -289,7 +301,7 @@ async def test_a_create_sends_the_placement_tags_and_user_data_with_squid_and_le
     sent = droplet.request
     assert str(droplet.body["id"]) == pid
     assert sent["region"] in ("fra1", "ams3", "lon1")
-    assert (sent["size"], sent["image"]) == ("s-1vcpu-512mb-10gb", "debian-12-x64")
+    assert (sent["size"], sent["image"]) == ("s-1vcpu-1gb", "debian-12-x64")
     assert sent["tags"] == [
         "egress-proxies-managed",
         "egress-proxies-provider:do-ams",

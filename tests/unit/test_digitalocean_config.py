@@ -35,7 +35,7 @@ def test_a_minimal_block_gets_the_documented_defaults() -> None:
     config = parse(with_clients()).config
     assert isinstance(config, DigitalOceanConfig)
     assert config.regions == ("ams3",)
-    assert (config.size, config.image) == ("s-1vcpu-512mb-10gb", "debian-12-x64")
+    assert (config.size, config.image) == ("s-1vcpu-1gb", "debian-12-x64")
     assert (config.vpc_uuid, config.ssh_keys, config.token_file, config.ipv6) == ("", (), "", False)
     assert (config.proxy_port, config.timeout_seconds, config.install_squid) == (3128, 30.0, True)
     assert config.endpoint_url == ""

@@ -23,8 +23,10 @@ from services.providers.cloud.pure.settings import (
 DEFAULT_REGIONS = ("ams3",)
 """One region: a region is a country to the sites a proxy reaches, so spreading over several is
 a choice the operator writes down (one entry per country is the usual way)."""
-DEFAULT_SIZE = "s-1vcpu-512mb-10gb"
-"""The cheapest Droplet size; a Squid for a crawler's traffic needs no more."""
+DEFAULT_SIZE = "s-1vcpu-1gb"
+"""The cheapest Droplet size offered in every region (D142): the cheaper ``s-1vcpu-512mb-10gb``
+is missing from several, and a default must work wherever ``regions`` points. An entry may name
+the cheaper one; the catalogue check says where it is offered."""
 DEFAULT_IMAGE = "debian-12-x64"
 DEFAULT_ENDPOINT = "https://api.digitalocean.com"
 TOKEN_VARIABLES = ("DIGITALOCEAN_TOKEN", "DIGITALOCEAN_ACCESS_TOKEN")

@@ -1,6 +1,9 @@
 """The DigitalOcean account the fake in ``testing.py`` serves: droplets, firewalls and tags,
-answered as DigitalOcean's public API reference describes them for the calls the provider makes.
-No network here: ``testing.py`` routes HTTP requests to ``FakeAccount.answer``.
+the size catalogue, images and the account, answered as DigitalOcean's public API reference
+describes them for the calls the provider makes (the catalogue's contents: ``fakecatalogue``).
+No network here: ``testing.py`` routes HTTP requests to ``FakeAccount.answer``. Paths are
+percent-decoded segment by segment, as a real server does, so a tag sent as
+``egress-proxies-provider%3Aname`` is the tag ``egress-proxies-provider:name``.
 """
 
 from __future__ import annotations
@@ -14,11 +17,14 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import unquote, urlencode
 
-REGIONS = frozenset({"ams3", "fra1", "lon1", "nyc1", "nyc3", "sfo3", "sgp1", "tor1", "syd1"})
-SIZES = frozenset({"s-1vcpu-512mb-10gb", "s-1vcpu-1gb", "s-1vcpu-2gb", "s-2vcpu-4gb"})
-IMAGES = frozenset({"debian-12-x64", "ubuntu-24-04-x64", "ubuntu-22-04-x64"})
+from services.providers.digitalocean import fakecatalogue
+from services.providers.digitalocean.fakecatalogue import IMAGES
+
+REGIONS = frozenset(fakecatalogue.REGIONS)
+ACCOUNT_LIMIT = 25
+"""The droplet limit ``/v2/account`` answers while ``droplet_limit`` is unset (not enforced)."""
 LIMIT_MESSAGE = "creating this/these droplet(s) will exceed your droplet limit"
 _HOSTNAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.-]{0,253}[A-Za-z0-9])?\Z")
 _TAG = re.compile(r"^[A-Za-z0-9:_-]{1,255}\Z")
@@ -49,6 +55,7 @@ class FakeAccount:
         self.tags: set[str] = set()
         self.created_total = 0
         self.droplet_limit: int | None = None
+        self.account_status = "active"
         self._ids = itertools.count(3164444, 17)
         self._addresses: Iterator[str] = (
             itertools.cycle(list(addresses))
@@ -88,6 +95,15 @@ class FakeAccount:
                 return self._firewall_update(arg, payload)
             case "firewalls.delete":
                 return (204, None, {}) if self.firewalls.pop(arg, None) else not_found()
+            case "sizes.list":
+                sizes = [fakecatalogue.size_body(o) for o in fakecatalogue.SIZE_OFFERS]
+                return self._page(base, path, query, "sizes", sizes)
+            case "images.get":
+                image = fakecatalogue.image_body(arg)
+                return (200, {"image": image}, {}) if image else not_found()
+            case "account.get":
+                limit = ACCOUNT_LIMIT if self.droplet_limit is None else self.droplet_limit
+                return 200, fakecatalogue.account_body(limit, self.account_status), {}
             case "tags.get":
                 resources = {"count": 0, "droplets": {"count": 0}}
                 known = arg in self.tags
@@ -109,8 +125,9 @@ class FakeAccount:
             )
         if payload.get("region") not in REGIONS:
             return unprocessable("Region is not available")
-        if payload.get("size") not in SIZES:
-            return unprocessable("You specified an invalid size for Droplet creation.")
+        refusal = fakecatalogue.size_refusal(payload.get("size"), payload.get("region"))
+        if refusal:
+            return unprocessable(refusal)
         image = payload.get("image")
         if not (isinstance(image, int) and image > 0) and image not in IMAGES:
             return unprocessable(f"Image {image!r} not found: you specified an invalid image")
@@ -134,7 +151,7 @@ class FakeAccount:
     def _droplet_body(
         self, droplet_id: int, payload: dict[str, Any], status: str
     ) -> dict[str, Any]:
-        size = str(payload.get("size") or "s-1vcpu-512mb-10gb")
+        size = str(payload.get("size") or "s-1vcpu-1gb")
         region = str(payload.get("region") or "ams3")
         return {
             "id": droplet_id,
@@ -181,7 +198,9 @@ class FakeAccount:
             return error(400, "bad_request", "tag_name can not be combined with name")
         items = [d.body for d in sorted(self.droplets.values(), key=lambda d: d.body["id"])]
         if tag:
-            items = [b for b in items if tag in b["tags"]]
+            # A tag nobody made yet lists nothing, 200: the reference documents no 404 here
+            # (it does for the delete by tag), and the tag's absence is no error to a listing.
+            items = [b for b in items if tag in self.tags and tag in b["tags"]]
         if name:
             items = [b for b in items if b["name"].lower() == name.lower()]
         return self._page(base, path, query, "droplets", items)
@@ -222,8 +241,9 @@ class FakeAccount:
             for rule in payload.get(key) or []:
                 if rule.get("protocol") not in ("tcp", "udp", "icmp"):
                     return f"{key}: protocol must be tcp, udp or icmp"
-                if rule["protocol"] != "icmp" and not rule.get("ports"):
-                    return f"{key}: ports is required for {rule['protocol']}"
+                if not isinstance(rule.get("ports"), str) or not rule["ports"]:
+                    # Required for every protocol by the reference, icmp included ("0").
+                    return f"{key}: ports is required"
                 if not (rule.get(side) or {}).get("addresses"):
                     return f"{key}: {side} must not be empty"
         missing = [t for t in payload.get("tags") or [] if t not in self.tags]
@@ -257,8 +277,8 @@ class FakeAccount:
             "id": firewall_id,
             "name": payload["name"],
             "status": "succeeded",
-            "inbound_rules": list(payload.get("inbound_rules") or []),
-            "outbound_rules": list(payload.get("outbound_rules") or []),
+            "inbound_rules": _as_answered(payload.get("inbound_rules")),
+            "outbound_rules": _as_answered(payload.get("outbound_rules")),
             "created_at": created,
             "droplet_ids": list(payload.get("droplet_ids") or []),
             "tags": list(payload.get("tags") or []),
@@ -274,8 +294,17 @@ class FakeAccount:
         return 201, {"tag": {"name": name, "resources": resources}}, {}
 
 
+def _as_answered(rules: object) -> list[dict[str, Any]]:
+    """Rules as the API answers them: an icmp rule's ports always read "0"."""
+    answered = [dict(r) for r in rules if isinstance(r, dict)] if isinstance(rules, list) else []
+    for rule in answered:
+        if rule.get("protocol") == "icmp":
+            rule["ports"] = "0"
+    return answered
+
+
 def route(method: str, path: str) -> tuple[str, str] | None:
-    parts = path.rstrip("/").split("/")[1:]
+    parts = [unquote(part) for part in path.rstrip("/").split("/")[1:]]
     match (method, parts):
         case ("POST", ["v2", "droplets"]):
             return "droplets.create", ""
@@ -299,6 +328,12 @@ def route(method: str, path: str) -> tuple[str, str] | None:
             return "tags.create", ""
         case ("GET", ["v2", "tags", tag]):
             return "tags.get", tag
+        case ("GET", ["v2", "sizes"]):
+            return "sizes.list", ""
+        case ("GET", ["v2", "images", image]):
+            return "images.get", image
+        case ("GET", ["v2", "account"]):
+            return "account.get", ""
     return None
 
 

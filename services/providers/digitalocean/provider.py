@@ -29,6 +29,8 @@ from services.providers.cloud.names import NameLocks
 from services.providers.cloud.pure.leftovers import firewall_id_of, firewall_leftovers
 from services.providers.cloud.pure.spread import spread
 from services.providers.cloud.pure.userdata import vm_user_data
+from services.providers.digitalocean import preflight
+from services.providers.digitalocean.catalogue import Catalogue
 from services.providers.digitalocean.client import Api, Token
 from services.providers.digitalocean.config import (
     REGION,
@@ -39,13 +41,17 @@ from services.providers.digitalocean.config import (
 )
 from services.providers.digitalocean.firewall import Firewall, unexpected
 from services.providers.digitalocean.pure import mapping
+from services.providers.digitalocean.pure.catalogue import size_problem
 from services.providers.digitalocean.pure.classify import field_of
+from services.providers.preflight import Finding
 from services.runtime.errors import ConfigError
 
 __all__ = ["DigitalOceanConfig", "DigitalOceanProvider"]
 
 log = structlog.get_logger("egress.provider.digitalocean")
 MAX_PAGES = 1000
+NOT_IN_REGION = "not available in this region"
+"""DigitalOcean's words for a size not offered where it was asked for."""
 """200 droplets a page: far beyond any account's droplet limit; a bound, not a expectation."""
 
 
@@ -65,6 +71,7 @@ class DigitalOceanProvider:
         self.page_size = page_size
         self.api = Api(name, config, Token(token) if token else None)
         self.firewall = Firewall(self.api, name, config)
+        self.catalogue = Catalogue(self.api, name)
         self._names = NameLocks()
 
     @classmethod
@@ -85,6 +92,7 @@ class DigitalOceanProvider:
     async def create(self, request: CreateRequest) -> str:
         where = f"{self.name}: create {request.name}"
         body = self._body(request, where)
+        await self._check_size(request, where)
         async with self._names.held(request.name):
             await self.firewall.ensure()
             existing = await self._find(request.name)
@@ -95,6 +103,8 @@ class DigitalOceanProvider:
                     "create", where, lambda c, kw: c.droplets.create(body, **kw)
                 )
             except Permanent as exc:
+                if NOT_IN_REGION in str(exc):
+                    self.catalogue.forget()  # it said otherwise: read it again next time
                 raise Permanent(self._with_field(str(exc), request)) from exc
             raw = reply.body.get("droplet")
             droplet = mapping.droplet_of(raw) if isinstance(raw, dict) else None
@@ -149,6 +159,12 @@ class DigitalOceanProvider:
 
     async def close(self) -> None:
         await self.api.close()
+
+    # ---------------------------------------------------------------- Preflight
+
+    async def preflight(self) -> list[Finding]:
+        """Token, quota, image, size per region and firewall, read-only (``preflight.py``)."""
+        return await preflight.check(self)
 
     # ---------------------------------------------------------------- LeftoverCleaner
 
@@ -207,14 +223,38 @@ class DigitalOceanProvider:
 
     async def _droplets(self, what: str, **query: str) -> list[mapping.Droplet]:
         droplets: list[mapping.Droplet] = []
+        tag = query.get("tag_name", "")
         for page in range(1, MAX_PAGES + 1):
-            reply = await self.api.request("list", what, self._listing(page, query))
+            reply = await self.api.request(
+                "list", what, self._listing(page, query), absent_ok=bool(tag)
+            )
+            if reply.status == 404:
+                await self._tag_absent(what, tag)
+                return []
             items = reply.body.get("droplets")
             items = items if isinstance(items, list) else []
             droplets += [d for d in map(_droplet, items) if d is not None]
             if not items or not mapping.next_page(reply.body):
                 break
         return droplets
+
+    async def _tag_absent(self, what: str, tag: str) -> None:
+        """A listing by ``tag`` answered 404. DigitalOcean's reference documents 200 with no
+        droplet for a tag nobody made yet (an entry before its first create), but were it to
+        answer 404, that means "no droplet" only if the tag is really absent: an empty answer
+        makes the firewall a GC leftover, and a wrongly empty one would open droplets to the
+        world. So the tag is looked up; a tag that exists makes the 404 an error."""
+        found = await self.api.request(
+            "get",
+            f"{what}: get tag {tag}",
+            lambda c, kw: c.tags.get(tag, **kw),
+            absent_ok=True,
+        )
+        if found.status != 404:
+            raise Permanent(
+                f"{what}: the listing by tag {tag} answered 404 although the tag exists; "
+                "check the entry's endpointUrl"
+            )
 
     def _listing(self, page: int, query: dict[str, str]) -> Callable[[Any, dict[str, Any]], Any]:
         # ``params``: every pydo version passes it on; the ``name`` keyword is recent.
@@ -238,6 +278,27 @@ class DigitalOceanProvider:
             instance_uid=str(droplet.id),
             labels=labels,
         )
+
+    async def _check_size(self, request: CreateRequest, where: str) -> None:
+        """Refuse, Permanent, a size the catalogue says cannot be made in the request's region,
+        before the firewall and the name lookup are made for it (D142). An unreadable
+        catalogue leaves the answer to the create itself."""
+        region, size, _ = self._placement(request)
+        try:
+            sizes = await self.catalogue.sizes()
+        except ProviderError as exc:
+            log.warning(
+                "the size catalogue could not be read; the create goes on without the check",
+                provider=self.name,
+                error=f"{type(exc).__name__}: {exc}",
+            )
+            return
+        placement = request.spec.placement
+        field = "spec.placement.machineType" if placement.machine_type else "size"
+        problem = size_problem(sizes, size, region, field)
+        if problem:
+            source = "spec.placement.region" if placement.region else "regions"
+            raise Permanent(f"{where}: {problem} (the region {region} comes from {source})")
 
     def _placement(self, request: CreateRequest) -> tuple[str, str, str]:
         placement = request.spec.placement

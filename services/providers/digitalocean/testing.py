@@ -9,6 +9,9 @@ DigitalOcean's public API reference for the calls used:
 - ``/v2/firewalls``: POST (202), GET list, GET by id, PUT by id (the whole firewall), DELETE (204);
   a firewall may name only tags that exist, and must have a valid name and rules;
 - ``/v2/tags``: GET by name, POST (201);
+- ``/v2/sizes`` (paged, each size with its ``regions`` and ``available``), ``/v2/images/{id or
+  slug}``, ``/v2/account`` (``droplet_limit``, ``status``): the catalogue in ``fakecatalogue``;
+  a create of a size outside its regions answers 422 "Size is not available in this region.";
 - the Bearer token is checked on every call (401 ``Unauthorized`` otherwise); errors have
   DigitalOcean's shape, ``{"id": "...", "message": "..."}``, and every answer carries the
   ``ratelimit-*`` headers.
@@ -18,7 +21,8 @@ A droplet moves ``new`` -> ``active`` one step per GET of it, getting a public I
 local Squid stands in for every droplet). ``inject`` answers the next calls of a kind with an
 error (status, DigitalOcean error id, message, headers); ``power_off``, ``destroy`` and
 ``archive`` act behind the provider's back; ``droplet_limit`` refuses creates as the account
-limit does. The account itself (what each call answers) is ``fakeapi.FakeAccount``; this module
+limit does (and is what ``/v2/account`` answers); ``account_status`` is the account's status. The
+account itself (what each call answers) is ``fakeapi.FakeAccount``; this module
 is the HTTP server around it, the token check, the faults and the controls.
 """
 
@@ -31,13 +35,17 @@ from collections.abc import Sequence
 from services.providers import fakehttp
 from services.providers.digitalocean import fakeapi
 from services.providers.digitalocean.fakeapi import (
-    IMAGES,
     LIMIT_MESSAGE,
     REGIONS,
-    SIZES,
     Answer,
     Droplet,
     FakeAccount,
+)
+from services.providers.digitalocean.fakecatalogue import (
+    IMAGES,
+    LIMITED_REGIONS,
+    LIMITED_SIZE,
+    SIZES,
 )
 from services.providers.fakehttp import Fault, Reply, Request
 
@@ -45,6 +53,8 @@ __all__ = [
     "DEFAULT_TOKEN",
     "IMAGES",
     "KINDS",
+    "LIMITED_REGIONS",
+    "LIMITED_SIZE",
     "LIMIT_MESSAGE",
     "REGIONS",
     "SIZES",
@@ -64,6 +74,9 @@ KINDS = (
     "firewalls.delete",
     "tags.get",
     "tags.create",
+    "sizes.list",
+    "images.get",
+    "account.get",
     "any",
 )
 DEFAULT_TOKEN = "dop_v1_fake_token_for_tests"

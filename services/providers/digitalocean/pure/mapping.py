@@ -49,6 +49,8 @@ MAX_USER_DATA = 64 * 1024
 WORLD = ("0.0.0.0/0", "::/0")
 ALL_PORTS = frozenset({"", "0", "all", "1-65535"})
 """How DigitalOcean may spell "every port" in a rule it returns."""
+ICMP_PORTS = "0"
+"""What an icmp rule's required ``ports`` holds: icmp has no ports."""
 
 _STATES = {"new": InstanceState.PENDING, "off": InstanceState.STOPPED}
 
@@ -214,7 +216,10 @@ def next_page(answer: Mapping[str, Any]) -> bool:
 def firewall_rules(port: int, networks: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
     """Inbound: tcp ``port`` from ``networks`` only. Outbound: everything, to everywhere: a
     DigitalOcean firewall blocks all outbound traffic it has no rule for, and an egress proxy
-    must reach any site (tcp), resolve names (udp) and discover path MTUs (icmp)."""
+    must reach any site (tcp), resolve names (udp) and discover path MTUs (icmp).
+
+    Every rule carries ``ports``: DigitalOcean's API reference marks it required for every
+    protocol, and for icmp it is ``"0"``, the value the API answers for an icmp rule (D142)."""
     everywhere = {"addresses": list(WORLD)}
     return {
         "inbound_rules": [
@@ -223,7 +228,7 @@ def firewall_rules(port: int, networks: Sequence[str]) -> dict[str, list[dict[st
         "outbound_rules": [
             {"protocol": "tcp", "ports": "1-65535", "destinations": everywhere},
             {"protocol": "udp", "ports": "1-65535", "destinations": everywhere},
-            {"protocol": "icmp", "destinations": everywhere},
+            {"protocol": "icmp", "ports": ICMP_PORTS, "destinations": everywhere},
         ],
     }
 
