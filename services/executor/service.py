@@ -22,10 +22,12 @@ from services.executor.observe import ObserveSweep
 from services.providers.base import Provider
 from services.providers.config import (
     PROVIDER_OPTIONS,
+    ProviderEntry,
     build_providers,
     check_lease_secret,
     load_providers_config,
 )
+from services.providers.entrycheck import log_at_start
 from services.providers.instrumented import instrument
 from services.providers.squidauth.secret import LEASE_SECRET_SETTINGS
 from services.runtime.config import Settings
@@ -88,6 +90,7 @@ class ExecutorService:
         self.concurrency = concurrency
         self.observe_concurrency = observe_concurrency
         self._given = providers
+        self._entries: list[ProviderEntry] = []
 
     def load_providers(self, metrics: Metrics) -> dict[str, Provider]:
         """Fails at start-up on a bad config: an executor without its providers would ack
@@ -97,6 +100,7 @@ class ExecutorService:
         else:
             entries = load_providers_config(self.providers_config, default_data_dir=self.data_dir)
             raw = build_providers(entries)
+            self._entries = entries
         return {name: instrument(p, metrics) for name, p in raw.items()}
 
     async def run(self, ctx: ServiceContext) -> None:
@@ -122,6 +126,9 @@ class ExecutorService:
             async with asyncio.TaskGroup() as group:
                 group.create_task(loop.run(), name="executor-commands")
                 group.create_task(sweep.run(self.observe_interval), name="executor-observe")
+                if self._entries:
+                    # In the background: a cloud slow to answer must not delay the fleet (D144).
+                    group.create_task(log_at_start(self._entries), name="executor-preflight")
         finally:
             await close_all(providers)
 

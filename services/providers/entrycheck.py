@@ -98,10 +98,11 @@ async def log_at_start(
     entries: Sequence[ProviderEntry], *, timeout: float = TIMEOUT
 ) -> list[EntryFindings]:
     """The executor's start-up check: each failing finding logged as a warning with its fix,
-    each passing entry as one info line. It never raises (bar cancellation): a cloud that
-    cannot answer, or a config edited since start-up, must not stop the local fleet."""
+    each passing entry as one info line, as each entry answers (a slow cloud holds back only its
+    own lines). It never raises (bar cancellation): a cloud that cannot answer, or a config
+    edited since start-up, must not stop the local fleet."""
     try:
-        results = await check_entries(entries, timeout=timeout)
+        return await check_entries(entries, timeout=timeout, on_done=_log_entry)
     except Exception as exc:
         log.warning(
             "preflight could not run",
@@ -109,21 +110,19 @@ async def log_at_start(
             fix="run `egress-proxies providers check` with the same --providers-config",
         )
         return []
-    for result in results:
-        for finding in result.failed:
-            log.warning(
-                "preflight: this provider entry would fail",
-                provider=result.name,
-                type=result.type,
-                check=finding.check,
-                detail=finding.detail,
-                fix=finding.fix,
-            )
-        if not result.failed:
-            log.info(
-                "preflight passed",
-                provider=result.name,
-                type=result.type,
-                checks=len(result.findings),
-            )
-    return results
+
+
+def _log_entry(result: EntryFindings) -> None:
+    for finding in result.failed:
+        log.warning(
+            "preflight: this provider entry would fail",
+            provider=result.name,
+            type=result.type,
+            check=finding.check,
+            detail=finding.detail,
+            fix=finding.fix,
+        )
+    if not result.failed:
+        log.info(
+            "preflight passed", provider=result.name, type=result.type, checks=len(result.findings)
+        )

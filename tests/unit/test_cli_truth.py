@@ -18,6 +18,7 @@ from services.cli.backup_cmd import EXIT_BACKUP_DAMAGED
 from services.cli.check_cmd import EXIT_UNUSABLE
 from services.cli.common import EXIT_NOT_DONE, EXIT_SWEEP_INCOMPLETE
 from services.cli.main import EPILOG, EXIT_CODES
+from services.cli.providers_cmd import EXIT_WOULD_FAIL
 from services.cli.manifests import unknown_providers
 from services.runtime.natscredentials import CONTEXT_FILE, READER_CONTEXT_FILE
 from tests.support.system import ROOT
@@ -46,8 +47,9 @@ def test_every_exit_code_is_in_help_and_in_the_readme_and_one_means_a_bug() -> N
         EXIT_ROTATION_NOT_DONE,
         EXIT_SWEEP_INCOMPLETE,
         EXIT_BACKUP_DAMAGED,
+        EXIT_WOULD_FAIL,
     }
-    assert len(raised) == 12  # 2 to 13: one code, one meaning
+    assert len(raised) == 13  # 2 to 14: one code, one meaning
     assert set(epilog_codes()) == set(readme_codes()) == {0, 1} | raised
     assert "a bug" in epilog_codes()[1]
     assert "a bug" in readme_codes()[1]
