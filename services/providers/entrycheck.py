@@ -64,7 +64,9 @@ async def check_entries(
 
         async def one(entry: ProviderEntry, provider: Provider) -> EntryFindings:
             async with gate:
-                result = EntryFindings(entry.name, entry.type, await _guarded(entry, provider, timeout))
+                result = EntryFindings(
+                    entry.name, entry.type, await _guarded(entry, provider, timeout)
+                )
             if on_done is not None:
                 on_done(result)
             return result

@@ -18,8 +18,8 @@ from services.cli.backup_cmd import EXIT_BACKUP_DAMAGED
 from services.cli.check_cmd import EXIT_UNUSABLE
 from services.cli.common import EXIT_NOT_DONE, EXIT_SWEEP_INCOMPLETE
 from services.cli.main import EPILOG, EXIT_CODES
-from services.cli.providers_cmd import EXIT_WOULD_FAIL
 from services.cli.manifests import unknown_providers
+from services.cli.providers_cmd import EXIT_WOULD_FAIL
 from services.runtime.natscredentials import CONTEXT_FILE, READER_CONTEXT_FILE
 from tests.support.system import ROOT
 

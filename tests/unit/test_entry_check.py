@@ -5,6 +5,7 @@ the start-up check that logs what would fail and never stops the executor
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -28,11 +29,9 @@ from services.runtime.errors import ConfigError
 SECRET = b"a lease secret of 32 characters!"
 
 
-def entries(tmp_path: Path, *items: dict[str, object]) -> list[ProviderEntry]:
+def entries(tmp_path: Path, *items: Mapping[str, object]) -> list[ProviderEntry]:
     raw = {"providers": list(items)}
-    return parse_providers_config(
-        raw, source="test", base_dir=tmp_path, default_data_dir=tmp_path
-    )
+    return parse_providers_config(raw, source="test", base_dir=tmp_path, default_data_dir=tmp_path)
 
 
 def fake(name: str, **block: object) -> dict[str, object]:
@@ -106,7 +105,10 @@ async def test_a_config_error_closes_the_providers_built_before_it(
 
     monkeypatch.setitem(PROVIDER_TYPES, "first", ProviderType(lambda: (FakeConfig, first)))
     monkeypatch.setitem(PROVIDER_TYPES, "refusing", ProviderType(lambda: (FakeConfig, refusing)))
-    items = ({"name": "a", "type": "first", "first": {}}, {"name": "b", "type": "refusing", "refusing": {}})  # fmt: skip
+    items = (
+        {"name": "a", "type": "first", "first": {}},
+        {"name": "b", "type": "refusing", "refusing": {}},
+    )
     with pytest.raises(ConfigError, match=r"providers\[1\] \(b\): refusing.token"):
         await check_entries(entries(tmp_path, *items))
     assert [p.closed for p in built] == [True]

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from services.cli.providers_cmd import EXIT_WOULD_FAIL
-from services.providers.config import PROVIDER_TYPES, Factory, ProviderType
+from services.providers.config import PROVIDER_TYPES, ProviderType
 from services.providers.preflight import Finding
 from services.providers.testing import FakeConfig, FakeProvider, FakeProviderWithPreflight
 from tests.support.clirun import cli, restore_logging_after
@@ -148,7 +148,7 @@ async def test_an_entry_that_does_not_answer_in_time_fails_alone(tmp_path: Path)
 
 
 async def test_an_api_that_refuses_the_preflight_is_a_finding(tmp_path: Path) -> None:
-    down = "  - name: down\n    type: fake\n    fake: {preflight: {error: 503 Service Unavailable}}\n"
+    down = "  - name: down\n    type: fake\n    fake: {preflight: {error: 503 Bad Gateway}}\n"
     code, out, _ = await check(config(tmp_path, GOOD, down))
     assert code == EXIT_WOULD_FAIL
     assert rows(out)[-1][:5] == [
@@ -156,7 +156,7 @@ async def test_an_api_that_refuses_the_preflight_is_a_finding(tmp_path: Path) ->
         "fake",
         "preflight",
         "fails",
-        "Transient: 503 Service Unavailable",
+        "Transient: 503 Bad Gateway",
     ]
 
 
@@ -171,7 +171,8 @@ async def test_a_bug_in_one_preflight_is_that_entry_s_finding_not_a_crash(
     buggy_entry = "  - name: bug\n    type: buggy\n    buggy: {}\n"
     code, out, err = await check(config(tmp_path, buggy_entry, GOOD))
     assert code == EXIT_WOULD_FAIL
-    assert rows(out)[0][:5] == ["bug", "buggy", "preflight", "fails", "RuntimeError: list index out of range"]  # fmt: skip
+    failing = ["bug", "buggy", "preflight", "fails", "RuntimeError: list index out of range"]
+    assert rows(out)[0][:5] == failing
     assert "a bug in this provider type's preflight" in rows(out)[0][5]
     assert [r[3] for r in rows(out)[1:]] == ["ok"] * 4
     assert "Traceback" in err  # logged, for the report the fix asks for
@@ -187,8 +188,7 @@ async def test_each_entry_s_provider_is_closed_after_its_check(
         built.append(provider)
         return provider
 
-    factory: Factory = remembered  # type: ignore[assignment]  # a narrower config type
-    monkeypatch.setitem(PROVIDER_TYPES, "kept", ProviderType(lambda: (FakeConfig, factory)))
+    monkeypatch.setitem(PROVIDER_TYPES, "kept", ProviderType(lambda: (FakeConfig, remembered)))
     entries = "".join(f"  - name: k{i}\n    type: kept\n    kept: {{}}\n" for i in range(3))
     code, _, _ = await check(config(tmp_path, entries))
     assert code == 0
