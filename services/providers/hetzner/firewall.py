@@ -111,3 +111,18 @@ def delete(client: Client, firewall_id: int, provider_name: str) -> bool:
             return False
         raise
     return True
+
+
+def planned(client: Client, name: str, provider_name: str, wanted: list[mapping.Rule]) -> str:
+    """What the next create would do to the entry's firewall, found by a read only; Permanent,
+    as a create would be, for a same-named firewall of someone else's."""
+    rules = "; ".join(
+        f"inbound {protocol.upper()} {port} from {', '.join(sorted(sources))}"
+        for _, protocol, port, sources in wanted
+    )
+    found = find(client, name, provider_name)
+    if found is None:
+        return f"{name} does not exist yet: the first create makes it, allowing {rules} only"
+    if mapping.rules_match(current_rules(found), wanted):
+        return f"{name} exists and allows {rules} only"
+    return f"{name} exists with other rules: the next create sets them to {rules} only"

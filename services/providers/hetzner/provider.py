@@ -8,34 +8,33 @@ backoff the error class calls for (docs/architecture.md, The provider contract).
 
 Server names are unique in a Hetzner project, so a create is idempotent on ``request.name``: it
 looks the name up first, under a per-name lock in this process, and a create that still races
-another process gets ``uniqueness_error`` and returns the server that won.
+another process gets ``uniqueness_error`` and returns the server that won. The same holds across
+locations: a create checks the type against Hetzner's catalogue, then walks the entry's locations
+from the one the name's hash picks, moving on when one has no room (D141).
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable
+from dataclasses import replace
+from datetime import UTC, datetime
 from typing import TypeVar
 
 import structlog
 from hcloud import APIException, Client
-from hcloud.firewalls import Firewall
-from hcloud.images import Image
-from hcloud.locations import Location
-from hcloud.networks import Network
-from hcloud.server_types import ServerType
-from hcloud.servers import BoundServer, Server, ServerCreatePublicNetwork
-from hcloud.ssh_keys import SSHKey
+from hcloud.servers import Server
 
 from services.providers.base import (
-    OWNER_LABEL,
     CreateRequest,
     Instance,
     Leftover,
     NotFound,
     Permanent,
     ProviderError,
+    QuotaExceeded,
     Transient,
 )
 from services.providers.cloud.names import NameLocks
@@ -43,7 +42,9 @@ from services.providers.cloud.pure.firewall import firewall_name
 from services.providers.cloud.pure.leftovers import firewall_id_of, firewall_leftovers
 from services.providers.cloud.pure.settings import client_networks
 from services.providers.cloud.pure.userdata import vm_user_data
-from services.providers.hetzner import firewall
+from services.providers.hetzner import catalogue as hz_catalogue
+from services.providers.hetzner import firewall, servers
+from services.providers.hetzner import preflight as hz_preflight
 from services.providers.hetzner.client import (
     build_client,
     close_client,
@@ -53,17 +54,15 @@ from services.providers.hetzner.client import (
     translate,
 )
 from services.providers.hetzner.config import HetznerConfig
-from services.providers.hetzner.pure import mapping
+from services.providers.hetzner.pure import catalogue, mapping
+from services.providers.hetzner.servers import FirewallGone, NoRoom, Submission
+from services.providers.preflight import Finding
 from services.runtime.errors import ConfigError
 
 __all__ = ["HetznerConfig", "HetznerProvider"]
 
 T = TypeVar("T")
 log = structlog.get_logger("egress.provider.hetzner")
-
-
-class _FirewallGone(Exception):
-    """The create named a firewall Hetzner no longer has (GC deleted it meanwhile)."""
 
 
 class HetznerProvider:
@@ -88,6 +87,7 @@ class HetznerProvider:
         self._firewall_id: int | None = None
         self._firewall_lock = asyncio.Lock()
         self._names = NameLocks()
+        self._types: catalogue.Expiring[str, catalogue.TypeInfo] = catalogue.Expiring()
 
     def __repr__(self) -> str:
         return f"HetznerProvider({self.name!r})"
@@ -101,34 +101,73 @@ class HetznerProvider:
     async def create(self, request: CreateRequest) -> str:
         what = f"{self.name}: create {request.name}"
         place, labels, user_data = self._plan(request, what)
+        placement = request.spec.placement
+        location_field, type_field = catalogue.fields(
+            placement.zone, placement.region, placement.machine_type
+        )
         async with self._names.held(request.name):
             existing = await self._run(
-                "create", what, lambda c: self._find_by_name(c, request.name, what)
+                "create", what, lambda c: servers.find_by_name(c, self.name, request.name, what)
             )
             if existing is not None:
                 return existing
+            route = (
+                [place.location]
+                if location_field
+                else catalogue.walk(self.config.locations, request.name)
+            )
+            info = await self.server_type(place.server_type, what)
+            problem = catalogue.type_problem(
+                info,
+                route,
+                type_field=type_field,
+                location_field=location_field,
+                now=datetime.now(UTC),
+            )
+            if problem:
+                raise Permanent(f"{what}: {problem}")
+            sent = Submission(self.name, request.name, labels, user_data, what)
+            tried: list[tuple[str, str]] = []
+            full: list[ProviderError] = []
+            for location in route:
+                try:
+                    return await self._create_in(sent, replace(place, location=location))
+                except NoRoom as no_room:
+                    tried.append((location, no_room.answer))
+                    full.append(no_room.error)
+                    log.warning(
+                        "no capacity in the location, moving on",
+                        provider=self.name,
+                        name=request.name,
+                        location=location,
+                        answer=no_room.answer,
+                    )
+                except Permanent:
+                    self._types.forget(place.server_type)  # the catalogue may have changed
+                    raise
+            message = catalogue.no_room(place.server_type, tried, location_field=location_field)
+            delay = max(error.retry_after for error in full)
+            raise QuotaExceeded(f"{what}: {message}", retry_after=delay) from full[-1]
 
-            def submit(firewall_id: int) -> Callable[[Client], str]:
-                return lambda c: self._submit(
-                    c,
-                    name=request.name,
-                    place=place,
-                    labels=labels,
-                    user_data=user_data,
-                    firewall_id=firewall_id,
-                )
+    async def server_type(self, name: str, what: str) -> catalogue.TypeInfo:
+        """``name``'s catalogue entry, cached for the instance (``catalogue.Expiring``)."""
+        found = self._types.get(name, time.monotonic())
+        if found is None:
+            found = await self._run(
+                "catalogue",
+                f"{what}: server type {name}",
+                lambda c: hz_catalogue.server_type(c, name),
+            )
+            self._types.put(name, found, time.monotonic())
+        return found
 
-            firewall_id = await self._firewall()
-            try:
-                return await self._run("create", what, submit(firewall_id))
-            except _FirewallGone:
-                self._forget_firewall(firewall_id)  # deleted by GC meanwhile: make it again
-            firewall_id = await self._firewall()
-            try:
-                return await self._run("create", what, submit(firewall_id))
-            except _FirewallGone as gone:
-                self._forget_firewall(firewall_id)
-                raise Transient(f"{what}: the firewall vanished twice: {gone}") from gone
+    async def preflight(self) -> list[Finding]:
+        """The entry against Hetzner, read-only (``preflight.py``)."""
+        return await hz_preflight.preflight(self)
+
+    async def read(self, what: str, call: Callable[[Client], T]) -> T:
+        """One read-only call of the preflight's, translated as every call is."""
+        return await self._run("preflight", what, call)
 
     async def get(self, provider_id: str) -> Instance:
         server_id = mapping.parse_provider_id(provider_id)
@@ -137,7 +176,7 @@ class HetznerProvider:
         return await self._run(
             "get",
             f"{self.name}: get {provider_id}",
-            lambda c: self._instance(c.servers.get_by_id(server_id)),
+            lambda c: servers.instance(c.servers.get_by_id(server_id), self.config.proxy_port),
         )
 
     async def delete(self, provider_id: str) -> None:
@@ -152,7 +191,7 @@ class HetznerProvider:
                 if exc.code == "not_found":
                     return
                 # A delete already under way locks the server: that is the goal reached.
-                if exc.code == "locked" and _status(client, server_id) in ("deleting", None):
+                if exc.code == "locked" and servers.status(client, server_id) in ("deleting", None):
                     return
                 raise
 
@@ -160,8 +199,9 @@ class HetznerProvider:
 
     async def list_by_tag(self) -> list[Instance]:
         def listing(client: Client) -> list[Instance]:
-            servers = client.servers.get_all(label_selector=mapping.label_selector(self.name))
-            return [self._instance(server) for server in servers]
+            found = client.servers.get_all(label_selector=mapping.label_selector(self.name))
+            port = self.config.proxy_port
+            return [servers.instance(server, port) for server in found]
 
         return await self._run("list", f"{self.name}: list", listing)
 
@@ -175,7 +215,7 @@ class HetznerProvider:
         """The entry's firewall, once no server of the entry exists in any state."""
 
         def find(client: Client) -> list[Leftover]:
-            if self._any_server(client):
+            if servers.any_server(client, self.name):
                 return []
             found = firewall.leftover(client, self.firewall_name, self.name)
             return firewall_leftovers(
@@ -192,7 +232,7 @@ class HetznerProvider:
         )
 
         def delete(client: Client) -> bool:
-            if self._any_server(client):
+            if servers.any_server(client, self.name):
                 return False
             return firewall.delete(client, firewall_id, self.name)
 
@@ -244,68 +284,32 @@ class HetznerProvider:
             )
         return place, labels, user_data
 
-    def _submit(
-        self,
-        client: Client,
-        *,
-        name: str,
-        place: mapping.Place,
-        labels: dict[str, str],
-        user_data: str,
-        firewall_id: int,
-    ) -> str:
-        config = self.config
+    async def _create_in(self, sent: Submission, place: mapping.Place) -> str:
+        """One location's create; the firewall made again once if GC deleted it meanwhile."""
+
+        def submit(firewall_id: int) -> Callable[[Client], str]:
+            return lambda c: servers.submit(c, self.config, sent, place, firewall_id)
+
+        firewall_id = await self._firewall()
         try:
-            response = client.servers.create(
-                name=name,
-                server_type=ServerType(name=place.server_type),
-                image=Image(id=int(place.image))
-                if place.image.isdigit()
-                else Image(name=place.image),
-                location=Location(name=place.location),
-                user_data=user_data or None,
-                labels=labels,
-                firewalls=[Firewall(id=firewall_id)],
-                public_net=ServerCreatePublicNetwork(enable_ipv4=True, enable_ipv6=config.ipv6),
-                ssh_keys=[_ssh_key(key) for key in config.ssh_keys] or None,
-                networks=[Network(id=config.network)] if config.network else None,
-            )
-        except APIException as exc:
-            if exc.code == "uniqueness_error":
-                found = self._find_by_name(client, name, f"{self.name}: create {name}")
-                if found is not None:
-                    return found  # a concurrent create elsewhere won: the same server
-            if exc.code in ("not_found", "invalid_input") and "firewall" in str(exc).lower():
-                scrub(exc, token_of(client))
-                raise _FirewallGone(str(exc)) from exc
-            raise
-        server_id = mapping.provider_id(int(response.server.data_model.id or 0))
+            server_id = await self._run("create", sent.what, submit(firewall_id))
+        except FirewallGone:
+            self._forget_firewall(firewall_id)  # deleted by GC meanwhile: make it again
+            firewall_id = await self._firewall()
+            try:
+                server_id = await self._run("create", sent.what, submit(firewall_id))
+            except FirewallGone as gone:
+                self._forget_firewall(firewall_id)
+                raise Transient(f"{sent.what}: the firewall vanished twice: {gone}") from gone
         log.info(
             "server create accepted",
             provider=self.name,
             id=server_id,
-            name=name,
+            name=sent.name,
             location=place.location,
             server_type=place.server_type,
         )
         return server_id
-
-    def _find_by_name(self, client: Client, name: str, what: str) -> str | None:
-        found = client.servers.get_by_name(name)
-        if found is None:
-            return None
-        if not mapping.is_entrys(found.data_model.labels, self.name):
-            raise Permanent(
-                f"{what}: a server named {name} exists that this provider did not make "
-                f"(no labels {mapping.label_selector(self.name)}); delete or rename it"
-            )
-        return mapping.provider_id(int(found.data_model.id or 0))
-
-    def _any_server(self, client: Client) -> bool:
-        servers, _ = client.servers.get_list(
-            label_selector=mapping.label_selector(self.name), per_page=1
-        )
-        return bool(servers)
 
     async def _firewall(self) -> int:
         """The firewall's id: cached after the first create found or made it."""
@@ -321,27 +325,6 @@ class HetznerProvider:
     def _forget_firewall(self, firewall_id: int) -> None:
         if self._firewall_id == firewall_id:
             self._firewall_id = None
-
-    def _instance(self, server: BoundServer) -> Instance:
-        model = server.data_model
-        public = model.public_net
-        ipv4 = public.ipv4.ip if public is not None and public.ipv4 is not None else ""
-        ipv6 = public.ipv6.ip if public is not None and public.ipv6 is not None else ""
-        address = mapping.public_address(ipv4 or "", ipv6 or "")
-        labels = dict(model.labels or {})
-        created_at = mapping.parse_created(model.created)
-        server_id = mapping.provider_id(int(model.id or 0))
-        return Instance(
-            provider_id=server_id,
-            name=model.name or "",
-            state=mapping.state_of(model.status or "", address),
-            owner_uid=labels.get(OWNER_LABEL, ""),
-            created_at=created_at,
-            ip=address,
-            port=self.config.proxy_port,
-            instance_uid=server_id,
-            labels=mapping.with_created_label(labels, created_at),
-        )
 
     def _client_now(self) -> Client:
         """Built on first use, in a worker thread: reading the token file is I/O."""
@@ -371,7 +354,7 @@ class HetznerProvider:
             client = self._client_now()
             try:
                 return call(client)
-            except (ProviderError, _FirewallGone):
+            except (ProviderError, FirewallGone, NoRoom):
                 raise
             except Exception as exc:
                 scrub(exc, token_of(client))
@@ -383,17 +366,3 @@ class HetznerProvider:
                 raise translated from exc
 
         return await asyncio.to_thread(guarded)
-
-
-def _ssh_key(key: str) -> SSHKey:
-    return SSHKey(id=int(key)) if key.isdigit() else SSHKey(name=key)
-
-
-def _status(client: Client, server_id: int) -> str | None:
-    """The server's status now, None when it is gone."""
-    try:
-        return client.servers.get_by_id(server_id).data_model.status
-    except APIException as exc:
-        if exc.code == "not_found":
-            return None
-        raise

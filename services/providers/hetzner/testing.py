@@ -4,7 +4,8 @@ The provider is tested through the real ``hcloud`` client (``endpointUrl`` point
 request encoding, error decoding and paging are the library's own, not a mock's. The fake follows
 Hetzner's public API reference for the calls used: servers create/get/list (``name``,
 ``label_selector``, ``page``/``per_page``)/delete, firewalls create/get/list/delete and
-``actions/set_rules``, actions get; Bearer tokens (401 ``unauthorized`` for a wrong one);
+``actions/set_rules``, actions get, server types (list by ``name``, get) and images (list by
+``name``, ``architecture``, ``type``, get); Bearer tokens (401 ``unauthorized`` for a wrong one);
 Hetzner's error shape ``{"error": {"code", "message", "details"}}``; the ``RateLimit-*``
 headers on every answer.
 
@@ -13,6 +14,12 @@ Servers start ``initializing`` and are ``running`` from the second ``get`` on (o
 test can tell servers apart and still reach them on this machine). A deleted server is
 ``deleting`` for one more ``get``, then gone; the firewalls it was attached to keep it in their
 ``applied_to`` until then, so deleting such a firewall answers 422 ``resource_in_use``.
+
+The catalogue is Hetzner's shape (``prices`` and ``locations`` per type, ``cx`` and ``cax`` types
+in the EU locations only) and a create obeys it: a type a location does not offer answers 400
+``invalid_input`` "unsupported location for server type", one not ``available`` there or a
+location made full (``no_room``) 412 ``resource_unavailable``. ``withdraw`` and ``set_offer``
+change what a location offers.
 
 Faults are injected per call kind (``KINDS``) with the status, code, message, details and
 headers to answer; ``power_off`` and ``vanish`` act on a server behind the provider's back.
@@ -44,6 +51,10 @@ KINDS = (
     "firewall_delete",
     "firewall_set_rules",
     "action_get",
+    "server_type_list",
+    "server_type_get",
+    "image_list",
+    "image_get",
     "any",
 )
 RATE_LIMIT = 3600
@@ -78,6 +89,13 @@ class HetznerFake(fakehttp.FakeServer):
         self._after: dict[str, deque[Callable[[], object]]] = {kind: deque() for kind in KINDS}
         self._remaining = RATE_LIMIT
         self._ids = itertools.count(40_000_001)
+        self.server_types: dict[str, dict[str, Any]] = {
+            n: api.server_type(n) for n in api.CATALOGUE
+        }
+        """The catalogue by type name, as ``GET /server_types`` shows it; tests may edit it."""
+        self.images = [api.image(*record) for record in api.IMAGE_LIST]
+        self.full: dict[str, str] = {}
+        """Locations without room now, with the message their 412 says."""
 
     # ---------------------------------------------------------------- control
 
@@ -122,6 +140,39 @@ class HetznerFake(fakehttp.FakeServer):
         """Delete behind the provider's back (a person in the console, another tool)."""
         with self._lock:
             self._remove(server_id)
+
+    def no_room(self, location: str, message: str = "error during placement") -> None:
+        """Every create in ``location`` answers 412 ``resource_unavailable`` with ``message``
+        (Hetzner's words: "error during placement", "server location disabled")."""
+        with self._lock:
+            self.full[location] = message
+
+    def room(self, location: str) -> None:
+        with self._lock:
+            self.full.pop(location, None)
+
+    def withdraw(self, server_type: str, location: str) -> None:
+        """``server_type`` is no longer offered in ``location``: gone from its ``locations``
+        and ``prices``, as Hetzner shows a type a location never had."""
+        with self._lock:
+            record = self.server_types[server_type]
+            record["locations"] = [e for e in record["locations"] if e["name"] != location]
+            record["prices"] = [p for p in record["prices"] if p["location"] != location]
+
+    def set_offer(
+        self, server_type: str, location: str, *, available: bool = True, ends: str = ""
+    ) -> None:
+        """``server_type`` in ``location``: ``available`` now or not, and a deprecation whose
+        ``unavailable_after`` is ``ends`` (an ISO time; "" none)."""
+        with self._lock:
+            record = self.server_types[server_type]
+            entry = next(e for e in record["locations"] if e["name"] == location)
+            entry["available"] = available
+            entry["deprecation"] = (
+                {"announced": "2025-01-01T00:00:00+00:00", "unavailable_after": ends}
+                if ends
+                else None
+            )
 
     def put_server(self, name: str, labels: dict[str, str], status: str = "running") -> int:
         """A server made by someone else, for listing and name-clash tests."""
@@ -199,6 +250,16 @@ class HetznerFake(fakehttp.FakeServer):
                     return self._set_rules(args[0], body)
                 case "action_get":
                     return 200, {"action": api.action(args[0], "create_server")}, {}
+                case "server_type_list":
+                    types = list(self.server_types.values())
+                    return api.page(request.query, "server_types", types)
+                case "server_type_get":
+                    return self._by_id("server_type", list(self.server_types.values()), args[0])
+                case "image_list":
+                    found = api.images(request.query, self.images)
+                    return api.page(request.query, "images", found)
+                case "image_get":
+                    return self._by_id("image", self.images, args[0])
             return api.error(404, "not_found", f"no fake route for {request.method} {request.path}")
 
     def rate_headers(self) -> dict[str, str]:
@@ -210,12 +271,18 @@ class HetznerFake(fakehttp.FakeServer):
                 "RateLimit-Reset": str(reset),
             }
 
+    def _by_id(self, key: str, records: list[dict[str, Any]], wanted: int) -> Answer:
+        found = next((r for r in records if r["id"] == wanted), None)
+        if found is None:
+            return api.error(404, "not_found", f"{key} with ID '{wanted}' not found")
+        return 200, {key: found}, {}
+
     # ---------------------------------------------------------------- servers
 
     def _create_server(self, body: dict[str, Any]) -> Answer:
-        problem = api.server_problem(body)
-        if problem:
-            return api.invalid(*problem)
+        refused = api.server_problem(body, self.server_types, self.full)
+        if refused is not None:
+            return refused
         name = body["name"]
         if any(s.body["name"] == name for s in self.servers.values()):
             return api.error(
