@@ -20,7 +20,7 @@ import structlog
 
 from services.providers.base import Provider
 from services.providers.config import ProviderEntry, build_unwrapped
-from services.providers.preflight import TIMEOUT, Finding, failed, run_preflight
+from services.providers.preflight import TIMEOUT, Finding, Preflight, failed, run_preflight
 
 log = structlog.get_logger("egress.providers")
 
@@ -35,11 +35,13 @@ NO_FINDINGS = "the provider answered no findings"
 
 @dataclass(frozen=True, slots=True)
 class EntryFindings:
-    """One entry's answer: its name and type, and what its preflight found (never empty)."""
+    """One entry's answer: its name and type, and what its preflight found (never empty);
+    ``asked`` is false for a type with no preflight (nothing was asked of any cloud)."""
 
     name: str
     type: str
     findings: list[Finding]
+    asked: bool = True
 
     @property
     def failed(self) -> list[Finding]:
@@ -64,9 +66,9 @@ async def check_entries(
 
         async def one(entry: ProviderEntry, provider: Provider) -> EntryFindings:
             async with gate:
-                result = EntryFindings(
-                    entry.name, entry.type, await _guarded(entry, provider, timeout)
-                )
+                findings = await _guarded(entry, provider, timeout)
+                asked = isinstance(provider, Preflight)
+                result = EntryFindings(entry.name, entry.type, findings, asked)
             if on_done is not None:
                 on_done(result)
             return result
@@ -124,7 +126,9 @@ def _log_entry(result: EntryFindings) -> None:
             detail=finding.detail,
             fix=finding.fix,
         )
-    if not result.failed:
+    if not result.asked:
+        log.debug("no preflight for this provider type", provider=result.name, type=result.type)
+    elif not result.failed:
         log.info(
             "preflight passed", provider=result.name, type=result.type, checks=len(result.findings)
         )

@@ -118,13 +118,19 @@ async def test_the_start_up_check_logs_each_failing_finding_with_its_fix(tmp_pat
     failing = {"check": "quota", "ok": False, "detail": "0 of 10 left", "fix": "ask for more"}
     config = entries(
         tmp_path,
+        fake("plain"),
         fake("good", preflight={"findings": [{"check": "image", "ok": True}]}),
         fake("bad", preflight={"findings": [{"check": "image", "ok": True}, failing]}),
         fake("down", preflight={"error": "connection refused"}),
     )
     with capture_logs() as logs:
         results = await log_at_start(config)
-    assert [len(r.failed) for r in results] == [0, 1, 1]
+    assert [(len(r.failed), r.asked) for r in results] == [
+        (0, False),
+        (0, True),
+        (1, True),
+        (1, True),
+    ]
     warnings = [e for e in logs if e["log_level"] == "warning"]
     assert [(w["provider"], w["check"], w["fix"]) for w in warnings] == [
         ("bad", "quota", "ask for more"),
@@ -133,7 +139,9 @@ async def test_the_start_up_check_logs_each_failing_finding_with_its_fix(tmp_pat
     assert warnings[0]["detail"] == "0 of 10 left"
     assert warnings[0]["event"] == "preflight: this provider entry would fail"
     passed = [e for e in logs if e["event"] == "preflight passed"]
-    assert [(e["provider"], e["checks"]) for e in passed] == [("good", 1)]
+    assert [(e["provider"], e["checks"]) for e in passed] == [("good", 1)]  # not the plain one
+    [unasked] = [e for e in logs if e["event"] == "no preflight for this provider type"]
+    assert (unasked["provider"], unasked["log_level"]) == ("plain", "debug")
 
 
 async def test_the_start_up_check_never_raises(
