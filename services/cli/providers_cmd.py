@@ -128,9 +128,10 @@ def table(results: list[EntryFindings]) -> Table:
 
 def summary(results: list[EntryFindings]) -> str:
     failing = sum(1 for r in results if r.failed)
+    checked = f"{len(results)} {'entry' if len(results) == 1 else 'entries'} checked"
     if not failing:
-        return f"{len(results)} entries checked: every one would work"
-    return f"{len(results)} entries checked: {failing} would fail"
+        return f"{checked}: every one would work"
+    return f"{checked}: {failing} would fail"
 
 
 def would_fail(failing: list[EntryFindings]) -> str:

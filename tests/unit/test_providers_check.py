@@ -194,3 +194,16 @@ async def test_each_entry_s_provider_is_closed_after_its_check(
     assert code == 0
     assert [p.name for p in built] == ["k0", "k1", "k2"]
     assert all(p.closed and p.calls == [("preflight", p.name)] for p in built)
+
+
+async def test_what_a_cloud_answered_is_shown_inert(tmp_path: Path) -> None:
+    hostile = (
+        "  - name: hostile\n    type: fake\n    fake:\n      preflight:\n        findings:\n"
+        '          - {check: "[bold]quota", ok: false, detail: "\\e[2Jgone", fix: "[red]\\rok"}\n'
+    )
+    code, out, err = await check(config(tmp_path, hostile))
+    assert code == EXIT_WOULD_FAIL
+    assert "\x1b" not in out + err and "\r" not in out + err
+    assert "[bold]quota" in out and "[red]" in out  # literal, not markup
+    assert "hostile ([bold]quota)" in err
+    assert out.splitlines()[-1] == "1 entry checked: 1 would fail"
