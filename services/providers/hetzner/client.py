@@ -29,6 +29,11 @@ from services.providers.base import Permanent, ProviderError, Transient
 from services.providers.hetzner.config import HetznerConfig
 from services.providers.hetzner.pure.classify import classify, retry_after
 
+HCLOUD_RANGE = ">=2.18,<3"
+"""The hcloud versions this module is written for, as pyproject's ``hetzner`` extra pins them:
+2.18 brought a server type's per-location ``available``; ``build_client`` reaches into private
+attributes every 2.x since 2.12 has (``_client_hetzner``, ``_retry_max_retries``,
+``_session``), and tests/integration/test_hetzner_hcloud.py checks them on the installed one."""
 TOKEN_ENV = "HCLOUD_TOKEN"
 REDACTED = "<redacted>"
 MAX_TOKEN_FILE = 4096
@@ -102,7 +107,9 @@ def build_client(config: HetznerConfig) -> Client:
     # every request passes (a version without them fails loudly here, not silently retrying).
     for base in (client._client, client._client_hetzner):
         if not hasattr(base, "_retry_max_retries"):
-            raise RuntimeError("this hcloud version has no _retry_max_retries; pin hcloud<3")
+            raise RuntimeError(
+                f"this hcloud version has no _retry_max_retries; install hcloud{HCLOUD_RANGE}"
+            )
         base._retry_max_retries = 0
         base._session.hooks["response"].append(_remember)
     return client
