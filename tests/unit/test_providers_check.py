@@ -203,7 +203,9 @@ async def test_what_a_cloud_answered_is_shown_inert(tmp_path: Path) -> None:
     )
     code, out, err = await check(config(tmp_path, hostile))
     assert code == EXIT_WOULD_FAIL
-    assert "\x1b" not in out + err and "\r" not in out + err
-    assert "[bold]quota" in out and "[red]" in out  # literal, not markup
+    assert "\x1b" not in out + err
+    assert "\r" not in out + err
+    assert "[bold]quota" in out
+    assert "[red]" in out
     assert "hostile ([bold]quota)" in err
     assert out.splitlines()[-1] == "1 entry checked: 1 would fail"
