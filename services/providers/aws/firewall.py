@@ -46,14 +46,15 @@ class SecurityGroup:
         async with self._lock:
             if self.group_id:
                 return self.group_id
-            group = await self._find(vpc_id)
+            group = await self.find(vpc_id)
             if group is None:
                 group = await self._make(vpc_id)
             await self._reconcile(group)
             self.group_id = str(group["GroupId"])
             return self.group_id
 
-    async def _find(self, vpc_id: str) -> dict[str, object] | None:
+    async def find(self, vpc_id: str) -> dict[str, object] | None:
+        """The group as EC2 describes it, or None when ``vpc_id`` has none of this name."""
         answer = await self.ec2.call(
             "firewall",
             f"{self.provider_name}: find security group {self.name}",
@@ -86,7 +87,7 @@ class SecurityGroup:
         except ProviderError as exc:
             if error_code(exc.__cause__ or exc) != "InvalidGroup.Duplicate":
                 raise
-            found = await self._find(vpc_id)  # made meanwhile by another process
+            found = await self.find(vpc_id)  # made meanwhile by another process
             if found is None:
                 raise
             return found

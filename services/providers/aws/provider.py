@@ -20,11 +20,11 @@ from __future__ import annotations
 import asyncio
 import gzip
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import structlog
 
+from services.providers.aws.catalogue import Catalogue
 from services.providers.aws.client import Ec2, error_code
 from services.providers.aws.config import (
     AwsConfig,
@@ -33,7 +33,9 @@ from services.providers.aws.config import (
     zone_problem,
 )
 from services.providers.aws.firewall import SecurityGroup
-from services.providers.aws.pure import mapping, network
+from services.providers.aws.preflight import check_entry
+from services.providers.aws.pure import catalogue, mapping, network
+from services.providers.aws.pure.launch import Launch
 from services.providers.base import (
     CREATED_AT_LABEL,
     CreateRequest,
@@ -46,6 +48,7 @@ from services.providers.base import (
 from services.providers.cloud.names import NameLocks
 from services.providers.cloud.pure.leftovers import firewall_id_of, firewall_leftovers
 from services.providers.cloud.pure.userdata import vm_user_data
+from services.providers.preflight import Finding
 
 __all__ = ["AwsConfig", "AwsProvider"]
 
@@ -58,17 +61,6 @@ RECENT_SECONDS = 60.0
 answer yet (its eventual consistency is seconds, rarely more)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Launch:
-    """What a create asks for, checked before any call."""
-
-    zone: str
-    instance_type: str
-    image: str
-    tags: dict[str, str]
-    user_data: bytes
-
-
 class AwsProvider:
     """A ``Provider`` and ``LeftoverCleaner``; see the module docstring."""
 
@@ -79,6 +71,7 @@ class AwsProvider:
         self.config = config
         self.ec2 = Ec2(name, config)
         self.firewall = SecurityGroup(self.ec2)
+        self.catalogue = Catalogue(self.ec2)
         self._network: tuple[str, list[network.Subnet]] | None = None
         self._network_lock = asyncio.Lock()
         self._names = NameLocks()
@@ -100,14 +93,15 @@ class AwsProvider:
             found = await self._namesake(request.name)
             if found:
                 return found
-            vpc_id, subnets = await self._vpc()
-            subnet = network.choose_subnet(subnets, self.config.zones, launch.zone, request.name)
+            vpc_id, subnets = await self.vpc()
+            subnets, zones = await self._offering(launch, subnets, what)
+            subnet = network.choose_subnet(subnets, zones, launch.zone, request.name)
             if isinstance(subnet, str):
                 raise Permanent(f"{what}: {subnet}")
             group_id = await self.firewall.ensure(vpc_id)
             try:
                 answer = await self.ec2.call(
-                    "create", what, "run_instances", **self._params(launch, subnet, group_id)
+                    "create", what, "run_instances", **launch.params(subnet, group_id, self.config)
                 )
             except ProviderError as exc:
                 code = error_code(exc.__cause__ or exc)
@@ -115,6 +109,12 @@ class AwsProvider:
                     self.firewall.forget(group_id)  # made again by the next try
                 elif code.startswith(("InvalidSubnet", "InvalidVpc")):
                     self._network = None
+                elif code == "Unsupported":  # the catalogue kept changed meanwhile
+                    self.catalogue.forget(launch.instance_type)
+                    raise Permanent(
+                        f"{exc} ({launch.type_field} {launch.instance_type} in {subnet.zone}; "
+                        "`egress-proxies providers check` says where it is offered)"
+                    ) from exc.__cause__
                 raise
             provider_id = str(answer["Instances"][0]["InstanceId"])
             self._remember(request.name, provider_id)
@@ -165,6 +165,10 @@ class AwsProvider:
     async def close(self) -> None:
         await self.ec2.close()
 
+    async def preflight(self) -> list[Finding]:
+        """The ``Preflight`` capability: ``preflight.py`` says what is checked."""
+        return await check_entry(self)
+
     # ---------------------------------------------------------------- LeftoverCleaner
 
     async def leftovers(self) -> list[Leftover]:
@@ -203,6 +207,7 @@ class AwsProvider:
                 "the region out"
             )
         instance_type = placement.machine_type or config.instance_type
+        type_field = "spec.placement.machineType" if placement.machine_type else "instanceType"
         image = placement.image or config.image
         problem = (
             (
@@ -235,51 +240,7 @@ class AwsProvider:
                 f"{MAX_USER_DATA}: "
                 "shorten spec.cloudInit (or set installSquid: false and bake Squid into the image)"
             )
-        return Launch(placement.zone, instance_type, image, tags, user_data)
-
-    def _params(self, launch: Launch, subnet: network.Subnet, group_id: str) -> dict[str, Any]:
-        tags = mapping.tag_list(launch.tags)
-        params: dict[str, Any] = {
-            "ImageId": launch.image,
-            "InstanceType": launch.instance_type,
-            "MinCount": 1,
-            "MaxCount": 1,
-            "UserData": launch.user_data,
-            "NetworkInterfaces": [
-                {
-                    "DeviceIndex": 0,
-                    "SubnetId": subnet.subnet_id,
-                    "Groups": [group_id],
-                    "AssociatePublicIpAddress": True,
-                    "DeleteOnTermination": True,
-                }
-            ],
-            "TagSpecifications": [
-                {"ResourceType": "instance", "Tags": tags},
-                {"ResourceType": "volume", "Tags": tags},
-            ],
-            # IMDSv2 only, one hop: a token PUT relayed by anything on the VM (its Squid, a
-            # container) gets no answer back, beside the guard's firewall rule (D134).
-            "MetadataOptions": {
-                "HttpTokens": "required",
-                "HttpPutResponseHopLimit": 1,
-                "HttpEndpoint": "enabled",
-            },
-            # A VM that powers itself off is replaced anyway; stopped, it would still bill its
-            # disk until the reconciler noticed.
-            "InstanceInitiatedShutdownBehavior": "terminate",
-        }
-        if self.config.key_name:
-            params["KeyName"] = self.config.key_name
-        if self.config.spot:
-            params["InstanceMarketOptions"] = {
-                "MarketType": "spot",
-                "SpotOptions": {
-                    "SpotInstanceType": "one-time",
-                    "InstanceInterruptionBehavior": "terminate",
-                },
-            }
-        return params
+        return Launch(placement.zone, instance_type, type_field, image, tags, user_data)
 
     async def _instances(self) -> list[Mapping[str, Any]]:
         """Every instance of this entry but the terminated ones."""
@@ -341,7 +302,42 @@ class AwsProvider:
     def _forget(self, provider_id: str) -> None:
         self._recent = {n: v for n, v in self._recent.items() if v[0] != provider_id}
 
-    async def _vpc(self) -> tuple[str, list[network.Subnet]]:
+    async def _offering(
+        self, launch: Launch, subnets: list[network.Subnet], what: str
+    ) -> tuple[list[network.Subnet], tuple[str, ...]]:
+        """The subnets and listed zones whose zone offers the launch's instance type, checked
+        against EC2's catalogue (kept an hour); a type the zones cannot run is Permanent naming
+        the field and where it would work. A policy without DescribeInstanceTypeOfferings
+        launches unchecked (EC2's own refusal still says it), as before the check existed."""
+        config = self.config
+        candidates = config.zones or tuple(sorted({s.zone for s in subnets}))
+        if not (launch.zone or candidates) or (
+            launch.zone and all(s.zone != launch.zone for s in subnets)
+        ):
+            return subnets, config.zones  # no subnet there: choose_subnet says so
+        try:
+            offered = await self.catalogue.zones(launch.instance_type)
+        except ProviderError as exc:
+            if error_code(exc.__cause__ or exc) != "UnauthorizedOperation":
+                raise
+            log.warning("instance types not checked", provider=self.name, error=str(exc))
+            return subnets, config.zones
+        chosen = catalogue.placement(
+            launch.instance_type,
+            launch.type_field,
+            region=config.region,
+            wanted_zone=launch.zone,
+            candidates=candidates,
+            offered=offered,
+        )
+        if chosen.problem:
+            regions = await self.catalogue.regions(launch.instance_type) if not offered else ()
+            more = f"; {catalogue.elsewhere(regions, launch.instance_type)}" if not offered else ""
+            raise Permanent(f"{what}: {chosen.problem}{more}")
+        usable = [s for s in subnets if s.zone in offered]
+        return usable, tuple(z for z in config.zones if z in offered)
+
+    async def vpc(self) -> tuple[str, list[network.Subnet]]:
         """The VPC and the subnets to launch into, described once and kept."""
         async with self._network_lock:
             if self._network is None:

@@ -6,13 +6,15 @@ signing, request encoding and error parsing are the library's own, not a mock's.
 the calls we make the way EC2 does (instances, subnets, VPCs, security groups, tag filters, spot)
 but never refuses for quota, never throttles and never fails with a 5xx; the front sits between
 the client and moto and answers the next N requests of a given Action with an injected EC2 error
-(the XML shape, HTTP status and ``Retry-After`` EC2 uses), or stalls them, and forwards every
-other request untouched.
+(the XML shape, HTTP status and ``Retry-After`` EC2 uses), or stalls them, or refuses every
+request of an Action as a missing IAM permission, and forwards every other request untouched.
+``MotoEc2.offer`` takes an instance type away from zones of moto's catalogue.
 """
 
 from __future__ import annotations
 
 import http.client
+import json
 import subprocess
 import sys
 import tempfile
@@ -32,6 +34,7 @@ from services.runtime.ports import free_port
 ROOT = Path(__file__).resolve().parents[3]
 START_TIMEOUT = 60.0
 ANY_ACTION = "*"
+XML = (("Content-Type", "text/xml;charset=UTF-8"),)
 
 
 class MotoEc2:
@@ -81,6 +84,16 @@ class MotoEc2:
     def reset(self) -> None:
         """Forget every resource (the default VPC comes back), as a fresh process would."""
         request = urllib.request.Request(f"{self.url}/moto-api/reset", method="POST", data=b"")
+        with urllib.request.urlopen(request, timeout=30):
+            pass
+
+    def offer(self, region: str, instance_type: str, zones: Sequence[str]) -> None:
+        """Make ``instance_type`` offered in exactly ``zones`` of ``region`` (none: not in the
+        region), in the catalogue and at launch, until the next ``reset``."""
+        body = json.dumps({"region": region, "instanceType": instance_type, "zones": list(zones)})
+        request = urllib.request.Request(
+            f"{self.url}/egress-proxies/offerings", method="POST", data=body.encode()
+        )
         with urllib.request.urlopen(request, timeout=30):
             pass
 
@@ -140,6 +153,7 @@ class FaultFront(fakehttp.FakeServer):
         self.upstream = urlsplit(upstream)
         self.actions: list[str] = []
         self.bodies: list[dict[str, list[str]]] = []
+        self.denied: set[str] = set()
 
     def inject(
         self,
@@ -154,6 +168,13 @@ class FaultFront(fakehttp.FakeServer):
         """Answer the next ``times`` requests of ``action`` (``*``: of any) with this error."""
         headers = {"Retry-After": retry_after} if retry_after else {}
         self.add_fault(action, Fault(status, code, message or f"injected {code}", times, headers))
+
+    def deny(self, *actions: str) -> None:
+        """Answer every request of ``actions`` from now on as EC2 answers a caller whose IAM
+        policy does not allow them: ``UnauthorizedOperation`` (HTTP 403), a dry run included
+        (moto, which checks no policy, answers a dry run ``DryRunOperation`` always)."""
+        with self._lock:
+            self.denied |= set(actions)
 
     def stall(self, kind: str, seconds: float, *, times: int | None = 1) -> None:
         """Hold the next ``times`` requests of Action ``kind`` for ``seconds``, then forward
@@ -172,6 +193,13 @@ class FaultFront(fakehttp.FakeServer):
         with self._lock:
             self.bodies.append(form)
             self.actions.append(action)
+        if action in self.denied:
+            message = (
+                "You are not authorized to perform this operation. User: "
+                f"arn:aws:iam::123456789012:user/egress is not authorized to perform: ec2:{action} "
+                f"because no identity-based policy allows the ec2:{action} action"
+            )
+            return Reply(403, error_body("UnauthorizedOperation", message), XML)
         fault = self.fault_for(action)
         if fault is None:
             return self._forward(request)

@@ -153,3 +153,21 @@ def permissions_for(rules: Iterable[Rule]) -> list[dict[str, Any]]:
             permission["Ipv6Ranges"] = v6
         permissions.append(permission)
     return permissions
+
+
+def rules_text(permissions: Iterable[Mapping[str, Any]]) -> str:
+    """``IpPermissions`` for a person: ``tcp 3128 from 203.0.113.0/24, 2001:db8::/32``."""
+    parts = []
+    for perm in permissions:
+        low, high = perm.get("FromPort", -1), perm.get("ToPort", -1)
+        ports = "all ports" if low in (-1, None) else str(low) if low == high else f"{low}-{high}"
+        sources = [str(r.get("CidrIp", "")) for r in perm.get("IpRanges") or ()]
+        sources += [str(r.get("CidrIpv6", "")) for r in perm.get("Ipv6Ranges") or ()]
+        sources += [str(g.get("GroupId", "")) for g in perm.get("UserIdGroupPairs") or ()]
+        sources += [str(g.get("PrefixListId", "")) for g in perm.get("PrefixListIds") or ()]
+        protocol = _protocol(perm.get("IpProtocol", ""))
+        parts.append(
+            f"{'any protocol' if protocol == '-1' else protocol} {ports} from "
+            f"{', '.join(sources) or 'nowhere'}"
+        )
+    return "; ".join(parts)

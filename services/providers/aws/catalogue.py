@@ -1,0 +1,106 @@
+"""EC2's catalogue of one provider entry, read before a launch and by the preflight, and kept
+(``pure/catalogue.py`` for why and for how long;
+docs/decisions/0143-aws-checks-its-catalogue-before-a-launch.md).
+
+One DescribeInstanceTypeOfferings per instance type answers the zones of the entry's region
+offering it. Only when no zone does are the other regions asked (DescribeRegions, then one
+region-level offering call per region, a few at a time), so the refusal can say where the type
+would work; that answer is kept as long.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+import msgspec
+import structlog
+
+from services.providers.aws.client import Ec2
+from services.providers.aws.pure.catalogue import Expiring, offered_locations
+from services.providers.base import ProviderError
+
+log = structlog.get_logger("egress.provider.aws")
+
+PARALLEL_REGIONS = 8
+"""Other regions asked at once (each through a client of its own)."""
+
+
+class Catalogue:
+    def __init__(self, ec2: Ec2, clock: Callable[[], float] = time.monotonic) -> None:
+        self.ec2 = ec2
+        self.clock = clock
+        self._zones: Expiring[str, frozenset[str]] = Expiring()
+        # Wrapped in a 1-tuple: a kept "could not be asked" (None) is not a missing entry.
+        self._regions: Expiring[str, tuple[tuple[str, ...] | None]] = Expiring()
+        self._lock = asyncio.Lock()
+
+    def forget(self, instance_type: str) -> None:
+        """Drop what is kept about ``instance_type``: EC2 just refused a launch of it."""
+        self._zones.drop(instance_type)
+        self._regions.drop(instance_type)
+
+    async def zones(self, instance_type: str, op: str = "create") -> frozenset[str]:
+        """The zones of the entry's region offering ``instance_type``."""
+        async with self._lock:
+            kept = self._zones.get(instance_type, self.clock())
+            if kept is not None:
+                return kept
+            pages = await self.ec2.pages(
+                op,
+                f"{self.ec2.provider_name}: where {instance_type} is offered",
+                "describe_instance_type_offerings",
+                LocationType="availability-zone",
+                Filters=[{"Name": "instance-type", "Values": [instance_type]}],
+            )
+            found = offered_locations(pages, instance_type)
+            self._zones.put(instance_type, found, self.clock())
+            return found
+
+    async def regions(self, instance_type: str) -> tuple[str, ...] | None:
+        """The other regions of the account offering ``instance_type``, sorted; None when they
+        could not be asked (a policy without DescribeRegions, an endpoint for one region)."""
+        kept = self._regions.get(instance_type, self.clock())
+        if kept is not None:
+            return kept[0]
+        config = self.ec2.config
+        try:
+            answer = await self.ec2.call(
+                "list", f"{self.ec2.provider_name}: list regions", "describe_regions"
+            )
+        except ProviderError as exc:
+            log.info("regions not listed", provider=self.ec2.provider_name, error=str(exc))
+            return None
+        names = sorted(
+            str(r.get("RegionName") or "")
+            for r in answer.get("Regions") or ()
+            if r.get("RegionName") and r.get("RegionName") != config.region
+        )
+        gate = asyncio.Semaphore(PARALLEL_REGIONS)
+
+        async def offers(region: str) -> bool | None:
+            other = Ec2(self.ec2.provider_name, msgspec.structs.replace(config, region=region))
+            try:
+                async with gate:
+                    pages = await other.pages(
+                        "list",
+                        f"{self.ec2.provider_name}: is {instance_type} offered in {region}",
+                        "describe_instance_type_offerings",
+                        LocationType="region",
+                        Filters=[{"Name": "instance-type", "Values": [instance_type]}],
+                    )
+                return region in offered_locations(pages, instance_type)
+            except ProviderError:
+                return None
+            finally:
+                await other.close()
+
+        answers = await asyncio.gather(*(offers(r) for r in names))
+        found: tuple[str, ...] | None = tuple(
+            r for r, yes in zip(names, answers, strict=True) if yes
+        )
+        if names and all(a is None for a in answers):
+            found = None
+        self._regions.put(instance_type, (found,), self.clock())
+        return found
