@@ -26,6 +26,7 @@ from services.providers.base import (
 from services.providers.cloud.pure.guard import PART_NAME as GUARD_PART
 from services.providers.gcp.config import GcpConfig
 from services.providers.gcp.provider import GcpProvider
+from services.providers.gcp.fakecatalogue import FakeImage
 from services.providers.gcp.testing import ComputeFake
 from tests.contract.provider import (
     MakeRequest,
@@ -37,6 +38,8 @@ from tests.contract.provider import (
 from tests.support.gcp_support import PROJECT, ZONE, config, request
 
 pytestmark = pytest.mark.integration
+
+GOLDEN = f"projects/{PROJECT}/global/images/squid-golden"
 
 
 @pytest.fixture
@@ -233,6 +236,7 @@ async def test_bad_specs_fail_before_any_call(gcp: GcpProvider, fake: ComputeFak
 async def test_insert_body_carries_placement_cloud_init_labels_and_one_external_nic(
     fake: ComputeFake,
 ) -> None:
+    fake.add_image(FakeImage(PROJECT, "squid-golden", "squid", cloud_init=True))
     provider = GcpProvider(
         "GCP-EU",
         config(
@@ -251,7 +255,7 @@ async def test_insert_body_carries_placement_cloud_init_labels_and_one_external_
         proxy_name="p1",
         spec=ProxySpec(
             provider="GCP-EU",
-            placement=Placement(zone="us-east1-c", machine_type="e2-micro", image="img/x"),
+            placement=Placement(zone="us-east1-c", machine_type="e2-micro", image=GOLDEN),
         ),
         spec_hash="0123456789abcdef",
         cloud_init="#cloud-config\npackages: [squid]\n",
@@ -267,10 +271,15 @@ async def test_insert_body_carries_placement_cloud_init_labels_and_one_external_
         "egress_proxies_provider": "gcp-eu",
         "egress_proxies_spec_hash": "0123456789abcdef",
     }
-    (item,) = body["metadata"]["items"]
-    assert item["key"] == "user-data"
+    # An image of the project's own may run either: both keys (D140).
+    user_data, startup = body["metadata"]["items"]
+    assert (user_data["key"], startup["key"]) == ("user-data", "startup-script")
+    assert fake.ran("us-east1-c", "px-body") == {
+        "user-data": user_data["value"],
+        "startup-script": startup["value"],
+    }
     # The Proxy's own cloud-init, then the guard part with the destination rules (D134).
-    parts = email.parser.Parser(policy=email.policy.default).parsestr(item["value"])
+    parts = email.parser.Parser(policy=email.policy.default).parsestr(user_data["value"])
     got = {str(part.get_filename()): str(part.get_content()) for part in parts.iter_parts()}
     assert list(got) == ["part-001", GUARD_PART]
     assert got["part-001"] == "#cloud-config\npackages: [squid]\n"
@@ -278,7 +287,7 @@ async def test_insert_body_carries_placement_cloud_init_labels_and_one_external_
     assert body["tags"] == {"items": ["egress-proxy"]}
     (disk,) = body["disks"]
     assert (disk["boot"], disk["autoDelete"]) == (True, True)
-    assert disk["initializeParams"] == {"sourceImage": "img/x", "diskSizeGb": "20"}
+    assert disk["initializeParams"] == {"sourceImage": GOLDEN, "diskSizeGb": "20"}
     (nic,) = body["networkInterfaces"]
     assert nic["network"] == "projects/test-project/global/networks/egress-vpc"
     assert nic["subnetwork"] == "regions/us-east1/subnetworks/proxies"
@@ -294,8 +303,12 @@ async def test_defaults_from_the_config_and_no_optional_fields(
     body = fake.instances[(ZONE, "px-plain")].body
     assert body["machineType"] == f"zones/{ZONE}/machineTypes/e2-small"
     assert body["disks"][0]["initializeParams"]["sourceImage"].endswith("family/debian-12")
-    # Even without a cloud-init of its own, the image's Squid gets the guard part (D134).
-    assert body["metadata"]["items"][0]["key"] == "user-data"
+    # Even without a cloud-init of its own, the image's Squid gets the guard part (D134), as
+    # the startup-script: Debian's guest agent runs nothing else (D140).
+    (item,) = body["metadata"]["items"]
+    assert item["key"] == "startup-script"
+    assert fake.ran(ZONE, "px-plain") == {"startup-script": item["value"]}
+    assert GUARD_PART in item["value"]
     assert "serviceAccounts" not in body
     assert "subnetwork" not in body["networkInterfaces"][0]
 

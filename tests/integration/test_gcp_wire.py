@@ -20,7 +20,7 @@ from google.oauth2.credentials import Credentials
 from opentelemetry.sdk.trace import TracerProvider
 
 from services.providers.base import NotFound, Transient
-from services.providers.gcp.provider import GcpProvider
+from services.providers.gcp.provider import UBUNTU_IMAGE, GcpProvider
 from services.providers.gcp.testing import ComputeFake
 from services.runtime.logs import configure_logging
 from tests.support.gcp_support import PROJECT, ZONE, config, request
@@ -77,7 +77,7 @@ async def test_wire_log_elides_long_fields_hides_tokens_and_names_the_span(
 ) -> None:
     provider = GcpProvider(
         "gcp-eu",
-        config(fake),
+        config(fake, image=UBUNTU_IMAGE),  # a #cloud-config runs where cloud-init does (D140)
         full_payloads=full,
         credentials=Credentials(token=ACCESS_TOKEN),  # type: ignore[no-untyped-call]
     )
@@ -90,9 +90,11 @@ async def test_wire_log_elides_long_fields_hides_tokens_and_names_the_span(
     raw = wire.getvalue()
     assert ACCESS_TOKEN not in raw
     assert JWT not in raw
-    request_line, response_line, outside, _ = wire_lines(wire)
+    # The machine type is looked up in the catalogue before the insert (D140).
+    looked_up, offered, request_line, response_line, outside, _ = wire_lines(wire)
+    assert looked_up["url"].endswith(f"/zones/{ZONE}/machineTypes/e2-small")
     context = span.get_span_context()
-    for line in (request_line, response_line):
+    for line in (looked_up, offered, request_line, response_line):
         assert line["traceID"] == format(context.trace_id, "032x")
         assert line["spanID"] == format(context.span_id, "016x")
         assert line["level"] == "debug"

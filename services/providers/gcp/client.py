@@ -12,16 +12,17 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
+import google.auth
 import requests
 import structlog
 from google.api_core import exceptions as core
 from google.auth import exceptions as auth
 from google.auth.credentials import AnonymousCredentials, Credentials
+from google.auth.transport.requests import AuthorizedSession
 from google.cloud import compute_v1
-from google.cloud.compute_v1.services.instances.transports.rest import InstancesRestTransport
 from requests.adapters import HTTPAdapter
 
 from services.providers.base import Permanent, ProviderError, Transient
@@ -30,6 +31,8 @@ from services.providers.gcp.pure import wirelog
 from services.providers.gcp.pure.classify import classify
 
 WIRE_LOGGER = "egress.provider.gcp.wire"
+SCOPES = ["https://www.googleapis.com/auth/cloud-platform"]
+C = TypeVar("C")
 wire_log = structlog.get_logger(WIRE_LOGGER)
 
 
@@ -109,9 +112,21 @@ def build_client(
     ``credentials`` is for tests (a token to see redacted); by default ADC, or none at all for a
     plain-http endpoint.
     """
-    if credentials is None and config.api_endpoint.startswith("http://"):
-        credentials = AnonymousCredentials()  # type: ignore[no-untyped-call]
-    transport = InstancesRestTransport(
+    return build(compute_v1.InstancesClient, provider, config, full_payloads, credentials)
+
+
+def build(
+    client_class: Callable[..., C],
+    provider: str,
+    config: GcpConfig,
+    full_payloads: bool | None = None,
+    credentials: Credentials | None = None,
+) -> C:
+    """Any Compute client (instances, machine types, images, ...) the way ``build_client``
+    builds the instances one: REST, the wire log, no credentials for a plain-http endpoint."""
+    credentials = _credentials(config, credentials)
+    transport_class = client_class.get_transport_class("rest")  # type: ignore[attr-defined]
+    transport = transport_class(
         host=config.api_endpoint.rstrip("/") or "compute.googleapis.com",
         credentials=credentials,
     )
@@ -120,7 +135,51 @@ def build_client(
     # every request, the authorised ones included.
     transport._session.mount("https://", adapter)
     transport._session.mount("http://", adapter)
-    return compute_v1.InstancesClient(transport=transport)
+    return client_class(transport=transport)
+
+
+def _credentials(config: GcpConfig, credentials: Credentials | None) -> Credentials | None:
+    if credentials is None and config.api_endpoint.startswith("http://"):
+        return AnonymousCredentials()  # type: ignore[no-untyped-call]
+    return credentials
+
+
+RESOURCE_MANAGER = "https://cloudresourcemanager.googleapis.com"
+
+
+def granted_permissions(
+    provider: str,
+    config: GcpConfig,
+    wanted: list[str],
+    full_payloads: bool | None = None,
+    credentials: Credentials | None = None,
+) -> list[str]:
+    """Which of ``wanted`` the caller holds on the project: Resource Manager's
+    ``projects.testIamPermissions`` (Compute has no project-level check; D140). The Compute
+    client has no Resource Manager client, so this is its one REST call, made through
+    google-auth's session with the same credentials and wire log; a set ``apiEndpoint`` serves
+    it too. Blocking; raises the client's errors, which ``translate`` knows."""
+    resolved = _credentials(config, credentials)
+    if resolved is None:
+        resolved, _ = google.auth.default(scopes=SCOPES)
+    session = AuthorizedSession(resolved)  # type: ignore[no-untyped-call]
+    adapter = WireLogAdapter(provider, full_payloads)
+    session.mount("https://", adapter)
+    session.mount("http://", adapter)
+    base = config.api_endpoint.rstrip("/") or RESOURCE_MANAGER
+    try:
+        response = session.post(
+            f"{base}/v1/projects/{config.project}:testIamPermissions",
+            json={"permissions": wanted},
+            timeout=config.timeout_seconds,
+        )
+        if response.status_code >= 400:
+            raise core.from_http_response(response)  # type: ignore[no-untyped-call]
+        answer = response.json()
+    finally:
+        session.close()  # type: ignore[no-untyped-call]
+    held = answer.get("permissions", []) if isinstance(answer, dict) else []
+    return [str(permission) for permission in held if isinstance(permission, str)]
 
 
 def reasons(exc: core.GoogleAPICallError) -> list[str]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import structlog
 from google.api_core import exceptions as core
@@ -29,22 +29,24 @@ from services.providers.base import (
     ProviderError,
 )
 from services.providers.cloud.pure.guard import with_guard
+from services.providers.gcp.catalogue import Catalogue
 from services.providers.gcp.client import (
+    SCOPES,
     already_exists,
-    build_client,
+    build,
     operation_error,
     translate,
 )
 from services.providers.gcp.config import RFC1035, GcpConfig
-from services.providers.gcp.pure import mapping
+from services.providers.gcp.pure import boot, mapping
+from services.providers.gcp.pure.checks import is_custom, machine_type_in, not_offered
+from services.providers.preflight import Finding
 
 __all__ = ["GcpConfig", "GcpProvider"]
 
 T = TypeVar("T")
+C = TypeVar("C")
 log = structlog.get_logger("egress.provider.gcp")
-
-USER_DATA_KEY = "user-data"  # what cloud-init's GCE datasource reads
-SCOPES = ["https://www.googleapis.com/auth/cloud-platform"]
 
 
 class GcpProvider:
@@ -70,8 +72,13 @@ class GcpProvider:
         self.full_payloads = full_payloads
         self.page_size = page_size
         self.credentials = credentials
-        self._client: compute_v1.InstancesClient | None = None
+        self._clients: dict[type[Any], Any] = {}
         self._client_lock = threading.Lock()
+        self.catalogue = Catalogue(
+            lambda: self.client(compute_v1.MachineTypesClient),
+            config.project,
+            config.timeout_seconds,
+        )
 
     @classmethod
     def from_config(cls, name: str, config: GcpConfig) -> GcpProvider:
@@ -85,6 +92,7 @@ class GcpProvider:
         what = f"{self.name}: create {pid}"
 
         def insert() -> str:
+            self._check_offered(zone, instance.machine_type, what)
             try:
                 operation = self._instances().insert_unary(
                     project=self.config.project,
@@ -172,20 +180,57 @@ class GcpProvider:
 
     def _close(self) -> None:
         with self._client_lock:
-            client, self._client = self._client, None
-        if client is not None:
-            client.transport.close()  # type: ignore[no-untyped-call]
+            clients, self._clients = list(self._clients.values()), {}
+        for client in clients:
+            client.transport.close()
+
+    # ---------------------------------------------------------------- Preflight
+
+    async def preflight(self) -> list[Finding]:
+        """The entry checked against GCE, read-only (``gcp/preflight.py``)."""
+        from services.providers.gcp.preflight import preflight  # noqa: PLC0415 - its only user
+
+        return await preflight(self)
 
     # ---------------------------------------------------------------- internals
 
-    def _instances(self) -> compute_v1.InstancesClient:
-        """Built on first use, in a worker thread: finding ADC may ask the metadata server."""
+    def client(self, client_class: Callable[..., C]) -> C:
+        """A Compute client of ``client_class``, built on first use, in a worker thread:
+        finding ADC may ask the metadata server."""
         with self._client_lock:
-            if self._client is None:
-                self._client = build_client(
-                    self.name, self.config, self.full_payloads, self.credentials
+            found = self._clients.get(client_class)  # type: ignore[call-overload]
+            if found is None:
+                found = build(
+                    client_class, self.name, self.config, self.full_payloads, self.credentials
                 )
-            return self._client
+                self._clients[client_class] = found  # type: ignore[index]
+            return found  # type: ignore[no-any-return]
+
+    def _instances(self) -> compute_v1.InstancesClient:
+        return self.client(compute_v1.InstancesClient)
+
+    def _check_offered(self, zone: str, machine_type: str, what: str) -> None:
+        """Refuse, Permanent, a machine type the zone's catalogue lacks, naming the zones that
+        offer it; a catalogue that cannot be read leaves the judgement to the insert."""
+        zone, name = machine_type_in(zone, machine_type)
+        if is_custom(name):
+            return
+        try:
+            if self.catalogue.guest_cpus(zone, name) is not None:
+                return
+            zones = self.catalogue.zones_offering(name)
+        except Exception as exc:
+            if translate(exc, op="get", what=what) is None:
+                raise
+            log.warning(
+                "machine type catalogue not read; the insert will tell",
+                provider=self.name,
+                zone=zone,
+                machine_type=name,
+                error=f"{type(exc).__name__}: {exc}",
+            )
+            return
+        raise Permanent(f"{what}: {not_offered(name, zone, zones)}")
 
     async def _run(self, op: str, what: str, call: Callable[[], T]) -> T:
         try:
@@ -232,12 +277,23 @@ class GcpProvider:
                     f"{where}: {key}={value!r} is not a valid GCE label value (at most 63 "
                     "lowercase letters, digits, '_' or '-')"
                 )
+        image = request.spec.placement.image or self.config.image
+        if boot.boot_of(image) is boot.Boot.GUEST_AGENT:
+            for part in boot.not_run(boot.parts(request.cloud_init)):
+                raise Permanent(
+                    f"{where}: spec.cloudInit part {part.name} is {part.kind}, which image "
+                    f"{image!r} never runs: it has no cloud-init, and its guest agent runs the "
+                    "startup-script, shell only. Write the cloudInit as a shell script "
+                    "(#!/bin/sh), or choose an image with cloud-init, e.g. "
+                    f"{UBUNTU_IMAGE} (spec.placement.image or gcp.image)"
+                )
         return zone, self._body(request, zone, mapping.labels_to_gcp(labels))
 
     def _body(
         self, request: CreateRequest, zone: str, labels: dict[str, str]
     ) -> compute_v1.Instance:
         config, placement = self.config, request.spec.placement
+        image = placement.image or config.image
         machine_type = placement.machine_type or config.machine_type
         if "/" not in machine_type:
             machine_type = f"zones/{zone}/machineTypes/{machine_type}"
@@ -257,7 +313,7 @@ class GcpProvider:
                     boot=True,
                     auto_delete=True,
                     initialize_params=compute_v1.AttachedDiskInitializeParams(
-                        source_image=placement.image or config.image,
+                        source_image=image,
                         disk_size_gb=config.disk_size_gb,
                     ),
                 )
@@ -277,14 +333,28 @@ class GcpProvider:
             instance.tags = compute_v1.Tags(items=[config.network_tag])
         # The image's Squid gets the destination rules and the metadata guard (D134).
         user_data = with_guard(request.cloud_init, config.allowed_targets, snippet=True)
-        instance.metadata = compute_v1.Metadata(
-            items=[compute_v1.Items(key=USER_DATA_KEY, value=user_data)]
-        )
+        instance.metadata = compute_v1.Metadata(items=metadata_items(user_data, image))
         if config.service_account:
             instance.service_accounts = [
                 compute_v1.ServiceAccount(email=config.service_account, scopes=SCOPES)
             ]
         return instance
+
+
+UBUNTU_IMAGE = "projects/ubuntu-os-cloud/global/images/family/ubuntu-2404-lts-amd64"
+
+
+def metadata_items(user_data: str, image: str) -> list[compute_v1.Items]:
+    """The user data under the key(s) the image runs (D140): ``user-data`` for cloud-init,
+    its shell parts as ``startup-script`` for the guest agent, both for an image not known."""
+    keys = boot.keys_for(boot.boot_of(image))
+    items: list[compute_v1.Items] = []
+    if boot.USER_DATA in keys:
+        items.append(compute_v1.Items(key=boot.USER_DATA, value=user_data))
+    if boot.STARTUP_SCRIPT in keys:
+        script = boot.startup_script(user_data, with_user_data=boot.USER_DATA in keys)
+        items.append(compute_v1.Items(key=boot.STARTUP_SCRIPT, value=script))
+    return items
 
 
 def external_ip(raw: compute_v1.Instance) -> str:

@@ -8,8 +8,13 @@ with GCE's JSON error shape. Instances move PROVISIONING -> STAGING -> RUNNING, 
 ``get``, and get a distinct ephemeral ``natIP`` when they run; a deleted instance is STOPPING for
 one more ``get``, then gone.
 
+The catalogue calls (machine types, images, regions, firewalls, the project, Resource Manager's
+permission check) and the insert's refusals of what the catalogue lacks are
+``fakecatalogue``'s; ``ran`` says what an instance's image executed of its metadata.
+
 Errors are injected per call kind (``insert``, ``get``, ``delete``, ``aggregatedList``,
-``operations``) or for the next call of any kind, with the HTTP status and GCE reason to answer;
+``operations``, and the catalogue's ``machineTypes``, ``images``, ``regions``, ``firewalls``,
+``projects``, ``iam``) or for the next call of any kind, with the HTTP status and GCE reason;
 ``operation_error`` makes the next insert accepted-but-failed, as GCE reports capacity stock-outs.
 """
 
@@ -25,9 +30,26 @@ from typing import Any
 
 from services.providers import fakehttp
 from services.providers.fakehttp import Fault, Reply, Request
+from services.providers.gcp import fakecatalogue
+from services.providers.gcp.fakecatalogue import CatalogueState, FakeImage
+from services.providers.gcp.fakecatalogue import error as _error
 
-KINDS = ("insert", "get", "delete", "aggregatedList", "operations", "any")
+KINDS = (
+    "insert",
+    "get",
+    "delete",
+    "aggregatedList",
+    "operations",
+    "machineTypes",
+    "images",
+    "regions",
+    "firewalls",
+    "projects",
+    "iam",
+    "any",
+)
 _BASE = "/compute/v1/projects/"
+_IAM = re.compile(r"^/v1/projects/([^/:]+):testIamPermissions\Z")
 _NAME = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?\Z")
 _LABEL_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,62}\Z")
 _LABEL_VALUE = re.compile(r"^[a-z0-9_-]{0,63}\Z")
@@ -40,7 +62,6 @@ _OPERATION_STATUS = {
     "ZONE_RESOURCE_POOL_EXHAUSTED": 503,
     "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS": 503,
 }
-_REASON_DOMAINS = {"quotaExceeded": "usageLimits", "rateLimitExceeded": "usageLimits"}
 
 
 @dataclass
@@ -66,6 +87,46 @@ class ComputeFake(fakehttp.FakeServer):
         self._ids = itertools.count(4_000_000_000_000_000_001, 7919)
         self._ips = itertools.count(1)
         self._ops = itertools.count(1)
+        self.catalogue = CatalogueState(project)
+        self.boots: dict[tuple[str, str], dict[str, str]] = {}
+
+    # ---------------------------------------------------------------- catalogue control
+
+    def offer(self, zone: str, *machine_types: str) -> None:
+        """Make ``zone`` offer exactly ``machine_types`` (of ``fakecatalogue.MACHINE_TYPES``)."""
+        with self._lock:
+            self.catalogue.zones[zone] = set(machine_types)
+
+    def quota(
+        self, region: str, metric: str, *, limit: float | None = None, usage: float | None = None
+    ) -> None:
+        """Set a regional quota's limit, or the usage others add to this fake's own VMs."""
+        with self._lock:
+            if limit is not None:
+                self.catalogue.quota_limits[(region, metric)] = limit
+            if usage is not None:
+                self.catalogue.quota_usage[(region, metric)] = usage
+
+    def add_firewall(
+        self, name: str, allowed: list[tuple[str, list[str]]], sources: list[str], **kw: Any
+    ) -> None:
+        """A VPC firewall rule (``network``, ``target_tags``, ``direction``, ``disabled``)."""
+        with self._lock:
+            self.catalogue.add_firewall(name, allowed, sources, **kw)
+
+    def grant(self, permissions: set[str] | None) -> None:
+        """The permissions the caller holds on the project; None: every one."""
+        with self._lock:
+            self.catalogue.granted = permissions
+
+    def add_image(self, image: FakeImage) -> None:
+        with self._lock:
+            self.catalogue.images.append(image)
+
+    def ran(self, zone: str, name: str) -> dict[str, str]:
+        """The metadata the instance's image executed at first boot, by key."""
+        with self._lock:
+            return dict(self.boots.get((zone, name), {}))
 
     # ---------------------------------------------------------------- control
 
@@ -120,6 +181,8 @@ class ComputeFake(fakehttp.FakeServer):
         if fault is not None:
             return _error(fault.status, fault.code, fault.message)
         with self._lock:
+            if kind == "images":
+                return self._image(project, *args)
             if project != self.project:
                 return _error(404, "notFound", f"The resource 'projects/{project}' was not found")
             if kind == "insert":
@@ -130,13 +193,34 @@ class ComputeFake(fakehttp.FakeServer):
                 return self._delete(*args)
             if kind == "aggregatedList":
                 return self._aggregated(request.params)
+            if kind in ("machineTypes", "regions", "firewalls", "projects", "iam"):
+                usage = self._usage(args[0]) if kind == "regions" else {}
+                body = fakehttp.parse_json(request.body)
+                return self.catalogue.answer(kind, args, request.params, body, usage)
             return 200, self._operation(args[0], "insert", "", done=True, name=args[1])
 
     def _route(self, method: str, path: str) -> tuple[str, str, tuple[str, ...]] | None:
+        iam = _IAM.match(path)
+        if method == "POST" and iam:
+            return "iam", iam.group(1), ()
         if not path.startswith(_BASE):
             return None
         parts = path[len(_BASE) :].split("/")
         match (method, parts):
+            case ("GET", [project]):
+                return "projects", project, ()
+            case ("GET", [project, "zones", zone, "machineTypes", name]):
+                return "machineTypes", project, (zone, name)
+            case ("GET", [project, "aggregated", "machineTypes"]):
+                return "machineTypes", project, ()
+            case ("GET", [project, "global", "images", "family", family]):
+                return "images", project, ("family/", family)
+            case ("GET", [project, "global", "images", name]):
+                return "images", project, ("", name)
+            case ("GET", [project, "regions", region]):
+                return "regions", project, (region,)
+            case ("GET", [project, "global", "firewalls"]):
+                return "firewalls", project, ()
             case ("POST", [project, "zones", zone, "instances"]):
                 return "insert", project, (zone,)
             case ("GET", [project, "zones", zone, "instances", name]):
@@ -153,9 +237,16 @@ class ComputeFake(fakehttp.FakeServer):
 
     def _insert(self, zone: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         name = str(body.get("name", ""))
-        problem = _invalid(body)
+        problem = _invalid(body) or self.catalogue.unoffered(zone, body)
         if problem:
             return _error(400, "invalid", problem)
+        machine_type = str(body["machineType"]).rsplit("/", 1)[-1]
+        region = zone.rsplit("-", 1)[0]
+        over = self.catalogue.over_quota(
+            region, self._usage(region), fakecatalogue.usage([(zone, machine_type)])
+        )
+        if over and (zone, name) not in self.instances:
+            return _error(403, "quotaExceeded", over)
         if (zone, name) in self.instances:
             return _error(
                 409, "alreadyExists", f"The resource '{self._link(zone, name)}' already exists"
@@ -178,6 +269,13 @@ class ComputeFake(fakehttp.FakeServer):
         )
         self.instances[(zone, name)] = _Instance(stored, zone)
         self.inserted_total += 1
+        image = self.catalogue.image(str(body["disks"][0]["initializeParams"]["sourceImage"]))
+        assert isinstance(image, FakeImage)  # _unoffered refused any other
+        metadata = {
+            str(item.get("key")): str(item.get("value", ""))
+            for item in body.get("metadata", {}).get("items", [])
+        }
+        self.boots[(zone, name)] = fakecatalogue.ran(image, metadata)
         return 200, self._operation(zone, "insert", name, done=False)
 
     def _get(self, zone: str, name: str) -> tuple[int, dict[str, Any]]:
@@ -231,6 +329,21 @@ class ComputeFake(fakehttp.FakeServer):
             answer["nextPageToken"] = str(start + size)
         return 200, answer
 
+    def _usage(self, region: str) -> dict[str, float]:
+        """What this fake's own VMs in ``region`` use of its quotas."""
+        return fakecatalogue.usage(
+            (record.zone, str(record.body.get("machineType", "")))
+            for record in self.instances.values()
+            if record.zone.rsplit("-", 1)[0] == region
+        )
+
+    def _image(self, project: str, prefix: str, name: str) -> tuple[int, dict[str, Any]]:
+        path = f"projects/{project}/global/images/{prefix}{name}"
+        image = self.catalogue.image(path)
+        if not isinstance(image, FakeImage):
+            return _error(404, "notFound", f"The resource '{path}' was not found")
+        return 200, self.catalogue.image_body(image)
+
     # ---------------------------------------------------------------- shapes
 
     def _zone_link(self, zone: str) -> str:
@@ -271,20 +384,3 @@ def _invalid(body: dict[str, Any]) -> str:
         if not _LABEL_KEY.match(key) or not _LABEL_VALUE.match(str(value)):
             return f"Invalid value for field 'resource.labels': {key}={value!r}"
     return ""
-
-
-def _error(status: int, reason: str, message: str) -> tuple[int, dict[str, Any]]:
-    """GCE's JSON error shape, which the client turns into a GoogleAPICallError."""
-    return status, {
-        "error": {
-            "code": status,
-            "message": message,
-            "errors": [
-                {
-                    "message": message,
-                    "domain": _REASON_DOMAINS.get(reason, "global"),
-                    "reason": reason,
-                }
-            ],
-        }
-    }
