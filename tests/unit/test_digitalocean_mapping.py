@@ -216,6 +216,25 @@ def test_a_firewall_opens_the_port_to_the_clients_only_and_lets_everything_out()
     assert firewall_differs(body, "do", 3128, ["198.51.100.0/24", "2001:db8::/32"]) == []
 
 
+def test_every_rule_carries_the_ports_the_api_requires_icmp_its_zero() -> None:
+    body = firewall_body("f", "do", 3128, ["198.51.100.0/24"])
+    rules = body["inbound_rules"] + body["outbound_rules"]
+    assert all(isinstance(r.get("ports"), str) and r["ports"] for r in rules)
+    assert [r["ports"] for r in body["outbound_rules"] if r["protocol"] == "icmp"] == ["0"]
+
+
+def test_a_firewall_made_before_icmp_sent_its_ports_needs_no_update() -> None:
+    """The API answered such a rule with ports "0" all along: no PUT for it."""
+    body = firewall_body("f", "do", 3128, ["198.51.100.0/24"])
+    before = [dict(r) for r in body["outbound_rules"]]
+    for rule in before:
+        if rule["protocol"] == "icmp":
+            rule.pop("ports", None)
+    assert (
+        firewall_differs({**body, "outbound_rules": before}, "do", 3128, ["198.51.100.0/24"]) == []
+    )
+
+
 def as_digitalocean_returns(body: dict[str, Any]) -> dict[str, Any]:
     """DigitalOcean may spell "all ports" as "0" or "all" and order rules and addresses freely."""
     returned = dict(body)
