@@ -68,11 +68,12 @@ def test_the_fake_lists_each_size_with_its_regions_and_refuses_it_elsewhere(
 
 def test_the_fake_refuses_a_rule_without_ports_icmp_included(fake: DigitalOceanFake) -> None:
     everywhere = {"addresses": ["0.0.0.0/0"]}
-    firewall = {"name": "fw", "outbound_rules": [{"protocol": "icmp", "destinations": everywhere}]}
+    rule: dict[str, Any] = {"protocol": "icmp", "destinations": everywhere}
+    firewall = {"name": "fw", "outbound_rules": [rule]}
     status, answer = call(fake, "POST", "/v2/firewalls", firewall)
     assert (status, answer["id"]) == (422, "unprocessable_entity")
     assert "ports is required" in answer["message"]
-    firewall["outbound_rules"][0]["ports"] = "0"
+    rule["ports"] = "0"
     assert call(fake, "POST", "/v2/firewalls", firewall)[0] == 202
 
 

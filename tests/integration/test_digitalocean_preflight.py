@@ -4,6 +4,8 @@ and its fix, with nothing written to the account."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from services.providers.digitalocean.testing import (
@@ -21,7 +23,7 @@ __all__ = ["fake"]  # fixtures
 WRITES = frozenset({"POST", "PUT", "DELETE", "PATCH"})
 
 
-async def findings_of(fake: DigitalOceanFake, **settings: object) -> dict[str, Finding]:
+async def findings_of(fake: DigitalOceanFake, **settings: Any) -> dict[str, Finding]:
     async with closing(provider(fake, **settings)) as made:
         assert isinstance(made, Preflight)
         found = await run_preflight(made)
