@@ -59,6 +59,9 @@ async def test_a_size_missing_in_one_region_fails_there_naming_where_it_works(
     assert not lon.ok
     assert f"DigitalOcean offers it in {', '.join(sorted(LIMITED_REGIONS))}" in lon.detail
     assert "such as s-1vcpu-1gb" in lon.detail
+    assert (
+        lon.fix == "set size to one offered in lon1 (e.g. s-1vcpu-1gb), or drop lon1 from regions"
+    )
 
 
 @pytest.mark.parametrize(

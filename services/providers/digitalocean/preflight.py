@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from services.providers.base import ProviderError
 from services.providers.cloud.pure.settings import client_networks
 from services.providers.digitalocean.pure import mapping
-from services.providers.digitalocean.pure.catalogue import size_problem
+from services.providers.digitalocean.pure.catalogue import offered_in, size_problem
 from services.providers.digitalocean.pure.classify import AUTH_FIX
 from services.providers.preflight import Finding
 
@@ -166,11 +166,13 @@ async def _sizes(do: DigitalOceanProvider) -> list[Finding]:
     findings = []
     for region in do.config.regions:
         problem = size_problem(sizes, size, region, "size")
-        findings.append(
-            Finding(f"size in {region}", False, problem, "change size, or regions, as said")
-            if problem
-            else Finding(f"size in {region}", True, f"{size} is offered in {region}")
-        )
+        if not problem:
+            findings.append(Finding(f"size in {region}", True, f"{size} is offered in {region}"))
+            continue
+        cheapest = offered_in(sizes, region)[:1]
+        instead = f" (e.g. {cheapest[0]})" if cheapest else ""
+        fix = f"set size to one offered in {region}{instead}, or drop {region} from regions"
+        findings.append(Finding(f"size in {region}", False, problem, fix))
     return findings
 
 
