@@ -25,8 +25,8 @@ from services.providers.base import (
 )
 from services.providers.cloud.pure.guard import PART_NAME as GUARD_PART
 from services.providers.gcp.config import GcpConfig
-from services.providers.gcp.provider import GcpProvider
 from services.providers.gcp.fakecatalogue import FakeImage
+from services.providers.gcp.provider import GcpProvider
 from services.providers.gcp.testing import ComputeFake
 from tests.contract.provider import (
     MakeRequest,

@@ -7,6 +7,7 @@ server (docs/decisions/0140-gcp-images-as-they-boot.md).
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -112,10 +113,41 @@ def same_network(rule_network: str, network: str, project: str) -> bool:
     return bool(here and there and here.group(1) == there.group(1))
 
 
+_INTERNAL = tuple(
+    ipaddress.ip_network(n)
+    for n in (
+        "10.0.0.0/8",
+        "172.16.0.0/12",
+        "192.168.0.0/16",
+        "100.64.0.0/10",
+        "127.0.0.0/8",
+        "169.254.0.0/16",
+        "fc00::/7",
+        "fe80::/10",
+    )
+)
+
+
+def from_outside(source_range: str) -> bool:
+    """Whether a source range holds addresses outside private space: clients reach a proxy at
+    its external IP from their public addresses, so a rule for internal ranges only (the
+    default network's ``default-allow-internal``) lets none of them in."""
+    try:
+        network = ipaddress.ip_network(source_range, strict=False)
+    except ValueError:
+        return False
+    return not any(
+        network.version == inner.version and network.subnet_of(inner)  # type: ignore[arg-type]  # same version checked
+        for inner in _INTERNAL
+    )
+
+
 def opens(rule: Rule, *, tag: str, service_account: str, port: int) -> bool:
-    """Whether ``rule`` lets tcp ``port`` in to a VM with network tag ``tag`` (empty: none)
-    and ``service_account`` (empty: none)."""
+    """Whether ``rule`` lets tcp ``port`` in, from outside private space, to a VM with network
+    tag ``tag`` (empty: none) and ``service_account`` (empty: none)."""
     if rule.disabled or rule.direction != "INGRESS":
+        return False
+    if not any(from_outside(source) for source in rule.source_ranges):
         return False
     targeted = (
         (not rule.target_tags and not rule.target_service_accounts)
