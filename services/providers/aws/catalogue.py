@@ -3,9 +3,11 @@
 docs/decisions/0143-aws-checks-its-catalogue-before-a-launch.md).
 
 One DescribeInstanceTypeOfferings per instance type answers the zones of the entry's region
-offering it. Only when no zone does are the other regions asked (DescribeRegions, then one
-region-level offering call per region, a few at a time), so the refusal can say where the type
-would work; that answer is kept as long.
+offering it; a create launches only into those (``usable``), and a launch EC2 refuses as
+``Unsupported`` all the same drops the kept answer (``refused``). Only when no zone offers the
+type are the other regions asked (DescribeRegions, then one region-level offering call per
+region, a few at a time), so the refusal can say where the type would work; that answer is kept
+as long.
 """
 
 from __future__ import annotations
@@ -14,12 +16,14 @@ import asyncio
 import time
 from collections.abc import Callable
 
-import msgspec
 import structlog
 
-from services.providers.aws.client import Ec2
+from services.providers.aws.client import Ec2, error_code
+from services.providers.aws.pure import catalogue
 from services.providers.aws.pure.catalogue import Expiring, offered_locations
-from services.providers.base import ProviderError
+from services.providers.aws.pure.launch import Launch
+from services.providers.aws.pure.network import Subnet
+from services.providers.base import Permanent, ProviderError, Transient
 
 log = structlog.get_logger("egress.provider.aws")
 
@@ -35,6 +39,61 @@ class Catalogue:
         # Wrapped in a 1-tuple: a kept "could not be asked" (None) is not a missing entry.
         self._regions: Expiring[str, tuple[tuple[str, ...] | None]] = Expiring()
         self._lock = asyncio.Lock()
+
+    async def usable(
+        self, launch: Launch, subnets: list[Subnet], what: str
+    ) -> tuple[list[Subnet], tuple[str, ...]]:
+        """The subnets, and the listed zones, whose zone offers the launch's instance type; a
+        type the zones cannot run is Permanent naming the field and where it would work. A
+        policy without DescribeInstanceTypeOfferings launches unchecked (EC2's own refusal
+        still says it), as before this check existed."""
+        config = self.ec2.config
+        candidates = config.zones or tuple(sorted({s.zone for s in subnets}))
+        if not (launch.zone or candidates) or (
+            launch.zone and all(s.zone != launch.zone for s in subnets)
+        ):
+            return subnets, config.zones  # no subnet there: choose_subnet says so
+        try:
+            offered = await self.zones(launch.instance_type)
+        except ProviderError as exc:
+            if error_code(exc.__cause__ or exc) != "UnauthorizedOperation":
+                raise
+            log.warning(
+                "instance type not checked", provider=self.ec2.provider_name, error=str(exc)
+            )
+            return subnets, config.zones
+        chosen = catalogue.placement(
+            launch.instance_type,
+            launch.type_field,
+            region=config.region,
+            wanted_zone=launch.zone,
+            candidates=candidates,
+            offered=offered,
+        )
+        if chosen.problem:
+            more = ""
+            if not offered:
+                regions = await self.regions(launch.instance_type)
+                more = f"; {catalogue.elsewhere(regions, launch.instance_type)}"
+            raise Permanent(f"{what}: {chosen.problem}{more}")
+        return [s for s in subnets if s.zone in offered], tuple(
+            z for z in config.zones if z in offered
+        )
+
+    async def refused(self, launch: Launch, zone: str, exc: ProviderError) -> ProviderError:
+        """What a launch EC2 refused as ``Unsupported`` in ``zone`` raises. The kept catalogue
+        offered the type there, so it is read again: Transient when it no longer does (the
+        next try places the instance by the new answer), Permanent when it still does or
+        cannot be read (a retry would be refused the same way), naming the field."""
+        self.forget(launch.instance_type)
+        try:
+            offered = await self.zones(launch.instance_type)
+        except ProviderError:
+            offered = frozenset({zone})
+        said = f"{exc} ({launch.type_field} {launch.instance_type} in {zone})"
+        if zone in offered:
+            return Permanent(f"{said}; `egress-proxies providers check` says where it runs")
+        return Transient(f"{said}; EC2's catalogue changed: the next try places it again")
 
     def forget(self, instance_type: str) -> None:
         """Drop what is kept about ``instance_type``: EC2 just refused a launch of it."""
@@ -80,7 +139,7 @@ class Catalogue:
         gate = asyncio.Semaphore(PARALLEL_REGIONS)
 
         async def offers(region: str) -> bool | None:
-            other = Ec2(self.ec2.provider_name, msgspec.structs.replace(config, region=region))
+            other = self.ec2.in_region(region)
             try:
                 async with gate:
                     pages = await other.pages(

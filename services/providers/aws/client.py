@@ -22,6 +22,7 @@ import logging
 from datetime import UTC, datetime
 from typing import Any
 
+import msgspec
 import structlog
 
 # aiobotocore and botocore ship no type information: their names are Any here, and nowhere else.
@@ -123,8 +124,21 @@ class Ec2:
         self.provider_name = provider_name
         self.config = config
         self._client: Any = None
+        self._session: Any = None
         self._stack: contextlib.AsyncExitStack | None = None
         self._lock = asyncio.Lock()
+
+    def in_region(self, region: str) -> Ec2:
+        """A client of the same entry for another region, sharing this one's session: its
+        loaded service model and credentials, not read again per region."""
+        other = Ec2(self.provider_name, msgspec.structs.replace(self.config, region=region))
+        other._session = self._made_session()
+        return other
+
+    def _made_session(self) -> Any:
+        if self._session is None:
+            self._session = AioSession(profile=self.config.profile or None)
+        return self._session
 
     async def call(self, op: str, what: str, method: str, **params: Any) -> dict[str, Any]:
         """One EC2 action (``method`` is its snake_case name), translated errors."""
@@ -166,10 +180,9 @@ class Ec2:
         async with self._lock:
             if self._client is None:
                 _quiet_botocore()
-                session = AioSession(profile=self.config.profile or None)
                 stack = contextlib.AsyncExitStack()
                 self._client = await stack.enter_async_context(
-                    session.create_client(
+                    self._made_session().create_client(
                         "ec2",
                         region_name=self.config.region,
                         endpoint_url=self.config.endpoint_url or None,

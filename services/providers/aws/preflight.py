@@ -87,34 +87,22 @@ async def _credentials(ec2: Ec2) -> list[Finding]:
             AllRegions=True,
         )
     except ProviderError as exc:
-        code = error_code(exc.__cause__ or exc)
-        if code == "UnauthorizedOperation":  # authenticated: only this call is not allowed
-            return [
+        if error_code(exc.__cause__ or exc) == "UnauthorizedOperation":
+            return [  # authenticated: only this call is not allowed
                 Finding("credentials", True, "EC2 knows them (it refused DescribeRegions only)"),
                 refusal("permission ec2:DescribeRegions", exc, "ec2:DescribeRegions"),
             ]
-        if code == "OptInRequired":
-            return [Finding("credentials", True, "EC2 knows them"), _not_enabled(region, str(exc))]
-        if code == "InvalidParameterValue":
-            return [
-                Finding("credentials", True, "EC2 knows them"),
-                Finding("region", False, str(exc), "use a region code EC2 lists, e.g. eu-west-1"),
-            ]
         return [refusal("credentials", exc, "ec2:DescribeRegions")]
-    status = next((str(r.get("OptInStatus") or "") for r in answer.get("Regions") or ()), "unknown")
-    found = [Finding("credentials", True, f"EC2 in {region} answered as these credentials")]
-    if status == "not-opted-in":
-        return [*found, _not_enabled(region, f"region {region}: not enabled for the account")]
-    return [*found, Finding("region", True, f"{region} ({status or 'enabled'})")]
-
-
-def _not_enabled(region: str, detail: str) -> Finding:
-    return Finding(
-        "region",
-        False,
-        detail,
-        f"enable {region} for the account (account settings, Regions), or choose another",
-    )
+    regions = answer.get("Regions") or [{}]
+    status = str(regions[0].get("OptInStatus") or "")
+    disabled = status == "not-opted-in"
+    fix = f"enable {region} for the account (account settings, Regions), or choose another"
+    return [
+        Finding("credentials", True, f"EC2 in {region} answered as these credentials"),
+        Finding(
+            "region", not disabled, f"{region}: {status or 'no opt-in status'}", fix * disabled
+        ),
+    ]
 
 
 async def _network(

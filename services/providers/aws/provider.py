@@ -34,7 +34,7 @@ from services.providers.aws.config import (
 )
 from services.providers.aws.firewall import SecurityGroup
 from services.providers.aws.preflight import check_entry
-from services.providers.aws.pure import catalogue, mapping, network
+from services.providers.aws.pure import mapping, network
 from services.providers.aws.pure.launch import Launch
 from services.providers.base import (
     CREATED_AT_LABEL,
@@ -94,7 +94,7 @@ class AwsProvider:
             if found:
                 return found
             vpc_id, subnets = await self.vpc()
-            subnets, zones = await self._offering(launch, subnets, what)
+            subnets, zones = await self.catalogue.usable(launch, subnets, what)
             subnet = network.choose_subnet(subnets, zones, launch.zone, request.name)
             if isinstance(subnet, str):
                 raise Permanent(f"{what}: {subnet}")
@@ -109,12 +109,8 @@ class AwsProvider:
                     self.firewall.forget(group_id)  # made again by the next try
                 elif code.startswith(("InvalidSubnet", "InvalidVpc")):
                     self._network = None
-                elif code == "Unsupported":  # the catalogue kept changed meanwhile
-                    self.catalogue.forget(launch.instance_type)
-                    raise Permanent(
-                        f"{exc} ({launch.type_field} {launch.instance_type} in {subnet.zone}; "
-                        "`egress-proxies providers check` says where it is offered)"
-                    ) from exc.__cause__
+                elif code == "Unsupported":  # the type, in this zone: the catalogue changed?
+                    raise await self.catalogue.refused(launch, subnet.zone, exc) from exc
                 raise
             provider_id = str(answer["Instances"][0]["InstanceId"])
             self._remember(request.name, provider_id)
@@ -301,41 +297,6 @@ class AwsProvider:
 
     def _forget(self, provider_id: str) -> None:
         self._recent = {n: v for n, v in self._recent.items() if v[0] != provider_id}
-
-    async def _offering(
-        self, launch: Launch, subnets: list[network.Subnet], what: str
-    ) -> tuple[list[network.Subnet], tuple[str, ...]]:
-        """The subnets and listed zones whose zone offers the launch's instance type, checked
-        against EC2's catalogue (kept an hour); a type the zones cannot run is Permanent naming
-        the field and where it would work. A policy without DescribeInstanceTypeOfferings
-        launches unchecked (EC2's own refusal still says it), as before the check existed."""
-        config = self.config
-        candidates = config.zones or tuple(sorted({s.zone for s in subnets}))
-        if not (launch.zone or candidates) or (
-            launch.zone and all(s.zone != launch.zone for s in subnets)
-        ):
-            return subnets, config.zones  # no subnet there: choose_subnet says so
-        try:
-            offered = await self.catalogue.zones(launch.instance_type)
-        except ProviderError as exc:
-            if error_code(exc.__cause__ or exc) != "UnauthorizedOperation":
-                raise
-            log.warning("instance types not checked", provider=self.name, error=str(exc))
-            return subnets, config.zones
-        chosen = catalogue.placement(
-            launch.instance_type,
-            launch.type_field,
-            region=config.region,
-            wanted_zone=launch.zone,
-            candidates=candidates,
-            offered=offered,
-        )
-        if chosen.problem:
-            regions = await self.catalogue.regions(launch.instance_type) if not offered else ()
-            more = f"; {catalogue.elsewhere(regions, launch.instance_type)}" if not offered else ""
-            raise Permanent(f"{what}: {chosen.problem}{more}")
-        usable = [s for s in subnets if s.zone in offered]
-        return usable, tuple(z for z in config.zones if z in offered)
 
     async def vpc(self) -> tuple[str, list[network.Subnet]]:
         """The VPC and the subnets to launch into, described once and kept."""
