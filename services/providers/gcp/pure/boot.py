@@ -194,7 +194,7 @@ def startup_script(user_data: str, *, with_user_data: bool) -> str:
     for part in skipped:
         note = f"egress-proxies: part {part.name} ({part.kind}) needs cloud-init; not run"
         lines.append(f"echo {shlex.quote(note)} >&2")
-    lines += ["dir=$(mktemp -d)", "trap 'rm -rf \"$dir\"' EXIT", "failed=0"]
+    lines += ["dir=$(mktemp -d) || exit 1", "trap 'rm -rf \"$dir\"' EXIT", "failed=0"]
     for number, name in enumerate(sorted(runnable), start=1):
         content = runnable[name].content
         if not content.endswith("\n"):
