@@ -5,8 +5,10 @@ Split by concern so each part is small and the pure parts are testable without a
 ``config`` (the settings block and where the token comes from), ``pure.mapping`` (tags, states,
 ids, the firewall's rules), ``pure.classify`` (DigitalOcean's answers into the taxonomy),
 ``client`` (the official ``pydo`` async client, one request per call), ``firewall`` (the entry's
-cloud firewall), ``provider`` (the Provider and LeftoverCleaner calls), ``testing`` (a local HTTP
-fake of the DigitalOcean API).
+cloud firewall), ``catalogue`` and ``pure.catalogue`` (the cached size catalogue a create and
+the preflight check a size against, D142), ``preflight`` (the read-only checks of the entry),
+``provider`` (the Provider and LeftoverCleaner calls), ``testing`` (a local HTTP fake of the
+DigitalOcean API, with ``fakeapi`` and ``fakecatalogue``).
 
 Nothing here imports ``pydo`` at package import time: a providers config naming only ``local``
 must not need it.
