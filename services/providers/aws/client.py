@@ -131,7 +131,8 @@ class Ec2:
     def in_region(self, region: str) -> Ec2:
         """A client of the same entry for another region, sharing this one's session: its
         loaded service model and credentials, not read again per region."""
-        other = Ec2(self.provider_name, msgspec.structs.replace(self.config, region=region))
+        config = msgspec.structs.replace(self.config, region=region, zones=(), subnets=())
+        other = Ec2(self.provider_name, config)
         other._session = self._made_session()
         return other
 
