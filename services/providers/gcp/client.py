@@ -125,6 +125,7 @@ def build(
     """Any Compute client (instances, machine types, images, ...) the way ``build_client``
     builds the instances one: REST, the wire log, no credentials for a plain-http endpoint."""
     credentials = _credentials(config, credentials)
+    # Every generated Compute client has the classmethod; Callable cannot say so.
     transport_class = client_class.get_transport_class("rest")  # type: ignore[attr-defined]
     transport = transport_class(
         host=config.api_endpoint.rstrip("/") or "compute.googleapis.com",
@@ -162,7 +163,7 @@ def granted_permissions(
     resolved = _credentials(config, credentials)
     if resolved is None:
         resolved, _ = google.auth.default(scopes=SCOPES)
-    session = AuthorizedSession(resolved)  # type: ignore[no-untyped-call]
+    session = AuthorizedSession(resolved)  # type: ignore[no-untyped-call]  # google-auth: untyped
     adapter = WireLogAdapter(provider, full_payloads)
     session.mount("https://", adapter)
     session.mount("http://", adapter)
@@ -174,10 +175,10 @@ def granted_permissions(
             timeout=config.timeout_seconds,
         )
         if response.status_code >= 400:
-            raise core.from_http_response(response)  # type: ignore[no-untyped-call]
+            raise core.from_http_response(response)  # type: ignore[no-untyped-call]  # api-core
         answer = response.json()
     finally:
-        session.close()  # type: ignore[no-untyped-call]
+        session.close()  # type: ignore[no-untyped-call]  # google-auth: untyped
     held = answer.get("permissions", []) if isinstance(answer, dict) else []
     return [str(permission) for permission in held if isinstance(permission, str)]
 

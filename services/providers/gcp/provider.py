@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import structlog
 from google.api_core import exceptions as core
@@ -38,6 +38,7 @@ from services.providers.gcp.client import (
     translate,
 )
 from services.providers.gcp.config import RFC1035, GcpConfig
+from services.providers.gcp.preflight import preflight
 from services.providers.gcp.pure import boot, mapping
 from services.providers.gcp.pure.checks import is_custom, machine_type_in, not_offered
 from services.providers.preflight import Finding
@@ -72,7 +73,7 @@ class GcpProvider:
         self.full_payloads = full_payloads
         self.page_size = page_size
         self.credentials = credentials
-        self._clients: dict[type[Any], Any] = {}
+        self._clients: dict[Any, Any] = {}
         self._client_lock = threading.Lock()
         self.catalogue = Catalogue(
             lambda: self.client(compute_v1.MachineTypesClient),
@@ -188,8 +189,6 @@ class GcpProvider:
 
     async def preflight(self) -> list[Finding]:
         """The entry checked against GCE, read-only (``gcp/preflight.py``)."""
-        from services.providers.gcp.preflight import preflight  # noqa: PLC0415 - its only user
-
         return await preflight(self)
 
     # ---------------------------------------------------------------- internals
@@ -198,13 +197,15 @@ class GcpProvider:
         """A Compute client of ``client_class``, built on first use, in a worker thread:
         finding ADC may ask the metadata server."""
         with self._client_lock:
-            found = self._clients.get(client_class)  # type: ignore[call-overload]
+            found = self._clients.get(client_class)
             if found is None:
                 found = build(
                     client_class, self.name, self.config, self.full_payloads, self.credentials
                 )
-                self._clients[client_class] = found  # type: ignore[index]
-            return found  # type: ignore[no-any-return]
+                self._clients[client_class] = found
+            # Keyed by the client class: the value is that class's instance, which a dict's
+            # type cannot tie to its key.
+            return cast("C", found)
 
     def _instances(self) -> compute_v1.InstancesClient:
         return self.client(compute_v1.InstancesClient)
