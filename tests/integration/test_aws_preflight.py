@@ -42,7 +42,7 @@ async def test_a_good_entry_passes_every_check_and_creates_nothing(
     front: FaultFront, ec2: Any, image: str
 ) -> None:
     found = await preflight(front, image, zones=["eu-west-1a", "eu-west-1b"])
-    assert failed(found.values()) == []
+    assert failed(list(found.values())) == []
     assert {
         "credentials",
         "region",
@@ -89,7 +89,7 @@ async def test_with_the_group_made_its_rule_and_delete_permissions_are_asked_too
         ],
     )
     found = await preflight(front, image)
-    assert failed(found.values()) == []
+    assert failed(list(found.values())) == []
     assert found["firewall"].detail == (
         f"security group {group['GroupId']}: would add nothing, remove tcp 22 from 198.51.100.0/24"
     )
@@ -115,7 +115,7 @@ async def test_refused_permissions_fail_their_check_with_the_policy_fix(
 ) -> None:
     front.deny("RunInstances", "CreateSecurityGroup")
     found = await preflight(front, image)
-    assert {f.check for f in failed(found.values())} == {
+    assert {f.check for f in failed(list(found.values()))} == {
         "permission ec2:RunInstances",
         "permission ec2:CreateSecurityGroup",
     }
@@ -159,14 +159,14 @@ async def test_an_image_not_in_the_region_or_for_another_architecture_fails_the_
     front: FaultFront, ec2: Any, image: str
 ) -> None:
     found = await preflight(front, "ami-0123456789abcdef0")
-    assert [f.check for f in failed(found.values())] == ["image"]
+    assert [f.check for f in failed(list(found.values()))] == ["image"]
     assert "InvalidAMIID.NotFound" in found["image"].detail
     found = await preflight(front, image, instanceType="t4g.nano")
-    (bad,) = failed(found.values())
+    (bad,) = failed(list(found.values()))
     assert (bad.check, bad.detail.split(": ")[-1]) == ("image", "t4g.nano runs arm64 only")
     assert bad.fix == "choose an image for arm64, or a type running x86_64"
     found = await preflight(front, arm_image(ec2), instanceType="t4g.nano")
-    assert failed(found.values()) == []
+    assert failed(list(found.values())) == []
     found = await preflight(front, "resolve:ssm:/aws/service/debian/release/12/latest/amd64")
     assert found["image"].ok
     assert "not resolved here" in found["image"].detail
@@ -177,12 +177,12 @@ async def test_a_listed_zone_without_the_type_fails_and_an_unlisted_one_is_skipp
 ) -> None:
     moto.offer(REGION, "t3.nano", ["eu-west-1b", "eu-west-1c"])
     found = await preflight(front, image, zones=["eu-west-1a", "eu-west-1b"])
-    (bad,) = failed(found.values())
+    (bad,) = failed(list(found.values()))
     assert bad.check == "size in eu-west-1a"
     assert bad.detail == "t3.nano is not offered in eu-west-1a (offered in: eu-west-1b, eu-west-1c)"
     assert bad.fix == "remove eu-west-1a from zones, or choose an instanceType it offers"
     found = await preflight(front, image)  # every zone with a default subnet
-    assert failed(found.values()) == []
+    assert failed(list(found.values())) == []
     assert found["size in eu-west-1a"].detail.endswith(": launches skip it")
 
 
@@ -191,7 +191,7 @@ async def test_a_type_no_zone_of_the_region_offers_fails_naming_the_regions_that
 ) -> None:
     moto.offer(REGION, "t3.nano", [])
     found = await preflight(front, image, zones=["eu-west-1a"])
-    (bad,) = failed(found.values())
+    (bad,) = failed(list(found.values()))
     assert bad.check == "size in eu-west-1a"
     assert "offered in: no zone of eu-west-1" in bad.detail
     assert "regions offering t3.nano: " in bad.detail

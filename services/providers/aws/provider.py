@@ -110,7 +110,7 @@ class AwsProvider:
                 elif code.startswith(("InvalidSubnet", "InvalidVpc")):
                     self._network = None
                 elif code == "Unsupported":  # the type, in this zone: the catalogue changed?
-                    raise await self.catalogue.refused(launch, subnet.zone, exc) from exc
+                    raise await self.catalogue.refused(launch, subnet.zone, exc) from exc.__cause__
                 raise
             provider_id = str(answer["Instances"][0]["InstanceId"])
             self._remember(request.name, provider_id)
