@@ -4,7 +4,6 @@ the field and where the type would work, and the kept answers' bounds in time an
 from __future__ import annotations
 
 from services.providers.aws.pure.catalogue import (
-    Expiring,
     Placement,
     elsewhere,
     offered_locations,
@@ -84,25 +83,6 @@ def test_other_regions_are_named_or_said_unknown() -> None:
     )
     assert elsewhere((), "x9.huge") == "no region of this account offers x9.huge"
     assert "could not be asked" in elsewhere(None, "t3.nano")
-
-
-def test_kept_answers_expire_after_their_time() -> None:
-    kept: Expiring[str, frozenset[str]] = Expiring(ttl=3600.0, size=4)
-    kept.put("t3.nano", frozenset({"a"}), now=100.0)
-    assert kept.get("t3.nano", now=3699.9) == frozenset({"a"})
-    assert kept.get("t3.nano", now=3700.0) is None
-    assert len(kept) == 0  # an expired answer is dropped, not kept beside the new one
-
-
-def test_kept_answers_are_bounded_in_number_the_oldest_going_first() -> None:
-    kept: Expiring[str, int] = Expiring(ttl=3600.0, size=2)
-    kept.put("a", 1, now=0.0)
-    kept.put("b", 2, now=1.0)
-    kept.put("a", 3, now=2.0)  # written again: now the newest
-    kept.put("c", 4, now=3.0)
-    assert (kept.get("a", 3.0), kept.get("b", 3.0), kept.get("c", 3.0)) == (3, None, 4)
-    kept.drop("a")
-    assert len(kept) == 1
 
 
 def test_rules_are_shown_as_a_person_reads_them() -> None:

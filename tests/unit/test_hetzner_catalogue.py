@@ -10,7 +10,6 @@ from hypothesis import strategies as st
 
 from services.providers.cloud.pure.spread import spread
 from services.providers.hetzner.pure.catalogue import (
-    Expiring,
     Offer,
     TypeInfo,
     fields,
@@ -103,21 +102,6 @@ def test_no_room_says_each_answer_in_order_and_what_helps() -> None:
     placed = no_room("cx23", tried[:1], location_field="spec.placement.zone")
     assert "spec.placement.zone nbg1 (resource_unavailable" in placed
     assert placed.endswith("clear spec.placement.zone to let the entry's locations be tried")
-
-
-def test_the_cache_forgets_after_its_time_and_holds_at_most_its_size() -> None:
-    cache: Expiring[str, int] = Expiring(ttl=10.0, size=2)
-    cache.put("a", 1, now=100.0)
-    assert cache.get("a", now=109.9) == 1
-    assert cache.get("a", now=110.0) is None
-    assert len(cache) == 0
-    cache.put("a", 1, now=0.0)
-    cache.put("b", 2, now=1.0)
-    cache.put("c", 3, now=2.0)
-    assert (cache.get("a", 3.0), cache.get("b", 3.0), cache.get("c", 3.0)) == (None, 2, 3)
-    cache.forget("b")
-    assert cache.get("b", 3.0) is None
-    assert cache.get("c", now=1.0) is None  # a clock gone back believes nothing
 
 
 def test_preflight_sizes_per_location_and_capacity() -> None:

@@ -20,10 +20,11 @@ import structlog
 
 from services.providers.aws.client import Ec2, error_code
 from services.providers.aws.pure import catalogue
-from services.providers.aws.pure.catalogue import Expiring, offered_locations
+from services.providers.aws.pure.catalogue import MAX_TYPES, offered_locations
 from services.providers.aws.pure.launch import Launch
 from services.providers.aws.pure.network import Subnet
 from services.providers.base import Permanent, ProviderError, Transient
+from services.providers.cloud.pure.expiring import Expiring
 
 log = structlog.get_logger("egress.provider.aws")
 
@@ -35,9 +36,9 @@ class Catalogue:
     def __init__(self, ec2: Ec2, clock: Callable[[], float] = time.monotonic) -> None:
         self.ec2 = ec2
         self.clock = clock
-        self._zones: Expiring[str, frozenset[str]] = Expiring()
+        self._zones: Expiring[str, frozenset[str]] = Expiring(size=MAX_TYPES)
         # Wrapped in a 1-tuple: a kept "could not be asked" (None) is not a missing entry.
-        self._regions: Expiring[str, tuple[tuple[str, ...] | None]] = Expiring()
+        self._regions: Expiring[str, tuple[tuple[str, ...] | None]] = Expiring(size=MAX_TYPES)
         self._lock = asyncio.Lock()
 
     async def usable(
@@ -97,8 +98,8 @@ class Catalogue:
 
     def forget(self, instance_type: str) -> None:
         """Drop what is kept about ``instance_type``: EC2 just refused a launch of it."""
-        self._zones.drop(instance_type)
-        self._regions.drop(instance_type)
+        self._zones.forget(instance_type)
+        self._regions.forget(instance_type)
 
     async def zones(self, instance_type: str, op: str = "create") -> frozenset[str]:
         """The zones of the entry's region offering ``instance_type``."""

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from typing import TypeVar
 
 from google.api_core import exceptions as core
 from google.cloud import compute_v1
 
+from services.providers.cloud.pure.expiring import Expiring
 from services.providers.gcp.pure import mapping
 
 TTL = 3600.0
@@ -31,30 +31,27 @@ V = TypeVar("V")
 
 
 class Cache:
-    """A small time- and size-bounded map, safe across worker threads."""
+    """The cloud catalogue cache (``cloud.pure.expiring``) behind a lock: the google client's
+    calls run in worker threads."""
 
     def __init__(
         self, *, ttl: float = TTL, size: int = SIZE, clock: Callable[[], float] = time.monotonic
     ) -> None:
-        self.ttl = ttl
-        self.size = size
         self.clock = clock
-        self._entries: OrderedDict[tuple[str, ...], tuple[float, object]] = OrderedDict()
+        # Each value in a 1-tuple: an answer of None ("not offered") is cached like any other.
+        self._entries: Expiring[tuple[str, ...], tuple[object]] = Expiring(ttl=ttl, size=size)
         self._lock = threading.Lock()
 
     def get_or(self, key: tuple[str, ...], compute: Callable[[], V]) -> V:
         """The cached value of ``key``, or ``compute()`` stored (an exception is not)."""
         now = self.clock()
         with self._lock:
-            hit = self._entries.get(key)
-            if hit is not None and hit[0] > now:
-                return hit[1]  # type: ignore[return-value]  # stored by this key's compute
+            hit = self._entries.get(key, now)
+        if hit is not None:
+            return hit[0]  # type: ignore[return-value]  # stored by this key's compute
         value = compute()
         with self._lock:
-            self._entries[key] = (now + self.ttl, value)
-            self._entries.move_to_end(key)
-            while len(self._entries) > self.size:
-                self._entries.popitem(last=False)
+            self._entries.put(key, (value,), now)
         return value
 
     def __len__(self) -> int:

@@ -38,6 +38,7 @@ from services.providers.base import (
     Transient,
 )
 from services.providers.cloud.names import NameLocks
+from services.providers.cloud.pure.expiring import Expiring
 from services.providers.cloud.pure.firewall import firewall_name
 from services.providers.cloud.pure.leftovers import firewall_id_of, firewall_leftovers
 from services.providers.cloud.pure.settings import client_networks
@@ -87,7 +88,7 @@ class HetznerProvider:
         self._firewall_id: int | None = None
         self._firewall_lock = asyncio.Lock()
         self._names = NameLocks()
-        self._types: catalogue.Expiring[str, catalogue.TypeInfo] = catalogue.Expiring()
+        self._types: Expiring[str, catalogue.TypeInfo] = Expiring(size=catalogue.CACHE_SIZE)
 
     def __repr__(self) -> str:
         return f"HetznerProvider({self.name!r})"
@@ -150,7 +151,7 @@ class HetznerProvider:
             raise QuotaExceeded(f"{what}: {message}", retry_after=delay) from full[-1]
 
     async def server_type(self, name: str, what: str) -> catalogue.TypeInfo:
-        """``name``'s catalogue entry, cached for the instance (``catalogue.Expiring``)."""
+        """``name``'s catalogue entry, cached for the instance (``cloud.pure.expiring``)."""
         found = self._types.get(name, time.monotonic())
         if found is None:
             found = await self._run(

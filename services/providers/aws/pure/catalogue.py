@@ -10,16 +10,14 @@ These functions decide which, and word the refusal with the field and where the 
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any
 
-TTL_SECONDS = 3600.0
-"""How long an answer of the catalogue is kept: EC2 adds and removes a type in a zone rarely, and
-a stale answer costs one refused launch (which drops it) at worst."""
 MAX_TYPES = 64
-"""Instance types kept at once: a config names one or two; Proxies may name a few more."""
+"""Instance types kept at once: a config names one or two; Proxies may name a few more. Each
+answer is believed an hour (``cloud.pure.expiring``): EC2 adds and removes a type in a zone
+rarely, and a stale answer costs one refused launch (which drops it) at worst."""
 
 
 def offered_locations(pages: Iterable[Mapping[str, Any]], instance_type: str) -> frozenset[str]:
@@ -91,38 +89,3 @@ def _where(offered: frozenset[str], region: str) -> str:
 
 def _zones(zones: Iterable[str]) -> str:
     return ", ".join(zones)
-
-
-K = TypeVar("K")
-V = TypeVar("V")
-
-
-class Expiring(Generic[K, V]):
-    """A map whose entries last ``ttl`` seconds, at most ``size`` of them (the oldest goes
-    first). Time is passed in: the caller's clock, so this stays pure."""
-
-    def __init__(self, ttl: float = TTL_SECONDS, size: int = MAX_TYPES) -> None:
-        self.ttl = ttl
-        self.size = size
-        self._entries: OrderedDict[K, tuple[V, float]] = OrderedDict()
-
-    def get(self, key: K, now: float) -> V | None:
-        entry = self._entries.get(key)
-        if entry is None:
-            return None
-        if now - entry[1] >= self.ttl:
-            del self._entries[key]
-            return None
-        return entry[0]
-
-    def put(self, key: K, value: V, now: float) -> None:
-        self._entries.pop(key, None)
-        self._entries[key] = (value, now)
-        while len(self._entries) > self.size:
-            self._entries.popitem(last=False)
-
-    def drop(self, key: K) -> None:
-        self._entries.pop(key, None)
-
-    def __len__(self) -> int:
-        return len(self._entries)

@@ -14,20 +14,17 @@ name's stable hash picks, so a repeated create asks in the same order.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Generic, TypeVar
 
 from services.providers.cloud.pure.spread import spread
 
-CACHE_SECONDS = 3600.0
-"""How long a type's catalogue entry is believed: Hetzner changes offers by the week, not the
-minute, and a create that meets a change anyway (``invalid_input``) drops the entry."""
 CACHE_SIZE = 64
 """Types remembered per provider instance: an entry's ``serverType`` and the Proxies' own
-``machineType`` values, which a spec may set to anything."""
+``machineType`` values, which a spec may set to anything. Each is believed an hour
+(``cloud.pure.expiring``): Hetzner changes offers by the week, not the minute, and a create that
+meets a change anyway (``invalid_input``) drops the entry."""
 CAPACITY_CODES = frozenset({"resource_unavailable", "placement_error", "no_space_left_in_location"})
 """Answers that say *this location* has no room now: a create moves on. The project's own
 limit (``resource_limit_exceeded``) holds in every location, so it does not."""
@@ -131,39 +128,3 @@ def no_room(server_type: str, tried: Sequence[tuple[str, str]], *, location_fiel
         scope = f"any location of locations, tried in this order: {answers}"
         fix = "list more locations, or set serverType to a type with room"
     return f"no capacity for server type {server_type} in {scope}; retried every minute: {fix}"
-
-
-K = TypeVar("K")
-V = TypeVar("V")
-
-
-class Expiring(Generic[K, V]):
-    """A cache of at most ``size`` values, each believed for ``ttl`` seconds from when it was
-    put; ``now`` is any monotonic clock, passed in. The oldest entry goes first when full."""
-
-    def __init__(self, ttl: float = CACHE_SECONDS, size: int = CACHE_SIZE) -> None:
-        self.ttl = ttl
-        self.size = size
-        self._values: OrderedDict[K, tuple[float, V]] = OrderedDict()
-
-    def get(self, key: K, now: float) -> V | None:
-        found = self._values.get(key)
-        if found is None:
-            return None
-        at, value = found
-        if not at <= now < at + self.ttl:
-            del self._values[key]
-            return None
-        return value
-
-    def put(self, key: K, value: V, now: float) -> None:
-        self._values.pop(key, None)
-        self._values[key] = (now, value)
-        while len(self._values) > self.size:
-            self._values.popitem(last=False)
-
-    def forget(self, key: K) -> None:
-        self._values.pop(key, None)
-
-    def __len__(self) -> int:
-        return len(self._values)
