@@ -9,7 +9,6 @@ held by tests/unit/test_decisions.py)."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 from tests.support.docgen import ARCHITECTURE, ROOT
 

@@ -55,7 +55,9 @@ def test_every_metric_the_prose_names_is_exported() -> None:
     assert cited, "the Metrics section names no metric"
     for name in sorted(cited):
         pattern = re.compile(re.escape(name).replace(r"\*", "[a-z_]+") + r"\Z")
-        assert any(pattern.match(n) for n in names), f"docs/operations.md names {name}: not exported"
+        assert any(pattern.match(n) for n in names), (
+            f"docs/operations.md names {name}: not exported"
+        )
 
 
 def test_a_stale_block_is_found_and_a_missing_marker_named() -> None:

@@ -1,10 +1,11 @@
 """deploy/monitoring/: the alert rules pass ``promtool check rules``, the dashboard's queries are
 valid PromQL, and every metric either of them names is one the services export.
 
-The exported names come from the code, not from a list (tests/support/docgen.py): every metric set in services/ (a class
-or function that takes only the ``CollectorRegistry`` it registers on, the convention
-``metric_set`` keys on) is registered on one registry, as ``up`` does, and the registry is asked
-what it holds. A metric renamed in the code without the dashboard or the rules fails here.
+The exported names come from the code, not from a list (tests/support/docgen.py): every metric
+set in services/ (a class or function that takes only the ``CollectorRegistry`` it registers
+on, the convention ``metric_set`` keys on) is registered on one registry, as ``up`` does, and
+the registry is asked what it holds. A metric renamed in the code without the dashboard or the
+rules fails here.
 """
 
 from __future__ import annotations
