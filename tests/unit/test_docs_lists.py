@@ -70,6 +70,9 @@ def test_the_stream_tables_list_every_stream_and_every_category() -> None:
 def test_the_backup_holds_the_streams_the_docs_say() -> None:
     held = section(DOCS / "operations.md", "### What a backup holds").split("**as it was", 1)[0]
     assert re.findall(r"`([A-Z]+)`", held) == STREAM_NAMES
+    copied = re.search(r"^for s in ([A-Z ]+); do$", (DOCS / "nats-cli.md").read_text(), re.M)
+    assert copied is not None, "docs/nats-cli.md no longer copies the streams in a loop"
+    assert copied[1].split() == STREAM_NAMES
     users = section(DOCS / "operations.md", "## NATS users")
     assert f"create the {NUMBERS[len(STREAMS)]} streams" in users
 
