@@ -17,6 +17,7 @@ import yaml
 import services.cli
 from events.subjects import POOL_CATEGORIES, PROXY_CATEGORIES
 from services.cli.main import EPILOG
+from services.providers.config import PROVIDER_TYPES
 from services.runtime.eventlog.streams import STREAMS
 from services.runtime.natsusers import USERS
 from tests.support.docgen import ROOT
@@ -137,3 +138,17 @@ def test_help_lists_every_exit_code_the_cli_defines_and_no_other() -> None:
     assert set(defined.values()) | {0, 1} == set(listed), (
         f"--help lists {listed}; the CLI defines {sorted(defined.items(), key=lambda i: i[1])}"
     )
+
+
+def test_the_architecture_names_every_provider_type() -> None:
+    text = re.sub(r"\s*\n\s*│?\s*", " ", (DOCS / "architecture.md").read_text())
+    lists = [
+        re.search(r"the provider contract; ([a-z]+(?:, [a-z]+)*)", text),
+        re.search(r"──▶ provider \(([a-z, ]+)\)", text),
+        re.search(r"Every provider \(([a-z, ]+), and the fake\)", text),
+    ]
+    everything = set(PROVIDER_TYPES)
+    for found in lists:
+        assert found is not None, "docs/architecture.md no longer lists the providers there"
+        named = {name.strip() for name in found[1].split(",")}
+        assert named | {"fake"} == everything, f"docs/architecture.md lists {sorted(named)}"
