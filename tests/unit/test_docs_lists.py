@@ -82,7 +82,7 @@ def test_the_nats_users_are_the_secrets_keys_in_the_docs_and_the_notes() -> None
     loop = re.search(r"for u in ([a-z ]+); do", (DOCS / "kubernetes.md").read_text())
     assert loop is not None
     assert loop[1].split() == list(USERS)
-    notes = NOTES.read_text().split("one key per NATS user", 1)[1].split(")", 1)[0]
+    notes = NOTES.read_text().split("one key per NATS user:", 1)[1].split("\n", 1)[0]
     assert re.findall(r"[a-z]+", notes) == list(USERS)
 
 
