@@ -26,6 +26,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from services.cli import apiaddress
 from services.cli.api_client import (
     DEFAULT_API_URL,
     DiscoveryClient,
@@ -46,8 +47,12 @@ F = TypeVar("F", bound=Callable[..., Any])
 OUTCOMES = ("success", "blocked", "failed")
 
 
-def _api_url(ctx: click.Context, param: click.Parameter, value: str) -> str:
+def _api_url(ctx: click.Context, param: click.Parameter, value: str | None) -> str:
     example = f"e.g. {DEFAULT_API_URL}"
+    if value is None:
+        # Neither flag nor variable: the API of the `up` running on the data dir, as the NATS
+        # credentials are found (docs/decisions/0147-the-cli-as-one-language.md).
+        return apiaddress.announced(apiaddress.default_data_dir()) or DEFAULT_API_URL
     try:
         parts = urlsplit(value)
         parts.port  # noqa: B018 (parsing the port is what checks it)
@@ -73,11 +78,11 @@ def api_options(f: F) -> F:
     return with_env_option(
         "--api-url",
         env="DISCOVERY_URL",
-        default=DEFAULT_API_URL,
-        show_default=True,
+        default=None,
         metavar="URL",
         callback=_api_url,
-        help=f"The discovery API (the token comes from {TOKEN_ENV}).",
+        help="The discovery API; by default the one of the `up` running on the data dir "
+        f"(DATA_DIR, else .data), else {DEFAULT_API_URL} (the token comes from {TOKEN_ENV}).",
     )(f)
 
 
@@ -169,10 +174,25 @@ def lease() -> None:
     metavar="DURATION",
     help="When no proxy is free, wait up to this long (at most 60s) for one.",
 )
+@click.option(
+    "--pool",
+    default=None,
+    metavar="[NAMESPACE/]NAME",
+    help="Lease a member of this pool (NAME alone, or with -n: that namespace's, else "
+    "default's); --selector still applies on top.",
+)
+@click.option(
+    "-n",
+    "--namespace",
+    default=None,
+    help="The namespace of a --pool written without one.",
+)
 @api_options
 def acquire(
     *,
     selector: dict[str, str],
+    pool: str | None,
+    namespace: str | None,
     ttl: float | None,
     holder: str,
     exclude: tuple[str, ...],
@@ -184,6 +204,10 @@ def acquire(
 ) -> None:
     """Lease a free proxy matching every selector; prints its lease id and address."""
     body: dict[str, Any] = {"selector": selector, "holder": holder}
+    if pool is not None:
+        body["pool"] = _pool_ref(pool, namespace)
+    elif namespace is not None:
+        raise click.UsageError("-n / --namespace goes with --pool; a selector has no namespace")
     if target:
         body["target"] = target
     if wait:
@@ -207,6 +231,20 @@ def acquire(
             time.sleep(min(exc.retry_after, 5.0))
             answer = client.call("POST", "/v1/leases", body, idempotency_key=key)
     print_lease(answer, output)
+
+
+def _pool_ref(pool: str, namespace: str | None) -> str:
+    """The request's ``pool`` by the CLI's one rule (``NAMESPACE/NAME``, or ``NAME`` with
+    ``-n``); the API checks the grammar and answers a 400 naming ``pool``."""
+    given, slash, name = pool.rpartition("/")
+    if not slash:
+        return f"{namespace}/{pool}" if namespace is not None else pool
+    if namespace is not None and namespace != given:
+        raise click.UsageError(
+            f"{clean(pool)!r} names the namespace {clean(given)!r} and -n names "
+            f"{clean(namespace)!r}; give one of them"
+        )
+    return f"{given}/{name}"
 
 
 def print_lease(answer: Any, output: str) -> None:
