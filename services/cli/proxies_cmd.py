@@ -63,7 +63,17 @@ def _all_resources(paths: tuple[str, ...], validate: str) -> list[manifests.Docu
     bad document refuses its file, ``manifests.parse_documents``)."""
     if paths.count("-") > 1:
         raise ConfigError("-f -: standard input can be read once; give it one -f")
-    return [r for path in paths for r in _resources(path, validate)]
+    found: list[manifests.Document] = []
+    # Every file's problems, not only the first bad file's: one run shows all there is to fix.
+    problems: list[str] = []
+    for path in paths:
+        try:
+            found += _resources(path, validate)
+        except ConfigError as exc:
+            problems.append(str(exc))
+    if problems:
+        raise ConfigError("; ".join(problems))
+    return found
 
 
 async def _provider_refusal(conn: Connection, resources: list[manifests.Document]) -> str | None:
