@@ -20,7 +20,7 @@ from pathlib import Path
 from services.runtime.datadir import alive
 
 API_FILE = "discovery-api.json"
-ANY_ADDRESS = ("0.0.0.0", "::", "")  # noqa: S104 (read, not bound: a wildcard is reached on loopback)
+ANY_ADDRESS = ("0.0.0.0", "::", "")
 
 
 def default_data_dir() -> Path:

@@ -25,8 +25,8 @@ from services.cli.events_cmd import events
 from services.cli.gc_cmd import gc
 from services.cli.get_cmd import get_cmd
 from services.cli.lease_cmd import lease
-from services.cli.local_cmd import local
 from services.cli.lease_holder_cmd import renew  # noqa: F401  # registers renew and list on `lease`
+from services.cli.local_cmd import local
 from services.cli.pools_cmd import describe_cmd, scale_cmd
 from services.cli.providers_cmd import providers
 from services.cli.proxies_cmd import apply_cmd, delete_cmd

@@ -184,9 +184,7 @@ def describe_pool(
 def _absent(namespace: str, name: str, fleet: poolviews.Fleet) -> str:
     """The discovery API's 404 in the CLI's words: the pools of that name elsewhere, else the
     pools there are (``services.discovery.pure.pools.unknown_pool_hint``)."""
-    known = [
-        PoolRef(v.namespace, v.name) for v in fleet.pools.values() if v.name and not v.removed
-    ]
+    known = [PoolRef(v.namespace, v.name) for v in fleet.pools.values() if v.name and not v.removed]
     hint = unknown_pool_hint(PoolRef(namespace, name), known)
     return clean(f"proxypool {namespace}/{name}: no such pool; {hint}")
 

@@ -1,6 +1,7 @@
-"""The ``lease`` commands speak the CLI's one language (docs/decisions/0147-the-cli-as-one-language.md):
-``acquire --pool NAMESPACE/NAME`` (or ``-n``) as the API and the client take it, and ``list``
-shows each proxy URL whole, however narrow the terminal."""
+"""The ``lease`` commands speak the CLI's one language
+(docs/decisions/0147-the-cli-as-one-language.md): ``acquire --pool NAMESPACE/NAME`` (or ``-n``)
+as the API and the client take it, and ``list`` shows each proxy URL whole, however narrow the
+terminal."""
 
 from __future__ import annotations
 
