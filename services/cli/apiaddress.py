@@ -1,4 +1,5 @@
-"""Where `up`'s discovery API listens, announced in its data dir for the ``lease`` commands.
+"""Where `up`'s discovery API listens, announced in its data dir, and the ``lease`` commands'
+``--api-url`` that finds it there.
 
 The ``lease`` commands find the API the way every other command finds the embedded NATS
 server's credentials: from the data dir (``DATA_DIR``, else ``.data``), so ``up --api-port``
@@ -15,9 +16,20 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
+import click
+
+from services.cli.api_client import DEFAULT_API_URL
+from services.cli.pure.render import clean
+from services.discovery.auth import TOKEN_ENV
 from services.runtime.datadir import alive
+from services.runtime.options import with_env_option
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 API_FILE = "discovery-api.json"
 ANY_ADDRESS = ("0.0.0.0", "::", "")
@@ -69,3 +81,42 @@ def announced(data_dir: Path) -> str | None:
     if not isinstance(pid, int) or not alive(pid):
         return None
     return url
+
+
+def _api_url(ctx: click.Context, param: click.Parameter, value: str | None) -> str:
+    example = f"e.g. {DEFAULT_API_URL}"
+    if value is None:
+        # Neither flag nor variable: the API of the `up` running on the data dir, as the NATS
+        # credentials are found (docs/decisions/0147-the-cli-as-one-language.md).
+        return announced(default_data_dir()) or DEFAULT_API_URL
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 (parsing the port is what checks it)
+        if parts.hostname:
+            parts.hostname.encode("idna")
+    except ValueError as exc:  # UnicodeError is one: a host name IDNA cannot encode
+        raise click.BadParameter(
+            f"{value!r} is not a usable URL ({clean(exc)}); {example}"
+        ) from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise click.BadParameter(f"{value!r} is not an http(s) URL, {example}")
+    return value.rstrip("/")
+
+
+def api_options(f: F) -> F:
+    f = click.option(
+        "-o",
+        "--output",
+        type=click.Choice(["table", "json"]),
+        default="table",
+        help="table for people, json for scripts.",
+    )(f)
+    return with_env_option(
+        "--api-url",
+        env="DISCOVERY_URL",
+        default=None,
+        metavar="URL",
+        callback=_api_url,
+        help="The discovery API; by default the one of the `up` running on the data dir "
+        f"(DATA_DIR, else .data), else {DEFAULT_API_URL} (the token comes from {TOKEN_ENV}).",
+    )(f)

@@ -16,74 +16,30 @@ import json
 import math
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any, TypeVar
-from urllib.parse import quote, urlencode, urlsplit
+from typing import Any
+from urllib.parse import quote, urlencode
 
 import click
 from rich.console import Console
 from rich.table import Table
 
-from services.cli import apiaddress
 from services.cli.api_client import (
-    DEFAULT_API_URL,
     DiscoveryClient,
     RotationNotDone,
     Unavailable,
     Unexpected,
 )
+from services.cli.apiaddress import api_options
 from services.cli.common import stdout_console
 from services.cli.pure.render import clean, format_time, inert
-from services.discovery.auth import TOKEN_ENV, token_from_env
+from services.discovery.auth import token_from_env
 from services.discovery.durations import EXAMPLES, parse_duration
 from services.discovery.models import MAX_WAIT_SECONDS
-from services.runtime.options import with_env_option
-
-F = TypeVar("F", bound=Callable[..., Any])
-
 
 OUTCOMES = ("success", "blocked", "failed")
-
-
-def _api_url(ctx: click.Context, param: click.Parameter, value: str | None) -> str:
-    example = f"e.g. {DEFAULT_API_URL}"
-    if value is None:
-        # Neither flag nor variable: the API of the `up` running on the data dir, as the NATS
-        # credentials are found (docs/decisions/0147-the-cli-as-one-language.md).
-        return apiaddress.announced(apiaddress.default_data_dir()) or DEFAULT_API_URL
-    try:
-        parts = urlsplit(value)
-        parts.port  # noqa: B018 (parsing the port is what checks it)
-        if parts.hostname:
-            parts.hostname.encode("idna")
-    except ValueError as exc:  # UnicodeError is one: a host name IDNA cannot encode
-        raise click.BadParameter(
-            f"{value!r} is not a usable URL ({clean(exc)}); {example}"
-        ) from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise click.BadParameter(f"{value!r} is not an http(s) URL, {example}")
-    return value.rstrip("/")
-
-
-def api_options(f: F) -> F:
-    f = click.option(
-        "-o",
-        "--output",
-        type=click.Choice(["table", "json"]),
-        default="table",
-        help="table for people, json for scripts.",
-    )(f)
-    return with_env_option(
-        "--api-url",
-        env="DISCOVERY_URL",
-        default=None,
-        metavar="URL",
-        callback=_api_url,
-        help="The discovery API; by default the one of the `up` running on the data dir "
-        f"(DATA_DIR, else .data), else {DEFAULT_API_URL} (the token comes from {TOKEN_ENV}).",
-    )(f)
 
 
 def _client(api_url: str) -> DiscoveryClient:

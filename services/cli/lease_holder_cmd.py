@@ -17,12 +17,12 @@ import click
 from rich.table import Table
 
 from services.cli.api_client import Unexpected
+from services.cli.apiaddress import api_options
 from services.cli.common import stdout_console
 from services.cli.lease_cmd import (
     _client,
     _emit_json,
     _ttl,
-    api_options,
     lease,
     print_lease,
 )

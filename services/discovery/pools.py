@@ -37,6 +37,8 @@ from services.discovery.views import Views
 
 ViewsDep = NamedDependency[Views]
 POOL_QUERY = frozenset({"namespace"})
+
+
 class _Out(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     pass
 
