@@ -55,7 +55,10 @@ def announce(data_dir: Path, url: str) -> Path:
     path = data_dir / API_FILE
     data_dir.mkdir(parents=True, exist_ok=True)
     scratch = path.with_suffix(".tmp")
-    scratch.write_text(json.dumps({"url": url, "pid": os.getpid()}))
+    scratch.unlink(missing_ok=True)
+    fd = os.open(scratch, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(json.dumps({"url": url, "pid": os.getpid()}))
     scratch.replace(path)
     return path
 
@@ -68,9 +71,16 @@ def withdraw(path: Path) -> None:
 
 
 def announced(data_dir: Path) -> str | None:
-    """The URL the `up` running on ``data_dir`` serves its API at; None when there is none."""
+    """The URL the `up` running on ``data_dir`` serves its API at; None when there is none.
+
+    A file another user owns, or one others may write, is not believed: the command sends its
+    ``DISCOVERY_TOKEN`` to the URL it names."""
+    path = data_dir / API_FILE
     try:
-        found = json.loads((data_dir / API_FILE).read_text())
+        seen = path.stat()
+        if seen.st_uid != os.getuid() or seen.st_mode & 0o022:
+            return None
+        found = json.loads(path.read_text())
     except (OSError, ValueError):
         return None
     if not isinstance(found, dict):
