@@ -335,15 +335,18 @@ def delete_cmd(
     nats_url: str | None,
 ) -> None:
     """Delete proxies: NAMESPACE/NAME, -f FILE, or --all. The instance goes first, then the
-    proxy (a local proxy's Squid stops). `delete pool NAME [-n NS]` deletes a pool: its members
-    go first, then the pool."""
+    proxy (a local proxy's Squid stops). `delete pool [NS/]NAME [-n NS]` deletes a pool: its
+    members go first, then the pool."""
     if target is not None and pools_cmd.pool_kind(target):
         if pool_name is None or filenames or everything:
-            raise click.UsageError("write `delete pool NAME [-n NAMESPACE]`, e.g. delete pool de")
+            raise click.UsageError(
+                "write `delete pool [NAMESPACE/]NAME [-n NAMESPACE]`, e.g. delete pool crawl/de"
+            )
+        pool_namespace, name = pools_cmd.resolve(pool_name, namespace)
         pools_cmd.delete_pool(
             state,
-            name=pool_name,
-            namespace=namespace or pools_cmd.DEFAULT_NAMESPACE,
+            name=name,
+            namespace=pool_namespace,
             wait=wait,
             timeout=timeout,
             nats_url=nats_url,

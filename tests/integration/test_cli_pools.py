@@ -201,7 +201,7 @@ async def test_delete_pool_waits_for_its_removal_and_exits_10_when_it_does_not_c
     aggregate = subjects.pool(uid)
 
     waiting = asyncio.create_task(
-        cli("delete", "pool", "de", "-n", "crawl", "--wait", "--timeout", "60", *url)
+        cli("delete", "pool", "crawl/de", "--wait", "--timeout", "60", *url)
     )
 
     async def requested() -> bool:
@@ -220,6 +220,9 @@ async def test_delete_pool_waits_for_its_removal_and_exits_10_when_it_does_not_c
         .endswith("proxypool crawl/de absent")
     )
 
+    clash = await cli("delete", "pool", "crawl/fr", "-n", "other", *url)
+    assert clash.exit_code == 2
+    assert "give one of them" in clash.output
     stuck = await cli("delete", "pool", "fr", "-n", "crawl", "--wait", "--timeout", "1", *url)
     assert stuck.exit_code == 10, stuck.output
     assert "not removed within 1s: proxypool crawl/fr" in stuck.output
