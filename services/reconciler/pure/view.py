@@ -38,7 +38,7 @@ from projections.rotation import Replacement, Rotation, Step, requested, step
 
 replace = msgspec.structs.replace
 
-VERSION = 4
+VERSION = 5
 """The snapshot version of ``ProxyState`` (``cache``): a new number for every change to what
 the fold makes, as for the views in ``projections.versions``. The state holds the rotation's
 structs of ``projections.rotation``, so a change there takes a new number here and for the
@@ -113,6 +113,10 @@ def fold(uid: str, events: Iterable[Recorded], start: ProxyState | None = None) 
 
 
 def evolve(state: ProxyState, recorded: Recorded) -> ProxyState:
+    if not state.declared and not isinstance(recorded.event, ProxyDeclared):
+        # A proxy exists from its declaration: what comes before it is skipped, as the proxy
+        # view skips it (``projections.proxy.Undeclared``).
+        return state
     turned = step(state.rotation, state.replacement, recorded)
     if turned is not None:
         return _rotated(state, turned, recorded)
@@ -144,7 +148,7 @@ def evolve(state: ProxyState, recorded: Recorded) -> ProxyState:
         case ProxyDeletionRequested():
             return replace(state, deleting=True)
         case ProxyRemoved():
-            return replace(state, removed=True)
+            return replace(state, removed=True, deleting=True)
         case CreateInstance() as c:
             return replace(
                 state,
