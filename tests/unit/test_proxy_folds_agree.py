@@ -43,8 +43,8 @@ from events.skips import UNDECODABLE
 from events.store import Recorded, Unreadable
 from projections import proxy
 from services.reconciler.pure.view import ProxyState, fold
+from tests.support.rotation_stories import DRAIN, NEW_SPEC, SPEC, UID, Story, failed
 
-UID = "0b5e8f8e-1111-4222-8333-944455556666"
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 # Few values of each id, so that generated answers meet the commands and instances they name.
@@ -212,3 +212,112 @@ def test_both_folds_keep_the_same_facts_after_every_event(log: list[Event | Unre
         assert (view is not None) == state.declared, item
         if view is not None:
             assert facts(view, state, rotations) == [], (item, view, state)
+
+
+# ------------------------------------------------------- the histories the services write
+
+Action = tuple[str, bool]
+
+
+def act(story: Story, action: Action, rotations: list[int]) -> None:
+    """One move of one writer: the reconciler decides, the executor answers the command that is
+    out (well or not), the health service judges what it probes, a user or a lease holder asks."""
+    kind, yes = action
+    state = story.state
+    view = proxy.fold(story.events)
+    r = state.replacement
+
+    def exists(provider_id: str) -> bool:
+        return bool(provider_id) and (
+            provider_id == state.instance_id or (r is not None and provider_id == r.provider_id)
+        )
+
+    match kind:
+        case "decide":
+            story.step()
+        case "answer" if state.pending is not None:
+            answer_well(story, story.command())
+        case "time out" if state.pending is not None:
+            story.add(failed(story.command(), ErrorClass.TRANSIENT, "timed out"))  # type: ignore[arg-type]
+        case "refuse" if state.pending is not None:
+            story.add(failed(story.command(), ErrorClass.PERMANENT))  # type: ignore[arg-type]
+        case "judge" | "approve" if view is not None and exists(proxy.probe_target(view)[0]):
+            # What the health service probes, while it is there. A probe still out when the
+            # instance goes can land after: the folds then differ (D146, "Limits").
+            story.healthy(proxy.probe_target(view)[0], healthy=yes or kind == "approve")
+        case "rotate":
+            rotations.append(len(rotations) + 1)
+            story.add(RotationRequested(uid=UID, rotation_id=f"rot-{len(rotations)}"))
+        case "change":
+            generation = state.generation + 1
+            spec = NEW_SPEC if yes else SPEC
+            story.add(ProxySpecChanged(uid=UID, spec=spec, generation=generation))
+        case "delete":
+            story.add(ProxyDeletionRequested(uid=UID))
+        case "lease":
+            story.leased = yes
+        case "wait":
+            story.wait(DRAIN + 1 if yes else 1)
+        case _:
+            pass
+
+
+def answer_well(story: Story, command: Event) -> None:
+    match command:
+        case CreateInstance():
+            story.run(command, ip=f"10.0.0.{len(story.events) % 250 + 1}")
+        case DeleteInstance():
+            story.add(
+                InstanceGone(
+                    command_id=command.command_id,
+                    provider="local",
+                    provider_id=command.provider_id,
+                )
+            )
+        case ObserveInstance():
+            story.add(
+                InstanceObserved(
+                    command_id=command.command_id,
+                    provider="local",
+                    provider_id=command.provider_id,
+                    state=InstanceState.RUNNING,
+                    ip="10.0.0.1",
+                )
+            )
+        case _:
+            pass
+
+
+actions = st.tuples(
+    st.sampled_from(
+        ["decide"] * 6
+        + ["answer"] * 5
+        + ["approve"] * 4
+        + ["judge"] * 2
+        + ["rotate", "lease", "wait"] * 2
+        + ["time out", "refuse", "change", "delete"]
+    ),
+    st.booleans(),
+)
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.lists(actions, max_size=40))
+def test_over_the_services_histories_they_agree_on_the_instance_and_its_health(
+    moves: list[Action],
+) -> None:
+    """Where the services wrote the log, the instance the reconciler acts on is the one the view
+    shows, and both count the same verdicts."""
+    story = Story().add(ProxyDeclared(uid=UID, namespace="ns", name="p1", spec=SPEC))
+    rotations: list[int] = []
+    for move in moves:
+        act(story, move, rotations)
+    view: proxy.ProxyView | None = None
+    state = ProxyState(uid=UID)
+    for item in story.events:
+        view = proxy.apply(view, item)
+        state = fold(UID, [item], state)
+        assert facts(view, state, rotations=True) == [], item
+        if state.instance_id:
+            assert view.provider_id == state.instance_id, item
+        assert view.healthy == state.healthy, item
