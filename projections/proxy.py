@@ -106,8 +106,8 @@ class ProxyView(msgspec.Struct, frozen=True, kw_only=True):
     """The resolved cloud-init of the latest declaration. With ``spec`` it is all a declaration
     says, so a re-declaration can tell a rotated Secret from no change."""
     instance: InstanceFact | None = None
-    """The last instance fact, whichever instance it was about (its ``provider_id`` may name one
-    that ``provider_id`` above no longer does)."""
+    """The last instance fact since the last create, whichever instance it was about (its
+    ``provider_id`` may name one that ``provider_id`` above no longer does)."""
     verdict: HealthChanged | None = None
     """The last health verdict, whichever instance it judged (``verdict.provider_id``), but for a
     rotation's replacement, whose verdicts ``replacement.verdict`` keeps until it takes over; the
@@ -207,8 +207,10 @@ def apply(view: ProxyView | None, recorded: Recorded) -> ProxyView:
             fact = InstanceFact(provider_id=pid, state=GONE)
             return msgspec.structs.replace(current, instance=fact, **stamp)
         case HealthChanged(healthy=healthy, provider_id=pid, latency_ms=latency) as verdict:
-            if pid and current.provider_id and pid != current.provider_id:
-                # About a replaced instance: it says nothing about this one.
+            if pid and not _serving(current, pid):
+                # About an instance replaced, gone or not yet the proxy's (a probe still out
+                # when it went): it says nothing about this one, as for the reconciler
+                # (docs/decisions/0146-one-proxy-history-two-folds-held-together.md).
                 return msgspec.structs.replace(current, verdict=verdict, **stamp)
             return msgspec.structs.replace(
                 current,
@@ -222,9 +224,9 @@ def apply(view: ProxyView | None, recorded: Recorded) -> ProxyView:
             found = record(current.egress, observed, recorded.seq)
             return msgspec.structs.replace(current, egress=found, **stamp)
         case CreateInstance():
-            # A new instance is coming: the old one's verdict says nothing about it.
+            # A new instance is coming: the old one's facts and verdict say nothing about it.
             return msgspec.structs.replace(
-                current, healthy=None, latency_ms=None, health_message="", **stamp
+                current, healthy=None, latency_ms=None, health_message="", instance=None, **stamp
             )
         case PhaseChanged() as changed:
             return msgspec.structs.replace(
@@ -252,6 +254,17 @@ def fold(events: list[Recorded]) -> ProxyView | None:
             continue
         view = apply(view, recorded)
     return view
+
+
+def _serving(view: ProxyView, provider_id: str) -> bool:
+    """Whether ``provider_id`` is the proxy's instance and still there: created since the last
+    create, and not gone."""
+    fact = view.instance
+    return (
+        fact is not None
+        and fact.provider_id == provider_id == view.provider_id
+        and fact.state != GONE
+    )
 
 
 def _rotated(view: ProxyView, turned: Step, recorded: Recorded) -> ProxyView:

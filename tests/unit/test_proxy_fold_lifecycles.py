@@ -160,8 +160,11 @@ REPLACE: list[Step] = [
         InstanceGone(command_id="d-1", provider="local", provider_id="i-1"),
         {"instance": InstanceFact(provider_id="i-1", state=GONE)},
     ),
+    # A probe still out when the instance went: its verdict is kept, it counts for nothing.
+    judged(HealthChanged(healthy=False, message="refused", provider_id="i-1")),
     # The old verdict stays the last one (``verdict``), but no longer counts for the proxy.
-    (create("i-2"), {"healthy": None, "latency_ms": None, "health_message": ""}),
+    (create("i-2"), {"healthy": None, "latency_ms": None, "health_message": "", "instance": None}),
+    judged(HealthChanged(healthy=True, latency_ms=1.0, provider_id="i-1")),
     (
         InstanceCreated(command_id="c-i-2", provider="local", provider_id="i-2"),
         {"provider_id": "i-2", "instance": InstanceFact(provider_id="i-2")},

@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import msgspec
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from events.egress import EgressObserved
@@ -242,9 +242,14 @@ def act(story: Story, action: Action, rotations: list[int]) -> None:
         case "refuse" if state.pending is not None:
             story.add(failed(story.command(), ErrorClass.PERMANENT))  # type: ignore[arg-type]
         case "judge" | "approve" if view is not None and exists(proxy.probe_target(view)[0]):
-            # What the health service probes, while it is there. A probe still out when the
-            # instance goes can land after: the folds then differ (D146, "Limits").
             story.healthy(proxy.probe_target(view)[0], healthy=yes or kind == "approve")
+        case "late":
+            # A probe still out when its instance went (deleted, replaced, or rotated out).
+            made = [
+                r.event.provider_id for r in story.events if isinstance(r.event, InstanceCreated)
+            ]
+            if made:
+                story.healthy(made[len(made) // 2 if yes else 0], healthy=yes)
         case "rotate":
             rotations.append(len(rotations) + 1)
             story.add(RotationRequested(uid=UID, rotation_id=f"rot-{len(rotations)}"))
@@ -295,14 +300,28 @@ actions = st.tuples(
         + ["approve"] * 4
         + ["judge"] * 2
         + ["rotate", "lease", "wait"] * 2
-        + ["time out", "refuse", "change", "delete"]
+        + ["time out", "refuse", "change", "delete", "late", "late"]
     ),
     st.booleans(),
 )
 
 
+READY: list[Action] = [("decide", False), ("answer", True), ("approve", True), ("decide", False)]
+RACES: list[list[Action]] = [
+    # A verdict landing after its instance was deleted; after the create that replaces it.
+    [*READY, ("delete", False), ("decide", False), ("answer", True), ("late", False)],
+    [
+        *READY,
+        *[("change", True), ("decide", False), ("answer", True), ("decide", False)],
+        *[("late", False), ("answer", True), ("decide", False)],
+    ],
+]
+
+
 @settings(max_examples=600, deadline=None)
 @given(st.lists(actions, max_size=40))
+@example(RACES[0])
+@example(RACES[1])
 def test_over_the_services_histories_they_agree_on_the_instance_and_its_health(
     moves: list[Action],
 ) -> None:
