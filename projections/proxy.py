@@ -6,7 +6,9 @@ JetStream timestamp of the event, so a rebuild from sequence 1 equals the live v
 It is the one fold of the ``PROXY`` stream that services share, so it also keeps the few facts
 some of them act on (who declared the proxy and with which cloud-init, the last instance fact,
 the last verdict and whom it judged). Each is a reference or a small struct set by the event
-that carries it, so the services need no folds of their own and a rebuild stays cheap.
+that carries it, so the services need no folds of their own and a rebuild stays cheap. The
+reconciler alone folds the stream again, for what only it decides on; the facts both keep are
+held equal (docs/decisions/0146-one-proxy-history-two-folds-held-together.md).
 """
 
 from __future__ import annotations

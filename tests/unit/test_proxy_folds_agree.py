@@ -199,7 +199,7 @@ def facts(view: proxy.ProxyView, state: ProxyState, rotations: bool) -> list[str
     return [name for name, (a, b) in pairs.items() if a != b]
 
 
-@settings(max_examples=3000, deadline=None)
+@settings(max_examples=2000, deadline=None)
 @given(st.lists(history_events, max_size=14))
 def test_both_folds_keep_the_same_facts_after_every_event(log: list[Event | Unreadable]) -> None:
     view: proxy.ProxyView | None = None

@@ -4,6 +4,11 @@ Pure. The fold follows the command/answer protocol with the executor (``projecti
 a command is *pending* from the moment it is appended until an answer carrying its command id
 concludes it. A make-before-break rotation is folded by the shared ``projections.rotation``, as
 for the proxy view; what it does to the instance and the command out is folded here.
+
+The facts this state shares with the proxy view (``projections.proxy``) are held equal to it
+over generated histories, not derived from it: the view keeps the last fact about any instance,
+this the instance its commands made
+(docs/decisions/0146-one-proxy-history-two-folds-held-together.md).
 """
 
 from __future__ import annotations
