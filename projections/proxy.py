@@ -76,6 +76,8 @@ class InstanceFact(msgspec.Struct, frozen=True, kw_only=True):
     provider's answer with, so that it records changes and not repeats."""
 
     provider_id: str
+    """Empty after a ``CreateInstance``: a create is out that has made no instance yet, so the
+    verdicts about the last one count for nothing."""
     state: str = ""
     """Empty while the instance is only created, then the last observed ``InstanceState``, or
     ``GONE``."""
@@ -108,8 +110,8 @@ class ProxyView(msgspec.Struct, frozen=True, kw_only=True):
     """The resolved cloud-init of the latest declaration. With ``spec`` it is all a declaration
     says, so a re-declaration can tell a rotated Secret from no change."""
     instance: InstanceFact | None = None
-    """The last instance fact since the last create, whichever instance it was about (its
-    ``provider_id`` may name one that ``provider_id`` above no longer does)."""
+    """The last instance fact, whichever instance it was about (its ``provider_id`` may name one
+    that ``provider_id`` above no longer does)."""
     verdict: HealthChanged | None = None
     """The last health verdict, whichever instance it judged (``verdict.provider_id``), but for a
     rotation's replacement, whose verdicts ``replacement.verdict`` keeps until it takes over; the
@@ -227,8 +229,9 @@ def apply(view: ProxyView | None, recorded: Recorded) -> ProxyView:
             return msgspec.structs.replace(current, egress=found, **stamp)
         case CreateInstance():
             # A new instance is coming: the old one's facts and verdict say nothing about it.
+            coming = InstanceFact(provider_id="")
             return msgspec.structs.replace(
-                current, healthy=None, latency_ms=None, health_message="", instance=None, **stamp
+                current, healthy=None, latency_ms=None, health_message="", instance=coming, **stamp
             )
         case PhaseChanged() as changed:
             return msgspec.structs.replace(
@@ -259,14 +262,16 @@ def fold(events: list[Recorded]) -> ProxyView | None:
 
 
 def _serving(view: ProxyView, provider_id: str) -> bool:
-    """Whether ``provider_id`` is the proxy's instance and still there: created since the last
-    create, and not gone."""
+    """Whether ``provider_id`` is the proxy's instance and still there: no create out since
+    (``InstanceFact.provider_id``), and not gone. A fact about another instance (a cancelled
+    replacement's) says nothing about it, and a log with none (the proxy declared Ready by
+    hand, or external) takes the status's word."""
     fact = view.instance
-    return (
-        fact is not None
-        and fact.provider_id == provider_id == view.provider_id
-        and fact.state != GONE
-    )
+    if provider_id != view.provider_id:
+        return False
+    if fact is None or fact.provider_id not in ("", provider_id):
+        return True
+    return fact.provider_id == provider_id and fact.state != GONE
 
 
 def _rotated(view: ProxyView, turned: Step, recorded: Recorded) -> ProxyView:
