@@ -202,6 +202,10 @@ def facts(view: proxy.ProxyView, state: ProxyState, rotations: bool) -> list[str
 @settings(max_examples=2000, deadline=None)
 @given(st.lists(history_events, max_size=14))
 def test_both_folds_keep_the_same_facts_after_every_event(log: list[Event | Unreadable]) -> None:
+    """The log is trusted for nothing: a stray publish, a duplicate, an answer to no command,
+    an event before the declaration or after the removal. Folded as each reader folds it (the
+    view through ``apply_tolerantly``), what the API shows and what the reconciler decides on
+    must not part."""
     view: proxy.ProxyView | None = None
     state = ProxyState(uid=UID)
     rotations = True
