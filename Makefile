@@ -64,13 +64,15 @@ chaos: $(DEV_STAMP)
 peers:
 	sh deploy/peers.sh
 
-## Local proxies outlive `up` (the next `up` adopts them): stop those of .data before removing it,
-## or they would run on as orphans nobody manages.
+## Local proxies outlive `up` (the next `up` adopts them): stop those of the data dir before removing
+## it, or they would run on as orphans nobody manages. DATA_DIR names the one `up --data-dir` used.
+DATA_DIR ?= .data
 clean:
-	@for dir in .data/local/instances/*/; do \
+	@if [ -x $(BIN)/egress-proxies ]; then $(BIN)/egress-proxies local stop --data-dir "$(DATA_DIR)"; \
+	else for dir in "$(DATA_DIR)"/local/instances/*/; do \
 	  pid=$$(cat "$$dir/proxy.pid" 2>/dev/null) || continue; \
 	  if tr '\0' ' ' <"/proc/$$pid/cmdline" 2>/dev/null | grep -qF "$$(realpath "$$dir")"; then \
-	    kill "$$pid" && echo "stopped the local proxy in $$dir (pid $$pid)"; \
+	    kill -- "-$$pid" && echo "stopped the local proxy in $$dir (pid $$pid)"; \
 	  fi; \
-	done
-	rm -rf $(VENV) .data .mypy_cache .ruff_cache .pytest_cache
+	done; fi
+	rm -rf $(VENV) "$(DATA_DIR)" .mypy_cache .ruff_cache .pytest_cache

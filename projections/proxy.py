@@ -6,7 +6,9 @@ JetStream timestamp of the event, so a rebuild from sequence 1 equals the live v
 It is the one fold of the ``PROXY`` stream that services share, so it also keeps the few facts
 some of them act on (who declared the proxy and with which cloud-init, the last instance fact,
 the last verdict and whom it judged). Each is a reference or a small struct set by the event
-that carries it, so the services need no folds of their own and a rebuild stays cheap.
+that carries it, so the services need no folds of their own and a rebuild stays cheap. The
+reconciler alone folds the stream again, for what only it decides on; the facts both keep are
+held equal (docs/decisions/0146-one-proxy-history-two-folds-held-together.md).
 """
 
 from __future__ import annotations
@@ -74,6 +76,8 @@ class InstanceFact(msgspec.Struct, frozen=True, kw_only=True):
     provider's answer with, so that it records changes and not repeats."""
 
     provider_id: str
+    """Empty after a ``CreateInstance``: a create is out that has made no instance yet, so the
+    verdicts about the last one count for nothing."""
     state: str = ""
     """Empty while the instance is only created, then the last observed ``InstanceState``, or
     ``GONE``."""
@@ -207,8 +211,10 @@ def apply(view: ProxyView | None, recorded: Recorded) -> ProxyView:
             fact = InstanceFact(provider_id=pid, state=GONE)
             return msgspec.structs.replace(current, instance=fact, **stamp)
         case HealthChanged(healthy=healthy, provider_id=pid, latency_ms=latency) as verdict:
-            if pid and current.provider_id and pid != current.provider_id:
-                # About a replaced instance: it says nothing about this one.
+            if pid and not _serving(current, pid):
+                # About an instance replaced, gone or not yet the proxy's (a probe still out
+                # when it went): it says nothing about this one, as for the reconciler
+                # (docs/decisions/0146-one-proxy-history-two-folds-held-together.md).
                 return msgspec.structs.replace(current, verdict=verdict, **stamp)
             return msgspec.structs.replace(
                 current,
@@ -222,9 +228,10 @@ def apply(view: ProxyView | None, recorded: Recorded) -> ProxyView:
             found = record(current.egress, observed, recorded.seq)
             return msgspec.structs.replace(current, egress=found, **stamp)
         case CreateInstance():
-            # A new instance is coming: the old one's verdict says nothing about it.
+            # A new instance is coming: the old one's facts and verdict say nothing about it.
+            coming = InstanceFact(provider_id="")
             return msgspec.structs.replace(
-                current, healthy=None, latency_ms=None, health_message="", **stamp
+                current, healthy=None, latency_ms=None, health_message="", instance=coming, **stamp
             )
         case PhaseChanged() as changed:
             return msgspec.structs.replace(
@@ -252,6 +259,19 @@ def fold(events: list[Recorded]) -> ProxyView | None:
             continue
         view = apply(view, recorded)
     return view
+
+
+def _serving(view: ProxyView, provider_id: str) -> bool:
+    """Whether ``provider_id`` is the proxy's instance and still there: no create out since
+    (``InstanceFact.provider_id``), and not gone. A fact about another instance (a cancelled
+    replacement's) says nothing about it, and a log with none (the proxy declared Ready by
+    hand, or external) takes the status's word."""
+    fact = view.instance
+    if provider_id != view.provider_id:
+        return False
+    if fact is None or fact.provider_id not in ("", provider_id):
+        return True
+    return fact.provider_id == provider_id and fact.state != GONE
 
 
 def _rotated(view: ProxyView, turned: Step, recorded: Recorded) -> ProxyView:

@@ -9,7 +9,7 @@ fails when a view's schema changes while its number does not.
 
 from __future__ import annotations
 
-PROXY = 5
+PROXY = 6
 """``projections.proxy.ProxyView``. Its rotation structs (``projections.rotation``) are in the
 reconciler's state too: a change to them takes a new number here and in
 ``services.reconciler.pure.view.VERSION``."""

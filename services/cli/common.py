@@ -14,7 +14,8 @@ from typing import Any, TypeVar
 import click
 import nats.errors
 import structlog
-from rich.console import Console
+from rich.console import Console, RenderableType
+from rich.segment import Segment, Segments
 from rich.text import Text
 
 from services.cli.pure.render import clean
@@ -187,6 +188,23 @@ def stdout_console() -> Console:
     return Console(
         file=sys.stdout, width=PIPE_WIDTH if piped else None, highlight=False, soft_wrap=False
     )
+
+
+def print_trimmed(renderable: RenderableType) -> None:
+    """``renderable`` on standard output without the spaces rich pads each line with to the
+    table's width: a free-text column (``describe``'s NOTE) would otherwise pad every line of the
+    output to the pipe's width, which a reader copying or diffing it does not want."""
+    console = stdout_console()
+    lines = console.render_lines(renderable, console.options, pad=False)
+    out: list[Segment] = []
+    for line in lines:
+        while line and not line[-1].control and not line[-1].text.strip():
+            line.pop()
+        if line and not line[-1].control:
+            line[-1] = Segment(line[-1].text.rstrip(), line[-1].style)
+        out.extend(line)
+        out.append(Segment.line())
+    console.print(Segments(out), end="")
 
 
 async def until_signalled(work: Coroutine[Any, Any, T]) -> T | None:

@@ -16,69 +16,30 @@ import json
 import math
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any, TypeVar
-from urllib.parse import quote, urlencode, urlsplit
+from typing import Any
+from urllib.parse import quote, urlencode
 
 import click
 from rich.console import Console
 from rich.table import Table
 
 from services.cli.api_client import (
-    DEFAULT_API_URL,
     DiscoveryClient,
     RotationNotDone,
     Unavailable,
     Unexpected,
 )
+from services.cli.apiaddress import api_options
 from services.cli.common import stdout_console
 from services.cli.pure.render import clean, format_time, inert
-from services.discovery.auth import TOKEN_ENV, token_from_env
+from services.discovery.auth import token_from_env
 from services.discovery.durations import EXAMPLES, parse_duration
 from services.discovery.models import MAX_WAIT_SECONDS
-from services.runtime.options import with_env_option
-
-F = TypeVar("F", bound=Callable[..., Any])
-
 
 OUTCOMES = ("success", "blocked", "failed")
-
-
-def _api_url(ctx: click.Context, param: click.Parameter, value: str) -> str:
-    example = f"e.g. {DEFAULT_API_URL}"
-    try:
-        parts = urlsplit(value)
-        parts.port  # noqa: B018 (parsing the port is what checks it)
-        if parts.hostname:
-            parts.hostname.encode("idna")
-    except ValueError as exc:  # UnicodeError is one: a host name IDNA cannot encode
-        raise click.BadParameter(
-            f"{value!r} is not a usable URL ({clean(exc)}); {example}"
-        ) from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise click.BadParameter(f"{value!r} is not an http(s) URL, {example}")
-    return value.rstrip("/")
-
-
-def api_options(f: F) -> F:
-    f = click.option(
-        "-o",
-        "--output",
-        type=click.Choice(["table", "json"]),
-        default="table",
-        help="table for people, json for scripts.",
-    )(f)
-    return with_env_option(
-        "--api-url",
-        env="DISCOVERY_URL",
-        default=DEFAULT_API_URL,
-        show_default=True,
-        metavar="URL",
-        callback=_api_url,
-        help=f"The discovery API (the token comes from {TOKEN_ENV}).",
-    )(f)
 
 
 def _client(api_url: str) -> DiscoveryClient:
@@ -169,10 +130,25 @@ def lease() -> None:
     metavar="DURATION",
     help="When no proxy is free, wait up to this long (at most 60s) for one.",
 )
+@click.option(
+    "--pool",
+    default=None,
+    metavar="[NAMESPACE/]NAME",
+    help="Lease a member of this pool (NAME alone, or with -n: that namespace's, else "
+    "default's); --selector still applies on top.",
+)
+@click.option(
+    "-n",
+    "--namespace",
+    default=None,
+    help="The namespace of a --pool written without one.",
+)
 @api_options
 def acquire(
     *,
     selector: dict[str, str],
+    pool: str | None,
+    namespace: str | None,
     ttl: float | None,
     holder: str,
     exclude: tuple[str, ...],
@@ -184,6 +160,10 @@ def acquire(
 ) -> None:
     """Lease a free proxy matching every selector; prints its lease id and address."""
     body: dict[str, Any] = {"selector": selector, "holder": holder}
+    if pool is not None:
+        body["pool"] = _pool_ref(pool, namespace)
+    elif namespace is not None:
+        raise click.UsageError("-n / --namespace goes with --pool; a selector has no namespace")
     if target:
         body["target"] = target
     if wait:
@@ -207,6 +187,20 @@ def acquire(
             time.sleep(min(exc.retry_after, 5.0))
             answer = client.call("POST", "/v1/leases", body, idempotency_key=key)
     print_lease(answer, output)
+
+
+def _pool_ref(pool: str, namespace: str | None) -> str:
+    """The request's ``pool`` by the CLI's one rule (``NAMESPACE/NAME``, or ``NAME`` with
+    ``-n``); the API checks the grammar and answers a 400 naming ``pool``."""
+    given, slash, name = pool.rpartition("/")
+    if not slash:
+        return f"{namespace}/{pool}" if namespace is not None else pool
+    if namespace is not None and namespace != given:
+        raise click.UsageError(
+            f"{clean(pool)!r} names the namespace {clean(given)!r} and -n names "
+            f"{clean(namespace)!r}; give one of them"
+        )
+    return f"{given}/{name}"
 
 
 def print_lease(answer: Any, output: str) -> None:

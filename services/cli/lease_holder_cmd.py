@@ -17,12 +17,12 @@ import click
 from rich.table import Table
 
 from services.cli.api_client import Unexpected
+from services.cli.apiaddress import api_options
 from services.cli.common import stdout_console
 from services.cli.lease_cmd import (
     _client,
     _emit_json,
     _ttl,
-    api_options,
     lease,
     print_lease,
 )
@@ -73,13 +73,20 @@ def list_leases(*, holder: str, api_url: str, output: str) -> None:
             f"the discovery API answered a listing this command cannot read ({clean(repr(exc))}); "
             "use -o json to see it"
         ) from None
-    table = Table(box=None, pad_edge=False)
-    for column in ("LEASE", "PROXY", "URL", "EXPIRES", "TOKEN"):
-        table.add_column(column, no_wrap=column != "URL")
-    for row in rows:
-        table.add_row(*(inert(cell) for cell in row))
     console = stdout_console()
-    console.print(table) if rows else console.print(inert(f"no active lease for {holder}"))
+    if not rows:
+        console.print(inert(f"no active lease for {holder}"))
+        return
+    table = Table(box=None, pad_edge=False)
+    for column in ("LEASE", "PROXY", "EXPIRES", "TOKEN"):
+        table.add_column(column, overflow="fold")
+    for lease_id, proxy, _, expires, token in rows:
+        table.add_row(*(inert(cell) for cell in (lease_id, proxy, expires, token)))
+    console.print(table)
+    # The URL whole, on a line of its own: a table column would cut it ("…") or fold it across
+    # lines, and it is what a reader copies (docs/decisions/0147-the-cli-as-one-language.md).
+    for lease_id, _, url, _, _ in rows:
+        console.print(inert(f"{lease_id}  {url}"), soft_wrap=True, crop=False)
 
 
 def _when(text: str) -> datetime:

@@ -26,6 +26,7 @@ from services.cli.gc_cmd import gc
 from services.cli.get_cmd import get_cmd
 from services.cli.lease_cmd import lease
 from services.cli.lease_holder_cmd import renew  # noqa: F401  # registers renew and list on `lease`
+from services.cli.local_cmd import local
 from services.cli.pools_cmd import describe_cmd, scale_cmd
 from services.cli.providers_cmd import providers
 from services.cli.proxies_cmd import apply_cmd, delete_cmd
@@ -164,6 +165,7 @@ main.add_command(describe_cmd)
 main.add_command(scale_cmd)
 main.add_command(gc)
 main.add_command(lease)
+main.add_command(local)
 main.add_command(crd)
 main.add_command(clients)
 main.add_command(backup)

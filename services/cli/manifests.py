@@ -8,8 +8,10 @@ so both sources decide alike.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import yaml
 
@@ -19,6 +21,8 @@ from events.poolresource import PoolResource, pool_uid, unknown_pool_fields
 from events.resource import FieldError, ProxyResource, ResourceError, from_object, unknown_fields
 from projections.declaring import uid_of
 from services.providers.config import yaml_problem
+
+T = TypeVar("T")
 
 VALIDATIONS = ("strict", "warn", "ignore")
 """What ``apply --validate`` does with a field the Proxy schema does not have, as ``kubectl``'s
@@ -95,17 +99,16 @@ def parse_documents(
                 resources.append(pool)
             continue
         unknown = [] if validate == "ignore" else unknown_fields(document)
-        if unknown and validate == "strict":
+        refused = bool(unknown) and validate == "strict"
+        if refused:
             problems = "; ".join(str(e) for e in unknown)
             errors.append(FieldError(here, f"{problems} (or apply with --validate=warn)"))
-            continue
-        for field in unknown:
+        for field in unknown if not refused else []:
             if warn is not None:
                 warn(f"{where}: {field}; ignored")
-        try:
-            resource = from_object(document, where)
-        except ResourceError as exc:
-            errors += [FieldError(f"{here}: {e.path}", _kinds(e)) for e in exc.errors]
+        resource, problems_found = every_problem(from_object, document, where)
+        errors += [FieldError(f"{here}: {e.path}", _kinds(e)) for e in problems_found]
+        if resource is None or refused:
             continue
         ci = resource.spec.cloud_init
         if ci is not None and ci.secret_ref is not None:
@@ -144,22 +147,80 @@ def _pool(
     found = unknown_pool_fields(document)
     refused = [str(e) for e in found if e.path == AUTOSCALE]
     unknown = [] if validate == "ignore" else [e for e in found if e.path != AUTOSCALE]
-    if unknown and validate == "strict":
+    strict = bool(unknown) and validate == "strict"
+    if strict:
         problems = "; ".join([*refused, *(str(e) for e in unknown)])
         errors.append(FieldError(here, f"{problems} (or apply with --validate=warn)"))
-        return None
-    if refused:
+    elif refused:
         errors.append(FieldError(here, "; ".join(refused)))
-        return None
-    for field in unknown:
+    for field in unknown if not strict else []:
         if warn is not None:
             warn(f"{where}: {field}; ignored")
-    try:
-        resource, spec = poolresource.from_object(document, where)
-    except ResourceError as exc:
-        errors.extend(FieldError(f"{here}: {e.path}", e.message) for e in exc.errors)
+    converted, problems_found = every_problem(poolresource.from_object, document, where)
+    errors.extend(FieldError(f"{here}: {e.path}", e.message) for e in problems_found)
+    if converted is None or strict or refused:
         return None
+    resource, spec = converted
     return PoolDocument(resource=resource, spec=spec)
+
+
+MAX_PROBLEMS = 20
+"""Problems of one document reported at most: enough for any hand-written file."""
+
+
+def every_problem(
+    convert: Callable[[Any, str], T], document: object, where: str
+) -> tuple[T | None, list[FieldError]]:
+    """What ``convert`` makes of ``document``, or None with every problem it has, not only the
+    first: the decoder stops at the first field of a wrong type, so that field is taken out of a
+    copy and the copy converted again, until it converts or a problem cannot be taken out (the
+    document's root, a missing field). A problem that only the removal caused (a required field
+    now missing) is not reported (docs/decisions/0147-the-cli-as-one-language.md)."""
+    current = copy.deepcopy(document)
+    found: list[FieldError] = []
+    removed: list[str] = []
+    for _ in range(MAX_PROBLEMS):
+        try:
+            made = convert(current, where)
+        except ResourceError as exc:
+            fresh = [e for e in exc.errors if not _caused_by(e, removed)]
+            found += fresh
+            if len(exc.errors) != 1 or not fresh or not _take_out(current, fresh[0]):
+                break
+            removed.append(_dotted(fresh[0].path))
+            continue
+        return (None, found) if found else (made, [])
+    return None, found
+
+
+def _dotted(path: str) -> str:
+    """``$.spec.placement[0].region`` -> ``spec.placement``: the field holding the problem."""
+    head = path.removeprefix("$").removeprefix(".").split("[", 1)[0]
+    return head.rstrip(".")
+
+
+def _take_out(document: object, error: FieldError) -> bool:
+    """Remove the field ``error`` names from ``document``; False when it cannot be (the root, a
+    missing field, a problem of the whole document rather than a field's)."""
+    if not error.path.startswith("$.") or error.message.startswith("Object missing"):
+        return False
+    parts = _dotted(error.path).split(".")
+    holder = document
+    for part in parts[:-1]:
+        holder = holder.get(part) if isinstance(holder, dict) else None
+    if not isinstance(holder, dict) or parts[-1] not in holder:
+        return False
+    del holder[parts[-1]]
+    return True
+
+
+def _caused_by(error: FieldError, removed: list[str]) -> bool:
+    """Whether ``error`` is about a field taken out, or says it is missing."""
+    path = _dotted(error.path)
+    missing = error.message.partition("`")[2].partition("`")[0]
+    if error.message.startswith("Object missing") and missing:
+        path = f"{path}.{missing}" if path else missing
+    return any(path == r or path.startswith(f"{r}.") for r in removed)
 
 
 def targets(resources: Iterable[Document]) -> list[tuple[str, str, str]]:

@@ -19,6 +19,7 @@ from services.cli.common import (
     CliState,
     NotDone,
     open_connection,
+    print_trimmed,
     run_until_signalled,
     settings_for,
     settings_options,
@@ -33,6 +34,7 @@ from services.cli.pure.pool_render import (
     pools_table,
 )
 from services.cli.pure.render import clean, format_time, inert, json_text
+from services.discovery.pure.pools import PoolRef, unknown_pool_hint
 from services.runtime.connection import Connection
 from services.runtime.errors import ConfigError
 from services.runtime.eventlog.jetstream import JetStreamEventStore
@@ -66,22 +68,42 @@ def check_namespace(namespace: str) -> str:
 
 
 def _name(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """``NAMESPACE/NAME`` or ``NAME``, as a proxy is named (``crawl/de-1``); the namespace part
+    is checked here and joined with ``-n`` by ``resolve``."""
     del ctx, param
-    return check_name(value)
+    namespace, slash, name = value.rpartition("/")
+    if slash:
+        check_namespace(namespace)
+    check_name(name)
+    return value
 
 
-def _namespace(ctx: click.Context, param: click.Parameter, value: str) -> str:
+def resolve(ref: str, namespace: str | None) -> tuple[str, str]:
+    """One rule for every command (docs/decisions/0147-the-cli-as-one-language.md): a pool is
+    ``NAMESPACE/NAME`` or ``NAME`` with ``-n NAMESPACE`` (default: default); both naming
+    different namespaces is refused rather than one silently winning."""
+    given, slash, name = ref.rpartition("/")
+    if not slash:
+        return namespace or DEFAULT_NAMESPACE, name
+    if namespace is not None and namespace != given:
+        raise click.UsageError(
+            f"{clean(ref)!r} names the namespace {given!r} and -n names {namespace!r}; "
+            "give one of them"
+        )
+    return given, name
+
+
+def _namespace(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     del ctx, param
-    return check_namespace(value)
+    return None if value is None else check_namespace(value)
 
 
 namespace_option = click.option(
     "-n",
     "--namespace",
-    default=DEFAULT_NAMESPACE,
-    show_default=True,
+    default=None,
     callback=_namespace,
-    help="The pool's namespace.",
+    help=f"The pool's namespace, if NAME has none (default: {DEFAULT_NAMESPACE}).",
 )
 
 
@@ -126,39 +148,45 @@ def describe_cmd() -> None:
 
 
 @describe_cmd.command("pool")
-@click.argument("name", callback=_name)
+@click.argument("name", metavar="[NAMESPACE/]NAME", callback=_name)
 @namespace_option
 @settings_options()
 @click.pass_obj
-def describe_pool(state: CliState, *, name: str, namespace: str, nats_url: str | None) -> None:
+def describe_pool(
+    state: CliState, *, name: str, namespace: str | None, nats_url: str | None
+) -> None:
     """A pool's spec, each member with its phase, readiness and lease, and its last decisions
     with the figures its controller saw."""
+    namespace, name = resolve(name, namespace)
     settings = settings_for(state, nats_url=nats_url)
 
-    async def work() -> tuple[PoolRow | None, list[Decided]]:
+    async def work() -> tuple[PoolRow | None, list[Decided], str]:
         conn = await open_connection(settings.nats_url)
         try:
             view, decisions = await poolviews.history(conn, namespace, name)
-            if view is None or view.removed:
-                return None, []
             fleet = await poolviews.fleet(conn)
         finally:
             await conn.close()
+        if view is None or view.removed:
+            return None, [], _absent(namespace, name, fleet)
         # The aggregate just read, not the projection: it is at least as new.
         now = datetime.now(UTC)
-        return pool_row(view, fleet.proxies, fleet.leases, now), decisions
+        return pool_row(view, fleet.proxies, fleet.leases, now), decisions, ""
 
-    row, decisions = run_until_signalled(work()) or (None, [])
+    row, decisions, absent = run_until_signalled(work()) or (None, [], "")
     if row is None:
-        raise ConfigError(_absent(namespace, name))
-    stdout_console().print(describe(row, decisions, datetime.now(UTC)))
+        if absent:
+            raise ConfigError(absent)
+        return
+    print_trimmed(describe(row, decisions, datetime.now(UTC)))
 
 
-def _absent(namespace: str, name: str) -> str:
-    return (
-        f"proxypool {namespace}/{name}: no such pool; see `egress-proxies get pools` "
-        "(-n NAMESPACE for another namespace)"
-    )
+def _absent(namespace: str, name: str, fleet: poolviews.Fleet) -> str:
+    """The discovery API's 404 in the CLI's words: the pools of that name elsewhere, else the
+    pools there are (``services.discovery.pure.pools.unknown_pool_hint``)."""
+    known = [PoolRef(v.namespace, v.name) for v in fleet.pools.values() if v.name and not v.removed]
+    hint = unknown_pool_hint(PoolRef(namespace, name), known)
+    return clean(f"proxypool {namespace}/{name}: no such pool; {hint}")
 
 
 @click.group("scale")
@@ -167,7 +195,7 @@ def scale_cmd() -> None:
 
 
 @scale_cmd.command("pool")
-@click.argument("name", callback=_name)
+@click.argument("name", metavar="[NAMESPACE/]NAME", callback=_name)
 @click.option(
     "--replicas",
     required=True,
@@ -179,23 +207,27 @@ def scale_cmd() -> None:
 @settings_options()
 @click.pass_obj
 def scale_pool(
-    state: CliState, *, name: str, replicas: int, namespace: str, nats_url: str | None
+    state: CliState, *, name: str, replicas: int, namespace: str | None, nats_url: str | None
 ) -> None:
     """Ask a pool for REPLICAS members; its controller adds or retires them (never a leased
     one: a member in use is retired once its lease ends)."""
+    namespace, name = resolve(name, namespace)
     settings = settings_for(state, nats_url=nats_url)
 
-    async def work() -> str:
+    async def work() -> tuple[str, str]:
         conn = await open_connection(settings.nats_url)
         try:
             store = JetStreamEventStore(conn.nc, conn.js)
-            return (await pooldeclaring.scale_pool(store, namespace, name, replicas)).result
+            result = (await pooldeclaring.scale_pool(store, namespace, name, replicas)).result
+            if result == "absent":
+                return result, _absent(namespace, name, await poolviews.fleet(conn))
+            return result, ""
         finally:
             await conn.close()
 
-    result = run_until_signalled(work())
-    if result == "absent":
-        raise ConfigError(_absent(namespace, name))
+    result, absent = run_until_signalled(work()) or (None, "")
+    if absent:
+        raise ConfigError(absent)
     if result == "deleting":
         raise ConfigError(f"proxypool {namespace}/{name} is being deleted; it cannot be scaled")
     if result is not None:

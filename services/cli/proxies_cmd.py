@@ -63,7 +63,17 @@ def _all_resources(paths: tuple[str, ...], validate: str) -> list[manifests.Docu
     bad document refuses its file, ``manifests.parse_documents``)."""
     if paths.count("-") > 1:
         raise ConfigError("-f -: standard input can be read once; give it one -f")
-    return [r for path in paths for r in _resources(path, validate)]
+    found: list[manifests.Document] = []
+    # Every file's problems, not only the first bad file's: one run shows all there is to fix.
+    problems: list[str] = []
+    for path in paths:
+        try:
+            found += _resources(path, validate)
+        except ConfigError as exc:
+            problems.append(str(exc))
+    if problems:
+        raise ConfigError("; ".join(problems))
+    return found
 
 
 async def _provider_refusal(conn: Connection, resources: list[manifests.Document]) -> str | None:
@@ -325,15 +335,18 @@ def delete_cmd(
     nats_url: str | None,
 ) -> None:
     """Delete proxies: NAMESPACE/NAME, -f FILE, or --all. The instance goes first, then the
-    proxy (a local proxy's Squid stops). `delete pool NAME [-n NS]` deletes a pool: its members
-    go first, then the pool."""
+    proxy (a local proxy's Squid stops). `delete pool [NS/]NAME [-n NS]` deletes a pool: its
+    members go first, then the pool."""
     if target is not None and pools_cmd.pool_kind(target):
         if pool_name is None or filenames or everything:
-            raise click.UsageError("write `delete pool NAME [-n NAMESPACE]`, e.g. delete pool de")
+            raise click.UsageError(
+                "write `delete pool [NAMESPACE/]NAME [-n NAMESPACE]`, e.g. delete pool crawl/de"
+            )
+        pool_namespace, name = pools_cmd.resolve(pool_name, namespace)
         pools_cmd.delete_pool(
             state,
-            name=pool_name,
-            namespace=namespace or pools_cmd.DEFAULT_NAMESPACE,
+            name=name,
+            namespace=pool_namespace,
             wait=wait,
             timeout=timeout,
             nats_url=nats_url,

@@ -21,7 +21,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from services.cli import uplocal
+from services.cli import apiaddress, uplocal
 from services.cli.common import (
     EVENT_LOOP_ATTRS,
     CliState,
@@ -220,11 +220,19 @@ def _up_owning(state: CliState, values: dict[str, Any]) -> None:
         for entry in SERVICES.values()
         if not entry.up_optional or values[f"with_{entry.name}"]
     ]
+    # The lease commands find the API from the data dir, as the NATS credentials are found.
+    announced = (
+        apiaddress.announce(values["data_dir"].resolve(), _api_url(values))
+        if DISCOVERY in SERVICES
+        else None
+    )
     try:
         run_until_signalled(_up(settings, services, values), event_loop=values["event_loop"])
     finally:
         if target is not None:
             target.close()
+        if announced is not None:
+            apiaddress.withdraw(announced)
     log.info("stopped")
     if locals_:
         note = uplocal.still_running_note(uplocal.running_instances(locals_))
@@ -293,6 +301,10 @@ def _use_lease_secret(ctx: click.Context, data_dir: Path) -> None:
     ctx.call_on_close(lambda: os.environ.pop(SECRET_FILE_ENV, None))
 
 
+def _api_url(values: dict[str, Any]) -> str:
+    return apiaddress.api_url_for(str(values.get("host") or "127.0.0.1"), values["api_port"])
+
+
 def _port_free(host: str, port: int) -> bool:
     with socket.socket() as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -326,7 +338,7 @@ def _print_banner(
         grid.add_row("repairs", inert(f"nats --context {server.context_file} (admin)"))
     grid.add_row("data dir", Text(str(data_dir)))
     grid.add_row("metrics", Text(started.metrics_url or "off"))
-    api = f"http://127.0.0.1:{values['api_port']}" if DISCOVERY in SERVICES else "not installed"
+    api = _api_url(values) if DISCOVERY in SERVICES else "not installed"
     grid.add_row("discovery", Text(api))
     providers = values["providers_config"]
     grid.add_row("providers", inert(str(providers) if providers else "built-in defaults (local)"))

@@ -152,5 +152,6 @@ def still_running_note(count: int) -> str:
     noun = "local proxy keeps" if count == 1 else "local proxies keep"
     return (
         f"{count} {noun} running; the next `up` adopts them; "
-        "`egress-proxies delete --all` (while `up` runs) or `make clean` stops them"
+        "`egress-proxies delete --all` (while `up` runs) or `egress-proxies local stop` "
+        "(with the same --data-dir, once it has stopped) stops them"
     )

@@ -31,13 +31,12 @@ from services.discovery.pure.pools import (
     parse_pool_ref,
     pool_selector,
     summarize,
+    unknown_pool_hint,
 )
 from services.discovery.views import Views
 
 ViewsDep = NamedDependency[Views]
 POOL_QUERY = frozenset({"namespace"})
-SHOWN = 10
-"""Pools named in a 404's message at most."""
 
 
 class _Out(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
@@ -184,16 +183,7 @@ def checked_pool(
 
 def unknown(views: Views, ref: PoolRef) -> UnknownPool:
     """The 404 for ``ref``, naming pools of that name in other namespaces, or those there are."""
-    pools = views.all_pools()
-    same = [f"{p.namespace}/{p.name}" for p in pools if p.name == ref.name]
-    if same:
-        hint = f"pools named {ref.name!r}: {', '.join(same[:SHOWN])}; write NAMESPACE/NAME"
-    elif pools:
-        names = ", ".join(f"{p.namespace}/{p.name}" for p in pools[:SHOWN])
-        more = f" and {len(pools) - SHOWN} more" if len(pools) > SHOWN else ""
-        hint = f"the pools are {names}{more}"
-    else:
-        hint = "there are no pools; declare one (`egress-proxies apply -f FILE`)"
+    hint = unknown_pool_hint(ref, [PoolRef(p.namespace, p.name) for p in views.all_pools()])
     return UnknownPool(f"pool: no pool {str(ref)!r}; {hint}")
 
 

@@ -17,6 +17,10 @@ from events.schemas import ErrorClass, InstanceState, ProxySpec
 MANAGED_LABEL = "egress-proxies/managed"
 OWNER_LABEL = "egress-proxies/owner-uid"
 CREATED_AT_LABEL = "egress-proxies/created-at"
+NAMESPACE_LABEL = "egress-proxies/namespace"
+NAME_LABEL = "egress-proxies/name"
+"""The proxy's namespace and name on its instance, for the operator in a cloud's console; never
+read to decide (``services.providers.pure.identity``)."""
 DEFAULT_PROXY_PORT = 3128
 
 

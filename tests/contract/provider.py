@@ -27,6 +27,8 @@ import pytest
 from events.schemas import InstanceState, ProxySpec
 from services.providers.base import (
     MANAGED_LABEL,
+    NAME_LABEL,
+    NAMESPACE_LABEL,
     OWNER_LABEL,
     CreateRequest,
     Instance,
@@ -248,3 +250,20 @@ class ProviderContract:
                 await call()
             assert_classified(caught.value)
             assert caught.value.args, f"{label}: the error must say what went wrong"
+
+
+class CarriesIdentity:
+    """For the providers whose instances an operator meets in a cloud's console (every cloud,
+    and kvm): the instance carries its proxy's namespace and name beside the uid, read back as
+    labels (docs/decisions/0147-the-cli-as-one-language.md). Mixed into their contract class."""
+
+    async def test_an_instance_carries_its_proxys_namespace_and_name(
+        self, provider: Provider, make_request: MakeRequest
+    ) -> None:
+        request = dataclasses.replace(make_request("n1"), namespace="crawl", proxy_name="de-1")
+        provider_id = await provider.create(request)
+        listed = await ProviderContract().listed(provider, provider_id)
+        assert listed is not None
+        assert (listed.labels[NAMESPACE_LABEL], listed.labels[NAME_LABEL]) == ("crawl", "de-1")
+        assert listed.labels[OWNER_LABEL] == request.owner_uid
+        await provider.delete(provider_id)

@@ -36,6 +36,9 @@ async def test_a_launch_carries_tags_user_data_network_and_the_default_type(
         OWNER_LABEL: "8d3c7a2e-0001",
         "egress-proxies/provider": PROVIDER,
         "egress-proxies/spec-hash": "abc123",
+        # The proxy's namespace and name, for the console.
+        "egress-proxies/namespace": "crawl",
+        "egress-proxies/name": "px-body",
     }
     assert (raw["InstanceType"], raw["ImageId"]) == ("t3.nano", image)
     assert "InstanceLifecycle" not in raw  # on-demand unless spot: true

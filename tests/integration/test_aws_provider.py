@@ -28,6 +28,7 @@ from services.providers.base import (
 )
 from services.runtime.logs import configure_logging, reset_logging
 from tests.contract.provider import (
+    CarriesIdentity,
     MakeRequest,
     ProviderContract,
     Provoke,
@@ -46,7 +47,7 @@ UNKNOWN_ID = "i-0123456789abcdef0"
 # ----------------------------------------------------------------------------- contract
 
 
-class TestAwsContract(ProviderContract):
+class TestAwsContract(ProviderContract, CarriesIdentity):
     ready_timeout = 10.0
 
     @pytest.fixture

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -116,6 +117,9 @@ async def test_a_pool_applied_beside_a_proxy_is_listed_described_and_scaled(
 
     described = await cli("describe", "pool", "de", "-n", "crawl", *url)
     assert described.exit_code == 0, described.output
+    # NAMESPACE/NAME, as a proxy is named (crawl/solo), says the same.
+    same = (await cli("describe", "pool", "crawl/de", *url)).output
+    assert re.sub(r"\d+[smhd]\b", "", same) == re.sub(r"\d+[smhd]\b", "", described.output)
     text = described.output
     for said in ("Namespace:", "crawl", "Max age:", "6h", "Attributes:", "country=de"):
         assert said in text
@@ -128,7 +132,7 @@ async def test_a_pool_applied_beside_a_proxy_is_listed_described_and_scaled(
     assert "Decisions (last 1 of 1):" in text
 
     before_scale = datetime.now(UTC).isoformat()  # the server's clock is this machine's
-    scaled = await cli("scale", "pool", "de", "--replicas", "5", "-n", "crawl", *url)
+    scaled = await cli("scale", "pool", "crawl/de", "--replicas", "5", *url)
     assert scaled.exit_code == 0, scaled.output
     assert "proxypool crawl/de scaled" in scaled.output
     assert (await cli("get", "pools", *url)).output.splitlines()[1].split()[2] == "5"
@@ -165,15 +169,26 @@ async def test_hostile_input_is_refused_naming_the_flag_and_nothing_lands(
     assert absent.exit_code == 2
     assert "proxypool crawl/fr: no such pool" in absent.output
     assert (await cli("describe", "pool", "fr", "-n", "crawl", *url)).exit_code == 2
-    wrong = await cli("describe", "pool", "de", *url)  # namespace "default"
-    assert wrong.exit_code == 2
-    assert "-n NAMESPACE" in wrong.output
+    # A missing pool's error names what exists under that name, in the discovery API's words.
+    for command in (("describe", "pool", "de"), ("scale", "pool", "de", "--replicas", "1")):
+        wrong = await cli(*command, *url)  # namespace "default"
+        assert wrong.exit_code == 2, wrong.output
+        assert "proxypool default/de: no such pool; pools named 'de': crawl/de" in wrong.output
+    elsewhere = await cli("describe", "pool", "crawl/fr", *url)
+    assert "no such pool; the pools are crawl/de" in elsewhere.output
+    # Both spellings of a namespace at once must agree.
+    clash = await cli("describe", "pool", "crawl/de", "-n", "other", *url)
+    assert clash.exit_code == 2
+    assert "give one of them" in clash.output
+    assert (await cli("describe", "pool", "crawl/de", "-n", "crawl", *url)).exit_code == 0
 
     # What the log says is shown, never obeyed by the terminal.
     await members_decided(jetstream_store, "de", 1, message="\x1b[2Jwiped\u202e")
     described = await cli("describe", "pool", "de", "-n", "crawl", *url)
     assert "\x1b" not in described.output
     assert "\\x1b[2Jwiped\\u202e" in described.output
+    # No line is padded to the width of a pipe: a note is as long as it is.
+    assert [line for line in described.output.splitlines() if line != line.rstrip()] == []
 
 
 async def test_delete_pool_waits_for_its_removal_and_exits_10_when_it_does_not_come(
@@ -186,7 +201,7 @@ async def test_delete_pool_waits_for_its_removal_and_exits_10_when_it_does_not_c
     aggregate = subjects.pool(uid)
 
     waiting = asyncio.create_task(
-        cli("delete", "pool", "de", "-n", "crawl", "--wait", "--timeout", "60", *url)
+        cli("delete", "pool", "crawl/de", "--wait", "--timeout", "60", *url)
     )
 
     async def requested() -> bool:
@@ -205,6 +220,9 @@ async def test_delete_pool_waits_for_its_removal_and_exits_10_when_it_does_not_c
         .endswith("proxypool crawl/de absent")
     )
 
+    clash = await cli("delete", "pool", "crawl/fr", "-n", "other", *url)
+    assert clash.exit_code == 2
+    assert "give one of them" in clash.output
     stuck = await cli("delete", "pool", "fr", "-n", "crawl", "--wait", "--timeout", "1", *url)
     assert stuck.exit_code == 10, stuck.output
     assert "not removed within 1s: proxypool crawl/fr" in stuck.output

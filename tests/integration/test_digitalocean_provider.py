@@ -28,6 +28,7 @@ from services.providers.digitalocean.testing import LIMIT_MESSAGE, DigitalOceanF
 from services.providers.squidauth.keyed import lease_keyed
 from services.providers.squidauth.pure.cloudinit import PART_NAME as LEASE_PART
 from tests.contract.provider import (
+    CarriesIdentity,
     MakeRequest,
     ProviderContract,
     Provoke,
@@ -48,7 +49,7 @@ Call = Callable[[], Awaitable[object]]
 # ----------------------------------------------------------------------------- contract
 
 
-class TestDigitalOceanContract(ProviderContract):
+class TestDigitalOceanContract(ProviderContract, CarriesIdentity):
     ready_timeout = 10.0
 
     @pytest.fixture
@@ -305,6 +306,9 @@ async def test_a_create_sends_the_placement_tags_and_user_data_with_squid_and_le
     assert sent["tags"] == [
         "egress-proxies-managed",
         "egress-proxies-provider:do-ams",
+        # The proxy's namespace and name, for the console.
+        "egress-proxies-namespace:crawl",
+        "egress-proxies-name:px-body",
         "egress-proxies-owner:owner-1",
         "egress-proxies-spec:abc123",
     ]

@@ -29,6 +29,7 @@ from services.providers.gcp.fakecatalogue import FakeImage
 from services.providers.gcp.provider import GcpProvider
 from services.providers.gcp.testing import ComputeFake
 from tests.contract.provider import (
+    CarriesIdentity,
     MakeRequest,
     ProviderContract,
     Provoke,
@@ -58,7 +59,7 @@ async def gcp(fake: ComputeFake) -> AsyncIterator[GcpProvider]:
 # ----------------------------------------------------------------------------- contract
 
 
-class TestGcpContract(ProviderContract):
+class TestGcpContract(ProviderContract, CarriesIdentity):
     ready_timeout = 10.0
 
     @pytest.fixture
@@ -270,6 +271,9 @@ async def test_insert_body_carries_placement_cloud_init_labels_and_one_external_
         "egress_proxies_owner_uid": "8d3c7a2e-1f00-4c1b-9d7e-000000000001",
         "egress_proxies_provider": "gcp-eu",
         "egress_proxies_spec_hash": "0123456789abcdef",
+        # The proxy's namespace and name, for the console.
+        "egress_proxies_namespace": "crawl",
+        "egress_proxies_name": "p1",
     }
     # An image of the project's own may run either: both keys (D140).
     user_data, startup = body["metadata"]["items"]

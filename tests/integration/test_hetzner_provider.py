@@ -26,6 +26,7 @@ from services.providers.cloud.pure.userdata import PART_NAME as SQUID_PART
 from services.providers.hetzner.provider import HetznerProvider
 from services.providers.hetzner.testing import HetznerFake
 from tests.contract.provider import (
+    CarriesIdentity,
     MakeRequest,
     ProviderContract,
     Provoke,
@@ -54,7 +55,7 @@ def server_id(pid: str) -> int:
 # ----------------------------------------------------------------------------- contract
 
 
-class TestHetznerContract(ProviderContract):
+class TestHetznerContract(ProviderContract, CarriesIdentity):
     ready_timeout = 10.0
 
     @pytest.fixture
@@ -309,6 +310,9 @@ async def test_the_create_request_carries_place_labels_firewall_and_user_data(
         "egress-proxies/provider": ENTRY,
         "egress-proxies/owner-uid": "8d3c7a2e-1f00-4c1b-9d7e-000000000001",
         "egress-proxies/spec-hash": "0123456789abcdef",
+        # The proxy's namespace and name, for the console.
+        "egress-proxies/namespace": "crawl",
+        "egress-proxies/name": "p1",
     }
     firewall = fake.firewall_named("egress-proxies-hz-eu")
     assert firewall is not None

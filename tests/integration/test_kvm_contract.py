@@ -13,7 +13,13 @@ import pytest
 from events.schemas import Placement, ProxySpec
 from services.providers.base import CreateRequest
 from services.providers.kvm.provider import KvmProvider
-from tests.contract.provider import MakeRequest, ProviderContract, Provoke, request_factory
+from tests.contract.provider import (
+    CarriesIdentity,
+    MakeRequest,
+    ProviderContract,
+    Provoke,
+    request_factory,
+)
 from tests.support.kvm_arp import arp_watcher
 from tests.support.kvm_daemon import LibvirtDaemon
 from tests.support.kvm_fixtures import *  # noqa: F403  # pytest finds fixtures by name here
@@ -32,7 +38,7 @@ def _placed(name: str, placement: Placement) -> CreateRequest:
     )
 
 
-class TestKvmContract(ProviderContract):
+class TestKvmContract(ProviderContract, CarriesIdentity):
     ready_timeout = 90.0
 
     @pytest.fixture(autouse=True)

@@ -34,7 +34,7 @@ from projections.commands import (
     concludes,
     issued,
 )
-from services.reconciler.pure.view import fold
+from services.reconciler.pure.view import ProxyState, fold
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 
@@ -151,5 +151,6 @@ def test_the_executor_and_the_reconciler_agree() -> None:
         failed(ErrorClass.QUOTA_EXCEEDED),
         failed(ErrorClass.TRANSIENT),
     ):
-        state = fold("u1", [rec(1, CREATE, "cmd"), rec(2, answer)])
+        declared = ProxyState(uid="u1", declared=True)  # a proxy exists from its declaration
+        state = fold("u1", [rec(1, CREATE, "cmd"), rec(2, answer)], declared)
         assert (state.pending is None) is concludes(answer), answer

@@ -1,43 +1,32 @@
 """deploy/monitoring/: the alert rules pass ``promtool check rules``, the dashboard's queries are
 valid PromQL, and every metric either of them names is one the services export.
 
-The exported names come from the code, not from a list: every metric set in services/ (a class
-or function that takes only the ``CollectorRegistry`` it registers on, the convention
-``metric_set`` keys on) is registered on one registry, as ``up`` does, and the registry is asked
-what it holds. A metric renamed in the code without the dashboard or the rules fails here.
+The exported names come from the code, not from a list (tests/support/docgen.py): every metric
+set in services/ (a class or function that takes only the ``CollectorRegistry`` it registers
+on, the convention ``metric_set`` keys on) is registered on one registry, as ``up`` does, and
+the registry is asked what it holds. A metric renamed in the code without the dashboard or the
+rules fails here.
 """
 
 from __future__ import annotations
 
-import importlib
-import inspect
 import json
 import re
 import shutil
 import subprocess
-import typing
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from prometheus_client import CollectorRegistry
 
-from services.runtime.metrics import metric_set
+from tests.support.docgen import exported_names
 
 ROOT = Path(__file__).resolve().parents[2]
 MONITORING = ROOT / "deploy" / "monitoring"
 RULES = MONITORING / "alerts.yaml"
 DASHBOARD = MONITORING / "dashboard.json"
 
-SUFFIXES = {
-    "counter": ("_total", "_created"),
-    "gauge": ("",),
-    "histogram": ("_bucket", "_count", "_sum", "_created"),
-    "summary": ("", "_count", "_sum", "_created"),
-    "info": ("_info",),
-}
 PROMQL_WORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "and", "or"}
 PROMQL_WORDS |= {"unless", "bool", "offset", "inf", "nan"}
 GROUPINGS = r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)"
@@ -50,35 +39,6 @@ def promtool() -> str:
     path = shutil.which("promtool")
     assert path, "promtool is missing: install it with `sh deploy/host-packages.sh test`"
     return path
-
-
-def metric_set_factories() -> Iterator[Callable[[CollectorRegistry], object]]:
-    """Every class or function in services/ whose only parameter is a ``CollectorRegistry``."""
-    for path in sorted((ROOT / "services").rglob("*.py")):
-        if "CollectorRegistry" not in path.read_text():
-            continue
-        module = importlib.import_module(".".join(path.relative_to(ROOT).with_suffix("").parts))
-        for value in vars(module).values():
-            if getattr(value, "__module__", None) != module.__name__ or not callable(value):
-                continue
-            try:
-                parameters = list(inspect.signature(value).parameters.values())
-                hints = typing.get_type_hints(value.__init__ if inspect.isclass(value) else value)
-            except (TypeError, ValueError, NameError):
-                continue
-            if len(parameters) == 1 and hints.get(parameters[0].name) is CollectorRegistry:
-                yield value
-
-
-def exported_names() -> set[str]:
-    registry = CollectorRegistry()
-    for factory in metric_set_factories():
-        metric_set(registry, factory)
-    return {
-        family.name + suffix
-        for family in registry.collect()
-        for suffix in SUFFIXES.get(family.type, ("",))
-    }
 
 
 def metric_names(expr: str) -> set[str]:

@@ -61,6 +61,10 @@ def ready(ip: str, port: int, pid: str) -> PhaseChanged:
     )
 
 
+COMING = InstanceFact(provider_id="")
+"""A create is out that has made no instance yet."""
+
+
 def judged(verdict: HealthChanged, **changes: Any) -> Step:
     """A verdict is always kept as the last one, whichever instance it judged."""
     return (verdict, {**changes, "verdict": verdict})
@@ -88,7 +92,7 @@ CREATE: list[Step] = [
         PhaseChanged(phase=Phase.PROVISIONING, reason="Creating"),
         {"phase": Phase.PROVISIONING, "reason": "Creating"},
     ),
-    (create("i-1"), {}),
+    (create("i-1"), {"instance": COMING}),
     (
         InstanceCreated(command_id="c-i-1", provider="local", provider_id="i-1"),
         {"provider_id": "i-1", "instance": InstanceFact(provider_id="i-1")},
@@ -160,8 +164,14 @@ REPLACE: list[Step] = [
         InstanceGone(command_id="d-1", provider="local", provider_id="i-1"),
         {"instance": InstanceFact(provider_id="i-1", state=GONE)},
     ),
+    # A probe still out when the instance went: its verdict is kept, it counts for nothing.
+    judged(HealthChanged(healthy=False, message="refused", provider_id="i-1")),
     # The old verdict stays the last one (``verdict``), but no longer counts for the proxy.
-    (create("i-2"), {"healthy": None, "latency_ms": None, "health_message": ""}),
+    (
+        create("i-2"),
+        {"healthy": None, "latency_ms": None, "health_message": "", "instance": COMING},
+    ),
+    judged(HealthChanged(healthy=True, latency_ms=1.0, provider_id="i-1")),
     (
         InstanceCreated(command_id="c-i-2", provider="local", provider_id="i-2"),
         {"provider_id": "i-2", "instance": InstanceFact(provider_id="i-2")},

@@ -20,10 +20,10 @@ from projections.proxy import ProxyView
 from services.reconciler.pure import view
 
 RECORDED = {
-    "ProxyView": (5, "f59df582c346b19e"),
+    "ProxyView": (6, "f59df582c346b19e"),
     "LeaseView": (4, "62115b92d5d2ab02"),
     "PoolView": (1, "8f17628cb7959200"),
-    "ProxyState": (4, "a6f858d1bfbd678a"),
+    "ProxyState": (5, "a6f858d1bfbd678a"),
 }
 CURRENT = {
     "ProxyView": (versions.PROXY, ProxyView),

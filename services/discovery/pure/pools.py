@@ -39,6 +39,24 @@ class PoolRef:
         return f"{self.namespace}/{self.name}"
 
 
+LISTED = 10
+"""Pools an unknown pool's message names at most."""
+
+
+def unknown_pool_hint(ref: PoolRef, known: Collection[PoolRef]) -> str:
+    """What to write instead of an unknown ``ref``: the pools of that name in other namespaces,
+    else the pools there are. The API's 404 and the CLI's error say it in the same words."""
+    ordered = sorted(known, key=lambda p: (p.namespace, p.name))
+    same = [str(p) for p in ordered if p.name == ref.name]
+    if same:
+        return f"pools named {ref.name!r}: {', '.join(same[:LISTED])}; write NAMESPACE/NAME"
+    if ordered:
+        names = ", ".join(str(p) for p in ordered[:LISTED])
+        more = f" and {len(ordered) - LISTED} more" if len(ordered) > LISTED else ""
+        return f"the pools are {names}{more}"
+    return "there are no pools; declare one (`egress-proxies apply -f FILE`)"
+
+
 def parse_pool_ref(text: str) -> PoolRef:
     """``crawl/de`` -> the pool ``de`` of ``crawl``; ``de`` -> ``default/de``. ValueError, with
     the rule, for anything that cannot name a pool (more than one ``/``, an empty part, a part

@@ -214,7 +214,14 @@ class AwsProvider:
             or instance_type_problem(instance_type, "spec.placement.machineType")
             or image_problem(image, "spec.placement.image")
         )
-        tags = mapping.instance_tags(request.name, request.owner_uid, self.name, request.spec_hash)
+        tags = mapping.instance_tags(
+            request.name,
+            request.owner_uid,
+            self.name,
+            request.spec_hash,
+            namespace=request.namespace,
+            proxy_name=request.proxy_name,
+        )
         problem = problem or mapping.tag_problem(tags)
         if problem:
             raise Permanent(f"{where}: {problem}")

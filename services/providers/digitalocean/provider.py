@@ -334,7 +334,13 @@ class DigitalOceanProvider:
                 "and '-', at most 255)"
             )
         try:
-            tags = mapping.droplet_tags(self.name, request.owner_uid, request.spec_hash)
+            tags = mapping.droplet_tags(
+                self.name,
+                request.owner_uid,
+                request.spec_hash,
+                namespace=request.namespace,
+                proxy_name=request.proxy_name,
+            )
         except mapping.TagError as exc:
             raise Permanent(f"{where}: {exc}") from exc
         user_data = vm_user_data(request.cloud_init, self.config, self.name)

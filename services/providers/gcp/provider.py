@@ -272,6 +272,7 @@ class GcpProvider:
         }
         if request.spec_hash:
             labels[mapping.SPEC_HASH_LABEL] = request.spec_hash[:63]
+        labels |= mapping.identity(request.namespace, request.proxy_name)
         for key, value in labels.items():
             if mapping.label_value(value) is None:
                 raise Permanent(

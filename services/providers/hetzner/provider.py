@@ -268,7 +268,13 @@ class HetznerProvider:
                 f"{what}: {request.name!r} is not a valid server name (a hostname: 1-63 "
                 "letters, digits and '-', not starting or ending with '-')"
             )
-        labels = mapping.server_labels(self.name, request.owner_uid, request.spec_hash)
+        labels = mapping.server_labels(
+            self.name,
+            request.owner_uid,
+            request.spec_hash,
+            namespace=request.namespace,
+            proxy_name=request.proxy_name,
+        )
         bad = mapping.bad_label(labels)
         if bad is not None:
             key, value = bad

@@ -29,6 +29,8 @@ import structlog
 from services.providers.base import (
     CREATED_AT_LABEL,
     MANAGED_LABEL,
+    NAME_LABEL,
+    NAMESPACE_LABEL,
     OWNER_LABEL,
     CreateRequest,
     Instance,
@@ -164,6 +166,8 @@ class KvmProvider:
                 owner_uid=request.owner_uid,
                 created_at=now,
                 mac=mac_for(name),
+                namespace=request.namespace,
+                proxy_name=request.proxy_name,
             )
             seed = build_seed_iso(
                 # The image's Squid gets the destination rules and the metadata guard (D134).
@@ -361,6 +365,8 @@ class KvmProvider:
                 OWNER_LABEL: meta.owner_uid,
                 CREATED_AT_LABEL: meta.created_at.strftime("%Y-%m-%dT%H:%M:%SZ"),
                 HOST_LABEL: host.name,
+                **({NAMESPACE_LABEL: meta.namespace} if meta.namespace else {}),
+                **({NAME_LABEL: meta.proxy_name} if meta.proxy_name else {}),
             },
         )
 

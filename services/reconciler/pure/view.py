@@ -4,6 +4,11 @@ Pure. The fold follows the command/answer protocol with the executor (``projecti
 a command is *pending* from the moment it is appended until an answer carrying its command id
 concludes it. A make-before-break rotation is folded by the shared ``projections.rotation``, as
 for the proxy view; what it does to the instance and the command out is folded here.
+
+The facts this state shares with the proxy view (``projections.proxy``) are held equal to it
+over generated histories, not derived from it: the view keeps the last fact about any instance,
+this the instance its commands made
+(docs/decisions/0146-one-proxy-history-two-folds-held-together.md).
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ from projections.rotation import Replacement, Rotation, Step, requested, step
 
 replace = msgspec.structs.replace
 
-VERSION = 4
+VERSION = 5
 """The snapshot version of ``ProxyState`` (``cache``): a new number for every change to what
 the fold makes, as for the views in ``projections.versions``. The state holds the rotation's
 structs of ``projections.rotation``, so a change there takes a new number here and for the
@@ -113,6 +118,10 @@ def fold(uid: str, events: Iterable[Recorded], start: ProxyState | None = None) 
 
 
 def evolve(state: ProxyState, recorded: Recorded) -> ProxyState:
+    if not state.declared and not isinstance(recorded.event, ProxyDeclared):
+        # A proxy exists from its declaration: what comes before it is skipped, as the proxy
+        # view skips it (``projections.proxy.Undeclared``).
+        return state
     turned = step(state.rotation, state.replacement, recorded)
     if turned is not None:
         return _rotated(state, turned, recorded)
@@ -144,7 +153,7 @@ def evolve(state: ProxyState, recorded: Recorded) -> ProxyState:
         case ProxyDeletionRequested():
             return replace(state, deleting=True)
         case ProxyRemoved():
-            return replace(state, removed=True)
+            return replace(state, removed=True, deleting=True)
         case CreateInstance() as c:
             return replace(
                 state,

@@ -17,15 +17,28 @@ from events.schemas import InstanceState
 from services.providers.base import (
     CREATED_AT_LABEL,
     MANAGED_LABEL,
+    NAME_LABEL,
+    NAMESPACE_LABEL,
     OWNER_LABEL,
     Instance,
 )
+from services.providers.pure.identity import Grammar, identity_labels
 
 PROVIDER_LABEL = "egress-proxies/provider"
 SPEC_HASH_LABEL = "egress-proxies/spec-hash"
 NAME_TAG = "Name"
-OUR_KEYS = (MANAGED_LABEL, OWNER_LABEL, PROVIDER_LABEL, SPEC_HASH_LABEL, CREATED_AT_LABEL)
+OUR_KEYS = (
+    MANAGED_LABEL,
+    OWNER_LABEL,
+    PROVIDER_LABEL,
+    SPEC_HASH_LABEL,
+    CREATED_AT_LABEL,
+    NAMESPACE_LABEL,
+    NAME_LABEL,
+)
 MAX_TAG_VALUE = 256
+TAG_GRAMMAR = Grammar(r"A-Za-z0-9_.:/=+@-", MAX_TAG_VALUE)
+"""EC2's tag value characters (spaces left out: one at an end is refused)."""
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 INSTANCE_ID = re.compile(r"^i-[0-9a-f]{8,17}\Z")
@@ -55,7 +68,17 @@ def state_of(name: str, public_ip: str) -> InstanceState:
     return _STATES.get(name, InstanceState.UNKNOWN)
 
 
-def instance_tags(name: str, owner_uid: str, provider_name: str, spec_hash: str) -> dict[str, str]:
+def instance_tags(
+    name: str,
+    owner_uid: str,
+    provider_name: str,
+    spec_hash: str,
+    *,
+    namespace: str = "",
+    proxy_name: str = "",
+) -> dict[str, str]:
+    """The instance's tags; the proxy's namespace and name fitted to EC2's grammar, for the
+    console (``services.providers.pure.identity``)."""
     tags = {
         NAME_TAG: name,
         MANAGED_LABEL: "true",
@@ -64,7 +87,7 @@ def instance_tags(name: str, owner_uid: str, provider_name: str, spec_hash: str)
     }
     if spec_hash:
         tags[SPEC_HASH_LABEL] = spec_hash
-    return tags
+    return tags | identity_labels(namespace, proxy_name, TAG_GRAMMAR)
 
 
 def firewall_tags(

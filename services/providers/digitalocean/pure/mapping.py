@@ -21,7 +21,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from events.schemas import InstanceState
-from services.providers.base import CREATED_AT_LABEL, MANAGED_LABEL, OWNER_LABEL
+from services.providers.base import (
+    CREATED_AT_LABEL,
+    MANAGED_LABEL,
+    NAME_LABEL,
+    NAMESPACE_LABEL,
+    OWNER_LABEL,
+)
+from services.providers.pure.identity import Grammar, identity_labels
 
 PROVIDER_LABEL = "egress-proxies/provider"
 SPEC_HASH_LABEL = "egress-proxies/spec-hash"
@@ -30,10 +37,14 @@ MANAGED_TAG = "egress-proxies-managed"
 PROVIDER_PREFIX = "egress-proxies-provider:"
 OWNER_PREFIX = "egress-proxies-owner:"
 SPEC_PREFIX = "egress-proxies-spec:"
+NAMESPACE_PREFIX = "egress-proxies-namespace:"
+NAME_PREFIX = "egress-proxies-name:"
 _PREFIXES = {
     OWNER_PREFIX: OWNER_LABEL,
     PROVIDER_PREFIX: PROVIDER_LABEL,
     SPEC_PREFIX: SPEC_HASH_LABEL,
+    NAMESPACE_PREFIX: NAMESPACE_LABEL,
+    NAME_PREFIX: NAME_LABEL,
 }
 
 MAX_TAG = 255
@@ -68,9 +79,29 @@ def provider_tag(provider_name: str) -> str:
     return PROVIDER_PREFIX + provider_name.lower()
 
 
-def droplet_tags(provider_name: str, owner_uid: str, spec_hash: str) -> list[str]:
+def identity_tags(namespace: str, proxy_name: str) -> list[str]:
+    """The proxy's namespace and name as tags, for the console
+    (``services.providers.pure.identity``): unlike the uid, fitted to the tag grammar rather
+    than refused, and lowercased, as a tag's first spelling is the one every droplet shows."""
+    prefixes = {NAMESPACE_LABEL: NAMESPACE_PREFIX, NAME_LABEL: NAME_PREFIX}
+    longest = MAX_TAG - max(len(prefix) for prefix in prefixes.values())
+    grammar = Grammar("a-z0-9:_-", longest, lowercase=True)
+    return [
+        prefixes[label] + value
+        for label, value in identity_labels(namespace, proxy_name, grammar).items()
+    ]
+
+
+def droplet_tags(
+    provider_name: str,
+    owner_uid: str,
+    spec_hash: str,
+    *,
+    namespace: str = "",
+    proxy_name: str = "",
+) -> list[str]:
     """The tags a droplet is created with; TagError names a value no tag can carry."""
-    tags = [MANAGED_TAG, provider_tag(provider_name)]
+    tags = [MANAGED_TAG, provider_tag(provider_name), *identity_tags(namespace, proxy_name)]
     for field, prefix, value in (
         ("the proxy uid (owner)", OWNER_PREFIX, owner_uid),
         ("the spec hash", SPEC_PREFIX, spec_hash),

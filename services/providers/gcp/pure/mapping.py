@@ -12,7 +12,14 @@ import re
 from datetime import UTC, datetime
 
 from events.schemas import InstanceState
-from services.providers.base import CREATED_AT_LABEL, MANAGED_LABEL, OWNER_LABEL
+from services.providers.base import (
+    CREATED_AT_LABEL,
+    MANAGED_LABEL,
+    NAME_LABEL,
+    NAMESPACE_LABEL,
+    OWNER_LABEL,
+)
+from services.providers.pure.identity import Grammar, identity_labels
 
 PROVIDER_LABEL = "egress-proxies/provider"
 SPEC_HASH_LABEL = "egress-proxies/spec-hash"
@@ -22,6 +29,8 @@ TO_GCP: dict[str, str] = {
     OWNER_LABEL: "egress_proxies_owner_uid",
     PROVIDER_LABEL: "egress_proxies_provider",
     SPEC_HASH_LABEL: "egress_proxies_spec_hash",
+    NAMESPACE_LABEL: "egress_proxies_namespace",
+    NAME_LABEL: "egress_proxies_name",
 }
 FROM_GCP: dict[str, str] = {gcp: ours for ours, gcp in TO_GCP.items()}
 
@@ -64,6 +73,18 @@ def label_value(value: str) -> str | None:
     """``value`` if GCE accepts it as a label value, else None (never a silent rewrite: a
     changed owner uid would make the instance an orphan of a proxy that does not exist)."""
     return value if _LABEL_VALUE.match(value) else None
+
+
+LABEL_GRAMMAR = Grammar("a-z0-9_-", 63, lowercase=True)
+"""GCE's label values: at most 63 lowercase letters, digits, '_' or '-' (international
+letters too, which a fitted value does without)."""
+
+
+def identity(namespace: str, proxy_name: str) -> dict[str, str]:
+    """The proxy's namespace and name as GCE label values, for the console
+    (``services.providers.pure.identity``): lowercased, a refused character made '-', cut at
+    63."""
+    return identity_labels(namespace, proxy_name, LABEL_GRAMMAR)
 
 
 def provider_label_value(provider_name: str) -> str:

@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from events.schemas import InstanceState
 from services.providers.base import CREATED_AT_LABEL, MANAGED_LABEL, OWNER_LABEL
 from services.providers.cloud.pure.spread import spread
+from services.providers.pure.identity import Grammar, identity_labels
 
 PROVIDER_LABEL = "egress-proxies/provider"
 SPEC_HASH_LABEL = "egress-proxies/spec-hash"
@@ -114,11 +115,25 @@ def entry_labels(provider_name: str) -> dict[str, str]:
     return {MANAGED_LABEL: "true", PROVIDER_LABEL: provider_name}
 
 
-def server_labels(provider_name: str, owner_uid: str, spec_hash: str) -> dict[str, str]:
+LABEL_GRAMMAR = Grammar("A-Za-z0-9_.-", 63, alphanumeric_ends=True)
+"""Hetzner's label values: at most 63 letters, digits, '.', '_' or '-', starting and ending
+with a letter or digit."""
+
+
+def server_labels(
+    provider_name: str,
+    owner_uid: str,
+    spec_hash: str,
+    *,
+    namespace: str = "",
+    proxy_name: str = "",
+) -> dict[str, str]:
+    """The server's labels; the proxy's namespace and name fitted to Hetzner's grammar, for the
+    console (``services.providers.pure.identity``)."""
     labels = {**entry_labels(provider_name), OWNER_LABEL: owner_uid}
     if spec_hash:
         labels[SPEC_HASH_LABEL] = spec_hash[:63]
-    return labels
+    return labels | identity_labels(namespace, proxy_name, LABEL_GRAMMAR)
 
 
 def bad_label(labels: dict[str, str]) -> tuple[str, str] | None:

@@ -23,12 +23,13 @@ import hashlib
 import ipaddress
 import re
 import xml.etree.ElementTree as ET
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from services.providers.base import Permanent
+from services.providers.base import NAME_LABEL, NAMESPACE_LABEL, Permanent
 from services.providers.kvm.pure.config import ImageConfig
+from services.providers.pure.identity import Grammar, identity_labels
 
 METADATA_NS = "https://crawl.example.com/egress-proxies/kvm"
 METADATA_PREFIX = "egress"
@@ -62,6 +63,10 @@ class DomainSpec:
     owner_uid: str
     created_at: datetime
     mac: str = ""
+    namespace: str = ""
+    proxy_name: str = ""
+    """The proxy's, for the operator in virsh or virt-manager: in the metadata and the domain's
+    ``<title>`` (``services.providers.pure.identity``); never read to decide."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +74,13 @@ class DomainMetadata:
     managed: bool
     owner_uid: str
     created_at: datetime
+    namespace: str = ""
+    proxy_name: str = ""
+
+
+TEXT_GRAMMAR = Grammar(r"\x20-\x7e", 253)
+"""What a namespace or name becomes in the domain XML: printable ASCII (a ``<title>`` must not
+hold a newline), at most a DNS subdomain's length."""
 
 
 def check_vm_name(name: str) -> None:
@@ -102,15 +114,24 @@ def _sub(parent: ET.Element, tag: str, text: str | None = None, **attrs: str) ->
     return element
 
 
-def _metadata_element(uid: str, created_at: datetime, prefix: str = "") -> ET.Element:
+def _metadata_element(
+    uid: str,
+    created_at: datetime,
+    prefix: str = "",
+    identity: Mapping[str, str] | None = None,
+) -> ET.Element:
     """With ``prefix``, literal prefixed names plus their xmlns attribute: ElementTree would
-    otherwise invent ns0, and registering the prefix would change a process-wide table."""
+    otherwise invent ns0, and registering the prefix would change a process-wide table.
+    ``identity``: the proxy's ``namespace`` and ``name``, each left out when empty."""
     name = f"{prefix}:" if prefix else ""
     attrs = {f"xmlns:{prefix}": METADATA_NS} if prefix else {}
     instance = ET.Element(f"{name}instance", attrs)
     _sub(instance, f"{name}managed", "true")
     _sub(instance, f"{name}uid", uid)
     _sub(instance, f"{name}createdAt", _utc_text(created_at))
+    for key, value in (identity or {}).items():
+        if value:
+            _sub(instance, f"{name}{key}", value)
     return instance
 
 
@@ -119,6 +140,11 @@ def metadata_fragment(uid: str, created_at: datetime) -> str:
     METADATA_NS)``: unqualified, because libvirt puts it into the namespace itself and refuses a
     fragment that declares the prefix already. ``dom.metadata()`` returns this same spelling."""
     return ET.tostring(_metadata_element(uid, created_at), encoding="unicode")
+
+
+def _identity(spec: DomainSpec) -> dict[str, str]:
+    found = identity_labels(spec.namespace, spec.proxy_name, TEXT_GRAMMAR)
+    return {"namespace": found.get(NAMESPACE_LABEL, ""), "name": found.get(NAME_LABEL, "")}
 
 
 def _cpu(domain: ET.Element, domain_type: str) -> None:
@@ -137,7 +163,10 @@ def domain_xml(spec: DomainSpec) -> str:
         raise ValueError(f"mac {spec.mac!r}: use six lowercase hex pairs, e.g. 52:54:00:12:34:56")
     domain = ET.Element("domain", type=spec.domain_type)
     _sub(domain, "name", spec.name)
-    metadata = _metadata_element(spec.owner_uid, spec.created_at, METADATA_PREFIX)
+    identity = _identity(spec)
+    if identity["namespace"] and identity["name"]:
+        _sub(domain, "title", f"{identity['namespace']}/{identity['name']}")
+    metadata = _metadata_element(spec.owner_uid, spec.created_at, METADATA_PREFIX, identity)
     _sub(domain, "metadata").append(metadata)
     _sub(domain, "memory", str(spec.memory_mib * 1024), unit="KiB")
     _sub(domain, "vcpu", str(spec.vcpus), placement="static")
@@ -208,7 +237,11 @@ def parse_metadata(xml: str) -> DomainMetadata | None:
         return None
     created_at = created_at.replace(tzinfo=UTC) if created_at.tzinfo is None else created_at
     return DomainMetadata(
-        managed=managed == "true", owner_uid=uid, created_at=created_at.astimezone(UTC)
+        managed=managed == "true",
+        owner_uid=uid,
+        created_at=created_at.astimezone(UTC),
+        namespace=_child_text(instance, "namespace") or "",
+        proxy_name=_child_text(instance, "name") or "",
     )
 
 
