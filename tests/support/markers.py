@@ -6,9 +6,11 @@ or a process of the product carries one of ``SERVER_MARKERS``, so that
 tests/conftest.py holds that in two places:
 
 - at collection, before ``-m`` deselects anything (``problems``): a test under tests/integration,
-  tests/e2e or tests/reliability carries a server marker, a test under tests/unit carries none
-  (one that starts a server belongs in tests/integration), and a test using a fixture tagged with
-  ``starts`` (directly or through other fixtures) carries the marker that fixture asks for;
+  tests/client, tests/e2e or tests/reliability carries a server marker (under tests/e2e and
+  tests/reliability, the one named like the directory, so that ``-m reliability`` runs the whole
+  directory), a test under tests/unit carries none (one that starts a server belongs in
+  tests/integration), and a test using a fixture tagged with ``starts`` (directly or through other
+  fixtures) carries the marker that fixture asks for;
 - while a test without a server marker runs (``refuse_servers``): listening on a socket, spawning
   a proxy process, or running a server program or a Python subprocess (the product's CLI, a
   worker) fails it, whatever fixture or helper does it.
@@ -30,8 +32,11 @@ import pytest
 
 SERVER_MARKERS = frozenset({"integration", "e2e", "kvm", "reliability"})
 
-SERVER_DIRECTORIES = frozenset({"integration", "e2e", "reliability"})
+SERVER_DIRECTORIES = frozenset({"integration", "client", "e2e", "reliability"})
 """Directories under tests/ whose every test carries a server marker."""
+DIRECTORY_MARKERS = {"e2e": "e2e", "reliability": "reliability"}
+"""Directories under tests/ whose every test carries this one: a selection by marker (``-m
+reliability``) and one by directory must run the same tests."""
 PURE_DIRECTORY = "unit"
 """The directory under tests/ whose tests carry none: they start no server."""
 
@@ -83,6 +88,12 @@ def problems(directory: str, markers: Collection[str], uses: Mapping[str, Starts
         found.append(
             f"is under tests/{directory}, whose tests start servers: it needs {choices} "
             "(e.g. pytestmark = pytest.mark.integration)"
+        )
+    wanted = DIRECTORY_MARKERS.get(directory)
+    if carried and wanted is not None and wanted not in carried:
+        found.append(
+            f"is under tests/{directory} but is marked {', '.join(sorted(carried))}: it needs "
+            f"the {wanted} marker, or -m {wanted} skips it (pytestmark = pytest.mark.{wanted})"
         )
     if directory == PURE_DIRECTORY and carried:
         found.append(

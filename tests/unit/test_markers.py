@@ -27,13 +27,29 @@ LIBVIRTD = Starts("libvirtd", marker="kvm")
 # ------------------------------------------------------------------------------ the rules
 
 
-@pytest.mark.parametrize("directory", ["integration", "e2e", "reliability"])
+@pytest.mark.parametrize("directory", ["integration", "client", "e2e", "reliability"])
 def test_a_test_where_servers_run_needs_a_server_marker(directory: str) -> None:
     (problem,) = problems(directory, {"asyncio", "parametrize"}, {})
     assert f"is under tests/{directory}" in problem
     assert "e2e, integration, kvm, reliability" in problem
+
+
+@pytest.mark.parametrize("directory", ["integration", "client"])
+def test_any_server_marker_will_do_in_integration_and_client(directory: str) -> None:
     for marker in sorted(markers.SERVER_MARKERS):
         assert problems(directory, {marker}, {}) == []
+
+
+@pytest.mark.parametrize("directory", ["e2e", "reliability"])
+def test_a_test_in_e2e_or_reliability_carries_the_marker_named_like_it(directory: str) -> None:
+    """Else ``-m reliability`` would skip a reliability test marked only integration."""
+    assert problems(directory, {directory}, {}) == []
+    assert problems(directory, {directory, "kvm"}, {}) == []
+    (problem,) = problems(directory, {"integration"}, {})
+    assert problem == (
+        f"is under tests/{directory} but is marked integration: it needs the {directory} "
+        f"marker, or -m {directory} skips it (pytestmark = pytest.mark.{directory})"
+    )
 
 
 def test_a_unit_test_carries_no_server_marker() -> None:
