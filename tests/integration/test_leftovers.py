@@ -3,16 +3,16 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.support.cli_process import ROOT, alive
+from tests.support.cli_process import alive
+from tests.support.inner_pytest import run_pytest
 
 pytestmark = pytest.mark.integration
+
+SETTLE = "--leftover-settle=1"
 
 LEAKING = """\
 import subprocess
@@ -50,33 +50,13 @@ def test_starts_nothing():
 """
 
 
-def run_pytest(tmp_path: Path, source: str, *flags: str) -> subprocess.CompletedProcess[str]:
-    tests = tmp_path / "inner"
-    tests.mkdir()
-    (tests / "test_inner.py").write_text(source)
-    command = [
-        sys.executable, "-m", "pytest", str(tests), "-p", "tests.support.leftovers",
-        "-p", "no:cacheprovider", "-p", "no:randomly", "--basetemp", str(tmp_path / "temp"),
-        "--leftover-settle", "1", *flags,
-    ]  # fmt: skip
-    return subprocess.run(
-        command,
-        cwd=tests,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-
-
 @pytest.mark.parametrize("flags", [(), ("-n", "2")], ids=["alone", "xdist"])
 def test_a_process_left_running_fails_the_run_is_named_and_killed(
     tmp_path: Path, flags: tuple[str, ...]
 ) -> None:
     pids = tmp_path / "pids"
     pids.mkdir()
-    done = run_pytest(tmp_path, LEAKING.format(pids=str(pids)), *flags)
+    done = run_pytest(tmp_path, {"test_inner.py": LEAKING.format(pids=str(pids))}, SETTLE, *flags)
     output = done.stdout + done.stderr
     assert done.returncode == 1, output
     assert "2 passed" in output
@@ -91,7 +71,7 @@ def test_a_process_left_running_fails_the_run_is_named_and_killed(
 @pytest.mark.parametrize("flags", [(), ("-n", "2")], ids=["alone", "xdist"])
 def test_a_run_that_stops_what_it_starts_passes(tmp_path: Path, flags: tuple[str, ...]) -> None:
     """The controller, its workers and the processes already gone are not leftovers."""
-    done = run_pytest(tmp_path, TIDY, *flags)
+    done = run_pytest(tmp_path, {"test_inner.py": TIDY}, SETTLE, *flags)
     output = done.stdout + done.stderr
     assert done.returncode == 0, output
     assert "2 passed" in output

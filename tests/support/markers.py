@@ -120,6 +120,32 @@ def is_server_test(markers: Iterable[str]) -> bool:
     return not SERVER_MARKERS.isdisjoint(markers)
 
 
+SHARED_FILES = {"kvm": "test_kvm_"}
+"""The tests that share something of the machine two xdist workers would fight over, by the
+marker they carry and the start of their file's name: the kvm tests write the VMs' addresses into
+the kernel's one neighbour table and keep them at its front (tests/support/kvm_arp.py), and each
+runs QEMU without KVM, which takes a core. `make test` runs them on one worker, one after another,
+beside the rest (tests/support/parallel.py, docs/decisions/0145-parallel-tests.md). The scheduler
+sees node ids only, not marks: hence the file's name, and the rule that the two agree."""
+
+
+def shared_group(nodeid: str) -> str:
+    """The group of tests the test ``nodeid`` runs with on one worker, or "" for none."""
+    module = nodeid.split("::", 1)[0].rsplit("/", 1)[-1]
+    return next((group for group, start in SHARED_FILES.items() if module.startswith(start)), "")
+
+
+def group_problems(nodeid: str, markers: Collection[str]) -> list[str]:
+    """A test carrying a marker of ``SHARED_FILES`` must be in a file the scheduler groups."""
+    group = shared_group(nodeid)
+    return [
+        f"is marked {marker} but its file's name does not start with {start}: the {marker} "
+        f"tests run on one worker, found by that name (tests/support/markers.py SHARED_FILES)"
+        for marker, start in sorted(SHARED_FILES.items())
+        if marker in markers and group != marker
+    ]
+
+
 # ----------------------------------------------------------------------------- the guard
 
 

@@ -182,3 +182,18 @@ def test_spawning_and_grpc_servers_are_refused(refused: list[str]) -> None:
     with pytest.raises(ServerInPureTest, match="starts a gRPC server"):
         grpc.server(None)
     assert refused == ["spawns squid", "starts a gRPC server"]
+
+
+def test_the_kvm_tests_are_one_group_by_their_files_name() -> None:
+    assert markers.shared_group("tests/integration/test_kvm_gc.py::test_x[a/b]") == "kvm"
+    assert markers.shared_group("tests/integration/test_kvm_contract.py::TestKvm::test_x") == "kvm"
+    assert markers.shared_group("tests/integration/test_gc.py::test_kvm_x") == ""
+    assert markers.shared_group("tests/integration/test_nats.py::test_x[tests/test_kvm_y]") == ""
+
+
+def test_a_kvm_test_outside_the_kvm_files_is_refused() -> None:
+    assert markers.group_problems("tests/integration/test_kvm_gc.py::test_x", {"kvm"}) == []
+    assert markers.group_problems("tests/integration/test_kvm_gc.py::test_x", set()) == []
+    assert markers.group_problems("tests/integration/test_gc.py::test_x", {"integration"}) == []
+    (problem,) = markers.group_problems("tests/integration/test_gc.py::test_x", {"kvm"})
+    assert problem.startswith("is marked kvm but its file's name does not start with test_kvm_")
