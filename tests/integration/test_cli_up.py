@@ -128,7 +128,8 @@ async def test_up_runs_the_system_and_stops_cleanly(tmp_path: Path, stop: signal
             *("--nats-port", str(nats_port), "--metrics-port", str(metrics_port)),
             *("--api-port", str(api_port)),
             cwd=ROOT,
-            env=clean_env(),
+            # Wide enough for the data dir whole, however deep the run's temporary folder is.
+            env=clean_env(COLUMNS="240"),
             stdout=asyncio.subprocess.PIPE,
             stderr=log,
         )

@@ -45,7 +45,7 @@ from services.runtime.natsusers import (
 from tests.support.natsclient import client
 from tests.support.waiting import until
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.reliability
 
 ROOT = Path(__file__).resolve().parents[2]
 SERVICES = sorted(WRITES)

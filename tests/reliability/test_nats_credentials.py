@@ -28,7 +28,7 @@ from services.runtime.ports import free_port
 from tests.support.natsclient import client
 from tests.support.waiting import until
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.reliability
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -24,7 +24,7 @@ from services.runtime.natsusers import CONSUMERS, READS, WRITES, durable_denies,
 from tests.support.natsclient import client
 from tests.support.waiting import until
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.reliability
 
 SERVICES = sorted(WRITES)
 DURABLES = sorted(CONSUMERS)

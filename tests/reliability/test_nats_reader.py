@@ -21,7 +21,7 @@ from tests.support.natscli import NatsCli
 from tests.support.natsclient import client
 from tests.support.waiting import until
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.reliability
 
 DURABLES = sorted(CONSUMERS)
 STREAM_NAMES = tuple(spec.name for spec in STREAMS)

@@ -85,5 +85,7 @@ async def test_events_marks_what_every_service_skips(
     lines = [json.loads(line) for line in got.stdout.splitlines()]
     skipped = {line["seq"]: line["skipped"] for line in lines if "skipped" in line}
     assert skipped == {seqs["not-json"]: "undecodable", seqs["future"]: "unknown_type"}
-    table = cli("events", "--proxy", "p1", "--nats-url", nats_server.url, env=env)
+    # A width of its own: under an xdist worker the table would drop the column that says it.
+    wide = env | {"COLUMNS": "240"}
+    table = cli("events", "--proxy", "p1", "--nats-url", nats_server.url, env=wide)
     assert table.stdout.count("SKIPPED (") == 2

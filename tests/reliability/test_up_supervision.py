@@ -29,7 +29,7 @@ from services.runtime.ports import free_port
 from tests.support.cli_process import alive
 from tests.support.waiting import until
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.reliability
 
 ROOT = Path(__file__).resolve().parents[2]
 PROXY = """apiVersion: crawl.example.com/v1alpha1

@@ -6,9 +6,11 @@ or a process of the product carries one of ``SERVER_MARKERS``, so that
 tests/conftest.py holds that in two places:
 
 - at collection, before ``-m`` deselects anything (``problems``): a test under tests/integration,
-  tests/e2e or tests/reliability carries a server marker, a test under tests/unit carries none
-  (one that starts a server belongs in tests/integration), and a test using a fixture tagged with
-  ``starts`` (directly or through other fixtures) carries the marker that fixture asks for;
+  tests/client, tests/e2e or tests/reliability carries a server marker (under tests/e2e and
+  tests/reliability, the one named like the directory, so that ``-m reliability`` runs the whole
+  directory), a test under tests/unit carries none (one that starts a server belongs in
+  tests/integration), and a test using a fixture tagged with ``starts`` (directly or through other
+  fixtures) carries the marker that fixture asks for;
 - while a test without a server marker runs (``refuse_servers``): listening on a socket, spawning
   a proxy process, or running a server program or a Python subprocess (the product's CLI, a
   worker) fails it, whatever fixture or helper does it.
@@ -30,8 +32,11 @@ import pytest
 
 SERVER_MARKERS = frozenset({"integration", "e2e", "kvm", "reliability"})
 
-SERVER_DIRECTORIES = frozenset({"integration", "e2e", "reliability"})
+SERVER_DIRECTORIES = frozenset({"integration", "client", "e2e", "reliability"})
 """Directories under tests/ whose every test carries a server marker."""
+DIRECTORY_MARKERS = {"e2e": "e2e", "reliability": "reliability"}
+"""Directories under tests/ whose every test carries this one: a selection by marker (``-m
+reliability``) and one by directory must run the same tests."""
 PURE_DIRECTORY = "unit"
 """The directory under tests/ whose tests carry none: they start no server."""
 
@@ -84,6 +89,12 @@ def problems(directory: str, markers: Collection[str], uses: Mapping[str, Starts
             f"is under tests/{directory}, whose tests start servers: it needs {choices} "
             "(e.g. pytestmark = pytest.mark.integration)"
         )
+    wanted = DIRECTORY_MARKERS.get(directory)
+    if carried and wanted is not None and wanted not in carried:
+        found.append(
+            f"is under tests/{directory} but is marked {', '.join(sorted(carried))}: it needs "
+            f"the {wanted} marker, or -m {wanted} skips it (pytestmark = pytest.mark.{wanted})"
+        )
     if directory == PURE_DIRECTORY and carried:
         found.append(
             f"is under tests/unit, whose tests are pure, but is marked "
@@ -107,6 +118,32 @@ def directory_of(path: Path, root: Path) -> str:
 
 def is_server_test(markers: Iterable[str]) -> bool:
     return not SERVER_MARKERS.isdisjoint(markers)
+
+
+SHARED_FILES = {"kvm": "test_kvm_"}
+"""The tests that share something of the machine two xdist workers would fight over, by the
+marker they carry and the start of their file's name: the kvm tests write the VMs' addresses into
+the kernel's one neighbour table and keep them at its front (tests/support/kvm_arp.py), and each
+runs QEMU without KVM, which takes a core. `make test` runs them on one worker, one after another,
+beside the rest (tests/support/parallel.py, docs/decisions/0145-parallel-tests.md). The scheduler
+sees node ids only, not marks: hence the file's name, and the rule that the two agree."""
+
+
+def shared_group(nodeid: str) -> str:
+    """The group of tests the test ``nodeid`` runs with on one worker, or "" for none."""
+    module = nodeid.split("::", 1)[0].rsplit("/", 1)[-1]
+    return next((group for group, start in SHARED_FILES.items() if module.startswith(start)), "")
+
+
+def group_problems(nodeid: str, markers: Collection[str]) -> list[str]:
+    """A test carrying a marker of ``SHARED_FILES`` must be in a file the scheduler groups."""
+    group = shared_group(nodeid)
+    return [
+        f"is marked {marker} but its file's name does not start with {start}: the {marker} "
+        f"tests run on one worker, found by that name (tests/support/markers.py SHARED_FILES)"
+        for marker, start in sorted(SHARED_FILES.items())
+        if marker in markers and group != marker
+    ]
 
 
 # ----------------------------------------------------------------------------- the guard

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -142,9 +142,12 @@ async def running_up(
     nats_url: str = "",
     health_check_url: str = "",
     up_env: Mapping[str, str] | None = None,
+    local_dirs: Sequence[Path] = (),
 ) -> AsyncIterator[Up]:
     """`up` with its own data dir and ports; stopped with SIGINT, which must end it with 0.
-    ``up_env`` adds variables for `up` alone (e.g. ``OTEL_*``), not for the CLI commands."""
+    ``up_env`` adds variables for `up` alone (e.g. ``OTEL_*``), not for the CLI commands;
+    ``local_dirs`` are the ``dataDir`` of local providers a ``--providers-config`` names, whose
+    proxies are stopped at the end too."""
     data_dir = tmp_path / "data"
     api_port = free_port()
     env = base_env()
@@ -177,7 +180,7 @@ async def running_up(
         async with supervised(up):
             yield up
     finally:
-        stop_local_proxies(data_dir)
+        stop_local_proxies(data_dir, *local_dirs)
 
 
 @asynccontextmanager
@@ -205,11 +208,15 @@ async def supervised(up: Up) -> AsyncIterator[Up]:
     assert process.returncode == 0, output.decode()[-4000:]
 
 
-def stop_local_proxies(data_dir: Path) -> None:
+def stop_local_proxies(data_dir: Path, *local_dirs: Path) -> None:
     """Local proxies outlive `up` on purpose (the next `up` adopts them); a test's must not
-    outlive the test. The check of the command line is `make clean`'s: a pid reused by another
-    process is left alone."""
-    for pid_file in (data_dir / "local" / "instances").glob(f"*/{PID_FILE}"):
+    outlive the test. ``data_dir`` is `up`'s (its default local provider keeps its proxies in
+    ``local/``), ``local_dirs`` the ``dataDir`` of other local providers. The check of the
+    command line is `make clean`'s: a pid reused by another process is left alone. The whole
+    process group goes (the proxy leads one, docs/decisions/0145-parallel-tests.md): Squid's lease
+    helpers with it."""
+    folders = [data_dir / "local" / "instances", *(folder / "instances" for folder in local_dirs)]
+    for pid_file in (found for folder in folders for found in folder.glob(f"*/{PID_FILE}")):
         try:
             pid = int(pid_file.read_text().strip())
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
@@ -217,7 +224,10 @@ def stop_local_proxies(data_dir: Path) -> None:
             continue
         if str(pid_file.parent.resolve()).encode() in cmdline:
             with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+                if os.getpgid(pid) == pid:
+                    os.killpg(pid, signal.SIGKILL)
+                else:
+                    os.kill(pid, signal.SIGKILL)
 
 
 async def _pump(stream: asyncio.StreamReader, into: bytearray) -> None:

@@ -27,13 +27,29 @@ LIBVIRTD = Starts("libvirtd", marker="kvm")
 # ------------------------------------------------------------------------------ the rules
 
 
-@pytest.mark.parametrize("directory", ["integration", "e2e", "reliability"])
+@pytest.mark.parametrize("directory", ["integration", "client", "e2e", "reliability"])
 def test_a_test_where_servers_run_needs_a_server_marker(directory: str) -> None:
     (problem,) = problems(directory, {"asyncio", "parametrize"}, {})
     assert f"is under tests/{directory}" in problem
     assert "e2e, integration, kvm, reliability" in problem
+
+
+@pytest.mark.parametrize("directory", ["integration", "client"])
+def test_any_server_marker_will_do_in_integration_and_client(directory: str) -> None:
     for marker in sorted(markers.SERVER_MARKERS):
         assert problems(directory, {marker}, {}) == []
+
+
+@pytest.mark.parametrize("directory", ["e2e", "reliability"])
+def test_a_test_in_e2e_or_reliability_carries_the_marker_named_like_it(directory: str) -> None:
+    """Else ``-m reliability`` would skip a reliability test marked only integration."""
+    assert problems(directory, {directory}, {}) == []
+    assert problems(directory, {directory, "kvm"}, {}) == []
+    (problem,) = problems(directory, {"integration"}, {})
+    assert problem == (
+        f"is under tests/{directory} but is marked integration: it needs the {directory} "
+        f"marker, or -m {directory} skips it (pytestmark = pytest.mark.{directory})"
+    )
 
 
 def test_a_unit_test_carries_no_server_marker() -> None:
@@ -166,3 +182,18 @@ def test_spawning_and_grpc_servers_are_refused(refused: list[str]) -> None:
     with pytest.raises(ServerInPureTest, match="starts a gRPC server"):
         grpc.server(None)
     assert refused == ["spawns squid", "starts a gRPC server"]
+
+
+def test_the_kvm_tests_are_one_group_by_their_files_name() -> None:
+    assert markers.shared_group("tests/integration/test_kvm_gc.py::test_x[a/b]") == "kvm"
+    assert markers.shared_group("tests/integration/test_kvm_contract.py::TestKvm::test_x") == "kvm"
+    assert markers.shared_group("tests/integration/test_gc.py::test_kvm_x") == ""
+    assert markers.shared_group("tests/integration/test_nats.py::test_x[tests/test_kvm_y]") == ""
+
+
+def test_a_kvm_test_outside_the_kvm_files_is_refused() -> None:
+    assert markers.group_problems("tests/integration/test_kvm_gc.py::test_x", {"kvm"}) == []
+    assert markers.group_problems("tests/integration/test_kvm_gc.py::test_x", set()) == []
+    assert markers.group_problems("tests/integration/test_gc.py::test_x", {"integration"}) == []
+    (problem,) = markers.group_problems("tests/integration/test_gc.py::test_x", {"kvm"})
+    assert problem.startswith("is marked kvm but its file's name does not start with test_kvm_")
