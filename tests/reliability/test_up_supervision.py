@@ -163,6 +163,13 @@ async def test_a_killed_nats_server_is_restarted_and_the_system_carries_on(
             raise AssertionError(f"no restart announced; up said:\n{up.output.decode()}") from exc
         assert up.said("nats-server exited; restarting it")
 
+        # The restarted server announces itself when its process runs; its JetStream recovers
+        # the streams from the store a moment later. Wait on that condition, as a user would
+        # retry a command that found no stream yet, before the work that must carry on.
+        async def serving() -> bool:
+            return (await asyncio.to_thread(up.cli, "get", "-o", "json")).returncode == 0
+
+        await until(serving, timeout=60)
         manifest = tmp_path / "proxy.yaml"
         manifest.write_text(PROXY)
         applied = await asyncio.to_thread(up.cli, "apply", "-f", str(manifest), "--wait")
