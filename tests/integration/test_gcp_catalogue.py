@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import email.parser
 import email.policy
-from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
@@ -18,25 +17,12 @@ from services.providers.gcp.provider import UBUNTU_IMAGE, GcpProvider
 from services.providers.gcp.testing import ComputeFake
 from services.providers.squidauth.pure.cloudinit import PART_NAME as LEASE_PART
 from services.providers.squidauth.pure.cloudinit import with_lease_auth
-from tests.support.gcp_support import PROJECT, ZONE, config, request
+from tests.support.gcp_support import PROJECT, ZONE, compute_fake, config, gcp_provider, request  # noqa: F401  # fixtures `fake` and `gcp`
 
 pytestmark = pytest.mark.integration
 
 SHELL_INIT = "#!/bin/sh\napt-get install -y squid\n"
 ROCKY = "projects/rocky-linux-cloud/global/images/family/rocky-linux-9"
-
-
-@pytest.fixture
-def fake() -> Iterator[ComputeFake]:
-    with ComputeFake(PROJECT) as server:
-        yield server
-
-
-@pytest.fixture
-async def gcp(fake: ComputeFake) -> AsyncIterator[GcpProvider]:
-    provider = GcpProvider("gcp-eu", config(fake))
-    yield provider
-    await provider.close()
 
 
 def inserts(fake: ComputeFake) -> list[str]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import email.parser
 import email.policy
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
 import pytest
@@ -36,24 +36,11 @@ from tests.contract.provider import (
     delete_all,
     request_factory,
 )
-from tests.support.gcp_support import PROJECT, ZONE, config, request
+from tests.support.gcp_support import PROJECT, ZONE, compute_fake, config, gcp_provider, request  # noqa: F401  # fixtures `fake` and `gcp`
 
 pytestmark = pytest.mark.integration
 
 GOLDEN = f"projects/{PROJECT}/global/images/squid-golden"
-
-
-@pytest.fixture
-def fake() -> Iterator[ComputeFake]:
-    with ComputeFake(PROJECT) as server:
-        yield server
-
-
-@pytest.fixture
-async def gcp(fake: ComputeFake) -> AsyncIterator[GcpProvider]:
-    provider = GcpProvider("gcp-eu", config(fake))
-    yield provider
-    await provider.close()
 
 
 # ----------------------------------------------------------------------------- contract

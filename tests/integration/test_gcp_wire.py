@@ -8,7 +8,7 @@ import io
 import json
 import logging
 import re
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -23,24 +23,11 @@ from services.providers.base import NotFound, Transient
 from services.providers.gcp.provider import UBUNTU_IMAGE, GcpProvider
 from services.providers.gcp.testing import ComputeFake
 from services.runtime.logs import configure_logging
-from tests.support.gcp_support import PROJECT, ZONE, config, request
+from tests.support.gcp_support import PROJECT, ZONE, compute_fake, config, gcp_provider, request  # noqa: F401  # fixtures `fake` and `gcp`
 
 pytestmark = pytest.mark.integration
 
 tracer = TracerProvider().get_tracer("tests.gcp")
-
-
-@pytest.fixture
-def fake() -> Iterator[ComputeFake]:
-    with ComputeFake(PROJECT) as server:
-        yield server
-
-
-@pytest.fixture
-async def gcp(fake: ComputeFake) -> AsyncIterator[GcpProvider]:
-    provider = GcpProvider("gcp-eu", config(fake))
-    yield provider
-    await provider.close()
 
 
 # ----------------------------------------------------------------------------- wire log
