@@ -22,11 +22,10 @@ from services.watcher.pure.crd import (
     PRINTER_COLUMNS,
     READY,
     ProxyStatus,
-    StatusCondition,
     proxy_crd,
     render_yaml,
-    structural,
 )
+from services.watcher.pure.crdschema import StatusCondition, structural
 from tests.support.crd_schema import openapi_schema, schema_nodes, validator
 
 ROOT = Path(__file__).resolve().parents[2]

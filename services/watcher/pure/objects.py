@@ -17,7 +17,8 @@ import msgspec
 
 from events.resource import ProxyResource, unquote_hint
 from events.schemas import ProxySpec
-from services.watcher.pure.crd import CLOUD_INIT_LABEL, FINALIZER
+from services.watcher.pure.crd import CLOUD_INIT_LABEL
+from services.watcher.pure.crdschema import FINALIZER
 
 __all__ = [
     "CLOUD_INIT_LABEL",

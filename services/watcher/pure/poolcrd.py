@@ -24,17 +24,16 @@ import msgspec
 from events.pool import MAX_BLOCKS, MAX_REPLICAS, MAX_SPREAD, MAX_SURGE, MAX_WEIGHT
 from events.poolresource import KIND, PLURAL, POOL_ATTRIBUTE, SHORT_NAME, PoolSpecDoc
 from events.resource import GROUP
-from services.watcher.pure.crd import (
+from services.watcher.pure.crd import spec_schema
+from services.watcher.pure.crdschema import (
+    Schema,
     StatusCondition,
     definition,
     object_schema,
     render,
-    spec_schema,
     structural,
     watcher_status,
 )
-
-Schema = dict[str, Any]
 
 POOL_CRD_NAME = f"{PLURAL}.{GROUP}"
 POOL_LABEL = POOL_ATTRIBUTE

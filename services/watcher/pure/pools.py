@@ -25,7 +25,7 @@ from events.resource import KIND as PROXY_KIND
 from events.schemas import ProxySpec
 from projections.pool import PoolView
 from projections.pool_members import MemberState, figures
-from services.watcher.pure.crd import StatusCondition
+from services.watcher.pure.crdschema import StatusCondition
 from services.watcher.pure.objects import KubeObject, Problem, metadata
 from services.watcher.pure.poolcrd import (
     INVALID_SPEC,

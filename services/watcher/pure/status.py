@@ -25,8 +25,8 @@ from services.watcher.pure.crd import (
     PROVISIONED,
     READY,
     ProxyStatus,
-    StatusCondition,
 )
+from services.watcher.pure.crdschema import StatusCondition
 from services.watcher.pure.objects import Problem
 
 INVALID_SPEC = "InvalidSpec"
