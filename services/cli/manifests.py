@@ -16,9 +16,10 @@ from typing import Any, TypeVar
 import yaml
 
 from events import poolresource
+from events.customresource import FieldError, ResourceError
 from events.pool import PoolSpec
 from events.poolresource import PoolResource, pool_uid, unknown_pool_fields
-from events.resource import FieldError, ProxyResource, ResourceError, from_object, unknown_fields
+from events.resource import ProxyResource, from_object, unknown_fields
 from projections.declaring import uid_of
 from services.providers.config import yaml_problem
 

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-from events.resource import ResourceError, cli_uid
+from events.customresource import ResourceError, cli_uid
 from events.schemas import Phase
 from projections import declaring, pooldeclaring
 from projections.proxy import ProxyView

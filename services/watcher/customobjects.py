@@ -15,7 +15,7 @@ from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.watch import Watch
 
-from events.resource import GROUP, VERSION
+from events.customresource import GROUP, VERSION
 from services.runtime.kubeclient import (
     KubeApiError,
     KubeConflict,

@@ -22,8 +22,8 @@ from datetime import timedelta
 from typing import Any
 
 from events import codec, subjects
+from events.customresource import cli_uid
 from events.egress import EGRESS_MISMATCH, EgressChanged, EgressObserved
-from events.resource import cli_uid
 from events.schemas import (
     SCHEMA_VERSION,
     CreateInstance,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from events import subjects
-from events.resource import cli_uid
+from events.customresource import cli_uid
 from events.schemas import CreateInstance, ErrorClass, HealthChanged, Phase, ProxySpec
 from events.store import NewEvent
 from projections.declaring import apply, delete

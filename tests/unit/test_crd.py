@@ -13,7 +13,8 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from events.resource import ResourceError, from_object
+from events.customresource import ResourceError
+from events.resource import from_object
 from events.schemas import Phase
 from services.cli.main import main
 from services.watcher.pure.crd import (

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from events import subjects
-from events.resource import ResourceError, cli_uid
+from events.customresource import ResourceError, cli_uid
 from events.schemas import ProxyDeclared, ProxyRemoved, ProxySpecChanged
 from events.store import NewEvent
 from projections.declaring import apply, delete

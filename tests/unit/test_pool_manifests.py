@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
+from events.customresource import ResourceError
 from events.pool import MAX_REPLICAS
 from events.poolresource import pool_uid
-from events.resource import ProxyResource, ResourceError
+from events.resource import ProxyResource
 from projections.declaring import uid_of
 from services.cli import manifests
 from services.cli.main import main

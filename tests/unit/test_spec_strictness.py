@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from events import poolresource, resource
-from events.resource import ResourceError
+from events.customresource import ResourceError
 from services.cli.main import main
 from services.watcher.pure.objects import Problem, parse_proxy
 from services.watcher.pure.pools import parse_pool

@@ -22,8 +22,8 @@ import copy
 
 import msgspec
 
+from events.customresource import GROUP
 from events.resource import (
-    GROUP,
     KIND,
     MAX_ASN,
     MAX_EXPECTED_ASNS,

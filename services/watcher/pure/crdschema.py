@@ -13,7 +13,7 @@ from typing import Any
 import msgspec
 import yaml
 
-from events.resource import API_VERSION, GROUP, VERSION
+from events.customresource import API_VERSION, GROUP, VERSION
 
 Schema = dict[str, Any]
 

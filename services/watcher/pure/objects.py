@@ -15,7 +15,8 @@ from typing import Any, TypedDict
 
 import msgspec
 
-from events.resource import ProxyResource, unquote_hint
+from events.customresource import unquote_hint
+from events.resource import ProxyResource
 from events.schemas import ProxySpec
 from services.watcher.pure.crd import CLOUD_INIT_LABEL
 from services.watcher.pure.crdschema import FINALIZER

@@ -21,9 +21,9 @@ from typing import Any
 
 import msgspec
 
+from events.customresource import GROUP
 from events.pool import MAX_BLOCKS, MAX_REPLICAS, MAX_SPREAD, MAX_SURGE, MAX_WEIGHT
 from events.poolresource import KIND, PLURAL, POOL_ATTRIBUTE, SHORT_NAME, PoolSpecDoc
-from events.resource import GROUP
 from services.watcher.pure.crd import spec_schema
 from services.watcher.pure.crdschema import (
     Schema,
