@@ -12,7 +12,17 @@ import re
 
 from tests.support.docgen import ARCHITECTURE, ROOT
 
-TOP = ("services", "events", "projections", "bench", "tests", "deploy", "clients", "docs")
+TOP = (
+    "services",
+    "events",
+    "projections",
+    "commands",
+    "bench",
+    "tests",
+    "deploy",
+    "clients",
+    "docs",
+)
 EXTENSIONS = ("py", "yaml", "yml", "json", "jsonl", "md", "sh", "toml", "txt", "tpl", "conf")
 PATH = re.compile(
     rf"(?<![\w/.-])((?:{'|'.join(TOP)})/[\w/.<>*-]*\.(?:{'|'.join(EXTENSIONS)}))(?![\w/-])"
