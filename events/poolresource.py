@@ -41,7 +41,7 @@ from events.pool import (
     PoolSpec,
     SpreadEntry,
 )
-from events.resource import validate_spec
+from events.proxyresource import validate_spec
 from events.spec import ProxyMode, ProxySpec
 
 KIND = "ProxyPool"

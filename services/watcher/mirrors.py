@@ -23,9 +23,9 @@ from typing import Any
 
 import structlog
 
+from commands.rotating import request_rotation
 from events.store import EventStore
 from projections.proxy import ProxyView
-from projections.rotating import request_rotation
 from services.watcher.board import Board
 from services.watcher.customobjects import Raw
 from services.watcher.poolkube import PoolApi

@@ -15,7 +15,7 @@ from kubernetes_asyncio import client as k8s
 from events.customresource import GROUP, VERSION
 from events.poolresource import KIND as POOL_KIND
 from events.poolresource import PLURAL as POOL_PLURAL
-from events.resource import PLURAL
+from events.proxyresource import PLURAL
 from services.runtime.kubeclient import KubeConflict, KubeNotFound
 from services.watcher.customobjects import MERGE, CustomObjectApi, Raw, answer, succeeded
 

@@ -25,6 +25,7 @@ from typing import Any
 
 import structlog
 
+from commands.pooldeclaring import apply_pool, delete_pool, scale_pool
 from events import subjects
 from events.errors import EventStoreError
 from events.poolresource import pool_uid
@@ -32,7 +33,6 @@ from events.store import EventStore
 from projections.lease import LeaseView
 from projections.pool import PoolView, fold
 from projections.pool_members import available_members, member_states
-from projections.pooldeclaring import apply_pool, delete_pool, scale_pool
 from services.runtime.aio import raise_if_cancelled
 from services.runtime.eventlog.projector import Projector
 from services.runtime.kubeclient import KubeApiError, pause_after

@@ -25,8 +25,8 @@ from services.runtime.kubeclient import KubeApiError, KubeGone, KubeSettings, ne
 from services.runtime.natsserver import EmbeddedNatsServer
 from services.watcher import service as watcher_service
 from services.watcher.customobjects import Raw
-from services.watcher.kube import ProxyApi
 from services.watcher.leader import LeaderSettings
+from services.watcher.proxykube import ProxyApi
 from services.watcher.service import WatcherService
 from tests.support.apiserver import SYSTEM_NAMESPACE, ApiServer, poll
 from tests.support.lifecycle import start

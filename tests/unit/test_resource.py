@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from events.customresource import ResourceError
-from events.resource import from_object, unknown_fields
+from events.proxyresource import from_object, unknown_fields
 
 
 def proxy(**spec: Any) -> dict[str, Any]:

@@ -16,10 +16,10 @@ from typing import Any, TypedDict
 import msgspec
 
 from events.customresource import unquote_hint
-from events.resource import ProxyResource
+from events.proxyresource import ProxyResource
 from events.schemas import ProxySpec
-from services.watcher.pure.crd import CLOUD_INIT_LABEL
 from services.watcher.pure.crdschema import FINALIZER
+from services.watcher.pure.proxycrd import CLOUD_INIT_LABEL
 
 __all__ = [
     "CLOUD_INIT_LABEL",

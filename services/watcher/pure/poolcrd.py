@@ -24,7 +24,6 @@ import msgspec
 from events.customresource import GROUP
 from events.pool import MAX_BLOCKS, MAX_REPLICAS, MAX_SPREAD, MAX_SURGE, MAX_WEIGHT
 from events.poolresource import KIND, PLURAL, POOL_ATTRIBUTE, SHORT_NAME, PoolSpecDoc
-from services.watcher.pure.crd import spec_schema
 from services.watcher.pure.crdschema import (
     Schema,
     StatusCondition,
@@ -34,6 +33,7 @@ from services.watcher.pure.crdschema import (
     structural,
     watcher_status,
 )
+from services.watcher.pure.proxycrd import spec_schema
 
 POOL_CRD_NAME = f"{PLURAL}.{GROUP}"
 POOL_LABEL = POOL_ATTRIBUTE

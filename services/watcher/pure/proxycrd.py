@@ -4,7 +4,7 @@
 proxies.yaml``; a unit test fails when the two differ), so the apiserver can never accept a spec
 field the watcher does not know, or reject one it does. The spec schema is msgspec's JSON Schema
 of ``ProxySpec`` made structural (Kubernetes rejects ``$ref``, untyped nodes and ``anyOf`` with
-types); the rules of ``events.resource.validate`` that a schema can express are added as
+types); the rules of ``events.proxyresource.validate`` that a schema can express are added as
 patterns and bounds. Cross-field rules are CEL rules only, carrying the messages users read in
 ``kubectl apply`` errors: the apiserver runs no CEL rule once the schema has failed, so an
 ``anyOf`` doing their work would hide their messages (tests/integration/test_kube_real_crd.py
@@ -23,7 +23,7 @@ import copy
 import msgspec
 
 from events.customresource import GROUP
-from events.resource import (
+from events.proxyresource import (
     KIND,
     MAX_ASN,
     MAX_EXPECTED_ASNS,
@@ -109,10 +109,10 @@ _DESCRIPTIONS: dict[str, str] = {
 _DNS_LABEL = "^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 _DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 
-# Value rules of events.resource.validate, by path in the spec (merged into the generated nodes).
+# Value rules of events.proxyresource.validate, by path in the spec (merged into the generated nodes).
 _RULES: dict[str, Schema] = {
     "provider": {"pattern": "^[A-Za-z0-9_-]{0,63}$", "maxLength": 63},
-    # Keys are checked by events.resource.validate (the Proxy fails with InvalidSpec): a CEL
+    # Keys are checked by events.proxyresource.validate (the Proxy fails with InvalidSpec): a CEL
     # rule over unbounded map keys would exceed the apiserver's rule cost budget.
     "attributes.*": {"maxLength": 256},
     # Cross-field rules are CEL only: a failing anyOf would stop the apiserver before it runs

@@ -13,7 +13,7 @@ from typing import Any, cast
 from kubernetes_asyncio import client as k8s
 
 from events.customresource import API_VERSION
-from events.resource import KIND, PLURAL
+from events.proxyresource import KIND, PLURAL
 from services.runtime.kubeclient import KubeConflict, KubeNotFound
 from services.watcher.customobjects import CustomObjectApi, Raw, answer, watch_stream
 from services.watcher.pure.objects import CLOUD_INIT_LABEL, ProxyObject

@@ -4,7 +4,7 @@ Every step here is finite and idempotent: handling one object (``observe``), one
 (``handle``), one listing (``relist``). The loop in ``run`` (``watchloop.ListWatch``) only
 strings them together: list, watch from the list's resourceVersion, list again when the watch
 cannot resume (410 Gone) or every ``resync`` seconds. Appends are decided on the folded aggregate
-(``projections.declaring``), so handling an object twice, or by two watchers, stores nothing twice.
+(``commands.declaring``), so handling an object twice, or by two watchers, stores nothing twice.
 """
 
 from __future__ import annotations
@@ -18,16 +18,16 @@ import structlog
 from opentelemetry import trace
 from prometheus_client import CollectorRegistry
 
+from commands.declaring import Declaration, apply, delete
 from events.errors import EventStoreError
 from events.store import EventStore
-from projections.declaring import Declaration, apply, delete
 from services.runtime.aio import raise_if_cancelled
 from services.runtime.kubeclient import KubeApiError, pause_after
 from services.watcher.board import Board
 from services.watcher.customobjects import Raw
-from services.watcher.kube import ProxyApi
 from services.watcher.logview import LogView
 from services.watcher.metrics import WatcherMetrics
+from services.watcher.proxykube import ProxyApi
 from services.watcher.pure.objects import (
     SOURCE,
     Problem,

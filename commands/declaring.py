@@ -16,7 +16,7 @@ import msgspec
 
 from events import subjects
 from events.customresource import cli_uid
-from events.resource import ProxyResource
+from events.proxyresource import ProxyResource
 from events.schemas import (
     ProxyDeclared,
     ProxyDeletionRequested,
