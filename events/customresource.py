@@ -1,7 +1,7 @@
 """What every custom resource of ours shares, whichever its kind (Proxy, ProxyPool): the API group
 and version, the metadata read, the field-named errors, the check for unknown fields, and the uid
-of an object declared without a cluster. Each kind's module (``resource``, ``poolresource``) adds
-its spec and its rules. Pure: no I/O.
+of an object declared without a cluster. Each kind's module (``proxyresource``,
+``poolresource``) adds its spec and its rules. Pure: no I/O.
 """
 
 from __future__ import annotations

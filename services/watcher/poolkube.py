@@ -1,9 +1,9 @@
 """The watcher's Kubernetes API calls for ProxyPools and for the Proxy objects that mirror their
-members, with errors in our hierarchy (``KubeApiError``), as ``kube`` does for Proxies.
+members, with errors in our hierarchy (``KubeApiError``), as ``proxykube`` does for Proxies.
 
-The pools' own calls are ``customobjects.CustomObjectApi``'s, built with ``plural=POOL_PLURAL``; the
-mirrors' calls name theirs, ``PLURAL``: the RBAC test in tests/unit/test_deploy.py reads these
-names to derive the rules the watcher needs.
+The pools' own calls are ``customobjects.CustomObjectApi``'s, built with
+``plural=POOL_PLURAL``; the mirrors' calls name theirs, ``PLURAL``: the RBAC test in
+tests/unit/test_deploy.py reads these names to derive the rules the watcher needs.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What every CustomResourceDefinition of ours is made of, whichever its kind (Proxy, ProxyPool):
 a structural openAPIV3Schema from msgspec's JSON Schema of a struct, the ``.status`` the watcher
 writes, the whole object's schema, the definition in ``GROUP`` and its generated file. Each kind
-(``crd``, ``poolcrd``) adds only its own rules, descriptions and columns. Pure: no I/O.
+(``proxycrd``, ``poolcrd``) adds only its own rules, descriptions and columns. Pure: no I/O.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ a ProxyPool with (docs/pools.md, "On Kubernetes").
 
 ``deploy/crd/proxypools.yaml`` is this module's output (``egress-proxies crd --kind ProxyPool``;
 a unit test fails when the two differ). The template's schema is the Proxy CRD's spec schema
-(``crd.spec_schema``), without the rule that a Managed Proxy names its provider: in a pool the
+(``proxycrd.spec_schema``), without the rule that a Managed Proxy names its provider: in a pool the
 spread may name them, which a CEL rule on the pool's spec checks instead. The bounds of
 ``events.poolresource.validate`` are written as schema bounds so ``kubectl`` refuses what the
 watcher would refuse; what a schema cannot say (a duration's text) the watcher still checks, and

@@ -109,7 +109,8 @@ _DESCRIPTIONS: dict[str, str] = {
 _DNS_LABEL = "^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 _DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 
-# Value rules of events.proxyresource.validate, by path in the spec (merged into the generated nodes).
+# Value rules of events.proxyresource.validate, by path in the spec (merged into the generated
+# nodes).
 _RULES: dict[str, Schema] = {
     "provider": {"pattern": "^[A-Za-z0-9_-]{0,63}$", "maxLength": 63},
     # Keys are checked by events.proxyresource.validate (the Proxy fails with InvalidSpec): a CEL
