@@ -45,7 +45,7 @@ from bench.chaos_hostile import CRAWLER_TOKEN, Hostile, check_hostile, run_hosti
 from bench.chaos_load import LoadOptions, Record, run_load
 from bench.chaos_view import StreamReader, converge, fold_proxies, serving
 from bench.lifecycle_worker import show_logs
-from events.resource import cli_uid
+from events.customresource import cli_uid
 from events.subjects import LEASE_STREAM, PROXY_STREAM
 from projections.proxy import ProxyView
 from services.runtime.logs import configure_logging

@@ -36,12 +36,12 @@ from rich.table import Table
 
 from bench.lifecycle_worker import Fleet, Options, bound, cpu_seconds, fleet, show_logs
 from bench.server_requests import RequestCounter
+from commands.declaring import apply
 from events import subjects
-from events.resource import ProxyResource
+from events.proxyresource import ProxyResource
 from events.schemas import CreateInstance, InstanceObserved, InstanceState, Phase
 from events.store import Recorded
 from projections import proxy as proxy_view
-from projections.declaring import apply
 from services.cli.manifests import parse_resources
 from services.runtime.connection import connect
 from services.runtime.eventlog.jetstream import JetStreamEventStore

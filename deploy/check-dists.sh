@@ -78,7 +78,7 @@ def source(root: str, *packages: str) -> set[str]:
 
 bad = False
 for wheel, root, packages in (
-    (sys.argv[1], ".", ("events", "projections", "services")),
+    (sys.argv[1], ".", ("events", "projections", "commands", "services")),
     (sys.argv[2], "clients/python", ("egress_proxies_client",)),
 ):
     held = {n for n in zipfile.ZipFile(wheel).namelist() if ".dist-info/" not in n}
@@ -115,13 +115,13 @@ import importlib.resources, pathlib, sys
 from importlib.metadata import version
 
 import egress_proxies_client, egress_proxies_client.scrapy
-import events, projections, services
+import commands, events, projections, services
 from services.discovery.console import routes  # reads the static files as it is imported
 from services.discovery.console.render import ENV
 from services.runtime.version import VERSION
 
 venv, expected = pathlib.Path(sys.argv[1]).resolve(), sys.argv[2]
-for module in (events, projections, services, egress_proxies_client):
+for module in (events, projections, commands, services, egress_proxies_client):
     where = pathlib.Path(module.__file__).resolve()
     assert venv in where.parents, f"{module.__name__} was imported from {where}, not the venv"
     assert importlib.resources.files(module.__name__).joinpath("py.typed").is_file(), module

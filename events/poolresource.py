@@ -9,11 +9,24 @@ from __future__ import annotations
 
 import hashlib
 import math
-import re
 from typing import Any
 
 import msgspec
 
+from events.customresource import (
+    API_VERSION,
+    DNS_LABEL,
+    PROVIDER_NAME,
+    FieldError,
+    ObjectMeta,
+    ResourceError,
+    cli_uid,
+    kind_errors,
+    namespace_errors,
+    unknown_in,
+    unknown_object_fields,
+    unquote_hint,
+)
 from events.durations import EXAMPLES, parse_duration
 from events.pool import (
     MAX_AGE_SECONDS,
@@ -28,19 +41,7 @@ from events.pool import (
     PoolSpec,
     SpreadEntry,
 )
-from events.resource import (
-    API_VERSION,
-    OBJECT_META,
-    TOP_LEVEL,
-    FieldError,
-    ObjectMeta,
-    ResourceError,
-    cli_uid,
-    unknown_in,
-    unknown_in_struct,
-    unquote_hint,
-    validate_spec,
-)
+from events.proxyresource import validate_spec
 from events.spec import ProxyMode, ProxySpec
 
 KIND = "ProxyPool"
@@ -53,8 +54,6 @@ POOL_ATTRIBUTE = "pool"
 MAX_POOL_NAME = 57
 """A member is ``<pool>-<5 characters>``, a DNS label of at most 63."""
 SUFFIX_LENGTH = 5
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
-_PROVIDER = re.compile(r"^[A-Za-z0-9_-]{1,63}\Z")
 _SPREAD_FIELDS = frozenset(f.encode_name for f in msgspec.structs.fields(SpreadEntry))
 _ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 """Member suffixes as Kubernetes' generateName makes them: no vowels, so no words."""
@@ -110,15 +109,9 @@ def member_name(pool: str, pool_uid_: str, ordinal: int) -> str:
 
 def unknown_pool_fields(obj: Any) -> list[FieldError]:
     """Fields the ProxyPool schema does not have, each with the closest valid name."""
-    if not isinstance(obj, dict):
-        return []
-    errors = unknown_in(obj, TOP_LEVEL, "")
-    meta = obj.get("metadata")
-    if isinstance(meta, dict):
-        errors += unknown_in(meta, OBJECT_META, "metadata.")
-    spec = obj.get("spec")
+    errors = unknown_object_fields(obj, msgspec.inspect.type_info(PoolSpecDoc))
+    spec = obj.get("spec") if isinstance(obj, dict) else None
     if isinstance(spec, dict):
-        errors += unknown_in_struct(spec, msgspec.inspect.type_info(PoolSpecDoc), "spec.")
         spread = spec.get("spread")
         if isinstance(spread, list):
             # A list of structs is not looked into by unknown_in_struct: a misspelt ``wieght``
@@ -158,21 +151,16 @@ def from_object(obj: Any, source: str = "proxypool") -> tuple[PoolResource, Pool
 
 
 def validate(resource: PoolResource) -> tuple[list[FieldError], PoolSpec | None]:
-    errors: list[FieldError] = []
-    if resource.api_version != API_VERSION:
-        errors.append(FieldError("apiVersion", f"must be {API_VERSION}"))
-    if resource.kind != KIND:
-        errors.append(FieldError("kind", f"must be {KIND}"))
+    errors = kind_errors(resource.api_version, resource.kind, KIND)
     meta = resource.metadata
-    if not _DNS_LABEL.match(meta.name) or len(meta.name) > MAX_POOL_NAME:
+    if not DNS_LABEL.match(meta.name) or len(meta.name) > MAX_POOL_NAME:
         errors.append(
             FieldError(
                 "metadata.name",
                 f"use 1-{MAX_POOL_NAME} lowercase letters, digits or '-' (members add 6), e.g. de",
             )
         )
-    if not _DNS_LABEL.match(meta.namespace):
-        errors.append(FieldError("metadata.namespace", "use 1-63 lowercase letters, digits or '-'"))
+    errors += namespace_errors(meta.namespace)
     doc = resource.spec
     errors += _counts(doc)
     template = doc.template
@@ -219,7 +207,7 @@ def _template(doc: PoolSpecDoc) -> list[FieldError]:
     seen: set[str] = set()
     for index, entry in enumerate(doc.spread):
         where = f"spec.spread[{index}]"
-        if not _PROVIDER.match(entry.provider):
+        if not PROVIDER_NAME.match(entry.provider):
             errors.append(
                 FieldError(
                     f"{where}.provider",

@@ -1,4 +1,7 @@
-"""Event schemas: every fact and decision the system records.
+"""Event schemas: every fact and decision the system records, as one union (``AnyEvent``) and the
+registry derived from it (``EVENT_TYPES``). The events of each aggregate live in a module of their
+own (``events.proxy``, ``events.lease``, ``events.pool``, ``events.gc``, ``events.rotation``,
+``events.egress``); every type is named from here too, and the dead-letter record is here.
 
 Events are frozen msgspec Structs in one tagged union, so a single Decoder turns any payload into
 the right type and services dispatch with ``match``. The tag (the class name) is also sent in the
@@ -13,7 +16,6 @@ derives the subject from it, so a writer cannot put an event on the wrong subjec
 
 from __future__ import annotations
 
-from enum import StrEnum
 from typing import ClassVar, get_args
 
 import msgspec
@@ -43,6 +45,26 @@ from events.pool import (
     PoolScaled,
     PoolSpecChanged,
 )
+from events.proxy import (
+    Condition,
+    CreateInstance,
+    DeleteInstance,
+    ErrorClass,
+    HealthChanged,
+    InstanceCreated,
+    InstanceGone,
+    InstanceObserved,
+    InstanceState,
+    ObserveInstance,
+    Phase,
+    PhaseChanged,
+    ProviderFailed,
+    ProxyDeclared,
+    ProxyDeletionRequested,
+    ProxyEvent,
+    ProxyRemoved,
+    ProxySpecChanged,
+)
 from events.rotation import (
     ReplacementPromoted,
     ReplacementStarted,
@@ -59,7 +81,7 @@ from events.spec import (
     SecretRef,
 )
 
-# The lease, gc, pool and rotation events and the spec live in modules of their own;
+# The proxy, lease, gc, pool and rotation events and the spec live in modules of their own;
 # importers name them from here.
 __all__ = [
     "MAX_BLOCK_BACKOFF_SECONDS",
@@ -127,174 +149,10 @@ __all__ = [
 SCHEMA_VERSION = 1
 
 
-# --------------------------------------------------------------------------------------------
-# proxy.<uid>.declared — what people asked for (watcher, CLI)
-
-
-class ProxyDeclared(Event, frozen=True, kw_only=True):
-    category: ClassVar[str] = "declared"
-    uid: str
-    namespace: str
-    name: str
-    spec: ProxySpec
-    generation: int = 1
-    source: str = "cli"
-    cloud_init_resolved: str = ""
-
-
-class ProxySpecChanged(Event, frozen=True, kw_only=True):
-    category: ClassVar[str] = "declared"
-    uid: str
-    spec: ProxySpec
-    generation: int = 1
-    cloud_init_resolved: str = ""
-
-
-class ProxyDeletionRequested(Event, frozen=True, kw_only=True):
-    category: ClassVar[str] = "declared"
-    uid: str
-
-
-class ProxyRemoved(Event, frozen=True, kw_only=True):
-    """The last event of an aggregate: its instance is gone and nothing more will happen."""
-
-    category: ClassVar[str] = "declared"
-    uid: str
-
-
-# --------------------------------------------------------------------------------------------
-# proxy.<uid>.cmd — what the reconciler asks the executor to do
-
-
-class CreateInstance(Event, frozen=True, kw_only=True):
-    category: ClassVar[str] = "cmd"
-    command_id: str
-    provider: str
-    instance_name: str
-    spec: ProxySpec
-    spec_hash: str = ""
-    cloud_init: str = ""
-
-
-class ObserveInstance(Event, frozen=True, kw_only=True):
-    category: ClassVar[str] = "cmd"
-    command_id: str
-    provider: str
-    provider_id: str
-
-
-class DeleteInstance(Event, frozen=True, kw_only=True):
-    category: ClassVar[str] = "cmd"
-    command_id: str
-    provider: str
-    provider_id: str
-
-
-# --------------------------------------------------------------------------------------------
-# proxy.<uid>.instance — what the executor did and saw
-
-
-class InstanceState(StrEnum):
-    PENDING = "Pending"
-    RUNNING = "Running"
-    STOPPED = "Stopped"
-    TERMINATING = "Terminating"
-    UNKNOWN = "Unknown"
-
-
-class ErrorClass(StrEnum):
-    NOT_FOUND = "NotFound"
-    QUOTA_EXCEEDED = "QuotaExceeded"
-    TRANSIENT = "Transient"
-    PERMANENT = "Permanent"
-
-
-class InstanceCreated(Event, frozen=True, kw_only=True):
-    category: ClassVar[str] = "instance"
-    command_id: str
-    provider: str
-    provider_id: str
-
-
-class InstanceObserved(Event, frozen=True, kw_only=True):
-    category: ClassVar[str] = "instance"
-    command_id: str
-    provider: str
-    provider_id: str
-    state: InstanceState
-    ip: str = ""
-    url: str = ""
-    instance_uid: str = ""
-    created_at: str = ""
-
-
-class InstanceGone(Event, frozen=True, kw_only=True):
-    """The provider answered NotFound for the instance: deleted, vanished, or never made."""
-
-    category: ClassVar[str] = "instance"
-    command_id: str
-    provider: str
-    provider_id: str
-
-
-class ProviderFailed(Event, frozen=True, kw_only=True):
-    category: ClassVar[str] = "instance"
-    command_id: str
-    provider: str
-    operation: str
-    error_class: ErrorClass
-    message: str
-    provider_id: str = ""
-
-
-# --------------------------------------------------------------------------------------------
-# proxy.<uid>.health — transitions only; full-rate figures go to metrics
-
-
-class HealthChanged(Event, frozen=True, kw_only=True):
-    category: ClassVar[str] = "health"
-    healthy: bool
-    reason: str = ""
-    message: str = ""
-    latency_ms: float = 0.0
-    provider_id: str = ""
-
-
-# --------------------------------------------------------------------------------------------
-# proxy.<uid>.status — phase and condition changes the reconciler decided
-
-
-class Phase(StrEnum):
-    PENDING = "Pending"
-    PROVISIONING = "Provisioning"
-    READY = "Ready"
-    REPLACING = "Replacing"
-    DELETING = "Deleting"
-    FAILED = "Failed"
-
-
-class Condition(msgspec.Struct, frozen=True, kw_only=True):
-    type: str
-    status: str
-    reason: str = ""
-    message: str = ""
-
-
-class PhaseChanged(Event, frozen=True, kw_only=True):
-    category: ClassVar[str] = "status"
-    phase: Phase
-    reason: str = ""
-    message: str = ""
-    ip: str = ""
-    url: str = ""
-    provider_id: str = ""
-    observed_generation: int = 0
-    conditions: tuple[Condition, ...] = ()
-
-
-# Lease events (lease.<proxy-uid>) are in events.lease, garbage collection (gc.<provider>) in
-# events.gc, and make-before-break rotation (docs/decisions/0085-a-fresh-ip-without-downtime.md) in
-# events.rotation; all are part of the union below.
+# Proxy events (proxy.<uid>.*) are in events.proxy, lease events (lease.<proxy-uid>) in
+# events.lease, garbage collection (gc.<provider>) in events.gc, and make-before-break rotation
+# (docs/decisions/0085-a-fresh-ip-without-downtime.md) in events.rotation; all are part of the
+# union below.
 
 
 # --------------------------------------------------------------------------------------------
@@ -315,27 +173,6 @@ class DeadLettered(Event, frozen=True, kw_only=True):
     headers: dict[str, str] = msgspec.field(default_factory=dict)
 
 
-ProxyEvent = (
-    ProxyDeclared
-    | ProxySpecChanged
-    | ProxyDeletionRequested
-    | ProxyRemoved
-    | CreateInstance
-    | ObserveInstance
-    | DeleteInstance
-    | InstanceCreated
-    | InstanceObserved
-    | InstanceGone
-    | ProviderFailed
-    | HealthChanged
-    | PhaseChanged
-    | RotationRequested
-    | ReplacementStarted
-    | ReplacementPromoted
-    | RotationEnded
-    | EgressObserved
-    | EgressChanged
-)
 LeaseEvent = (
     LeaseAcquired | LeaseReleased | LeaseReported | LeaseExpired | LeaseRenewed | LeaseSwitched
 )

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from services.watcher.pure.crd import render_yaml
 from services.watcher.pure.poolcrd import render_pool_yaml
+from services.watcher.pure.proxycrd import render_yaml
 
 
 @click.command("crd")

@@ -2,7 +2,7 @@
 events.
 
 Only the CLI's part lives here (reading YAML, refusing what needs a cluster). The appends are
-``projections.declaring`` and ``projections.pooldeclaring``, shared with the Kubernetes watcher,
+``commands.declaring`` and ``commands.pooldeclaring``, shared with the Kubernetes watcher,
 so both sources decide alike.
 """
 
@@ -15,11 +15,12 @@ from typing import Any, TypeVar
 
 import yaml
 
+from commands.declaring import uid_of
 from events import poolresource
+from events.customresource import FieldError, ResourceError
 from events.pool import PoolSpec
 from events.poolresource import PoolResource, pool_uid, unknown_pool_fields
-from events.resource import FieldError, ProxyResource, ResourceError, from_object, unknown_fields
-from projections.declaring import uid_of
+from events.proxyresource import ProxyResource, from_object, unknown_fields
 from services.providers.config import yaml_problem
 
 T = TypeVar("T")

@@ -11,9 +11,9 @@ from datetime import UTC, datetime
 import click
 import yaml
 
+from commands import pooldeclaring
 from events.pool import MAX_REPLICAS
 from events.poolresource import MAX_POOL_NAME
-from projections import pooldeclaring
 from services.cli import poolviews
 from services.cli.common import (
     CliState,

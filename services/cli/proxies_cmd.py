@@ -12,9 +12,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-from events.resource import ResourceError, cli_uid
+from commands import declaring, pooldeclaring
+from events.customresource import ResourceError, cli_uid
 from events.schemas import Phase
-from projections import declaring, pooldeclaring
 from projections.proxy import ProxyView
 from services.cli import manifests, pools_cmd
 from services.cli.common import (

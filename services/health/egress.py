@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 import msgspec
 import structlog
 
+from commands.rotating import request_rotation
 from events import subjects
 from events.egress import EGRESS_MISMATCH, EgressChanged, EgressObserved
 from events.errors import EventStoreError
@@ -27,7 +28,6 @@ from events.store import EventStore, NewEvent, derive_msg_id
 from projections import egress as judged
 from projections.egress import EgressPolicy
 from projections.proxy import ProxyView
-from projections.rotating import request_rotation
 from services.health.geoip import GeoLookup
 from services.health.metrics import HealthMetrics
 from services.health.probe_client import CheckUrl, ProbeClient

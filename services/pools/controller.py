@@ -18,17 +18,17 @@ from datetime import datetime
 
 import structlog
 
+from commands.declaring import Declaration, apply, delete
+from commands.rotating import request_rotation
 from events import subjects
 from events.pool import MAX_MEMBERS_PER_DECISION, PoolMember
 from events.store import EventStore, History, NewEvent, decide_and_append, derive_msg_id
 from projections import pool as pool_fold
-from projections.declaring import Declaration, apply, delete
 from projections.lease import LeaseView
 from projections.pool import PoolView
 from projections.pool_demand import Demand
 from projections.pool_members import MemberState, member_states
 from projections.proxy import ProxyView
-from projections.rotating import request_rotation
 from services.pools.pure.decide import Decision, decide
 from services.pools.pure.members import member_spec
 from services.pools.pure.record import recorded_as

@@ -48,10 +48,10 @@ from services.runtime.options import env_option
 log = structlog.get_logger("egress.providers")
 
 Factory = Callable[[str, Any], Provider]
-# The same rule as spec.provider (events.resource), or no Proxy could ever refer to the entry.
+# The same rule as spec.provider (events.proxyresource), or no Proxy could ever refer to the entry.
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,63}\Z")
 _FLAG = "--providers-config"
-_OWN_PACKAGES = frozenset({"events", "projections", "services"})
+_OWN_PACKAGES = frozenset({"events", "projections", "commands", "services"})
 AUTH_LEASE = "lease"
 AUTH_NONE = "none"
 AUTH_MODES = (AUTH_LEASE, AUTH_NONE)

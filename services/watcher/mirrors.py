@@ -23,11 +23,11 @@ from typing import Any
 
 import structlog
 
+from commands.rotating import request_rotation
 from events.store import EventStore
 from projections.proxy import ProxyView
-from projections.rotating import request_rotation
 from services.watcher.board import Board
-from services.watcher.kube import Raw
+from services.watcher.customobjects import Raw
 from services.watcher.poolkube import PoolApi
 from services.watcher.pure.objects import parse_proxy
 from services.watcher.pure.pools import PoolObject, is_mirror, mirror, mirror_member, mirror_patch

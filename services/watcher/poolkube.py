@@ -1,9 +1,9 @@
 """The watcher's Kubernetes API calls for ProxyPools and for the Proxy objects that mirror their
-members, with errors in our hierarchy (``KubeApiError``), as ``kube`` does for Proxies.
+members, with errors in our hierarchy (``KubeApiError``), as ``proxykube`` does for Proxies.
 
-The pools' own calls are ``kube.CustomObjectApi``'s, built with ``plural=POOL_PLURAL``; the
-mirrors' calls name theirs, ``PLURAL``: the RBAC test in tests/unit/test_deploy.py reads these
-names to derive the rules the watcher needs.
+The pools' own calls are ``customobjects.CustomObjectApi``'s, built with
+``plural=POOL_PLURAL``; the mirrors' calls name theirs, ``PLURAL``: the RBAC test in
+tests/unit/test_deploy.py reads these names to derive the rules the watcher needs.
 """
 
 from __future__ import annotations
@@ -12,11 +12,12 @@ from typing import Any, cast
 
 from kubernetes_asyncio import client as k8s
 
+from events.customresource import GROUP, VERSION
 from events.poolresource import KIND as POOL_KIND
 from events.poolresource import PLURAL as POOL_PLURAL
-from events.resource import GROUP, PLURAL, VERSION
+from events.proxyresource import PLURAL
 from services.runtime.kubeclient import KubeConflict, KubeNotFound
-from services.watcher.kube import _MERGE, CustomObjectApi, Raw, answer, succeeded
+from services.watcher.customobjects import MERGE, CustomObjectApi, Raw, answer, succeeded
 
 
 class PoolApi(CustomObjectApi):
@@ -45,7 +46,7 @@ class PoolApi(CustomObjectApi):
             PLURAL,
             name,
             patch,
-            **_MERGE,
+            **MERGE,
             _request_timeout=self.timeout,
         )
         patched: Raw | None = await answer(

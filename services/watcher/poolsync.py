@@ -20,12 +20,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import AsyncGenerator
 from datetime import UTC, datetime
 from typing import Any
 
 import structlog
 
+from commands.pooldeclaring import apply_pool, delete_pool, scale_pool
 from events import subjects
 from events.errors import EventStoreError
 from events.poolresource import pool_uid
@@ -33,15 +33,14 @@ from events.store import EventStore
 from projections.lease import LeaseView
 from projections.pool import PoolView, fold
 from projections.pool_members import available_members, member_states
-from projections.pooldeclaring import apply_pool, delete_pool, scale_pool
 from services.runtime.aio import raise_if_cancelled
 from services.runtime.eventlog.projector import Projector
 from services.runtime.kubeclient import KubeApiError, pause_after
-from services.watcher.kube import Raw
+from services.watcher.customobjects import Raw
 from services.watcher.logview import LogView
 from services.watcher.mirrors import Mirrors
 from services.watcher.poolkube import PoolApi
-from services.watcher.pure.objects import SOURCE, finalizers_with, finalizers_without
+from services.watcher.pure.objects import SOURCE, finalizers_without
 from services.watcher.pure.pools import (
     PoolObject,
     log_change,
@@ -54,9 +53,11 @@ from services.watcher.watchloop import ListWatch
 log = structlog.get_logger("egress.watcher.pools")
 
 
-class PoolSync(ListWatch):
+class PoolSync(ListWatch[PoolObject]):
     WATCH = "pool watch"
+    NOUN = "pool"
     log = log
+    api: PoolApi
 
     def __init__(
         self,
@@ -71,17 +72,12 @@ class PoolSync(ListWatch):
         retry_delay: float = 1.0,
         interval: float = 1.0,
     ) -> None:
-        super().__init__(resync=resync, retry_delay=retry_delay)
-        self.store = store
-        self.api = api
-        self.logview = logview
+        super().__init__(store, api, logview, resync=resync, retry_delay=retry_delay)
         self.pools = pools
         self.leases = leases
         self.mirrors = mirrors
         self.interval = interval
         self.objects: dict[str, PoolObject] = {}
-        self.synced: dict[str, int] = {}
-        """The generation last brought into the log, per object uid."""
         self.written: dict[str, dict[str, Any]] = {}
         self.complete = False
         """Pools and Proxies listed at least once this term: a mirror nobody wants is stale."""
@@ -96,32 +92,23 @@ class PoolSync(ListWatch):
     def view_of(self, obj: PoolObject) -> PoolView | None:
         return self.pools.views.get(pool_uid(obj.namespace, obj.name))
 
+    def parse(self, raw: Raw) -> PoolObject:
+        return parse_pool(raw)
+
     async def observe(self, raw: Raw, *, force: bool = False) -> None:
         obj = parse_pool(raw)
         if not obj.uid:
             return
-        try:
-            await self._sync(obj, force)
-        except (KubeApiError, EventStoreError) as exc:
-            log.warning(
-                "pool not synced, will retry",
-                namespace=obj.namespace,
-                name=obj.name,
-                error=str(exc),
-            )
+        await self.sync_object(obj, force=force)
         self.wake.set()
 
     async def _sync(self, obj: PoolObject, force: bool) -> None:
         self.objects[obj.uid] = obj
-        if obj.deleting:
-            await self._deleting(obj)
+        standing = await self.standing(obj)
+        if standing is None:
             return
-        if not obj.has_finalizer:
-            updated = await self.api.set_finalizers(obj, finalizers_with(obj))
-            if updated is None:
-                return  # moved or gone: its next watch event brings it back
-            obj = parse_pool(updated)
-            self.objects[obj.uid] = obj
+        obj = standing
+        self.objects[obj.uid] = obj
         if obj.problem is not None or obj.spec is None:
             return
         if not force and self.synced.get(obj.uid) == obj.generation:
@@ -151,16 +138,10 @@ class PoolSync(ListWatch):
                 result=applied.result,
             )
 
-    async def _deleting(self, obj: PoolObject) -> None:
-        if not obj.has_finalizer:
-            return
-        applied = await delete_pool(self.store, obj.namespace, obj.name)
-        if applied.result == "deleted":
-            log.info("pool deletion requested", namespace=obj.namespace, name=obj.name)
-        if applied.result == "absent":
-            await self._release(obj)
+    async def request_deletion(self, obj: PoolObject) -> str:
+        return (await delete_pool(self.store, obj.namespace, obj.name)).result
 
-    async def _release(self, obj: PoolObject) -> None:
+    async def release(self, obj: PoolObject) -> None:
         """Drop our finalizer: the log says the pool is removed."""
         if await self.api.set_finalizers(obj, finalizers_without(obj)) is not None:
             log.info("pool finalizer released", namespace=obj.namespace, name=obj.name)
@@ -171,10 +152,7 @@ class PoolSync(ListWatch):
         obj = parse_pool(raw)
         self.forget(obj.uid)
         self.wake.set()
-        try:
-            await delete_pool(self.store, obj.namespace, obj.name)
-        except EventStoreError as exc:
-            log.warning("pool deletion not recorded, the next listing retries", error=str(exc))
+        await self.deletion_logged(obj)
 
     def forget(self, uid: str) -> None:
         self.objects.pop(uid, None)
@@ -213,9 +191,6 @@ class PoolSync(ListWatch):
         self.complete = self.pools_listed
         self.wake.set()
 
-    def watch(self, resource_version: str) -> AsyncGenerator[Raw, None]:
-        return self.api.watch_objects(resource_version)
-
     # ------------------------------------------------------------------ the log's side
 
     async def catch_up(self) -> None:
@@ -251,7 +226,7 @@ class PoolSync(ListWatch):
             view = self.view_of(obj)
             if obj.deleting:
                 if view is None or view.removed:
-                    await self._release(obj)
+                    await self.release(obj)
             elif obj.problem is None and self.synced.get(obj.uid) != obj.generation:
                 await self._sync(obj, force=False)
             if view is not None and not view.removed:

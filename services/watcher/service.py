@@ -26,14 +26,14 @@ from services.runtime.kubeclient import (
 )
 from services.runtime.service import ServiceContext
 from services.watcher.board import Board
-from services.watcher.kube import ProxyApi
 from services.watcher.leader import LeaderSettings, Leadership
 from services.watcher.logview import LogView
 from services.watcher.metrics import watcher_metrics
 from services.watcher.mirrors import Mirrors
 from services.watcher.poolkube import PoolApi
 from services.watcher.poolsync import PoolSync
-from services.watcher.sync import ProxySync
+from services.watcher.proxykube import ProxyApi
+from services.watcher.proxysync import ProxySync
 from services.watcher.writer import StatusWriter
 
 log = structlog.get_logger("egress.watcher")

@@ -20,11 +20,11 @@ from events.errors import EventStoreError
 from services.runtime.aio import raise_if_cancelled
 from services.runtime.kubeclient import KubeApiError, pause_after
 from services.watcher.board import Board
-from services.watcher.kube import ProxyApi
 from services.watcher.logview import LogView
 from services.watcher.metrics import WatcherMetrics
+from services.watcher.proxykube import ProxyApi
+from services.watcher.proxysync import ProxySync
 from services.watcher.pure.status import desired_status, differs, notices, patch_body
-from services.watcher.sync import ProxySync
 
 log = structlog.get_logger("egress.watcher.status")
 _tracer = trace.get_tracer("egress_proxies.watcher")

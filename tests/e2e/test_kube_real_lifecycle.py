@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from services.watcher.pure.crd import FINALIZER
+from services.watcher.pure.crdschema import FINALIZER
 from tests.support.apiserver import SYSTEM_NAMESPACE, ApiServer
 from tests.support.system import Up, hello_target, processes_mentioning, running_up
 from tests.support.waiting import until

@@ -4,7 +4,7 @@
     python -m tests.golden.generate expected   # expected-events.json and expected-views.json
 
 The log is a life of two proxies, their leases and a GC sweep, as the services write it: the
-declarations come from the CLI's writer (``projections.declaring``) and every decision from the
+declarations come from the CLI's writer (``commands.declaring``) and every decision from the
 reconciler's own ``decide`` on its fold, into an in-memory log with fixed JetStream timestamps;
 the executor's, the health prober's, discovery's, the GC's and the consumers' facts are built
 the way those services build them (same constructors, same ids). Every event type the build
@@ -21,9 +21,10 @@ import sys
 from datetime import timedelta
 from typing import Any
 
+from commands import declaring
 from events import codec, subjects
+from events.customresource import cli_uid
 from events.egress import EGRESS_MISMATCH, EgressChanged, EgressObserved
-from events.resource import cli_uid
 from events.schemas import (
     SCHEMA_VERSION,
     CreateInstance,
@@ -47,7 +48,6 @@ from events.schemas import (
     RotationRequested,
 )
 from events.store import NewEvent, derive_msg_id
-from projections import declaring
 from projections import proxy as proxy_fold
 from services.executor.commands import observed
 from services.gc.collector import sweep_events

@@ -10,9 +10,10 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from commands import declaring
 from events import codec, subjects
 from events.errors import ConcurrencyError
-from events.resource import from_object
+from events.proxyresource import from_object
 from events.schemas import (
     CreateInstance,
     DeleteInstance,
@@ -26,7 +27,6 @@ from events.schemas import (
 )
 from events.store import AppendResult, History, NewEvent, Recorded, derive_msg_id
 from events.subjects import Aggregate, subject_matches
-from projections import declaring
 from projections import lease as lease_fold
 from projections import proxy as proxy_fold
 from services.discovery.pure.policy import LeasePolicy

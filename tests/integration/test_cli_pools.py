@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from events import subjects
+from events.customresource import cli_uid
 from events.lease import LeaseAcquired
 from events.pool import PoolDecided, PoolDeletionRequested, PoolFigures, PoolMember, PoolRemoved
 from events.poolresource import member_name, pool_uid
-from events.resource import cli_uid
 from events.store import NewEvent
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.natsserver import EmbeddedNatsServer

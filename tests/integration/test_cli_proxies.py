@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from events import subjects
-from events.resource import cli_uid
+from events.customresource import cli_uid
 from events.schemas import HealthChanged, Phase, PhaseChanged
 from events.store import NewEvent
 from services.runtime.connection import Connection

@@ -12,13 +12,13 @@ import httpx
 import pytest
 from markupsafe import escape
 
+from commands.pooldeclaring import apply_pool, scale_pool
 from events import subjects
+from events.customresource import cli_uid
 from events.pool import PoolDecided, PoolDeclared, PoolFigures, PoolMember, PoolSpec, SpreadEntry
 from events.poolresource import member_name, pool_uid
-from events.resource import cli_uid
 from events.schemas import LeaseAcquired, Phase, ProxySpec
 from events.store import EventStore, NewEvent
-from projections.pooldeclaring import apply_pool, scale_pool
 from services.discovery.console.render import pool_path
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.natsserver import EmbeddedNatsServer

@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from events.resource import cli_uid
+from events.customresource import cli_uid
 from events.subjects import DEADLETTER_STREAM, GC_STREAM, LEASE_STREAM, PROXY_STREAM
 from services.runtime.connection import Connection
 from services.runtime.natsserver import EmbeddedNatsServer

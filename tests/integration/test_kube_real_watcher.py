@@ -24,8 +24,9 @@ from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.kubeclient import KubeApiError, KubeGone, KubeSettings, new_api_client
 from services.runtime.natsserver import EmbeddedNatsServer
 from services.watcher import service as watcher_service
-from services.watcher.kube import ProxyApi, Raw
+from services.watcher.customobjects import Raw
 from services.watcher.leader import LeaderSettings
+from services.watcher.proxykube import ProxyApi
 from services.watcher.service import WatcherService
 from tests.support.apiserver import SYSTEM_NAMESPACE, ApiServer, poll
 from tests.support.lifecycle import start

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from commands.declaring import apply, delete
 from events import subjects
-from events.resource import cli_uid
+from events.customresource import cli_uid
 from events.schemas import CreateInstance, ErrorClass, HealthChanged, Phase, ProxySpec
 from events.store import NewEvent
-from projections.declaring import apply, delete
 from services.cli.manifests import parse_resources
 from services.providers.base import Permanent, Transient
 from services.providers.testing import FakeProvider

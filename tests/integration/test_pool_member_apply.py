@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from events import subjects
+from events.customresource import cli_uid
 from events.poolresource import pool_uid
-from events.resource import cli_uid
 from projections.pool import fold as fold_pool
 from projections.proxy import fold as fold_proxy
 from services.pools.controller import Controller

@@ -11,14 +11,14 @@ from datetime import UTC, datetime
 
 import pytest
 
+from commands.declaring import Declaration, apply
 from events import subjects
+from events.customresource import cli_uid
 from events.pool import PoolDeclared, PoolDeletionRequested, PoolScaled, PoolSpec, SpreadEntry
 from events.poolresource import POOL_ATTRIBUTE, member_name, pool_uid
-from events.resource import cli_uid
 from events.schemas import Phase, ProxySpec
 from events.store import NewEvent, derive_msg_id
 from projections import pool as pool_fold
-from projections.declaring import Declaration, apply
 from projections.pool import PoolView
 from projections.proxy import ProxyView
 from services.pools.controller import Controller

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from commands.declaring import apply
 from events import subjects
 from events.schemas import Phase
-from projections.declaring import apply
 from services.cli.manifests import parse_resources
 from services.providers.local import LocalProvider
 from services.providers.squidauth.keyed import lease_keyed

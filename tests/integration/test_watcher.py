@@ -18,7 +18,7 @@ from events.schemas import (
 from services.providers.base import Transient
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.natsserver import EmbeddedNatsServer
-from services.watcher.pure.crd import FINALIZER
+from services.watcher.pure.crdschema import FINALIZER
 from tests.support.kube import PROXIES
 from tests.support.waiting import until
 from tests.support.watcher_harness import NAMESPACE, Bench, bench

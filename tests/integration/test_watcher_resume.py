@@ -16,7 +16,7 @@ from events.schemas import (
 )
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.natsserver import EmbeddedNatsServer
-from services.watcher.pure.crd import FINALIZER
+from services.watcher.pure.crdschema import FINALIZER
 from services.watcher.service import WatcherService
 from tests.support.kube import PROXIES
 from tests.support.waiting import until

@@ -143,12 +143,12 @@ def test_each_user_may_write_what_its_service_appends(service: str) -> None:
     # The watcher and the pool controller declare Proxies, and ask for fresh instances of pool
     # members, through the shared declaring and rotating code.
     declares = service in ("watcher", "pools")
-    shared = [ROOT / "projections" / "declaring.py", ROOT / "projections" / "rotating.py"]
+    shared = [ROOT / "commands" / "declaring.py", ROOT / "commands" / "rotating.py"]
     extra = shared if declares else []
     if service == "health":  # the replacement of a proxy whose egress does not match (D111)
-        extra.append(ROOT / "projections" / "rotating.py")
+        extra.append(ROOT / "commands" / "rotating.py")
     if service == "watcher":  # ProxyPool objects, through the CLI's pool declaring code
-        extra.append(ROOT / "projections" / "pooldeclaring.py")
+        extra.append(ROOT / "commands" / "pooldeclaring.py")
     loops = any("ConsumerLoop(" in p.read_text() for p in package)
     assert loops == (service in CONSUMERS)
     if loops:

@@ -39,12 +39,12 @@ import pytest
 from bench import chaos_check as check
 from bench.chaos_load import LoadOptions, Record, crawler
 from bench.chaos_view import StreamReader, fold_proxies
+from commands.declaring import apply
 from events import subjects
 from events.errors import ConcurrencyError, EventStoreError
 from events.schemas import HealthChanged, Phase
 from events.store import NewEvent
 from events.subjects import LEASE_STREAM, PROXY_STREAM
-from projections.declaring import apply
 from projections.proxy import ProxyView
 from services.cli.manifests import parse_resources
 from services.discovery.service import DiscoveryService

@@ -7,9 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 from events import subjects
+from events.customresource import cli_uid
 from events.pool import Autoscale, PoolDecided, PoolDeclared, PoolFigures, PoolMember, PoolSpec
 from events.poolresource import member_name
-from events.resource import cli_uid
 from events.schemas import ProxySpec
 from events.store import EventStore, NewEvent
 from tests.support.discovery import ready_proxy

@@ -13,12 +13,12 @@ import urllib.error
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+from commands.declaring import apply
 from events import subjects
 from events.errors import ConcurrencyError
 from events.schemas import HealthChanged, LeaseAcquired, ReplacementPromoted, RotationRequested
 from events.store import EventStore, NewEvent
 from projections import lease
-from projections.declaring import apply
 from projections.proxy import ProxyView
 from services.cli.manifests import parse_resources
 from tests.support.lifecycle import view

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from events.resource import from_object, validate
+from events.proxyresource import from_object, validate
 from services.providers.aws.config import DEFAULT_IMAGE, DEFAULT_INSTANCE_TYPE, AwsConfig
 from services.providers.aws.provider import AwsProvider
 from services.providers.config import build_providers, parse_providers_config

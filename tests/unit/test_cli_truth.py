@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from events.resource import ProxyResource, from_object
+from events.proxyresource import ProxyResource, from_object
 from services.cli.api_client import (
     EXIT_NO_MATCH,
     EXIT_NO_PROXY,

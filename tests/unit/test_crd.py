@@ -1,5 +1,5 @@
 """The Proxy CRD: generated from the structs, structural, committed as generated, and as strict
-as ``events.resource.validate`` where a schema can be."""
+as ``events.proxyresource.validate`` where a schema can be."""
 
 from __future__ import annotations
 
@@ -13,19 +13,19 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from events.resource import ResourceError, from_object
+from events.customresource import ResourceError
+from events.proxyresource import from_object
 from events.schemas import Phase
 from services.cli.main import main
-from services.watcher.pure.crd import (
+from services.watcher.pure.crdschema import StatusCondition, structural
+from services.watcher.pure.proxycrd import (
     CLOUD_INIT_ERROR,
     HEALTH_HEALTHY,
     PRINTER_COLUMNS,
     READY,
     ProxyStatus,
-    StatusCondition,
     proxy_crd,
     render_yaml,
-    structural,
 )
 from tests.support.crd_schema import openapi_schema, schema_nodes, validator
 

@@ -13,11 +13,11 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from events.customresource import ResourceError
 from events.pool import MAX_REPLICAS
 from events.poolresource import from_object
-from events.resource import ResourceError
 from services.cli.main import main
-from services.watcher.pure.crd import StatusCondition
+from services.watcher.pure.crdschema import StatusCondition
 from services.watcher.pure.poolcrd import (
     POOL_PRINTER_COLUMNS,
     DecisionStatus,

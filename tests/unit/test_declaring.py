@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from commands.declaring import apply, delete
 from events import subjects
-from events.resource import ResourceError, cli_uid
+from events.customresource import ResourceError, cli_uid
 from events.schemas import ProxyDeclared, ProxyRemoved, ProxySpecChanged
 from events.store import NewEvent
-from projections.declaring import apply, delete
 from services.cli.manifests import parse_resources
 from services.runtime.eventlog.memory import InMemoryEventStore
 

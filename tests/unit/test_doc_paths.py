@@ -12,7 +12,17 @@ import re
 
 from tests.support.docgen import ARCHITECTURE, ROOT
 
-TOP = ("services", "events", "projections", "bench", "tests", "deploy", "clients", "docs")
+TOP = (
+    "services",
+    "events",
+    "projections",
+    "commands",
+    "bench",
+    "tests",
+    "deploy",
+    "clients",
+    "docs",
+)
 EXTENSIONS = ("py", "yaml", "yml", "json", "jsonl", "md", "sh", "toml", "txt", "tpl", "conf")
 PATH = re.compile(
     rf"(?<![\w/.-])((?:{'|'.join(TOP)})/[\w/.<>*-]*\.(?:{'|'.join(EXTENSIONS)}))(?![\w/-])"
@@ -60,8 +70,8 @@ def test_where_things_happen_names_the_modules_of_each_story() -> None:
     named = named_paths(section)
     # The chain the section exists for: watcher -> reconciler -> executor -> provider -> Squid.
     for module in (
-        "services/watcher/sync.py",
-        "projections/declaring.py",
+        "services/watcher/proxysync.py",
+        "commands/declaring.py",
         "services/reconciler/service.py",
         "services/reconciler/pure/decide.py",
         "services/executor/commands.py",

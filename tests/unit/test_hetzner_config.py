@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from events.resource import from_object, validate
+from events.proxyresource import from_object, validate
 from services.providers.config import build_providers, parse_providers_config
 from services.providers.hetzner.config import DEFAULT_ENDPOINT, HetznerConfig
 from services.providers.hetzner.provider import HetznerProvider

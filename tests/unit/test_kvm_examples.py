@@ -7,7 +7,7 @@ from pathlib import Path
 import msgspec
 import yaml
 
-from events.resource import from_object, validate
+from events.proxyresource import from_object, validate
 from services.providers.config import parse_providers_config
 from services.providers.kvm.pure.config import (
     KvmConfig,

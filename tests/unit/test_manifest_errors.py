@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from events.resource import ResourceError
+from events.customresource import ResourceError
 from services.cli.manifests import parse_resources
 
 GOOD = "apiVersion: crawl.example.com/v1alpha1\nkind: Proxy\nmetadata: {name: a, namespace: n}\n"

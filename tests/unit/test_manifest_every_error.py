@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from events.resource import ResourceError
+from events.customresource import ResourceError
 from services.cli.manifests import parse_documents
 from tests.support.clirun import cli, restore_logging_after
 

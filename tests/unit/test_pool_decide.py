@@ -9,6 +9,7 @@ import random
 
 import pytest
 
+from events.customresource import cli_uid
 from events.pool import (
     MAX_MEMBERS_PER_DECISION,
     MAX_REPLICAS,
@@ -17,7 +18,6 @@ from events.pool import (
     SpreadEntry,
 )
 from events.poolresource import member_name
-from events.resource import cli_uid
 from projections.pool import FAILURE_MEMORY, fold
 from services.pools.pure.decide import decide
 from services.pools.pure.spread import next_provider, over_share, placements, shares

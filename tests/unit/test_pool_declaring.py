@@ -6,6 +6,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 
+from commands.pooldeclaring import ReplicasOutOfRange, apply_pool, delete_pool, scale_pool
 from events import subjects
 from events.pool import (
     MAX_REPLICAS,
@@ -20,7 +21,6 @@ from events.poolresource import pool_uid
 from events.spec import ProxySpec
 from events.store import NewEvent
 from projections.pool import fold
-from projections.pooldeclaring import ReplicasOutOfRange, apply_pool, delete_pool, scale_pool
 from services.runtime.eventlog.memory import InMemoryEventStore
 
 SPEC = PoolSpec(replicas=3, template=ProxySpec(provider="local", attributes={"country": "de"}))

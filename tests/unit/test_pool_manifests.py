@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
+from commands.declaring import uid_of
+from events.customresource import ResourceError
 from events.pool import MAX_REPLICAS
 from events.poolresource import pool_uid
-from events.resource import ProxyResource, ResourceError
-from projections.declaring import uid_of
+from events.proxyresource import ProxyResource
 from services.cli import manifests
 from services.cli.main import main
 from services.cli.manifests import PoolDocument, parse_documents

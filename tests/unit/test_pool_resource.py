@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from events.customresource import API_VERSION, ResourceError
 from events.pool import MAX_AGE_SECONDS, Autoscale, PoolSpec, SpreadEntry
 from events.poolresource import (
     MAX_POOL_NAME,
@@ -19,8 +20,7 @@ from events.poolresource import (
     unknown_pool_fields,
 )
 from events.poolresource import from_object as pool_from_object
-from events.resource import API_VERSION, ResourceError
-from events.resource import from_object as proxy_from_object
+from events.proxyresource import from_object as proxy_from_object
 from projections.pool import usable_spec
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")

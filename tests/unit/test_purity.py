@@ -63,7 +63,7 @@ def _pattern(expression: str) -> re.Pattern[str]:
 
 def all_modules() -> list[str]:
     names: list[str] = []
-    for top in ("events", "projections", "services"):
+    for top in ("events", "projections", "commands", "services"):
         package = importlib.import_module(top)
         names.append(top)
         names += [m.name for m in pkgutil.walk_packages(package.__path__, f"{top}.")]

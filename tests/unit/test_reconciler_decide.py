@@ -7,7 +7,7 @@ from typing import get_args
 
 import pytest
 
-from events.resource import spec_hash
+from events.proxyresource import spec_hash
 from events.schemas import (
     CreateInstance,
     DeleteInstance,

@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from events.resource import ResourceError, from_object, unknown_fields
+from events.customresource import ResourceError
+from events.proxyresource import from_object, unknown_fields
 
 
 def proxy(**spec: Any) -> dict[str, Any]:

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from events import poolresource, resource
-from events.resource import ResourceError
+from events import poolresource, proxyresource
+from events.customresource import ResourceError
 from services.cli.main import main
 from services.watcher.pure.objects import Problem, parse_proxy
 from services.watcher.pure.pools import parse_pool
@@ -82,7 +82,7 @@ def shown(path: tuple[str | int, ...]) -> str:
 
 
 def test_the_numbers_as_numbers_are_accepted() -> None:
-    resource.from_object(PROXY)
+    proxyresource.from_object(PROXY)
     poolresource.from_object(POOL)
     assert parse_proxy(PROXY).invalid is None
     assert parse_pool(POOL).problem is None
@@ -109,7 +109,7 @@ def refused_on_both_paths(
 @pytest.mark.parametrize("path", PROXY_NUMBERS, ids=str)
 def test_a_proxys_quoted_number_is_refused_naming_the_field(path: tuple[str | int, ...]) -> None:
     message = refused_on_both_paths(
-        PROXY, resource.from_object, lambda d: parse_proxy(d).invalid, path
+        PROXY, proxyresource.from_object, lambda d: parse_proxy(d).invalid, path
     )
     assert ".".join(str(k) for k in path[1:]).replace(".0", "[0]") in message
 

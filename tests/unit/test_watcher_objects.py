@@ -7,8 +7,9 @@ import base64
 from datetime import UTC, datetime
 from typing import Any
 
+from commands.declaring import Declaration, apply
 from events import subjects
-from events.resource import spec_hash
+from events.proxyresource import spec_hash
 from events.schemas import (
     CloudInit,
     ProxyDeclared,
@@ -18,7 +19,6 @@ from events.schemas import (
     SecretRef,
 )
 from events.store import Recorded
-from projections.declaring import Declaration, apply
 from projections.proxy import ProxyView
 from projections.proxy import apply as track
 from services.runtime.eventlog.memory import InMemoryEventStore

@@ -21,7 +21,7 @@ from projections.pool_members import MemberState, figures
 
 DEFAULT_NAMESPACE = "default"
 """The namespace of a ``pool`` written without one: a ProxyPool applied without
-``metadata.namespace`` is in it (``events.resource.ObjectMeta``)."""
+``metadata.namespace`` is in it (``events.customresource.ObjectMeta``)."""
 MAX_NAMESPACE = 63
 MAX_POOL_REF = MAX_NAMESPACE + 1 + MAX_POOL_NAME
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")

@@ -16,6 +16,7 @@ from datetime import datetime
 
 import msgspec
 
+from events.customresource import cli_uid
 from events.pool import (
     MAX_MEMBERS_PER_DECISION,
     PoolFigures,
@@ -23,7 +24,6 @@ from events.pool import (
     SpreadEntry,
 )
 from events.poolresource import member_name
-from events.resource import cli_uid
 from projections.pool import Planned, PoolView, named_usably
 from projections.pool_demand import Demand
 from projections.pool_members import MemberState, figures

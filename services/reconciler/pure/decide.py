@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from events.resource import spec_hash, validate_spec
+from events.proxyresource import spec_hash, validate_spec
 from events.schemas import (
     CreateInstance,
     DeleteInstance,

@@ -10,7 +10,7 @@ from datetime import datetime
 
 from msgspec.structs import replace as msgspec_replace
 
-from events.resource import spec_hash, validate_spec
+from events.proxyresource import spec_hash, validate_spec
 from events.schemas import (
     CreateInstance,
     DeleteInstance,

@@ -15,9 +15,11 @@ from typing import Any, TypedDict
 
 import msgspec
 
-from events.resource import ProxyResource, unquote_hint
+from events.customresource import unquote_hint
+from events.proxyresource import ProxyResource
 from events.schemas import ProxySpec
-from services.watcher.pure.crd import CLOUD_INIT_LABEL, FINALIZER
+from services.watcher.pure.crdschema import FINALIZER
+from services.watcher.pure.proxycrd import CLOUD_INIT_LABEL
 
 __all__ = [
     "CLOUD_INIT_LABEL",

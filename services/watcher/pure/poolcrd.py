@@ -3,7 +3,7 @@ a ProxyPool with (docs/pools.md, "On Kubernetes").
 
 ``deploy/crd/proxypools.yaml`` is this module's output (``egress-proxies crd --kind ProxyPool``;
 a unit test fails when the two differ). The template's schema is the Proxy CRD's spec schema
-(``crd.spec_schema``), without the rule that a Managed Proxy names its provider: in a pool the
+(``proxycrd.spec_schema``), without the rule that a Managed Proxy names its provider: in a pool the
 spread may name them, which a CEL rule on the pool's spec checks instead. The bounds of
 ``events.poolresource.validate`` are written as schema bounds so ``kubectl`` refuses what the
 watcher would refuse; what a schema cannot say (a duration's text) the watcher still checks, and
@@ -21,20 +21,19 @@ from typing import Any
 
 import msgspec
 
+from events.customresource import GROUP
 from events.pool import MAX_BLOCKS, MAX_REPLICAS, MAX_SPREAD, MAX_SURGE, MAX_WEIGHT
 from events.poolresource import KIND, PLURAL, POOL_ATTRIBUTE, SHORT_NAME, PoolSpecDoc
-from events.resource import GROUP
-from services.watcher.pure.crd import (
+from services.watcher.pure.crdschema import (
+    Schema,
     StatusCondition,
     definition,
     object_schema,
     render,
-    spec_schema,
     structural,
     watcher_status,
 )
-
-Schema = dict[str, Any]
+from services.watcher.pure.proxycrd import spec_schema
 
 POOL_CRD_NAME = f"{PLURAL}.{GROUP}"
 POOL_LABEL = POOL_ATTRIBUTE

@@ -18,14 +18,14 @@ from typing import Any
 
 import msgspec
 
+from events.customresource import API_VERSION, FieldError, ResourceError
 from events.pool import PoolSpec
 from events.poolresource import KIND, from_object, unknown_pool_fields
-from events.resource import API_VERSION, FieldError, ResourceError
-from events.resource import KIND as PROXY_KIND
+from events.proxyresource import KIND as PROXY_KIND
 from events.schemas import ProxySpec
 from projections.pool import PoolView
 from projections.pool_members import MemberState, figures
-from services.watcher.pure.crd import StatusCondition
+from services.watcher.pure.crdschema import StatusCondition
 from services.watcher.pure.objects import KubeObject, Problem, metadata
 from services.watcher.pure.poolcrd import (
     INVALID_SPEC,

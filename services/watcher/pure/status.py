@@ -16,7 +16,9 @@ import msgspec
 
 from events.schemas import Phase
 from projections.proxy import ProxyView
-from services.watcher.pure.crd import (
+from services.watcher.pure.crdschema import StatusCondition
+from services.watcher.pure.objects import Problem
+from services.watcher.pure.proxycrd import (
     CLOUD_INIT_ERROR,
     HEALTH_HEALTHY,
     HEALTH_UNHEALTHY,
@@ -25,9 +27,7 @@ from services.watcher.pure.crd import (
     PROVISIONED,
     READY,
     ProxyStatus,
-    StatusCondition,
 )
-from services.watcher.pure.objects import Problem
 
 INVALID_SPEC = "InvalidSpec"
 CONDITION_ORDER = (READY, PROVISIONED, HEALTHY, CLOUD_INIT_ERROR, INVALID_SPEC)

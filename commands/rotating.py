@@ -2,7 +2,7 @@
 member) and the Kubernetes watcher (a member whose mirror was deleted by hand).
 
 The request is decided on the folded aggregate with optimistic concurrency, as
-``projections.declaring`` does: a Proxy going away, or with a rotation under way, gets none, so
+``commands.declaring`` does: a Proxy going away, or with a rotation under way, gets none, so
 two writers asking at once record one. The rotation's id derives from the cause and the
 sequence folded, so a retried append is stored once.
 """

@@ -1,39 +1,41 @@
 """The Proxy custom resource (``crawl.example.com/v1alpha1``, kind ``Proxy``) as typed structs.
 
 The CLI reads these from YAML and the watcher from the Kubernetes API; both validate here, so a
-bad Proxy gets the same field-named error whichever way it arrived. Pure: no I/O.
+bad Proxy gets the same field-named error whichever way it arrived. What every custom resource of
+ours shares (group, metadata, field errors, the unknown-field check) is ``events.customresource``'s.
+Pure: no I/O.
 """
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import math
 import re
-import uuid
-from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
 
 import msgspec
 import msgspec.inspect as mi
 
+from events.customresource import (
+    API_VERSION,
+    DNS_LABEL,
+    PROVIDER_NAME,
+    FieldError,
+    ObjectMeta,
+    ResourceError,
+    kind_errors,
+    namespace_errors,
+    unknown_object_fields,
+    unquote_hint,
+)
 from events.schemas import ProxyMode, ProxySpec
 
-GROUP = "crawl.example.com"
-VERSION = "v1alpha1"
-API_VERSION = f"{GROUP}/{VERSION}"
 KIND = "Proxy"
 PLURAL = "proxies"
 SHORT_NAME = "px"
 
-# uuid5 namespace for proxies declared without a cluster (no apiserver to hand out uids).
-CLI_UID_NAMESPACE = uuid.UUID("6f1c1c55-3f55-4a0e-9a55-7a2f3c1d9e01")
-
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
 _ATTR_KEY = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._/-]{0,61}[A-Za-z0-9])?\Z")
-_PROVIDER = re.compile(r"^[A-Za-z0-9_-]{1,63}\Z")
 
 MAX_PROBE_INTERVAL = 3600.0
 MAX_PROBE_TIMEOUT = 300.0
@@ -45,45 +47,11 @@ MAX_ASN = 2**32 - 1
 _COUNTRY = re.compile(r"^[A-Za-z]{2}\Z")
 
 
-class ObjectMeta(msgspec.Struct, kw_only=True, rename="camel", omit_defaults=True):
-    name: str = ""
-    namespace: str = "default"
-    uid: str = ""
-    generation: int = 1
-    resource_version: str = ""
-    labels: dict[str, str] = msgspec.field(default_factory=dict)
-    annotations: dict[str, str] = msgspec.field(default_factory=dict)
-
-
 class ProxyResource(msgspec.Struct, kw_only=True, rename="camel", omit_defaults=True):
     api_version: str = API_VERSION
     kind: str = KIND
     metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
     spec: ProxySpec = msgspec.field(default_factory=ProxySpec)
-
-
-@dataclass(frozen=True, slots=True)
-class FieldError:
-    path: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.path}: {self.message}"
-
-
-class ResourceError(ValueError):
-    """One or more fields are invalid; each error names its field and the fix."""
-
-    def __init__(self, source: str, errors: Iterable[FieldError]) -> None:
-        self.source = source
-        self.errors = list(errors)
-        super().__init__(f"{source}: " + "; ".join(str(e) for e in self.errors))
-
-
-def cli_uid(namespace: str, name: str) -> str:
-    """A uid for a Proxy declared without a cluster: stable per namespace/name, so a re-apply
-    finds the same aggregate and two concurrent applies meet at its optimistic concurrency."""
-    return str(uuid.uuid5(CLI_UID_NAMESPACE, f"{namespace}/{name}"))
 
 
 def from_object(obj: Any, source: str = "proxy") -> ProxyResource:
@@ -103,30 +71,6 @@ def from_object(obj: Any, source: str = "proxy") -> ProxyResource:
     return resource
 
 
-# Kubernetes ObjectMeta fields a manifest may carry (e.g. one saved with `kubectl get -o yaml`):
-# known, so not "unknown", though only name, namespace, labels and annotations matter here.
-OBJECT_META = frozenset(
-    {
-        "annotations",
-        "creationTimestamp",
-        "deletionGracePeriodSeconds",
-        "deletionTimestamp",
-        "finalizers",
-        "generateName",
-        "generation",
-        "labels",
-        "managedFields",
-        "name",
-        "namespace",
-        "ownerReferences",
-        "resourceVersion",
-        "selfLink",
-        "uid",
-    }
-)
-TOP_LEVEL = frozenset({"apiVersion", "kind", "metadata", "spec", "status"})
-
-
 def unknown_fields(obj: Any) -> list[FieldError]:
     """Fields the Proxy schema does not have, each with the closest valid name.
 
@@ -134,49 +78,7 @@ def unknown_fields(obj: Any) -> list[FieldError]:
     run where no crawler ever selects it; ``kubectl`` refuses the same with strict field
     validation, and so does ``apply`` unless told to only warn.
     """
-    if not isinstance(obj, dict):
-        return []
-    errors = unknown_in(obj, TOP_LEVEL, "")
-    meta = obj.get("metadata")
-    if isinstance(meta, dict):
-        errors += unknown_in(meta, OBJECT_META, "metadata.")
-    spec = obj.get("spec")
-    if isinstance(spec, dict):
-        errors += unknown_in_struct(spec, mi.type_info(ProxySpec), "spec.")
-    return errors
-
-
-def unknown_in(obj: dict[Any, Any], known: frozenset[str], prefix: str) -> list[FieldError]:
-    errors = []
-    for key in obj:
-        if isinstance(key, str) and key in known:
-            continue
-        close = difflib.get_close_matches(str(key), sorted(known), n=1, cutoff=0.6)
-        names = ", ".join(sorted(known))
-        hint = f"did you mean {prefix}{close[0]}?" if close else f"known: {names}"
-        errors.append(FieldError(f"{prefix}{key}", f"unknown field; {hint}"))
-    return errors
-
-
-def unknown_in_struct(obj: dict[Any, Any], info: mi.Type, prefix: str) -> list[FieldError]:
-    struct = _struct_of(info)
-    if struct is None:
-        return []
-    fields = {f.encode_name: f for f in struct.fields}
-    errors = unknown_in(obj, frozenset(fields), prefix)
-    for name, field in fields.items():
-        value = obj.get(name)
-        if isinstance(value, dict) and _struct_of(field.type) is not None:
-            errors += unknown_in_struct(value, field.type, f"{prefix}{name}.")
-    return errors
-
-
-def _struct_of(info: mi.Type) -> mi.StructType | None:
-    if isinstance(info, mi.StructType):
-        return info
-    if isinstance(info, mi.UnionType):
-        return next((t for t in info.types if isinstance(t, mi.StructType)), None)
-    return None
+    return unknown_object_fields(obj, mi.type_info(ProxySpec))
 
 
 def _from_msgspec(message: str) -> FieldError:
@@ -187,30 +89,14 @@ def _from_msgspec(message: str) -> FieldError:
     return FieldError(path, f"{unquote_hint(message)}; see the Proxy schema in deploy/ or docs/")
 
 
-def unquote_hint(message: str) -> str:
-    """msgspec's message, with the fix when a number was written as a string."""
-    if (
-        message.startswith("Expected `")
-        and message.endswith("got `str`")
-        and ("int" in message or "float" in message)
-    ):
-        return f'{message} (write the number without quotes: 3, not "3")'
-    return message
-
-
 def validate(resource: ProxyResource) -> list[FieldError]:
-    errors: list[FieldError] = []
-    if resource.api_version != API_VERSION:
-        errors.append(FieldError("apiVersion", f"must be {API_VERSION}"))
-    if resource.kind != KIND:
-        errors.append(FieldError("kind", f"must be {KIND}"))
+    errors = kind_errors(resource.api_version, resource.kind, KIND)
     meta = resource.metadata
-    if not _DNS_LABEL.match(meta.name):
+    if not DNS_LABEL.match(meta.name):
         errors.append(
             FieldError("metadata.name", "use 1-63 lowercase letters, digits or '-', e.g. de-1")
         )
-    if not _DNS_LABEL.match(meta.namespace):
-        errors.append(FieldError("metadata.namespace", "use 1-63 lowercase letters, digits or '-'"))
+    errors += namespace_errors(meta.namespace)
     errors.extend(validate_spec(resource.spec))
     return errors
 
@@ -218,7 +104,7 @@ def validate(resource: ProxyResource) -> list[FieldError]:
 def validate_spec(spec: ProxySpec, prefix: str = "spec") -> list[FieldError]:
     errors: list[FieldError] = []
     if spec.mode is ProxyMode.MANAGED:
-        if not _PROVIDER.match(spec.provider):
+        if not PROVIDER_NAME.match(spec.provider):
             errors.append(
                 FieldError(
                     f"{prefix}.provider",

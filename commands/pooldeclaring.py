@@ -1,5 +1,5 @@
 """Turning what people ask of a pool (apply, scale, delete) into ``declared`` events on its
-aggregate (docs/architecture.md, "Pools"), as ``projections.declaring`` does for a Proxy.
+aggregate (docs/architecture.md, "Pools"), as ``commands.declaring`` does for a Proxy.
 
 Each change is decided on the folded pool with optimistic concurrency, so two writers (two CLI
 runs, the CLI and the watcher) cannot both win, and an unchanged spec appends nothing. Every id
@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import msgspec
 
+from commands.declaring import Applied
 from events import subjects
 from events.pool import (
     MAX_REPLICAS,
@@ -25,7 +26,6 @@ from events.pool import (
 )
 from events.poolresource import pool_uid
 from events.store import EventStore, History, NewEvent, decide_and_append, derive_msg_id
-from projections.declaring import Applied
 from projections.pool import PoolView, fold
 
 __all__ = ["Applied", "ReplicasOutOfRange", "apply_pool", "delete_pool", "scale_pool"]

@@ -4,7 +4,7 @@
 proxies.yaml``; a unit test fails when the two differ), so the apiserver can never accept a spec
 field the watcher does not know, or reject one it does. The spec schema is msgspec's JSON Schema
 of ``ProxySpec`` made structural (Kubernetes rejects ``$ref``, untyped nodes and ``anyOf`` with
-types); the rules of ``events.resource.validate`` that a schema can express are added as
+types); the rules of ``events.proxyresource.validate`` that a schema can express are added as
 patterns and bounds. Cross-field rules are CEL rules only, carrying the messages users read in
 ``kubectl apply`` errors: the apiserver runs no CEL rule once the schema has failed, so an
 ``anyOf`` doing their work would hide their messages (tests/integration/test_kube_real_crd.py
@@ -12,21 +12,18 @@ checks them on a real server). What no schema can express (a Secret's label) sta
 watcher.
 
 ``ProxyStatus`` is the ``.status`` the watcher's status writer fills; its schema comes from the
-same struct. Pure: no I/O.
+same struct. What every CRD of ours is made of (a structural schema, the definition, the file)
+is ``crdschema``'s, shared with the ProxyPool's. Pure: no I/O.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable
-from typing import Any
 
 import msgspec
-import yaml
 
-from events.resource import (
-    API_VERSION,
-    GROUP,
+from events.customresource import GROUP
+from events.proxyresource import (
     KIND,
     MAX_ASN,
     MAX_EXPECTED_ASNS,
@@ -35,16 +32,20 @@ from events.resource import (
     MAX_THRESHOLD,
     PLURAL,
     SHORT_NAME,
-    VERSION,
 )
 from events.schemas import Phase, ProxySpec
-
-Schema = dict[str, Any]
+from services.watcher.pure.crdschema import (
+    Schema,
+    StatusCondition,
+    definition,
+    object_schema,
+    render,
+    structural,
+    watcher_status,
+)
 
 CRD_NAME = f"{PLURAL}.{GROUP}"
-FINALIZER = f"{GROUP}/finalizer"
 CLOUD_INIT_LABEL = f"{GROUP}/cloud-init"
-CATEGORIES = ("egress", "crawl")
 
 # Condition types the status writer sets (``Ready`` summarises the others).
 READY = "Ready"
@@ -56,20 +57,6 @@ CLOUD_INIT_ERROR = "CloudInitError"
 HEALTH_HEALTHY = "Healthy"
 HEALTH_UNHEALTHY = "Unhealthy"
 HEALTH_UNKNOWN = "Unknown"
-
-
-class StatusCondition(msgspec.Struct, kw_only=True, rename="camel", omit_defaults=True):
-    """One condition, in the shape of metav1.Condition (what ``kubectl describe`` lists)."""
-
-    type: str
-    status: str
-    """``True``, ``False`` or ``Unknown``."""
-    reason: str = ""
-    """CamelCase, machine-readable: why the condition has this status."""
-    message: str = ""
-    last_transition_time: str = ""
-    """RFC 3339 time the status last changed (not when the message did)."""
-    observed_generation: int = 0
 
 
 class ProxyStatus(msgspec.Struct, kw_only=True, rename="camel", omit_defaults=True):
@@ -122,10 +109,11 @@ _DESCRIPTIONS: dict[str, str] = {
 _DNS_LABEL = "^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 _DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 
-# Value rules of events.resource.validate, by path in the spec (merged into the generated nodes).
+# Value rules of events.proxyresource.validate, by path in the spec (merged into the generated
+# nodes).
 _RULES: dict[str, Schema] = {
     "provider": {"pattern": "^[A-Za-z0-9_-]{0,63}$", "maxLength": 63},
-    # Keys are checked by events.resource.validate (the Proxy fails with InvalidSpec): a CEL
+    # Keys are checked by events.proxyresource.validate (the Proxy fails with InvalidSpec): a CEL
     # rule over unbounded map keys would exceed the apiserver's rule cost budget.
     "attributes.*": {"maxLength": 256},
     # Cross-field rules are CEL only: a failing anyOf would stop the apiserver before it runs
@@ -183,50 +171,6 @@ _RULES: dict[str, Schema] = {
     },
 }
 
-_DROP = ("title", "default", "$defs")
-
-
-def structural(schema: Schema) -> Schema:
-    """A structural openAPIV3Schema from msgspec's JSON Schema: refs inlined, every node typed,
-    ``anyOf [X, null]`` as a nullable X, no titles or defaults (defaulting would write values
-    into stored objects that the structs already default when decoding)."""
-    defs = schema.get("$defs", {})
-
-    def convert(node: Schema) -> Schema:
-        if "$ref" in node:
-            target = defs[node["$ref"].rsplit("/", 1)[-1]]
-            merged = {**target, **{k: v for k, v in node.items() if k != "$ref"}}
-            return convert(merged)
-        if "anyOf" in node:
-            options = [o for o in node["anyOf"] if o.get("type") != "null"]
-            if len(options) != 1:
-                raise ValueError(f"cannot make {node} structural: one non-null option expected")
-            rest = {k: v for k, v in node.items() if k != "anyOf"}
-            result = convert({**rest, **options[0]})
-            result["nullable"] = True
-            return result
-        out: Schema = {}
-        for key, value in node.items():
-            if key in _DROP or (key == "required" and not value):
-                continue
-            if key == "properties":
-                out[key] = {name: convert(sub) for name, sub in value.items()}
-            elif key in ("items", "additionalProperties") and isinstance(value, dict):
-                out[key] = convert(value)
-            else:
-                out[key] = copy.deepcopy(value)
-        if "enum" in out and "type" not in out:
-            kinds = {type(v) for v in out["enum"]}
-            if kinds != {str}:
-                raise ValueError(f"enum {out['enum']} is not all strings")
-            out["type"] = "string"
-        if "type" not in out:
-            raise ValueError(f"untyped schema node {node}")
-        return out
-
-    root = schema if "$ref" not in schema else {"$ref": schema["$ref"]}
-    return convert(root)
-
 
 def _node(schema: Schema, path: str) -> Schema:
     node = schema
@@ -260,35 +204,6 @@ def status_schema() -> Schema:
         HEALTH_UNKNOWN,
     ]
     return schema
-
-
-def watcher_status(struct: type[msgspec.Struct]) -> Schema:
-    """The schema of a ``.status`` the watcher writes from ``struct``: its conditions a map
-    keyed by type, as ``kubectl`` and server-side apply expect of metav1.Conditions."""
-    schema = structural(msgspec.json.schema(struct))
-    schema["description"] = "Observed state, written by the watcher from the event log."
-    conditions = schema["properties"]["conditions"]
-    conditions["x-kubernetes-list-type"] = "map"
-    conditions["x-kubernetes-list-map-keys"] = ["type"]
-    conditions["items"]["properties"]["status"]["enum"] = ["True", "False", "Unknown"]
-    return schema
-
-
-def object_schema(description: str, *, name: Schema, spec: Schema, status: Schema) -> Schema:
-    """The whole object's openAPIV3Schema; ``name`` constrains ``metadata.name`` (only name and
-    generateName may be constrained)."""
-    return {
-        "type": "object",
-        "description": description,
-        "required": ["spec"],
-        "properties": {
-            "apiVersion": {"type": "string"},
-            "kind": {"type": "string"},
-            "metadata": {"type": "object", "properties": {"name": name}},
-            "spec": spec,
-            "status": status,
-        },
-    }
 
 
 def proxy_schema() -> Schema:
@@ -325,58 +240,6 @@ def proxy_crd() -> Schema:
     )
 
 
-def definition(
-    *,
-    kind: str,
-    plural: str,
-    short_name: str,
-    subresources: Schema,
-    columns: Iterable[Schema],
-    schema: Schema,
-) -> Schema:
-    """A namespaced CustomResourceDefinition in ``GROUP``, served and stored as ``VERSION``."""
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {
-            "name": f"{plural}.{GROUP}",
-            "labels": {"app.kubernetes.io/part-of": "egress-proxies"},
-        },
-        "spec": {
-            "group": GROUP,
-            "scope": "Namespaced",
-            "names": {
-                "kind": kind,
-                "listKind": f"{kind}List",
-                "plural": plural,
-                "singular": kind.lower(),
-                "shortNames": [short_name],
-                "categories": list(CATEGORIES),
-            },
-            "versions": [
-                {
-                    "name": VERSION,
-                    "served": True,
-                    "storage": True,
-                    "subresources": subresources,
-                    "additionalPrinterColumns": [dict(c) for c in columns],
-                    "schema": {"openAPIV3Schema": schema},
-                }
-            ],
-        },
-    }
-
-
 def render_yaml() -> str:
     """The text of ``deploy/crd/proxies.yaml``."""
     return render(proxy_crd(), "egress-proxies crd > deploy/crd/proxies.yaml")
-
-
-def render(crd: Schema, regenerate: str) -> str:
-    """A generated CRD's file: a header saying how to ``regenerate`` it, then the YAML."""
-    kind = crd["spec"]["names"]["kind"]
-    header = (
-        f"# The {kind} CRD ({API_VERSION}). Generated from the code's structs: do not edit.\n"
-        f"# Regenerate with: {regenerate}\n"
-    )
-    return header + yaml.safe_dump(crd, sort_keys=False, width=100)

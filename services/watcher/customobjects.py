@@ -1,22 +1,21 @@
-"""The watcher's few Kubernetes API calls, with errors in our hierarchy (``KubeApiError``).
+"""The watcher's calls on a custom object of ours, whichever its kind (Proxy, ProxyPool), with
+errors in our hierarchy (``KubeApiError``): written once, built for a kind by its plural.
 
 Custom objects come back as plain dicts (no generated models), which is what the pure code in
-``objects`` and ``status`` reads.
+``objects``, ``pools`` and ``status`` reads.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import AsyncGenerator, Awaitable, Callable
-from datetime import UTC, datetime
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 import aiohttp
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.watch import Watch
 
-from events.resource import API_VERSION, GROUP, KIND, PLURAL, VERSION
+from events.customresource import GROUP, VERSION
 from services.runtime.kubeclient import (
     KubeApiError,
     KubeConflict,
@@ -24,12 +23,11 @@ from services.runtime.kubeclient import (
     KubeUnavailable,
     classify_api_error,
 )
-from services.watcher.pure.objects import CLOUD_INIT_LABEL, KubeObject, ProxyObject
-from services.watcher.pure.status import COMPONENT, Notice, rfc3339
+from services.watcher.pure.objects import KubeObject
 
 MERGE_PATCH = "application/merge-patch+json"
 # The generated client would pick json-patch for a dict body; its stubs omit the override.
-_MERGE: dict[str, Any] = {"_content_type": MERGE_PATCH}
+MERGE: dict[str, Any] = {"_content_type": MERGE_PATCH}
 Raw = dict[str, Any]
 
 
@@ -141,7 +139,7 @@ class CustomObjectApi:
             self.plural,
             obj.name,
             body,
-            **_MERGE,
+            **MERGE,
             _request_timeout=self.timeout,
         )
         what = f"set finalizers of {self.kind} {obj.namespace}/{obj.name}"
@@ -157,62 +155,8 @@ class CustomObjectApi:
             self.plural,
             name,
             {"status": status},
-            **_MERGE,
+            **MERGE,
             _request_timeout=self.timeout,
         )
         what = f"patch status of {self.kind} {namespace}/{name}"
         return await succeeded(call, what, absent=(KubeNotFound,))
-
-
-class ProxyApi(CustomObjectApi):
-    def __init__(self, api_client: k8s.ApiClient, *, request_timeout: float = 30.0) -> None:
-        super().__init__(api_client, plural=PLURAL, kind=KIND, request_timeout=request_timeout)
-        self.core = k8s.CoreV1Api(api_client)
-
-    def watch_secrets(self) -> AsyncGenerator[Raw, None]:
-        """Labelled Secrets (the only ones usable as cloud-init), from now on."""
-        return watch_stream(
-            self.core.list_secret_for_all_namespaces,
-            label_selector=f"{CLOUD_INIT_LABEL}=true",
-            what="watch secrets",
-        )
-
-    async def read_secret(self, namespace: str, name: str) -> Raw | None:
-        call = self.core.read_namespaced_secret(name, namespace, _request_timeout=self.timeout)
-        what = f"read Secret {namespace}/{name}"
-        secret = await answer(call, what, absent=(KubeNotFound,))
-        if secret is None:
-            return None
-        data: Raw = self.api_client.sanitize_for_serialization(secret)
-        return data
-
-    async def record_event(self, obj: ProxyObject, notice: Notice, cause: str) -> None:
-        """One core/v1 Event per transition; its name derives from the transition (``cause``),
-        so two writers recording the same one meet at a 409 and the second is dropped."""
-        digest = hashlib.blake2b(f"{obj.uid}/{cause}/{notice.reason}".encode(), digest_size=8)
-        now = rfc3339(datetime.now(UTC))
-        body = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"name": f"{obj.name}.{digest.hexdigest()}", "namespace": obj.namespace},
-            "involvedObject": {
-                "apiVersion": API_VERSION,
-                "kind": KIND,
-                "name": obj.name,
-                "namespace": obj.namespace,
-                "uid": obj.uid,
-            },
-            "type": notice.type,
-            "reason": notice.reason,
-            "message": notice.message[:1024],
-            "source": {"component": COMPONENT},
-            "reportingComponent": COMPONENT,
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }
-        call = self.core.create_namespaced_event(
-            obj.namespace, cast(Any, body), _request_timeout=self.timeout
-        )
-        what = f"record event for Proxy {obj.namespace}/{obj.name}"
-        await answer(call, what, absent=(KubeConflict,))

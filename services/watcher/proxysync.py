@@ -4,34 +4,34 @@ Every step here is finite and idempotent: handling one object (``observe``), one
 (``handle``), one listing (``relist``). The loop in ``run`` (``watchloop.ListWatch``) only
 strings them together: list, watch from the list's resourceVersion, list again when the watch
 cannot resume (410 Gone) or every ``resync`` seconds. Appends are decided on the folded aggregate
-(``projections.declaring``), so handling an object twice, or by two watchers, stores nothing twice.
+(``commands.declaring``), so handling an object twice, or by two watchers, stores nothing twice.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncGenerator, Iterable
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 import structlog
 from opentelemetry import trace
 from prometheus_client import CollectorRegistry
 
+from commands.declaring import Declaration, apply, delete
 from events.errors import EventStoreError
 from events.store import EventStore
-from projections.declaring import Declaration, apply, delete
 from services.runtime.aio import raise_if_cancelled
 from services.runtime.kubeclient import KubeApiError, pause_after
 from services.watcher.board import Board
-from services.watcher.kube import ProxyApi, Raw
+from services.watcher.customobjects import Raw
 from services.watcher.logview import LogView
 from services.watcher.metrics import WatcherMetrics
+from services.watcher.proxykube import ProxyApi
 from services.watcher.pure.objects import (
     SOURCE,
     Problem,
     ProxyObject,
-    finalizers_with,
     finalizers_without,
     parse_proxy,
     resolve_cloud_init,
@@ -47,9 +47,11 @@ log = structlog.get_logger("egress.watcher")
 _tracer = trace.get_tracer("egress_proxies.watcher")
 
 
-class ProxySync(ListWatch):
+class ProxySync(ListWatch[ProxyObject]):
     WATCH = "watch"
+    NOUN = "proxy"
     log = log
+    api: ProxyApi
 
     def __init__(
         self,
@@ -62,15 +64,9 @@ class ProxySync(ListWatch):
         retry_delay: float = 1.0,
         metrics: WatcherMetrics | None = None,
     ) -> None:
-        super().__init__(resync=resync, retry_delay=retry_delay)
+        super().__init__(store, api, logview, resync=resync, retry_delay=retry_delay)
         self.metrics = metrics or WatcherMetrics(CollectorRegistry())
-        self.store = store
-        self.api = api
-        self.logview = logview
         self.board = board
-        self.synced: dict[str, int] = {}
-        """The generation last brought into the log, per uid: a watch event that changes no
-        generation (our own status patches, mostly) costs no log read, no Secret read."""
         self.mirrors: Mirrors | None = None
         """Where the Proxy objects that mirror pool members go instead (``mirrors``): they are
         no Proxies of their own, and are never declared."""
@@ -88,33 +84,16 @@ class ProxySync(ListWatch):
         if obj.uid:
             await self.sync_object(obj)
 
-    async def sync_object(self, obj: ProxyObject, *, force: bool = False) -> None:
-        """Bring the log in line with one object; errors are logged, and the object is handled
-        again at its next event or the next listing. ``force``: even if its generation was
-        synced already (a listing, a Secret that changed)."""
-        try:
-            await self._sync_object(obj, force)
-        except (KubeApiError, EventStoreError) as exc:
-            log.warning(
-                "proxy not synced, will retry",
-                namespace=obj.namespace,
-                name=obj.name,
-                error=str(exc),
-            )
+    def parse(self, raw: Raw) -> ProxyObject:
+        return parse_proxy(raw)
 
-    async def _sync_object(self, obj: ProxyObject, force: bool) -> None:
+    async def _sync(self, obj: ProxyObject, force: bool) -> None:
         self.board.put(obj)
-        if obj.deleting:
-            await self._deleting(obj)
+        standing = await self.standing(obj)
+        if standing is None:
             return
-        if not obj.has_finalizer:
-            # First sight: the finalizer comes before the first event, so no proxy the log
-            # knows can vanish from the cluster without the log hearing of it.
-            updated = await self.api.set_finalizers(obj, finalizers_with(obj))
-            if updated is None:
-                return  # moved or gone: its next watch event brings it back
-            obj = parse_proxy(updated)
-            self.board.put(obj)
+        obj = standing
+        self.board.put(obj)
         if obj.invalid is not None or obj.spec is None:
             self.board.set_problem(obj.uid, obj.invalid)
             return
@@ -165,18 +144,10 @@ class ProxySync(ListWatch):
             secret = await self.api.read_secret(obj.namespace, obj.secret_name)
         return resolve_cloud_init(obj, secret)
 
-    async def _deleting(self, obj: ProxyObject) -> None:
-        if not obj.has_finalizer:
-            return
-        result = await delete(self.store, obj.namespace, obj.name, obj.uid)
-        if result.result == "deleted":
-            log.info("proxy deletion requested", namespace=obj.namespace, name=obj.name)
-        if result.result == "absent":
-            # Never declared, or already removed: nothing in the log waits for it.
-            await self.release(obj)
+    async def request_deletion(self, obj: ProxyObject) -> str:
+        return (await delete(self.store, obj.namespace, obj.name, obj.uid)).result
 
     async def release(self, obj: ProxyObject) -> None:
-        """Drop our finalizer from an object being deleted, whose proxy the log says is gone."""
         if not obj.deleting or not obj.has_finalizer:
             return
         updated = await self.api.set_finalizers(obj, finalizers_without(obj))
@@ -209,10 +180,7 @@ class ProxySync(ListWatch):
             return
         obj = parse_proxy(raw)
         self.forget(obj.uid)
-        try:
-            await delete(self.store, obj.namespace, obj.name, obj.uid)
-        except EventStoreError as exc:
-            log.warning("deletion not recorded, the next listing retries", error=str(exc))
+        await self.deletion_logged(obj)
 
     def forget(self, uid: str) -> None:
         self.board.forget(uid)
@@ -252,9 +220,6 @@ class ProxySync(ListWatch):
                 await delete(self.store, view.namespace, view.name, uid)
             except EventStoreError as exc:
                 log.warning("deletion not recorded, the next listing retries", error=str(exc))
-
-    def watch(self, resource_version: str) -> AsyncGenerator[Raw, None]:
-        return self.api.watch_objects(resource_version)
 
     # ------------------------------------------------------------------ Secrets
 

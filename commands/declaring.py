@@ -15,7 +15,8 @@ from dataclasses import dataclass
 import msgspec
 
 from events import subjects
-from events.resource import ProxyResource, cli_uid
+from events.customresource import cli_uid
+from events.proxyresource import ProxyResource
 from events.schemas import (
     ProxyDeclared,
     ProxyDeletionRequested,
