@@ -1,7 +1,7 @@
-"""The DigitalOcean account the fake in ``testing.py`` serves: droplets, firewalls and tags,
+"""The DigitalOcean account the fake in ``digitalocean.py`` serves: droplets, firewalls and tags,
 the size catalogue, images and the account, answered as DigitalOcean's public API reference
 describes them for the calls the provider makes (the catalogue's contents: ``fakecatalogue``).
-No network here: ``testing.py`` routes HTTP requests to ``FakeAccount.answer``. Paths are
+No network here: ``digitalocean.py`` routes HTTP requests to ``FakeAccount.answer``. Paths are
 percent-decoded segment by segment, as a real server does, so a tag sent as
 ``egress-proxies-provider%3Aname`` is the tag ``egress-proxies-provider:name``.
 """
