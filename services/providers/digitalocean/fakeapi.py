@@ -1,9 +1,9 @@
 """The DigitalOcean account the fake in ``digitalocean.py`` serves: droplets, firewalls and tags,
 the size catalogue, images and the account, answered as DigitalOcean's public API reference
-describes them for the calls the provider makes (the catalogue's contents: ``fakecatalogue``).
-No network here: ``digitalocean.py`` routes HTTP requests to ``FakeAccount.answer``. Paths are
-percent-decoded segment by segment, as a real server does, so a tag sent as
-``egress-proxies-provider%3Aname`` is the tag ``egress-proxies-provider:name``.
+describes them for the calls the provider makes (the catalogue's contents:
+``fakecatalogue``). No network here: ``digitalocean.py`` routes HTTP requests to
+``FakeAccount.answer``. Paths are percent-decoded segment by segment, as a real server does, so
+a tag sent as ``egress-proxies-provider%3Aname`` is the tag ``egress-proxies-provider:name``.
 """
 
 from __future__ import annotations

@@ -10,8 +10,9 @@ DigitalOcean's public API reference for the calls used:
   a firewall may name only tags that exist, and must have a valid name and rules;
 - ``/v2/tags``: GET by name, POST (201);
 - ``/v2/sizes`` (paged, each size with its ``regions`` and ``available``), ``/v2/images/{id or
-  slug}``, ``/v2/account`` (``droplet_limit``, ``status``): the catalogue in ``fakecatalogue``;
-  a create of a size outside its regions answers 422 "Size is not available in this region.";
+  slug}``, ``/v2/account`` (``droplet_limit``, ``status``): the catalogue in
+  ``fakecatalogue``; a create of a size outside its regions answers 422 "Size is not
+  available in this region.";
 - the Bearer token is checked on every call (401 ``Unauthorized`` otherwise); errors have
   DigitalOcean's shape, ``{"id": "...", "message": "..."}``, and every answer carries the
   ``ratelimit-*`` headers.
