@@ -27,11 +27,14 @@ from types import TracebackType
 from urllib.parse import parse_qs, urlsplit
 from xml.sax.saxutils import escape
 
+import services
 from services.providers import fakehttp
 from services.providers.fakehttp import Fault, Reply, Request
 from services.runtime.ports import free_port
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(services.__file__).resolve().parents[1]
+"""Where ``python -m`` finds the launcher: the folder of the ``services`` package, wherever
+this module sits in it."""
 START_TIMEOUT = 60.0
 ANY_ACTION = "*"
 XML = (("Content-Type", "text/xml;charset=UTF-8"),)
