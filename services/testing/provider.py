@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from services.providers.base import Leftover, ProviderError
-from services.providers.testing import FakeConfig, FakeProvider, FakeProviderWithPreflight
+from services.providers.fake import FakeConfig, FakeProvider, FakeProviderWithPreflight
 
 __all__ = ["FakeConfig", "FakeProvider", "FakeProviderWithLeftovers", "FakeProviderWithPreflight"]
 
