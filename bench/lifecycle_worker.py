@@ -32,7 +32,7 @@ from nats.js.errors import NotFoundError
 from bench.loops import LOOPS, loop_factory
 from events import subjects
 from services.executor.service import ExecutorService
-from services.providers.testing import FakeProvider
+from services.providers.fake import FakeProvider
 from services.reconciler.service import ReconcilerService
 from services.runtime.config import Settings
 from services.runtime.logs import configure_logging

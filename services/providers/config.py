@@ -144,7 +144,7 @@ def _local() -> Loaded:
 
 
 def _fake() -> Loaded:
-    from services.providers.testing import FakeConfig, FakeProvider  # noqa: PLC0415 - on first use
+    from services.providers.fake import FakeConfig, FakeProvider  # noqa: PLC0415 - on first use
 
     return FakeConfig, cast(Factory, FakeProvider.from_config)
 

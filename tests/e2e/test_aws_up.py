@@ -1,10 +1,11 @@
 """An aws proxy through `egress-proxies up`, against moto's EC2 emulator as a process of its own.
 
-The emulator hands every instance 127.0.0.1 as its public address (``motoserver.py`` says why)
-and the entry's ``proxyPort`` is the port of a local Squid standing in for the VM, so the health
-probe reaches a real Squid through the address the provider reports. The Proxy goes Ready; its
-instance terminated behind the system's back is replaced and the Proxy is Ready again; deleted,
-its instance is terminated and GC deletes the entry's security group. The secret parts of the
+The emulator hands every instance 127.0.0.1 as its public address
+(``services.testing.aws_moto`` says why) and the entry's ``proxyPort`` is the port of a
+local Squid standing in for the VM, so the health probe reaches a real Squid through the address
+the provider reports. The Proxy goes Ready; its instance terminated behind the system's back is
+replaced and the Proxy is Ready again; deleted, its instance is terminated and GC deletes the
+entry's security group. The secret parts of the
 credentials `up` was given appear nowhere in its output or in any event stream.
 """
 
@@ -15,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from services.providers.aws.testing import MotoEc2
 from services.providers.cloud.pure.firewall import firewall_name
+from services.testing.aws import MotoEc2
 from tests.support.aws_support import (
     REGION,
     SECRET,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from services.providers.digitalocean.testing import DigitalOceanFake
+from services.testing.digitalocean import DigitalOceanFake
 from tests.support.cloud_up import Cloud, cloud_up
 from tests.support.waiting import until
 

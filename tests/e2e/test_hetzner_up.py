@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from services.providers.hetzner.testing import HetznerFake
+from services.testing.hetzner import HetznerFake
 from tests.support.cloud_up import ALLOWED, Cloud, CloudUp, cloud_up
 from tests.support.hetzner_support import TOKEN
 from tests.support.waiting import until

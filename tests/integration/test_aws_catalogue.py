@@ -12,9 +12,9 @@ from botocore.exceptions import ClientError  # type: ignore[import-untyped]
 
 from events.schemas import Placement
 from services.providers.aws.provider import AwsProvider
-from services.providers.aws.testing import FaultFront, MotoEc2
 from services.providers.base import Permanent, Transient
 from services.providers.cloud.pure.spread import spread
+from services.testing.aws import FaultFront, MotoEc2
 from tests.contract.provider import owned
 from tests.support.aws_support import *  # noqa: F403  # pytest finds fixtures by name here
 from tests.support.aws_support import PROVIDER, REGION, config, described, request

@@ -21,7 +21,6 @@ from services.gc.lock import SweepLock
 from services.gc.pure.rules import EPOCH
 from services.gc.sweep import sweep_once
 from services.providers.aws.provider import AwsProvider
-from services.providers.aws.testing import FaultFront
 from services.providers.base import (
     CREATED_AT_LABEL,
     MANAGED_LABEL,
@@ -38,6 +37,7 @@ from services.providers.squidauth.pure.cloudinit import PART_NAME as LEASE_PART
 from services.runtime.connection import Connection
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.metrics import Metrics
+from services.testing.aws import FaultFront
 from tests.contract.provider import (
     closing,
     delete_all,

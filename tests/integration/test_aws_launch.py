@@ -12,8 +12,8 @@ import pytest
 
 from events.schemas import InstanceState, Placement
 from services.providers.aws.provider import AwsProvider
-from services.providers.aws.testing import FaultFront
 from services.providers.base import MANAGED_LABEL, OWNER_LABEL, NotFound, Permanent
+from services.testing.aws import FaultFront
 from tests.contract.provider import (
     delete_all,
     owned,

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from services.providers.aws.provider import AwsProvider
-from services.providers.aws.testing import FaultFront, MotoEc2
 from services.providers.preflight import Finding, Preflight, failed, run_preflight
+from services.testing.aws import FaultFront, MotoEc2
 from tests.support.aws_support import *  # noqa: F403  # pytest finds fixtures by name here
 from tests.support.aws_support import PROVIDER, REGION, config, groups_named, request
 

@@ -18,7 +18,6 @@ from botocore.exceptions import ClientError  # type: ignore[import-untyped]
 
 from events.schemas import InstanceState
 from services.providers.aws.provider import AwsProvider
-from services.providers.aws.testing import FaultFront
 from services.providers.base import (
     NotFound,
     Permanent,
@@ -27,6 +26,7 @@ from services.providers.base import (
     Transient,
 )
 from services.runtime.logs import configure_logging, reset_logging
+from services.testing.aws import FaultFront
 from tests.contract.provider import (
     CarriesIdentity,
     MakeRequest,

@@ -15,7 +15,7 @@ import pytest
 from services.providers.base import Permanent
 from services.providers.digitalocean import catalogue
 from services.providers.digitalocean.provider import DigitalOceanProvider
-from services.providers.digitalocean.testing import (
+from services.testing.digitalocean import (
     DEFAULT_TOKEN,
     LIMITED_REGIONS,
     LIMITED_SIZE,

@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-from services.providers.digitalocean.testing import (
+from services.providers.preflight import Finding, Preflight, failed, run_preflight
+from services.testing.digitalocean import (
     LIMITED_REGIONS,
     LIMITED_SIZE,
     DigitalOceanFake,
 )
-from services.providers.preflight import Finding, Preflight, failed, run_preflight
 from tests.contract.provider import closing
 from tests.support.digitalocean_support import fake, provider, request
 

@@ -24,9 +24,9 @@ from services.providers.base import (
 from services.providers.cloud.pure.guard import PART_NAME as GUARD_PART
 from services.providers.cloud.pure.userdata import PART_NAME
 from services.providers.digitalocean.provider import DigitalOceanProvider
-from services.providers.digitalocean.testing import LIMIT_MESSAGE, DigitalOceanFake
 from services.providers.squidauth.keyed import lease_keyed
 from services.providers.squidauth.pure.cloudinit import PART_NAME as LEASE_PART
+from services.testing.digitalocean import LIMIT_MESSAGE, DigitalOceanFake
 from tests.contract.provider import (
     CarriesIdentity,
     MakeRequest,

@@ -30,11 +30,11 @@ from services.providers.base import (
     QuotaExceeded,
     Transient,
 )
-from services.providers.testing import FakeProvider
 from services.runtime.connection import Connection
 from services.runtime.consumer import Delivery
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.metrics import Metrics
+from services.testing.provider import FakeProvider
 from tests.support.executor_harness import (
     FAST,
     SPEC,

@@ -31,13 +31,13 @@ from services.providers.base import (
     Provider,
     Transient,
 )
-from services.providers.testing import FakeProvider
 from services.runtime.config import Settings
 from services.runtime.connection import Connection
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.metrics import Metrics
 from services.runtime.natsserver import EmbeddedNatsServer
 from services.runtime.service import ServiceContext
+from services.testing.provider import FakeProvider
 from tests.support.executor_harness import (
     FAST,
     answered,

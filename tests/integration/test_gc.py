@@ -40,7 +40,6 @@ from services.providers.base import (
     Transient,
 )
 from services.providers.local import LocalProvider
-from services.providers.testing import FakeProvider
 from services.runtime.config import Settings
 from services.runtime.connection import Connection
 from services.runtime.eventlog.jetstream import JetStreamEventStore
@@ -48,6 +47,7 @@ from services.runtime.logs import configure_logging
 from services.runtime.metrics import Metrics
 from services.runtime.natsserver import EmbeddedNatsServer
 from services.runtime.service import ServiceContext
+from services.testing.provider import FakeProvider
 from tests.contract.provider import delete_all
 from tests.support.waiting import until
 

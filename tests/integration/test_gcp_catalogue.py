@@ -14,9 +14,9 @@ from events.schemas import Placement
 from services.providers.base import Permanent, QuotaExceeded
 from services.providers.cloud.pure.guard import PART_NAME as GUARD_PART
 from services.providers.gcp.provider import UBUNTU_IMAGE, GcpProvider
-from services.providers.gcp.testing import ComputeFake
 from services.providers.squidauth.pure.cloudinit import PART_NAME as LEASE_PART
 from services.providers.squidauth.pure.cloudinit import with_lease_auth
+from services.testing.gcp import ComputeFake
 from tests.support.gcp_support import PROJECT, ZONE, compute_fake, config, gcp_provider, request  # noqa: F401  # fixtures `fake` and `gcp`
 
 pytestmark = pytest.mark.integration

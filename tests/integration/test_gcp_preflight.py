@@ -11,8 +11,8 @@ import pytest
 
 from services.providers.gcp.preflight import PERMISSIONS
 from services.providers.gcp.provider import UBUNTU_IMAGE, GcpProvider
-from services.providers.gcp.testing import ComputeFake
 from services.providers.preflight import Finding, Preflight, failed, run_preflight
+from services.testing.gcp import ComputeFake
 from tests.contract.provider import closing
 from tests.support.gcp_support import PROJECT, ZONE, config
 

@@ -25,9 +25,9 @@ from services.providers.base import (
 )
 from services.providers.cloud.pure.guard import PART_NAME as GUARD_PART
 from services.providers.gcp.config import GcpConfig
-from services.providers.gcp.fakecatalogue import FakeImage
 from services.providers.gcp.provider import GcpProvider
-from services.providers.gcp.testing import ComputeFake
+from services.testing.gcp import ComputeFake
+from services.testing.gcp_catalogue import FakeImage
 from tests.contract.provider import (
     CarriesIdentity,
     MakeRequest,

@@ -22,10 +22,10 @@ import yaml
 
 from events import subjects
 from events.schemas import ProxyDeclared
-from services.providers.testing import FakeProvider
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.kubeclient import KubeSettings
 from services.runtime.natsserver import EmbeddedNatsServer
+from services.testing.provider import FakeProvider
 from services.watcher.leader import LeaderSettings
 from services.watcher.service import WatcherService
 from tests.support.apiserver import DEPLOY, ApiServer, poll, running_apiserver

@@ -17,7 +17,7 @@ import structlog
 
 from services.providers.base import Leftover, Permanent, ProviderError
 from services.providers.hetzner.provider import HetznerProvider
-from services.providers.hetzner.testing import HetznerFake
+from services.testing.hetzner import HetznerFake
 from tests.contract.provider import (
     closing,
     delete_all,

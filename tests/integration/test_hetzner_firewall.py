@@ -26,13 +26,13 @@ from services.providers.cloud.pure.firewall import FIREWALL_KIND
 from services.providers.cloud.pure.guard import PART_NAME as GUARD_PART
 from services.providers.cloud.pure.userdata import PART_NAME as SQUID_PART
 from services.providers.hetzner.provider import HetznerProvider
-from services.providers.hetzner.testing import HetznerFake
 from services.providers.instrumented import instrument
 from services.providers.squidauth.keyed import lease_auth_for, lease_keyed
 from services.providers.squidauth.pure.cloudinit import PART_NAME as LEASE_PART
 from services.runtime.connection import Connection
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.metrics import Metrics
+from services.testing.hetzner import HetznerFake
 from tests.contract.provider import (
     closing,
     delete_all,

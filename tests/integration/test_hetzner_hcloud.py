@@ -23,7 +23,7 @@ from services.providers.hetzner.client import (
     close_client,
     last_answer,
 )
-from services.providers.hetzner.testing import HetznerFake
+from services.testing.hetzner import HetznerFake
 from tests.support.hetzner_support import config, fake
 
 pytestmark = pytest.mark.integration

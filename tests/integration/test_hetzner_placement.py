@@ -19,7 +19,7 @@ from services.providers.base import Permanent, ProviderError, QuotaExceeded
 from services.providers.hetzner.client import build_client, close_client
 from services.providers.hetzner.provider import HetznerProvider
 from services.providers.hetzner.pure.catalogue import walk
-from services.providers.hetzner.testing import HetznerFake
+from services.testing.hetzner import HetznerFake
 from tests.contract.provider import closing
 from tests.support.hetzner_support import ENTRY, config, fake, request
 

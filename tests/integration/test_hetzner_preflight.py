@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from services.providers.hetzner.provider import HetznerProvider
-from services.providers.hetzner.testing import HetznerFake
 from services.providers.preflight import Finding, Preflight, failed, run_preflight
+from services.testing.hetzner import HetznerFake
 from tests.contract.provider import closing
 from tests.support.hetzner_support import CLIENTS, ENTRY, config, fake
 

@@ -24,7 +24,7 @@ from services.providers.base import (
 from services.providers.cloud.pure.guard import PART_NAME as GUARD_PART
 from services.providers.cloud.pure.userdata import PART_NAME as SQUID_PART
 from services.providers.hetzner.provider import HetznerProvider
-from services.providers.hetzner.testing import HetznerFake
+from services.testing.hetzner import HetznerFake
 from tests.contract.provider import (
     CarriesIdentity,
     MakeRequest,

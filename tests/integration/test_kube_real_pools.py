@@ -30,10 +30,10 @@ from events.schemas import (
     RotationRequested,
 )
 from services.pools.service import PoolsService
-from services.providers.testing import FakeProvider
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.kubeclient import KubeSettings
 from services.runtime.natsserver import EmbeddedNatsServer
+from services.testing.provider import FakeProvider
 from services.watcher.pure.poolcrd import MIRROR_ANNOTATION
 from services.watcher.service import WatcherService
 from tests.support.apiserver import SYSTEM_NAMESPACE, ApiServer, poll

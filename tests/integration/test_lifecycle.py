@@ -17,10 +17,10 @@ from events.schemas import CreateInstance, ErrorClass, HealthChanged, Phase, Pro
 from events.store import NewEvent
 from services.cli.manifests import parse_resources
 from services.providers.base import Permanent, Transient
-from services.providers.testing import FakeProvider
 from services.runtime.connection import Connection
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.natsserver import EmbeddedNatsServer
+from services.testing.provider import FakeProvider
 from tests.support.lifecycle import fleet, phases, view
 from tests.support.waiting import until
 

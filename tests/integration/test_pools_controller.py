@@ -24,8 +24,8 @@ from projections.proxy import ProxyView
 from services.pools.controller import Controller
 from services.pools.service import PoolsService
 from services.providers.base import Permanent
-from services.providers.testing import FakeProvider
 from services.runtime.eventlog.jetstream import JetStreamEventStore
+from services.testing.provider import FakeProvider
 from tests.support.lifecycle import fleet, start, view
 from tests.support.waiting import until
 

@@ -11,10 +11,10 @@ import pytest
 
 from events import subjects
 from events.schemas import ReplacementStarted
-from services.providers.testing import FakeProvider
 from services.reconciler.service import ReconcilerService
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.natsserver import EmbeddedNatsServer
+from services.testing.provider import FakeProvider
 from tests.support.lifecycle import fleet, start, view
 from tests.support.rotation import declared, judge_healthy, leased, replacement_running, serving
 from tests.support.rotation import token as fencing_token

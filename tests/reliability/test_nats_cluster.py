@@ -49,7 +49,6 @@ from projections.proxy import ProxyView
 from services.cli.manifests import parse_resources
 from services.discovery.service import DiscoveryService
 from services.executor.service import ExecutorService
-from services.providers.testing import FakeProvider
 from services.reconciler.service import ReconcilerService
 from services.runtime.config import Settings
 from services.runtime.connection import Connection, connect
@@ -57,6 +56,7 @@ from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.eventlog.streams import STREAMS, ensure_streams
 from services.runtime.natsserver import EmbeddedNatsServer
 from services.runtime.service import run_services
+from services.testing.provider import FakeProvider
 from tests.support import markers
 from tests.support.lifecycle import FAST, phases
 from tests.support.natscluster import NatsCluster, monitor, running_cluster

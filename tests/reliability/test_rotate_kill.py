@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from services.providers.testing import FakeProvider
 from services.reconciler.service import ReconcilerService
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.natsserver import EmbeddedNatsServer
+from services.testing.provider import FakeProvider
 from tests.support.file_provider import FileProvider
 from tests.support.lifecycle import fleet, start, view
 from tests.support.rotation import (

@@ -16,8 +16,8 @@ import pytest
 
 from services.providers.aws.config import AwsConfig
 from services.providers.aws.provider import AwsProvider
-from services.providers.aws.testing import FaultFront, MotoEc2
 from services.providers.base import CreateRequest
+from services.testing.aws import FaultFront, MotoEc2
 from tests.contract.provider import owned
 from tests.support.cloud_requests import cloud_request
 from tests.support.markers import starts

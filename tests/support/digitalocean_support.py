@@ -13,7 +13,7 @@ from events.schemas import InstanceState, Placement
 from services.providers.base import CreateRequest
 from services.providers.digitalocean.config import DigitalOceanConfig
 from services.providers.digitalocean.provider import DigitalOceanProvider
-from services.providers.digitalocean.testing import DEFAULT_TOKEN, DigitalOceanFake
+from services.testing.digitalocean import DEFAULT_TOKEN, DigitalOceanFake
 from tests.contract.provider import closing
 from tests.support.cloud_requests import cloud_request
 from tests.support.markers import starts

@@ -12,7 +12,7 @@ from events.schemas import ProxySpec
 from services.providers.base import CreateRequest
 from services.providers.gcp.config import GcpConfig
 from services.providers.gcp.provider import GcpProvider
-from services.providers.gcp.testing import ComputeFake
+from services.testing.gcp import ComputeFake
 
 PROJECT = "test-project"
 ZONE = "europe-west1-b"

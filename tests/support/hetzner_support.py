@@ -13,7 +13,7 @@ import pytest
 
 from services.providers.base import CreateRequest
 from services.providers.hetzner.config import HetznerConfig
-from services.providers.hetzner.testing import HetznerFake
+from services.testing.hetzner import HetznerFake
 from tests.support.cloud_requests import cloud_request
 from tests.support.markers import starts
 

@@ -14,9 +14,9 @@ from typing import Any
 from events import subjects
 from events.schemas import AnyEvent
 from services.executor.service import ExecutorService
-from services.providers.testing import FakeProvider
 from services.reconciler.service import ReconcilerService
 from services.runtime.eventlog.jetstream import JetStreamEventStore
+from services.testing.provider import FakeProvider
 from services.watcher.leader import LeaderSettings
 from services.watcher.service import WatcherService
 from tests.support.kube import PROXIES, KubeCluster, start_kube

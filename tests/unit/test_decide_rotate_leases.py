@@ -9,7 +9,7 @@ from events.schemas import LeaseAcquired, LeaseReleased, LeaseSwitched
 from events.store import NewEvent
 from projections import lease
 from services.reconciler.leases import is_leased, switch_lease
-from services.runtime.eventlog.testing import InMemoryEventStore
+from services.testing.eventlog import InMemoryEventStore
 
 UID = "p1"
 

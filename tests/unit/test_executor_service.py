@@ -11,10 +11,10 @@ from click.testing import CliRunner
 
 from services.executor.service import OPTIONS, ExecutorService, build, consumer_spec
 from services.providers.instrumented import Instrumented
-from services.providers.testing import FakeProvider
 from services.runtime.config import Settings
 from services.runtime.errors import ConfigError
 from services.runtime.metrics import Metrics
+from services.testing.provider import FakeProvider
 
 
 def test_providers_come_from_the_config_file_instrumented(tmp_path: Path) -> None:

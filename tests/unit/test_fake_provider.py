@@ -14,7 +14,7 @@ from services.providers.base import (
     QuotaExceeded,
     Transient,
 )
-from services.providers.testing import FakeConfig, FakeProvider
+from services.testing.provider import FakeConfig, FakeProvider
 from tests.contract.provider import MakeRequest, ProviderContract, Provoke, request_factory
 
 

@@ -23,8 +23,8 @@ from services.providers.base import (
     Transient,
 )
 from services.providers.instrumented import Instrumented, InstrumentedCleaner, instrument
-from services.providers.testing import FakeProvider, FakeProviderWithLeftovers
 from services.runtime.metrics import Metrics
+from services.testing.provider import FakeProvider, FakeProviderWithLeftovers
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 HOUR_AGO = NOW - timedelta(hours=1)

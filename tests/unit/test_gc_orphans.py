@@ -11,7 +11,7 @@ from events.schemas import InstanceState, ProxySpec
 from services.gc.pure.rules import moment
 from services.gc.sweep import EPOCH, Verdict, orphans, sweep_once, verdict
 from services.providers.base import CreateRequest, Instance, Permanent, Transient
-from services.providers.testing import FakeProvider
+from services.testing.provider import FakeProvider
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)
 GRACE = 600.0

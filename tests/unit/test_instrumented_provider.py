@@ -19,9 +19,9 @@ from services.providers.base import (
     Transient,
 )
 from services.providers.instrumented import Instrumented
-from services.providers.testing import FakeProvider
 from services.runtime.metrics import Metrics
 from services.runtime.telemetry import tracer
+from services.testing.provider import FakeProvider
 from tests.contract.provider import MakeRequest, ProviderContract, Provoke, request_factory
 from tests.support.waiting import until
 

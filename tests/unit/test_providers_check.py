@@ -12,7 +12,7 @@ import pytest
 from services.cli.providers_cmd import EXIT_WOULD_FAIL
 from services.providers.config import PROVIDER_TYPES, ProviderType
 from services.providers.preflight import Finding
-from services.providers.testing import FakeConfig, FakeProvider, FakeProviderWithPreflight
+from services.testing.provider import FakeConfig, FakeProvider, FakeProviderWithPreflight
 from tests.support.clirun import cli, restore_logging_after
 
 restore_logging = pytest.fixture(autouse=True)(restore_logging_after)

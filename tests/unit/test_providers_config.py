@@ -20,8 +20,8 @@ from services.providers.config import (
     read_config_file,
 )
 from services.providers.local import LocalConfig, LocalProvider
-from services.providers.testing import FakeConfig, FakeProvider
 from services.runtime.errors import ConfigError
+from services.testing.provider import FakeConfig, FakeProvider
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -5,8 +5,9 @@ Split by concern so each part is small and the pure parts are testable without a
 ``config`` (the settings block), ``pure.mapping`` (tags, states, filters, instances),
 ``pure.network`` (subnet choice, the security group's rules), ``pure.classify`` (errors into the
 taxonomy), ``client`` (the aiobotocore client and the translation of its exceptions),
-``firewall`` (the security group), ``provider`` (the Provider calls), ``testing`` and
-``motoserver`` (moto's EC2 emulator as a process, and a fault-injecting front for it).
+``firewall`` (the security group), ``provider`` (the Provider calls). Its fake (moto's EC2
+emulator as a process, and a fault-injecting front for it) is the test kit's
+``services.testing.aws`` (D150).
 
 Nothing here imports aiobotocore at package import time: a providers config naming only
 ``local`` must not need it.

@@ -1,9 +1,9 @@
-"""The DigitalOcean account the fake in ``testing.py`` serves: droplets, firewalls and tags,
+"""The DigitalOcean account the fake in ``digitalocean.py`` serves: droplets, firewalls and tags,
 the size catalogue, images and the account, answered as DigitalOcean's public API reference
-describes them for the calls the provider makes (the catalogue's contents: ``fakecatalogue``).
-No network here: ``testing.py`` routes HTTP requests to ``FakeAccount.answer``. Paths are
-percent-decoded segment by segment, as a real server does, so a tag sent as
-``egress-proxies-provider%3Aname`` is the tag ``egress-proxies-provider:name``.
+describes them for the calls the provider makes (the catalogue's contents:
+``digitalocean_catalogue``). No network here: ``digitalocean.py`` routes HTTP requests to
+``FakeAccount.answer``. Paths are percent-decoded segment by segment, as a real server does, so
+a tag sent as ``egress-proxies-provider%3Aname`` is the tag ``egress-proxies-provider:name``.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import unquote, urlencode
 
-from services.providers.digitalocean import fakecatalogue
-from services.providers.digitalocean.fakecatalogue import IMAGES
+from services.testing import digitalocean_catalogue
+from services.testing.digitalocean_catalogue import IMAGES
 
-REGIONS = frozenset(fakecatalogue.REGIONS)
+REGIONS = frozenset(digitalocean_catalogue.REGIONS)
 ACCOUNT_LIMIT = 25
 """The droplet limit ``/v2/account`` answers while ``droplet_limit`` is unset (not enforced)."""
 LIMIT_MESSAGE = "creating this/these droplet(s) will exceed your droplet limit"
@@ -96,14 +96,16 @@ class FakeAccount:
             case "firewalls.delete":
                 return (204, None, {}) if self.firewalls.pop(arg, None) else not_found()
             case "sizes.list":
-                sizes = [fakecatalogue.size_body(o) for o in fakecatalogue.SIZE_OFFERS]
+                sizes = [
+                    digitalocean_catalogue.size_body(o) for o in digitalocean_catalogue.SIZE_OFFERS
+                ]
                 return self._page(base, path, query, "sizes", sizes)
             case "images.get":
-                image = fakecatalogue.image_body(arg)
+                image = digitalocean_catalogue.image_body(arg)
                 return (200, {"image": image}, {}) if image else not_found()
             case "account.get":
                 limit = ACCOUNT_LIMIT if self.droplet_limit is None else self.droplet_limit
-                return 200, fakecatalogue.account_body(limit, self.account_status), {}
+                return 200, digitalocean_catalogue.account_body(limit, self.account_status), {}
             case "tags.get":
                 resources = {"count": 0, "droplets": {"count": 0}}
                 known = arg in self.tags
@@ -125,7 +127,7 @@ class FakeAccount:
             )
         if payload.get("region") not in REGIONS:
             return unprocessable("Region is not available")
-        refusal = fakecatalogue.size_refusal(payload.get("size"), payload.get("region"))
+        refusal = digitalocean_catalogue.size_refusal(payload.get("size"), payload.get("region"))
         if refusal:
             return unprocessable(refusal)
         image = payload.get("image")

@@ -35,10 +35,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from services.providers import fakehttp
-from services.providers.fakehttp import Fault, Reply, Request
-from services.providers.hetzner import fake_api as api
-from services.providers.hetzner.fake_api import Answer
+from services.testing import cloud_http
+from services.testing import hetzner_api as api
+from services.testing.cloud_http import Fault, Reply, Request
+from services.testing.hetzner_api import Answer
 
 KINDS = (
     "server_create",
@@ -67,7 +67,7 @@ class _Record:
     deleting: bool = False
 
 
-class HetznerFake(fakehttp.FakeServer):
+class HetznerFake(cloud_http.FakeServer):
     """The fake server; use as a context manager (``with HetznerFake() as fake``); ``url`` is
     the base URL for ``endpointUrl`` (the client adds ``/v1``)."""
 
@@ -210,8 +210,8 @@ class HetznerFake(fakehttp.FakeServer):
             actions = self._after.get(kind)
             if actions:
                 actions.popleft()()
-        return fakehttp.json_reply(
-            status, answer, fakehttp.merge_headers(self.rate_headers(), headers)
+        return cloud_http.json_reply(
+            status, answer, cloud_http.merge_headers(self.rate_headers(), headers)
         )
 
     def _answer(self, request: Request, kind: str, args: tuple[int, ...]) -> Answer:
@@ -224,7 +224,7 @@ class HetznerFake(fakehttp.FakeServer):
         if fault is not None:
             status, answer, _ = api.error(fault.status, fault.code, fault.message, fault.details)
             return status, answer, fault.headers
-        body = fakehttp.parse_json(request.body)
+        body = cloud_http.parse_json(request.body)
         with self._lock:
             match kind:
                 case "server_create":

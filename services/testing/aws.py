@@ -27,18 +27,21 @@ from types import TracebackType
 from urllib.parse import parse_qs, urlsplit
 from xml.sax.saxutils import escape
 
-from services.providers import fakehttp
-from services.providers.fakehttp import Fault, Reply, Request
+import services
 from services.runtime.ports import free_port
+from services.testing import cloud_http
+from services.testing.cloud_http import Fault, Reply, Request
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(services.__file__).resolve().parents[1]
+"""Where ``python -m`` finds the launcher: the folder of the ``services`` package, wherever
+this module sits in it."""
 START_TIMEOUT = 60.0
 ANY_ACTION = "*"
 XML = (("Content-Type", "text/xml;charset=UTF-8"),)
 
 
 class MotoEc2:
-    """``python -m services.providers.aws.motoserver`` on a free port, for a ``with`` block.
+    """``python -m services.testing.aws_moto`` on a free port, for a ``with`` block.
 
     ``public_ips``: the addresses instances get, in turn (the launcher's docstring says why).
     """
@@ -56,7 +59,7 @@ class MotoEc2:
     def start(self) -> None:
         for _ in range(3):  # a port taken between the choice and the bind: choose again
             self.port = free_port()
-            command = [sys.executable, "-m", "services.providers.aws.motoserver"]
+            command = [sys.executable, "-m", "services.testing.aws_moto"]
             command += ["--port", str(self.port)]
             if self.public_ips:
                 command += ["--public-ips", ",".join(self.public_ips)]
@@ -142,7 +145,7 @@ def error_body(code: str, message: str) -> bytes:
     ).encode()
 
 
-class FaultFront(fakehttp.FakeServer):
+class FaultFront(cloud_http.FakeServer):
     """A reverse proxy in front of ``upstream`` (moto) that fails chosen Actions; ``actions``
     lists the Action of every request it received, in order, and ``bodies`` their forms."""
 

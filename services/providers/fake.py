@@ -1,13 +1,15 @@
-"""An in-memory provider for tests and demos, with the failure modes real providers have.
+"""The in-memory provider (``type: fake``): a product provider, with the failure modes real
+providers have, for demos, benchmarks and tests (D150).
 
-Services that call providers (executor, gc, reconciler end-to-end tests) need a provider that is
-fast and deterministic yet still behaves like the real ones: creation is asynchronous (Pending
-before Running), instances can stop or vanish behind our back, calls fail with any class of the
-taxonomy. ``FakeProvider`` models exactly that and records what it was asked, so a test can assert
-on idempotency ("one real creation per name") and on the fleet size at its worst moment.
+A whole system runs on it without starting a single proxy process (``type: fake`` in
+``--providers-config``; the benchmarks run their fleets on it). Services that call
+providers (executor, gc, reconciler end-to-end tests) need a provider that is fast and
+deterministic yet still behaves like the real ones: creation is asynchronous (Pending before
+Running), instances can stop or vanish behind our back, calls fail with any class of the
+taxonomy. ``FakeProvider`` models exactly that and records what it was asked, so a test can
+assert on idempotency ("one real creation per name") and on the fleet size at its worst moment.
 
-It is also a configurable provider type (``type: fake`` in ``--providers-config``) so a whole
-system can be run without starting a single proxy process.
+Tests import it from ``services.testing.provider``, with the variants only tests use.
 """
 
 from __future__ import annotations
@@ -30,7 +32,6 @@ from services.providers.base import (
     OWNER_LABEL,
     CreateRequest,
     Instance,
-    Leftover,
     NotFound,
     ProviderError,
     Transient,
@@ -38,7 +39,6 @@ from services.providers.base import (
 from services.providers.preflight import Finding
 
 OPS = ("create", "get", "delete", "list")
-LEFTOVER_OPS = ("leftovers", "delete_leftover")
 
 
 class FakeFinding(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -224,55 +224,6 @@ class FakeProvider:
             return self.instances[provider_id]
         except KeyError:
             raise KeyError(f"{self.name}: no live instance {provider_id}") from None
-
-
-class FakeProviderWithLeftovers(FakeProvider):
-    """A ``FakeProvider`` that is also a ``LeftoverCleaner``, with leftovers a test seeds, so
-    GC's rules for them are tested without a hypervisor. A subclass, so the plain fake stays a
-    provider without the capability."""
-
-    def __init__(
-        self,
-        name: str = "fake",
-        *,
-        latency: float = 0.0,
-        pending_polls: int = 0,
-        ip_prefix: str = "10.0.0.",
-    ) -> None:
-        super().__init__(name, latency=latency, pending_polls=pending_polls, ip_prefix=ip_prefix)
-        self.left: dict[str, Leftover] = {}
-        self.in_use: set[str] = set()
-
-    def leave(
-        self, provider_id: str, owner_uid: str, created_at: datetime, kind: str = "volume"
-    ) -> Leftover:
-        """A leftover appears (a delete cut off after the instance went)."""
-        leftover = Leftover(provider_id, owner_uid, created_at, kind)
-        self.left[provider_id] = leftover
-        return leftover
-
-    def reuse(self, provider_id: str) -> None:
-        """The leftover's instance comes back (a create resumed): it is in use again, so a
-        delete must keep it and the next listing no longer reports it."""
-        self.in_use.add(provider_id)
-
-    def inject(self, op: str, error: ProviderError, times: int = 1) -> None:
-        """As ``FakeProvider.inject``; also ``leftovers`` and ``delete_leftover``."""
-        if op in LEFTOVER_OPS:
-            self._injected[op].extend([error] * times)
-        else:
-            super().inject(op, error, times)
-
-    async def leftovers(self) -> list[Leftover]:
-        await self._enter("leftovers", self.name)
-        return [lo for pid, lo in self.left.items() if pid not in self.in_use]
-
-    async def delete_leftover(self, leftover: Leftover) -> bool:
-        await self._enter("delete_leftover", leftover.provider_id)
-        if leftover.provider_id in self.in_use:
-            return False
-        self.left.pop(leftover.provider_id, None)
-        return True
 
 
 class FakeProviderWithPreflight(FakeProvider):

@@ -7,9 +7,11 @@ each provider's "testing without the cloud"). Every fake needs the same things a
 imitates: a server on a free loopback port in a thread, faults queued per call kind and answered
 instead of the call, stalls to trip a client's timeout, a close that does not wait for a stalled
 answer. They live here once, so a fix (a client that hung up, a stall outliving the test) reaches
-every fake; what each API answers stays in its provider's ``testing`` module.
+every fake; what each API answers stays in its cloud's module of the test kit
+(``services.testing.<type>``).
 
-Not pure (threads and sockets), and only for tests: nothing in the product imports it.
+Not pure (threads and sockets), and only for tests: the import contract of the test kit keeps
+the product from importing it (D150).
 """
 
 from __future__ import annotations

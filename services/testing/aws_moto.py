@@ -1,7 +1,7 @@
 """moto's EC2 emulator in server mode, with public addresses the tests can reach.
 
-``python -m services.providers.aws.motoserver --port N --public-ips 127.0.0.1`` serves the EC2
-Query API on 127.0.0.1:N (``testing.MotoEc2`` starts it as a process of its own, as a real
+``python -m services.testing.aws_moto --port N --public-ips 127.0.0.1`` serves the EC2
+Query API on 127.0.0.1:N (``aws.MotoEc2`` starts it as a process of its own, as a real
 endpoint would be one).
 
 Why not ``moto_server`` itself: moto gives every instance a random public address in

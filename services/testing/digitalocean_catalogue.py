@@ -6,7 +6,7 @@ The catalogue is the fake's, not a copy of today's: it has what the real one has
 to the provider, a size offered in some regions only (``s-1vcpu-512mb-10gb``, as in the real
 catalogue, where it is missing from several), sizes offered everywhere, and a retired size
 (``available: false``, no region). A create of a size outside a region is refused as the API
-refuses it (``fakeapi``), so a provider that does not check the catalogue fails its tests.
+refuses it (``digitalocean_api``), so a provider that does not check the catalogue fails its tests.
 """
 
 from __future__ import annotations

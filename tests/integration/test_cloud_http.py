@@ -14,13 +14,13 @@ from typing import Any
 
 import pytest
 
-from services.providers import fakehttp
-from services.providers.fakehttp import Fault, Reply, Request
+from services.testing import cloud_http
+from services.testing.cloud_http import Fault, Reply, Request
 
 pytestmark = pytest.mark.integration
 
 
-class Echo(fakehttp.FakeServer):
+class Echo(cloud_http.FakeServer):
     """A fake whose call kind is the path: it answers the request back, or a queued fault."""
 
     def __init__(self) -> None:
@@ -34,18 +34,18 @@ class Echo(fakehttp.FakeServer):
         fault = self.fault_for(kind)
         if fault is not None:
             answer = {"code": fault.code, "message": fault.message, "details": fault.details}
-            return fakehttp.json_reply(fault.status, answer, fault.headers)
+            return cloud_http.json_reply(fault.status, answer, fault.headers)
         if kind == "empty":
-            return fakehttp.json_reply(204, None)
+            return cloud_http.json_reply(204, None)
         own = {"RateLimit-Reset": "60", "X-Kind": kind}
         echo = {
             "kind": kind,
             "method": request.method,
             "params": request.params,
             "auth": request.header("authorization"),
-            "body": fakehttp.parse_json(request.body),
+            "body": cloud_http.parse_json(request.body),
         }
-        return fakehttp.json_reply(200, echo, own)
+        return cloud_http.json_reply(200, echo, own)
 
 
 @pytest.fixture
@@ -115,7 +115,7 @@ def test_an_unknown_kind_is_refused_naming_the_known_ones(fake: Echo) -> None:
 
 
 def test_injected_headers_replace_the_fakes_own_whatever_their_case(fake: Echo) -> None:
-    merged = fakehttp.merge_headers(
+    merged = cloud_http.merge_headers(
         {"ratelimit-reset": "60", "X-A": "1"}, {"RateLimit-Reset": "0", "Retry-After": "3"}
     )
     assert merged == {"X-A": "1", "RateLimit-Reset": "0", "Retry-After": "3"}

@@ -10,8 +10,9 @@ DigitalOcean's public API reference for the calls used:
   a firewall may name only tags that exist, and must have a valid name and rules;
 - ``/v2/tags``: GET by name, POST (201);
 - ``/v2/sizes`` (paged, each size with its ``regions`` and ``available``), ``/v2/images/{id or
-  slug}``, ``/v2/account`` (``droplet_limit``, ``status``): the catalogue in ``fakecatalogue``;
-  a create of a size outside its regions answers 422 "Size is not available in this region.";
+  slug}``, ``/v2/account`` (``droplet_limit``, ``status``): the catalogue in
+  ``digitalocean_catalogue``; a create of a size outside its regions answers 422 "Size is not
+  available in this region.";
 - the Bearer token is checked on every call (401 ``Unauthorized`` otherwise); errors have
   DigitalOcean's shape, ``{"id": "...", "message": "..."}``, and every answer carries the
   ``ratelimit-*`` headers.
@@ -22,7 +23,7 @@ local Squid stands in for every droplet). ``inject`` answers the next calls of a
 error (status, DigitalOcean error id, message, headers); ``power_off``, ``destroy`` and
 ``archive`` act behind the provider's back; ``droplet_limit`` refuses creates as the account
 limit does (and is what ``/v2/account`` answers); ``account_status`` is the account's status. The
-account itself (what each call answers) is ``fakeapi.FakeAccount``; this module
+account itself (what each call answers) is ``digitalocean_api.FakeAccount``; this module
 is the HTTP server around it, the token check, the faults and the controls.
 """
 
@@ -32,22 +33,21 @@ import time
 from collections import deque
 from collections.abc import Sequence
 
-from services.providers import fakehttp
-from services.providers.digitalocean import fakeapi
-from services.providers.digitalocean.fakeapi import (
+from services.testing import cloud_http, digitalocean_api
+from services.testing.cloud_http import Fault, Reply, Request
+from services.testing.digitalocean_api import (
     LIMIT_MESSAGE,
     REGIONS,
     Answer,
     Droplet,
     FakeAccount,
 )
-from services.providers.digitalocean.fakecatalogue import (
+from services.testing.digitalocean_catalogue import (
     IMAGES,
     LIMITED_REGIONS,
     LIMITED_SIZE,
     SIZES,
 )
-from services.providers.fakehttp import Fault, Reply, Request
 
 __all__ = [
     "DEFAULT_TOKEN",
@@ -82,7 +82,7 @@ KINDS = (
 DEFAULT_TOKEN = "dop_v1_fake_token_for_tests"
 
 
-class DigitalOceanFake(FakeAccount, fakehttp.FakeServer):
+class DigitalOceanFake(FakeAccount, cloud_http.FakeServer):
     """The fake server; use as a context manager (``with DigitalOceanFake() as fake``). The
     account's state (``droplets``, ``firewalls``, ``tags``) is readable by tests."""
 
@@ -92,7 +92,7 @@ class DigitalOceanFake(FakeAccount, fakehttp.FakeServer):
         self, *, token: str = DEFAULT_TOKEN, addresses: Sequence[str] | None = None
     ) -> None:
         FakeAccount.__init__(self, addresses)
-        fakehttp.FakeServer.__init__(self, KINDS)
+        cloud_http.FakeServer.__init__(self, KINDS)
         self.token = token
         self.requests: list[tuple[str, str, dict[str, str]]] = []
         self.calls: list[str] = []
@@ -153,7 +153,7 @@ class DigitalOceanFake(FakeAccount, fakehttp.FakeServer):
 
     def serve(self, request: Request) -> Reply:
         status, answer, extra = self._answer(request)
-        headers = fakehttp.merge_headers(
+        headers = cloud_http.merge_headers(
             {
                 "ratelimit-limit": "5000",
                 "ratelimit-remaining": "4999",
@@ -161,25 +161,25 @@ class DigitalOceanFake(FakeAccount, fakehttp.FakeServer):
             },
             extra,
         )
-        return fakehttp.json_reply(
+        return cloud_http.json_reply(
             status, answer, headers, content_type="application/json; charset=utf-8"
         )
 
     def _answer(self, request: Request) -> Answer:
-        route = fakeapi.route(request.method, request.path)
+        route = digitalocean_api.route(request.method, request.path)
         query = request.params
         with self._lock:
             self.requests.append((request.method, request.path, query))
             if route is not None:
                 self.calls.append(route[0])
         if request.header("authorization") != f"Bearer {self.token}":
-            return fakeapi.error(401, "Unauthorized", "Unable to authenticate you")
+            return digitalocean_api.error(401, "Unauthorized", "Unable to authenticate you")
         if route is None:
-            return fakeapi.not_found()
+            return digitalocean_api.not_found()
         kind, arg = route
         fault = self.fault_for(kind)
         if fault is not None:
-            status, answer, extra = fakeapi.error(fault.status, fault.code, fault.message)
+            status, answer, extra = digitalocean_api.error(fault.status, fault.code, fault.message)
             return status, answer, {**extra, **fault.headers}
         with self._lock:
             return self.answer(
@@ -188,5 +188,5 @@ class DigitalOceanFake(FakeAccount, fakehttp.FakeServer):
                 base=self.url,
                 path=request.path,
                 query=query,
-                payload=fakehttp.parse_json(request.body),
+                payload=cloud_http.parse_json(request.body),
             )

@@ -1,7 +1,7 @@
-"""What the Hetzner Cloud API fake (``testing.py``) answers with: routes, request checks, the
+"""What the Hetzner Cloud API fake (``hetzner.py``) answers with: routes, request checks, the
 JSON shapes of servers, firewalls, actions, pages and errors, as Hetzner's public API reference
 gives them for the calls the provider makes. Split from the server so each file stays readable;
-only ``testing.py`` uses it (the HTTP plumbing is ``services.providers.fakehttp``)."""
+only ``hetzner.py`` uses it (the HTTP plumbing is ``services.testing.cloud_http``)."""
 
 from __future__ import annotations
 

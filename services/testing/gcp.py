@@ -10,7 +10,7 @@ one more ``get``, then gone.
 
 The catalogue calls (machine types, images, regions, firewalls, the project, Resource Manager's
 permission check) and the insert's refusals of what the catalogue lacks are
-``fakecatalogue``'s; ``ran`` says what an instance's image executed of its metadata.
+``gcp_catalogue``'s; ``ran`` says what an instance's image executed of its metadata.
 
 Errors are injected per call kind (``insert``, ``get``, ``delete``, ``aggregatedList``,
 ``operations``, and the catalogue's ``machineTypes``, ``images``, ``regions``, ``firewalls``,
@@ -28,11 +28,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
-from services.providers import fakehttp
-from services.providers.fakehttp import Fault, Reply, Request
-from services.providers.gcp import fakecatalogue
-from services.providers.gcp.fakecatalogue import CatalogueState, FakeImage
-from services.providers.gcp.fakecatalogue import error as _error
+from services.testing import cloud_http, gcp_catalogue
+from services.testing.cloud_http import Fault, Reply, Request
+from services.testing.gcp_catalogue import CatalogueState, FakeImage
+from services.testing.gcp_catalogue import error as _error
 
 KINDS = (
     "insert",
@@ -72,7 +71,7 @@ class _Instance:
     deleting: bool = False
 
 
-class ComputeFake(fakehttp.FakeServer):
+class ComputeFake(cloud_http.FakeServer):
     """The fake server; use as a context manager (``with ComputeFake() as fake``)."""
 
     thread_name = "compute-fake"
@@ -93,7 +92,7 @@ class ComputeFake(fakehttp.FakeServer):
     # ---------------------------------------------------------------- catalogue control
 
     def offer(self, zone: str, *machine_types: str) -> None:
-        """Make ``zone`` offer exactly ``machine_types`` (of ``fakecatalogue.MACHINE_TYPES``)."""
+        """Make ``zone`` offer exactly ``machine_types`` (of ``gcp_catalogue.MACHINE_TYPES``)."""
         with self._lock:
             self.catalogue.zones[zone] = set(machine_types)
 
@@ -167,7 +166,7 @@ class ComputeFake(fakehttp.FakeServer):
 
     def serve(self, request: Request) -> Reply:
         status, answer = self._answer(request)
-        return fakehttp.json_reply(status, answer, content_type="application/json; charset=UTF-8")
+        return cloud_http.json_reply(status, answer, content_type="application/json; charset=UTF-8")
 
     def _answer(self, request: Request) -> tuple[int, dict[str, Any]]:
         method, path = request.method, request.path
@@ -186,7 +185,7 @@ class ComputeFake(fakehttp.FakeServer):
             if project != self.project:
                 return _error(404, "notFound", f"The resource 'projects/{project}' was not found")
             if kind == "insert":
-                return self._insert(args[0], fakehttp.parse_json(request.body))
+                return self._insert(args[0], cloud_http.parse_json(request.body))
             if kind == "get":
                 return self._get(*args)
             if kind == "delete":
@@ -195,7 +194,7 @@ class ComputeFake(fakehttp.FakeServer):
                 return self._aggregated(request.params)
             if kind in ("machineTypes", "regions", "firewalls", "projects", "iam"):
                 usage = self._usage(args[0]) if kind == "regions" else {}
-                body = fakehttp.parse_json(request.body)
+                body = cloud_http.parse_json(request.body)
                 return self.catalogue.answer(kind, args, request.params, body, usage)
             return 200, self._operation(args[0], "insert", "", done=True, name=args[1])
 
@@ -243,7 +242,7 @@ class ComputeFake(fakehttp.FakeServer):
         machine_type = str(body["machineType"]).rsplit("/", 1)[-1]
         region = zone.rsplit("-", 1)[0]
         over = self.catalogue.over_quota(
-            region, self._usage(region), fakecatalogue.usage([(zone, machine_type)])
+            region, self._usage(region), gcp_catalogue.usage([(zone, machine_type)])
         )
         if over and (zone, name) not in self.instances:
             return _error(403, "quotaExceeded", over)
@@ -275,7 +274,7 @@ class ComputeFake(fakehttp.FakeServer):
             str(item.get("key")): str(item.get("value", ""))
             for item in body.get("metadata", {}).get("items", [])
         }
-        self.boots[(zone, name)] = fakecatalogue.ran(image, metadata)
+        self.boots[(zone, name)] = gcp_catalogue.ran(image, metadata)
         return 200, self._operation(zone, "insert", name, done=False)
 
     def _get(self, zone: str, name: str) -> tuple[int, dict[str, Any]]:
@@ -331,7 +330,7 @@ class ComputeFake(fakehttp.FakeServer):
 
     def _usage(self, region: str) -> dict[str, float]:
         """What this fake's own VMs in ``region`` use of its quotas."""
-        return fakecatalogue.usage(
+        return gcp_catalogue.usage(
             (record.zone, str(record.body.get("machineType", "")))
             for record in self.instances.values()
             if record.zone.rsplit("-", 1)[0] == region

@@ -10,7 +10,7 @@ how it boots: the Debian and Rocky images run the guest agent's ``startup-script
 Ubuntu one cloud-init's ``user-data`` and the startup-script too; ``ran`` is what an instance's
 image executed of its metadata, so a test fails when the key is wrong.
 
-Only for tests; ``testing.ComputeFake`` serves it.
+Only for tests; ``gcp.ComputeFake`` serves it.
 """
 
 from __future__ import annotations
