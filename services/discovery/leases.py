@@ -36,6 +36,7 @@ from services.discovery.errors import ApiError, IdempotencyKeyMismatch, LeaseEnd
 from services.discovery.held_leases import HeldLeases
 from services.discovery.metrics import DiscoveryMetrics
 from services.discovery.pools import members_only
+from services.discovery.pure.acquiring import Acquisition, Move
 from services.discovery.pure.candidates import narrowed, normalized, pairs_of, random_order
 from services.discovery.pure.policy import Claim, Granted, LeasePolicy, Stored
 from services.discovery.pure.pools import PoolRef
@@ -56,16 +57,17 @@ def eligible(views: Views, proxy: ProxyView, selector: Mapping[str, str]) -> boo
 
 
 @dataclass(frozen=True, slots=True)
-class _Request:
-    """What one acquire asks for, beyond its claim."""
+class LeaseRequest:
+    """One acquire, its arguments as one value (``Leases.acquire`` says what each means)."""
 
     selector: Mapping[str, str]
     claim: Claim
-    exclude: Collection[str]
-    proxy_uid: str | None
-    wait: float
-    pool: PoolRef | None
-    pool_uid: str
+    exclude: Collection[str] = ()
+    proxy_uid: str | None = None
+    wait: float = 0.0
+    pool: PoolRef | None = None
+    pool_uid: str = ""
+    limit: Limit | None = None
 
 
 class Leases(HeldLeases):
@@ -115,6 +117,14 @@ class Leases(HeldLeases):
         retry of a granted request (the same Idempotency-Key) gets its lease even at the limit."""
         ttl = self.policy.grant_ttl(requested_ttl)
         claim = Claim(dict(selector), ttl, requested_ttl or 0.0, holder, key or "", target, client)
+        return await self.serve(
+            LeaseRequest(selector, claim, exclude, proxy_uid, wait, pool, pool_uid, limit)
+        )
+
+    async def serve(self, request: LeaseRequest) -> Granted:
+        """``acquire``, its arguments as one request: what a subclass measures
+        (``selector_metrics.MeasuredLeases``)."""
+        claim, limit = request.claim, request.limit
         with self.metrics.acquire_seconds.time(), contextlib.ExitStack() as reservation:
             if claim.key:
                 found = self._known(claim)
@@ -130,17 +140,12 @@ class Leases(HeldLeases):
                     raise
                 self.metrics.acquisitions.labels("replayed").inc()
                 return found
-            request = _Request(selector, claim, exclude, proxy_uid, wait, pool, pool_uid)
-            return await self._reserved(request, limit)
+            return await self._reserved(request)
 
-    async def _reserved(self, request: _Request, limit: Limit | None) -> Granted:
-        """``acquire``, once the request holds its place under the client's limit."""
-        selector, claim, pool, pool_uid = (
-            request.selector,
-            request.claim,
-            request.pool,
-            request.pool_uid,
-        )
+    async def _reserved(self, request: LeaseRequest) -> Granted:
+        """``serve``, once the request holds its place under the client's limit: the moves
+        ``pure.acquiring`` decides, with the claims, reads, metrics and demand around them."""
+        selector, claim, pool, limit = request.selector, request.claim, request.pool, request.limit
 
         def candidates() -> list[str]:
             matching = members_only(self.views, self.views.candidates.matching(selector), pool)
@@ -170,33 +175,49 @@ class Leases(HeldLeases):
                     raise
                 return found
 
-        wait = request.wait
-        asker = Asker(claim.client, claim.holder, limit.max_leases if limit else None)
-        queued = wait > 0 and self.queue.waiting > 0
-        granted = None if queued else await attempt()
-        error = refused() if granted is None else None
-        if error and error.status == 503 and not queued and await self._caught_up():
-            granted = await attempt()  # released on another replica a moment ago
-            error = refused() if granted is None else None
-        if error and error.status == 503 and wait > 0 and not self.queue.full:
-            if pool_uid:
-                self.demand.waiting(pool_uid, asker, 1)
-            try:
-                granted = await self._wait(candidates, attempt, claim.target, wait)
-            finally:
-                if pool_uid:
-                    self.demand.waiting(pool_uid, asker, -1)
-            error = refused() if granted is None else None
-        if granted is None:
+        rules = Acquisition.of(request.wait, self.queue.waiting)
+        granted = await attempt() if rules.claims_first else None
+        error: ApiError | None = None
+        done: list[Move] = []
+        while granted is None:
             error = error or refused()
-            self.metrics.acquisitions.labels("busy" if error.status == 503 else "no_match").inc()
-            if isinstance(error, PoolBusy):
-                self.metrics.pool_busy.labels(str(error.scaling).lower()).inc()
-                if pool_uid:
-                    self.demand.refused(pool_uid, asker, "scaling" if error.scaling else "busy")
-            raise error
+            move = rules.after(error.status, done, full=self.queue.full)
+            if move is Move.REFUSE:
+                self._refused(request, error, rules.result(error.status))
+                raise error
+            done.append(move)
+            if move is Move.CATCH_UP:
+                if await self._caught_up():
+                    granted, error = await attempt(), None  # released elsewhere a moment ago
+            else:
+                granted, error = await self._waited(request, candidates, attempt), None
         self.metrics.acquisitions.labels("acquired").inc()
         return granted
+
+    async def _waited(
+        self,
+        request: LeaseRequest,
+        candidates: Callable[[], list[str]],
+        attempt: Callable[[], Awaitable[Granted | None]],
+    ) -> Granted | None:
+        """``_wait``, the request counted as its pool's demand meanwhile."""
+        claim, pool_uid = request.claim, request.pool_uid
+        asker = _asker(request)
+        if pool_uid:
+            self.demand.waiting(pool_uid, asker, 1)
+        try:
+            return await self._wait(candidates, attempt, claim.target, request.wait)
+        finally:
+            if pool_uid:
+                self.demand.waiting(pool_uid, asker, -1)
+
+    def _refused(self, request: LeaseRequest, error: ApiError, result: str) -> None:
+        self.metrics.acquisitions.labels(result).inc()
+        if isinstance(error, PoolBusy):
+            self.metrics.pool_busy.labels(str(error.scaling).lower()).inc()
+            if request.pool_uid:
+                reason = "scaling" if error.scaling else "busy"
+                self.demand.refused(request.pool_uid, _asker(request), reason)
 
     async def _caught_up(self) -> bool:
         """Whether the views moved on by reaching their streams' ends (bounded).
@@ -372,3 +393,9 @@ class Leases(HeldLeases):
         except TimeoutError:
             raise StoreUnavailable(f"the view did not reach sequence {seq} in time") from None
         return self._known(claim)
+
+
+def _asker(request: LeaseRequest) -> Asker:
+    """Who a pool's demand counts the request against."""
+    limit = request.limit
+    return Asker(request.claim.client, request.claim.holder, limit.max_leases if limit else None)

@@ -10,19 +10,17 @@ series stay few whatever the crawlers send (docs/decisions/0086-fleet-metrics-ar
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from events.errors import EventStoreError
 from events.store import EventStore
 from services.discovery.errors import ApiError
-from services.discovery.leases import Leases
+from services.discovery.leases import LeaseRequest, Leases
 from services.discovery.metrics import DiscoveryMetrics
 from services.discovery.pure.errorcodes import ErrorCode
 from services.discovery.pure.policy import Granted, LeasePolicy
-from services.discovery.pure.pools import PoolRef
-from services.discovery.quota import Limit
 from services.discovery.views import Views
 from services.runtime.metrics import metric_set
 
@@ -66,8 +64,8 @@ def selector_metrics(registry: CollectorRegistry) -> SelectorMetrics:
 
 
 class MeasuredLeases(Leases):
-    """``Leases`` whose requests are also counted by selector size: measured around the whole
-    request, so the leasing code stays as it is."""
+    """``Leases`` whose requests are also counted by selector size: measured around ``serve``,
+    the whole request, so the leasing code stays as it is."""
 
     def __init__(
         self,
@@ -80,39 +78,11 @@ class MeasuredLeases(Leases):
         super().__init__(store, views, policy, metrics)
         self.by_selector = selector_metrics(registry)
 
-    async def acquire(
-        self,
-        selector: Mapping[str, str],
-        requested_ttl: float | None,
-        holder: str,
-        *,
-        key: str | None = None,
-        exclude: Collection[str] = (),
-        proxy_uid: str | None = None,
-        target: str = "",
-        wait: float = 0.0,
-        client: str = "",
-        pool: PoolRef | None = None,
-        pool_uid: str = "",
-        limit: Limit | None = None,
-    ) -> Granted:
+    async def serve(self, request: LeaseRequest) -> Granted:
         started = time.monotonic()
         result = "refused"
         try:
-            granted = await super().acquire(
-                selector,
-                requested_ttl,
-                holder,
-                key=key,
-                exclude=exclude,
-                proxy_uid=proxy_uid,
-                target=target,
-                wait=wait,
-                client=client,
-                pool=pool,
-                pool_uid=pool_uid,
-                limit=limit,
-            )
+            granted = await super().serve(request)
             result = "acquired"
             return granted
         except ApiError as exc:
@@ -122,7 +92,8 @@ class MeasuredLeases(Leases):
             result = "unavailable"
             raise
         finally:
-            keys = selector_keys(selector)
+            keys = selector_keys(request.selector)
             self.by_selector.requests.labels(keys, result).inc()
-            if wait > 0:
-                self.by_selector.waits.labels(keys, result).observe(time.monotonic() - started)
+            if request.wait > 0:
+                waited = time.monotonic() - started
+                self.by_selector.waits.labels(keys, result).observe(waited)

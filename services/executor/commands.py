@@ -32,68 +32,29 @@ from events.schemas import (
     Event,
     InstanceCreated,
     InstanceGone,
-    InstanceObserved,
     InstanceState,
     ObserveInstance,
-    ProviderFailed,
     ProxyDeclared,
 )
-from events.store import EventStore, History, NewEvent, Recorded, derive_msg_id
+from events.store import EventStore, History, NewEvent, derive_msg_id
 from projections.commands import Answer, Command, answers_to, concludes
 from projections.proxy import ProxyView, fold
 from services.executor.fences import FenceFloors
-from services.providers.base import (
-    CreateRequest,
-    Instance,
-    NotFound,
-    Provider,
-    ProviderError,
+from services.executor.pure.answers import (
+    Step,
+    created_record,
+    creating,
+    failed,
+    failure,
+    observed,
+    waiting,
 )
+from services.executor.pure.policy import CommandPolicy
+from services.providers.base import CreateRequest, NotFound, Provider, ProviderError
 from services.runtime.consumer import Delivery, Outcome, Retry
 from services.runtime.metrics import Metrics, default_metrics, metric_set
 
 log = structlog.get_logger("egress.executor")
-
-# States in which an instance will not become Running by waiting: the reconciler must act.
-_SETTLED = (InstanceState.STOPPED, InstanceState.TERMINATING)
-
-
-@dataclass(frozen=True, slots=True)
-class CommandPolicy:
-    """How long the durable waits are. Production keeps the defaults; tests shrink them."""
-
-    poll_initial: float = 0.5
-    poll_max: float = 5.0
-    poll_growth: float = 1.5
-    backoff_base: float = 1.0
-    backoff_max: float = 60.0
-    quota_delay: float = 60.0
-    create_timeout: float = 600.0
-    retry_for: float = 600.0
-    """How long transient failures are retried before the command is answered Transient, so
-    the reconciler hears of a provider that has been failing for a while instead of silence."""
-
-    def poll_delay(self, attempt: int) -> float:
-        """Polls start fast (most instances run within seconds) and slow down for slow ones."""
-        return min(self.poll_max, self.poll_initial * self.poll_growth ** min(attempt - 1, 60))
-
-    def backoff(self, attempt: int) -> float:
-        """Exponential, so a struggling provider API is not hammered by every waiting command."""
-        return min(self.backoff_max, self.backoff_base * 2.0 ** min(attempt - 1, 60))
-
-
-def observed(command_id: str, provider: str, instance: Instance) -> InstanceObserved:
-    return InstanceObserved(
-        command_id=command_id,
-        provider=provider,
-        provider_id=instance.provider_id,
-        state=instance.state,
-        ip=instance.ip,
-        url=instance.url,
-        instance_uid=instance.instance_uid,
-        created_at=instance.created_at.isoformat(),
-    )
-
 
 _OPERATION: dict[type[Event], str] = {
     CreateInstance: "create",
@@ -104,6 +65,14 @@ _OPERATION: dict[type[Event], str] = {
 
 ANSWERS = InstanceCreated.category
 """The category of every answer to a command (a test checks each ``Answer`` type)."""
+
+_FAILURES = {
+    "quota": (False, "provider quota exceeded, retrying slowly"),
+    "permanent": (True, "provider refused permanently"),
+    "gave-up": (True, "provider kept failing, giving up on the command"),
+    "transient": (False, "provider call failed, will retry"),
+}
+"""What the log says of a failure's outcome, and whether as an error."""
 
 
 def _utcnow() -> datetime:
@@ -178,18 +147,9 @@ class CommandHandler:
         provider = self.providers.get(command.provider)
         if provider is None:
             configured = ", ".join(sorted(self.providers)) or "none"
-            await self._append(
-                job,
-                self._failure(
-                    job,
-                    _OPERATION[type(command)],
-                    ErrorClass.PERMANENT,
-                    f"unknown provider {command.provider!r}; configured: {configured}",
-                ),
-                "unknown-provider",
-            )
-            self._count(job, "unknown-provider")
-            return None
+            message = f"unknown provider {command.provider!r}; configured: {configured}"
+            answer = failure(command, _OPERATION[type(command)], ErrorClass.PERMANENT, message)
+            return await self._take(job, Step("unknown-provider", answer, "unknown-provider"))
         match command:
             case CreateInstance():
                 return await self._create(job, command, provider)
@@ -230,7 +190,7 @@ class CommandHandler:
     # ---------------------------------------------------------------------------- create
 
     async def _create(self, job: _Job, cmd: CreateInstance, provider: Provider) -> Outcome:
-        created = _created_record(job.history, cmd.command_id)
+        created = created_record(job.history.events, cmd.command_id)
         if created is None:
             # The floor was read before the create, so the new instance starts fenced at the
             # proxy's highest granted token (docs/decisions/0092-nobody-who-reaches-a-proxy.md).
@@ -255,28 +215,18 @@ class CommandHandler:
             return await self._gone(job, provider_id)
         except ProviderError as exc:
             return await self._failed(job, "get", exc, provider_id)
-        if (instance.state is InstanceState.RUNNING and instance.ip) or instance.state in _SETTLED:
-            await self._append(
-                job, observed(cmd.command_id, cmd.provider, instance), f"observed-{instance.state}"
-            )
-            self._count(job, instance.state.lower())
-            return None
-        waited = (self.clock() - since).total_seconds()
-        if waited >= self.policy.create_timeout:
-            message = (
-                f"not running after {waited:.0f} s (limit {self.policy.create_timeout:.0f} s); "
-                f"last state {instance.state}"
-            )
-            await self._append(
-                job,
-                self._failure(job, "create", ErrorClass.TRANSIENT, message, provider_id),
-                "timeout",
-            )
-            self._count(job, "timeout")
+        step = creating(
+            self.policy,
+            cmd,
+            provider_id,
+            instance,
+            attempt=job.attempt,
+            since=since,
+            now=self.clock(),
+        )
+        if step.outcome == "timeout":
             log.warning("instance did not start in time", uid=job.uid, provider_id=provider_id)
-            return None
-        self._count(job, "pending")
-        return Retry(self.policy.poll_delay(job.attempt), f"instance {instance.state}")
+        return await self._take(job, step)
 
     def _request(self, job: _Job, cmd: CreateInstance) -> CreateRequest:
         view = job.view
@@ -301,18 +251,14 @@ class CommandHandler:
                 # API to delete, every few seconds, an instance that is shutting down anyway.
                 instance = await provider.get(provider_id)
                 if instance.state is InstanceState.TERMINATING:
-                    return self._still_there(job, instance)
+                    return await self._take(job, waiting(self.policy, job.attempt, instance))
             await provider.delete(provider_id)
             instance = await provider.get(provider_id)
         except NotFound:
             return await self._gone(job, provider_id)
         except ProviderError as exc:
             return await self._failed(job, "delete", exc, provider_id)
-        return self._still_there(job, instance)
-
-    def _still_there(self, job: _Job, instance: Instance) -> Outcome:
-        self._count(job, "pending")
-        return Retry(self.policy.poll_delay(job.attempt), f"instance {instance.state}")
+        return await self._take(job, waiting(self.policy, job.attempt, instance))
 
     # --------------------------------------------------------------------------- observe
 
@@ -323,9 +269,8 @@ class CommandHandler:
             return await self._gone(job, cmd.provider_id)
         except ProviderError as exc:
             return await self._failed(job, "get", exc, cmd.provider_id)
-        await self._append(job, observed(cmd.command_id, cmd.provider, instance), "observed")
-        self._count(job, instance.state.lower())
-        return None
+        answer = observed(cmd.command_id, cmd.provider, instance)
+        return await self._take(job, Step(instance.state.lower(), answer, "observed"))
 
     # --------------------------------------------------------------------------- answers
 
@@ -335,70 +280,42 @@ class CommandHandler:
             provider=job.command.provider,
             provider_id=provider_id,
         )
-        await self._append(job, gone, "gone")
-        self._count(job, "gone")
-        return None
+        return await self._take(job, Step("gone", gone, "gone"))
 
     async def _failed(
         self, job: _Job, operation: str, exc: ProviderError, provider_id: str = ""
     ) -> Outcome:
-        """Act on the error class alone, as the reconciler will."""
-        error_class = exc.error_class
-        fields = {
-            "uid": job.uid,
-            "command": job.kind,
-            "operation": operation,
-            "error_class": str(error_class),
-            "error": str(exc),
-            "attempt": job.attempt,
-        }
-        if error_class is ErrorClass.QUOTA_EXCEEDED:
-            last = job.answers[-1] if job.answers else None
-            if not (isinstance(last, ProviderFailed) and last.error_class is error_class):
-                # The ordinal keeps a later, separate quota episode from being de-duplicated.
-                failure = self._failure(job, operation, error_class, str(exc), provider_id)
-                await self._append(job, failure, f"quota-{len(job.answers)}")
-            log.warning("provider quota exceeded, retrying slowly", **fields)
-            self._count(job, "quota")
-            return Retry(max(self.policy.quota_delay, exc.retry_after), f"quota: {exc}")
-        if error_class is ErrorClass.PERMANENT:
-            failure = self._failure(job, operation, error_class, str(exc), provider_id)
-            await self._append(job, failure, f"failed-{operation}")
-            log.error("provider refused permanently", **fields)
-            self._count(job, "permanent")
-            return None
-        # Transient, and NotFound where it is not an answer (it cannot be: every call that can
-        # return it handles it): nothing to record, try again later, unless for too long.
-        waited = (self.clock() - job.issued).total_seconds()
-        if waited >= self.policy.retry_for:
-            message = f"{operation} still failing after {waited:.0f} s: {exc}"
-            failure = self._failure(job, operation, ErrorClass.TRANSIENT, message, provider_id)
-            await self._append(job, failure, f"gave-up-{operation}")
-            log.error("provider kept failing, giving up on the command", **fields)
-            self._count(job, "gave-up")
-            return None
-        log.warning("provider call failed, will retry", **fields)
-        self._count(job, "transient")
-        # A throttled API says when to come back: earlier calls would only be refused again.
-        delay = max(self.policy.backoff(job.attempt), exc.retry_after)
-        return Retry(delay, f"{error_class}: {exc}")
-
-    def _failure(
-        self,
-        job: _Job,
-        operation: str,
-        error_class: ErrorClass,
-        message: str,
-        provider_id: str = "",
-    ) -> ProviderFailed:
-        return ProviderFailed(
-            command_id=job.command.command_id,
-            provider=job.command.provider,
-            operation=operation,
-            error_class=error_class,
-            message=message,
+        """The failure mapping (``pure.answers.failed``) on the error class alone, as the
+        reconciler will act on it."""
+        step = failed(
+            self.policy,
+            job.command,
+            job.answers,
+            operation,
+            exc,
             provider_id=provider_id,
+            attempt=job.attempt,
+            since=job.issued,
+            now=self.clock(),
         )
+        severe, said = _FAILURES[step.outcome]
+        (log.error if severe else log.warning)(
+            said,
+            uid=job.uid,
+            command=job.kind,
+            operation=operation,
+            error_class=str(exc.error_class),
+            error=str(exc),
+            attempt=job.attempt,
+        )
+        return await self._take(job, step)
+
+    async def _take(self, job: _Job, step: Step) -> Outcome:
+        """Do what a decision says: append its answer, count its outcome, ack or wait."""
+        if step.answer is not None:
+            await self._append(job, step.answer, step.what)
+        self._count(job, step.outcome)
+        return None if step.retry is None else Retry(step.retry, step.reason)
 
     async def _append(self, job: _Job, event: Answer, what: str) -> None:
         """No optimistic concurrency: an answer is a fact about the command and depends on no
@@ -409,11 +326,3 @@ class CommandHandler:
 
     def _count(self, job: _Job, outcome: str) -> None:
         self.outcomes.labels(job.kind, outcome).inc()
-
-
-def _created_record(history: History, command_id: str) -> Recorded | None:
-    for recorded in history.events:
-        event = recorded.event
-        if isinstance(event, InstanceCreated) and event.command_id == command_id:
-            return recorded
-    return None

@@ -6,10 +6,11 @@ hand would otherwise stay ``Ready`` until health probes gave up on it, and healt
 records what changed, as ``InstanceGone`` or ``InstanceObserved``; the reconciler recreates.
 
 Facts, not polls: an answer equal to the last recorded fact appends nothing, so a fleet of
-healthy proxies costs provider calls but no events. Appends use optimistic concurrency on the
-sequence the sweep folded: if anything happened to the proxy meanwhile (a replace, a delete), the
-observation may be stale, and the sweep drops it; the next round looks again. A provider whose
-call fails is skipped for the round rather than judged on part of an answer.
+healthy proxies costs provider calls but no events (the rule is ``pure.observation``). Appends
+use optimistic concurrency on the sequence the sweep folded: if anything happened to the proxy
+meanwhile (a replace, a delete), the observation may be stale, and the sweep drops it; the next
+round looks again. A provider whose call fails is skipped for the round rather than judged on
+part of an answer.
 """
 
 from __future__ import annotations
@@ -23,54 +24,15 @@ from nats.js import JetStreamContext
 
 from events import subjects
 from events.errors import ConcurrencyError
-from events.schemas import Event, InstanceGone, InstanceState, Phase
 from events.store import EventStore, NewEvent, derive_msg_id
 from projections import proxy
-from projections.proxy import GONE, ProxyView
-from services.executor.commands import observed
+from projections.proxy import ProxyView
+from services.executor.pure.observation import observation, watched
 from services.providers.base import Instance, NotFound, Provider, ProviderError
 from services.runtime.aio import raise_if_cancelled
 from services.runtime.eventlog.projector import Projector
 
 log = structlog.get_logger("egress.executor.observe")
-
-
-def known_state(view: ProxyView) -> str:
-    """The last fact about the *current* instance (an ``InstanceState`` or ``GONE``); "" when
-    none was recorded, or only its creation."""
-    fact = view.instance
-    return fact.state if fact is not None and fact.provider_id == view.provider_id else ""
-
-
-def watched(view: ProxyView) -> bool:
-    """Ready instances only: anything else is in the reconciler's hands already."""
-    return (
-        view.phase is Phase.READY
-        and bool(view.provider_id)
-        and not view.deleting
-        and not view.removed
-    )
-
-
-def observation(view: ProxyView, instance: Instance | None) -> Event | None:
-    """What to record for the provider's answer (None: NotFound), or None if nothing changed."""
-    known = known_state(view)
-    last_ip = view.instance.ip if view.instance is not None else ""
-    command_id = f"observe-{view.last_seq}"
-    if instance is None:
-        if known == GONE:
-            return None
-        return InstanceGone(
-            command_id=command_id, provider=view.spec.provider, provider_id=view.provider_id
-        )
-    if instance.state is InstanceState.RUNNING:
-        # Ready means the reconciler saw it running; only a new address is news.
-        ip_changed = bool(last_ip) and bool(instance.ip) and instance.ip != last_ip
-        if known in ("", InstanceState.RUNNING) and not ip_changed:
-            return None
-    elif str(instance.state) == known:
-        return None
-    return observed(command_id, view.spec.provider, instance)
 
 
 @dataclass

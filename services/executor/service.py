@@ -17,8 +17,9 @@ import click
 import structlog
 
 from events import subjects
-from services.executor.commands import CommandHandler, CommandPolicy
+from services.executor.commands import CommandHandler
 from services.executor.observe import ObserveSweep
+from services.executor.pure.policy import CommandPolicy
 from services.providers.base import Provider
 from services.providers.config import (
     PROVIDER_OPTIONS,

@@ -11,7 +11,6 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import structlog
@@ -19,13 +18,11 @@ from nats.js import JetStreamContext
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from events import subjects
-from events.schemas import Event, OrphanDeleted, OrphanFound, SweepCompleted
-from events.store import EventStore, NewEvent, derive_msg_id
+from events.store import EventStore
 from projections.proxy import ProxyView, apply
-from services.gc.leftovers import LeftoverReport
 from services.gc.lock import SweepLock
-from services.gc.pure.rules import DeleteFailure
-from services.gc.sweep import ProviderReport, SweepReport, sweep_once
+from services.gc.pure.report import LeftoverReport, SweepReport, sweep_events
+from services.gc.sweep import sweep_once
 from services.providers.base import Provider
 from services.runtime.eventlog.projector import Projector
 from services.runtime.metrics import metric_set
@@ -93,94 +90,6 @@ class GcMetrics:
 def gc_metrics(registry: CollectorRegistry) -> GcMetrics:
     """One set per registry: a process that builds the service twice reuses the collectors."""
     return metric_set(registry, GcMetrics)
-
-
-@dataclass(frozen=True, slots=True)
-class _Found:
-    """An orphan instance or leftover, as its events need it."""
-
-    provider_id: str
-    owner_uid: str
-    created_at: datetime
-    kind: str
-
-
-def sweep_events(report: ProviderReport, sweep_id: str) -> list[NewEvent]:
-    """A provider's round as events; ids derive from the sweep and the instance (or leftover),
-    so a retried append within the round is stored once. Leftovers are ``OrphanFound`` /
-    ``OrphanDeleted`` with their ``kind``; one kept because it is in use again gets no
-    ``OrphanDeleted`` (nothing was attempted that a later sweep would retry)."""
-
-    def new(event: Event, *parts: str) -> NewEvent:
-        return NewEvent(event, derive_msg_id("gc", sweep_id, report.provider, *parts))
-
-    def orphan_events(
-        found: list[_Found], deleted: list[str], failed: list[DeleteFailure], *scope: str
-    ) -> list[NewEvent]:
-        events = [
-            new(
-                OrphanFound(
-                    provider=report.provider,
-                    provider_id=f.provider_id,
-                    owner_uid=f.owner_uid,
-                    created_at=f.created_at.isoformat(),
-                    sweep_id=sweep_id,
-                    kind=f.kind,
-                ),
-                "found",
-                *scope,
-                f.provider_id,
-            )
-            for f in found
-        ]
-        failures = {f.provider_id: f for f in failed}
-        done = set(deleted)
-        for f in found:
-            failure = failures.get(f.provider_id)
-            if failure is None and f.provider_id not in done:
-                continue
-            result = OrphanDeleted(
-                provider=report.provider,
-                provider_id=f.provider_id,
-                owner_uid=f.owner_uid,
-                sweep_id=sweep_id,
-                ok=failure is None,
-                error_class=failure.error_class if failure else "",
-                error=failure.error if failure else "",
-                kind=f.kind,
-            )
-            events.append(new(result, "deleted", *scope, f.provider_id))
-        return events
-
-    instances = [
-        _Found(i.provider_id, i.owner_uid, i.created_at, "instance") for i in report.orphans
-    ]
-    out = orphan_events(instances, report.deleted, report.failed)
-    left = report.leftovers
-    if left is not None:
-        found = [
-            _Found(lo.provider_id, lo.owner_uid, lo.created_at, lo.kind) for lo in left.orphans
-        ]
-        # A scope of their own in the ids: a leftover's never collides with an instance's.
-        out += orphan_events(found, left.deleted, left.failed, "leftover")
-    summary = SweepCompleted(
-        provider=report.provider,
-        listed=report.listed,
-        orphans=len(report.orphans),
-        deleted=len(report.deleted),
-        skipped=report.skipped,
-        reason=report.reason,
-        sweep_id=sweep_id,
-        failed=len(report.failed),
-        young=report.young,
-        leftovers=len(left.orphans) if left else 0,
-        leftovers_deleted=len(left.deleted) if left else 0,
-        leftovers_failed=len(left.failed) if left else 0,
-        leftovers_in_use=len(left.in_use) if left else 0,
-        leftovers_reason=left.reason if left else "",
-    )
-    out.append(new(summary, "completed"))
-    return out
 
 
 class GarbageCollector:

@@ -17,32 +17,23 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field
 from datetime import datetime
 
 import structlog
 
+from services.gc.pure.report import LeftoverReport
 from services.gc.pure.rules import DeleteFailure, Verdict, judge
 from services.providers.base import Leftover, LeftoverCleaner, NotFound, ProviderError
 
+__all__ = [
+    "LeftoverReport",
+    "delete_leftover",
+    "judge_leftovers",
+    "list_leftovers",
+    "sort_results",
+]
+
 log = structlog.get_logger("egress.gc")
-
-
-@dataclass
-class LeftoverReport:
-    """What one provider's round found and did about its leftovers."""
-
-    listed: int = 0
-    orphans: list[Leftover] = field(default_factory=list)
-    deleted: list[str] = field(default_factory=list)
-    in_use: list[str] = field(default_factory=list)
-    """Orphans the provider kept at delete time because they are in use again."""
-    failed: list[DeleteFailure] = field(default_factory=list)
-    young: int = 0
-    skipped: bool = False
-    reason: str = ""
-    found: list[Leftover] = field(default_factory=list, repr=False)
-    """The whole listing, until ``judge_leftovers`` picks the orphans."""
 
 
 async def list_leftovers(name: str, cleaner: LeftoverCleaner) -> LeftoverReport:

@@ -25,13 +25,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field
 from datetime import datetime
 
 import structlog
 
 from services.gc import leftovers
-from services.gc.leftovers import LeftoverReport
+from services.gc.pure.report import LeftoverReport, ProviderReport, SweepReport
 from services.gc.pure.rules import EPOCH, DeleteFailure, Verdict, judge
 from services.providers.base import (
     Instance,
@@ -69,67 +68,6 @@ def orphans(
 ) -> list[Instance]:
     """The instances GC should delete, in the order listed."""
     return [i for i in instances if verdict(i, live_uids, now, grace) is Verdict.ORPHAN]
-
-
-@dataclass
-class ProviderReport:
-    """What one provider's round found and did."""
-
-    provider: str
-    listed: int = 0
-    orphans: list[Instance] = field(default_factory=list)
-    deleted: list[str] = field(default_factory=list)
-    failed: list[DeleteFailure] = field(default_factory=list)
-    young: int = 0
-    skipped: bool = False
-    reason: str = ""
-    leftovers: LeftoverReport | None = None
-    """None when the provider has no leftovers to clean, or its listing failed."""
-
-
-@dataclass
-class SweepReport:
-    now: datetime
-    grace: float
-    dry_run: bool
-    providers: list[ProviderReport] = field(default_factory=list)
-
-    @property
-    def deleted(self) -> int:
-        return sum(len(p.deleted) for p in self.providers)
-
-    @property
-    def orphans(self) -> int:
-        return sum(len(p.orphans) for p in self.providers)
-
-    @property
-    def failed(self) -> int:
-        return sum(len(p.failed) for p in self.providers)
-
-    @property
-    def skipped(self) -> list[str]:
-        return [p.provider for p in self.providers if p.skipped]
-
-    def _leftovers(self) -> list[LeftoverReport]:
-        return [p.leftovers for p in self.providers if p.leftovers is not None]
-
-    @property
-    def leftovers(self) -> int:
-        """Orphaned leftovers found."""
-        return sum(len(r.orphans) for r in self._leftovers())
-
-    @property
-    def leftovers_deleted(self) -> int:
-        return sum(len(r.deleted) for r in self._leftovers())
-
-    @property
-    def leftovers_failed(self) -> int:
-        return sum(len(r.failed) for r in self._leftovers())
-
-    @property
-    def leftovers_skipped(self) -> list[str]:
-        """Providers whose leftovers could not be listed this round."""
-        return [p.provider for p in self.providers if p.leftovers and p.leftovers.skipped]
 
 
 Listing = tuple[list[Instance], str, LeftoverReport | None]

@@ -49,9 +49,8 @@ from events.schemas import (
 )
 from events.store import NewEvent, derive_msg_id
 from projections import proxy as proxy_fold
-from services.executor.commands import observed
-from services.gc.collector import sweep_events
-from services.gc.sweep import ProviderReport
+from services.executor.pure.answers import observed
+from services.gc.pure.report import ProviderReport, sweep_events
 from services.health.egress import finding_msg_id
 from services.providers.base import Instance
 from services.providers.gcp.pure.mapping import provider_id as gcp_provider_id

@@ -23,7 +23,8 @@ from events.schemas import (
     ProviderFailed,
 )
 from events.store import AppendResult, NewEvent
-from services.executor.commands import CommandHandler, observed
+from services.executor.commands import CommandHandler
+from services.executor.pure.answers import observed
 from services.providers.base import (
     CreateRequest,
     Permanent,

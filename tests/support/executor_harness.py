@@ -25,7 +25,9 @@ from events.schemas import (
 )
 from events.store import EventStore, NewEvent, Recorded
 from projections.commands import Answer, Command
-from services.executor.commands import CommandHandler, CommandPolicy, observed
+from services.executor.commands import CommandHandler
+from services.executor.pure.answers import observed
+from services.executor.pure.policy import CommandPolicy
 from services.executor.service import consumer_spec
 from services.providers.base import CreateRequest, Provider
 from services.runtime.connection import Connection

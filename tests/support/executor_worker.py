@@ -11,7 +11,7 @@ import asyncio
 import sys
 from pathlib import Path
 
-from services.executor.commands import CommandPolicy
+from services.executor.pure.policy import CommandPolicy
 from services.executor.service import ExecutorService
 from services.runtime.config import Settings
 from services.runtime.logs import configure_logging

@@ -15,7 +15,7 @@ from events import subjects
 from events.schemas import Phase
 from events.store import EventStore
 from projections.proxy import ProxyView, fold
-from services.executor.commands import CommandPolicy
+from services.executor.pure.policy import CommandPolicy
 from services.executor.service import ExecutorService
 from services.providers.base import Provider
 from services.reconciler.service import ReconcilerService

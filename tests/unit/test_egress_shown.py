@@ -10,7 +10,6 @@ import pytest
 from events.egress import EgressChanged, EgressObserved
 from projections.egress import MISMATCH, SHARED, UNCHECKED, EgressPolicy
 from services.discovery.errors import InvalidRequest
-from services.discovery.fleet_metrics import count_egress, count_fleet
 from services.discovery.pure.egress_shown import (
     asn_filter,
     country_filter,
@@ -18,6 +17,7 @@ from services.discovery.pure.egress_shown import (
     shown,
     shown_in,
 )
+from services.discovery.pure.fleet import count_egress, count_fleet
 from services.discovery.queries import parse_proxy_filter
 from tests.support.egress_views import T0, ready, seen, spec
 

@@ -21,8 +21,10 @@ from events.schemas import (
 from events.store import Recorded
 from projections.commands import Answer
 from projections.proxy import GONE, ProxyView, apply
-from services.executor.commands import ANSWERS, CommandPolicy, observed
-from services.executor.observe import known_state, observation, watched
+from services.executor.commands import ANSWERS
+from services.executor.pure.answers import observed
+from services.executor.pure.observation import known_state, observation, watched
+from services.executor.pure.policy import CommandPolicy
 from services.providers.base import Instance
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from events.schemas import Phase, ProxySpec
 from projections.lease import LeaseRecord, LeaseView
 from projections.outcomes import Backoff, Reports
 from projections.proxy import ProxyView
-from services.discovery.fleet_metrics import PROXY_GAUGES, count_fleet
+from services.discovery.pure.fleet import PROXY_GAUGES, count_fleet
 
 NOW = datetime(2026, 1, 1, 12, tzinfo=UTC)
 
@@ -103,3 +105,38 @@ def test_an_empty_fleet_has_no_series() -> None:
     counts = count_fleet([proxy("gone", removed=True)], {}, NOW)
     assert counts.phases == {}
     assert counts.by_provider == {}
+
+
+LEASED = held("p", expires_in=30)
+RESTING = held("p", expires_in=-1, cooldown=10)
+RESTED = held("p", expires_in=-20, cooldown=10)
+UP, FREE, SICK = "healthy", "available", "unhealthy"
+GAUGES_OF = [
+    # (row, the proxy, its lease view, held back for its egress, the gauges it counts in)
+    ("free", proxy("p"), None, False, {UP, FREE}),
+    ("held-back-for-egress", proxy("p"), None, True, {UP}),
+    ("leased", proxy("p"), LEASED, False, {UP, "leased"}),
+    ("resting", proxy("p"), RESTING, False, {UP, "cooling_down"}),
+    ("rested", proxy("p"), RESTED, False, {UP, FREE}),
+    ("backed-off", proxy("p"), backed_off("p", until_in=60), False, {UP, FREE, "backoff"}),
+    ("back-off-over", proxy("p"), backed_off("p", until_in=-1), False, {UP, FREE}),
+    ("unhealthy", proxy("p", healthy=False), None, False, {SICK}),
+    ("not-probed", proxy("p", healthy=None), None, False, set()),
+    ("provisioning", proxy("p", phase=Phase.PROVISIONING, healthy=None), None, False, set()),
+    ("leased-and-unhealthy", proxy("p", healthy=False), LEASED, False, {SICK, "leased"}),
+]
+
+
+@pytest.mark.parametrize(
+    ("view", "lease", "held_back", "gauges"),
+    [row[1:] for row in GAUGES_OF],
+    ids=[row[0] for row in GAUGES_OF],
+)
+def test_one_proxy_counts_in_its_gauges(
+    view: ProxyView, lease: LeaseView | None, held_back: bool, gauges: set[str]
+) -> None:
+    leases = {} if lease is None else {"p": lease}
+    counts = count_fleet([view], leases, NOW, {"p"} if held_back else frozenset())
+    assert {name for name, n in counts.by_provider["gcp"].items() if n} == gauges
+    assert sum(counts.phases.values()) == 1
+    assert counts.phases["gcp", view.phase.value] == 1

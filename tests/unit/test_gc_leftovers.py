@@ -12,7 +12,7 @@ from opentelemetry.trace import SpanKind
 
 from events.schemas import OrphanDeleted, OrphanFound, ProxySpec, SweepCompleted
 from services.cli.gc_cmd import as_json, summary, table
-from services.gc.collector import sweep_events
+from services.gc.pure.report import sweep_events
 from services.gc.sweep import EPOCH, SweepReport, sweep_once
 from services.providers.base import (
     CreateRequest,
