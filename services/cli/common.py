@@ -8,7 +8,7 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass, fields
 from typing import Any, TypeVar
 
 import click
@@ -18,12 +18,13 @@ from rich.console import Console, RenderableType
 from rich.segment import Segment, Segments
 from rich.text import Text
 
+from services.cli.envoptions import EnvSetting, env_option, env_values, with_env_option
 from services.cli.pure.render import clean
 from services.runtime.config import (
     DEFAULT_NATS_URL,
+    NOT_READ,
     Settings,
     credentials_from_env,
-    env_settings,
     split_urls,
 )
 from services.runtime.connection import (
@@ -35,7 +36,6 @@ from services.runtime.connection import (
     discard,
 )
 from services.runtime.natsclient import Client as NATS
-from services.runtime.options import EnvSetting, env_option, env_values, with_env_option
 
 log = structlog.get_logger("egress.cli")
 
@@ -87,6 +87,17 @@ def settings_for(state: CliState, **overrides: object) -> Settings:
     parsed = env_values(click.get_current_context())
     parsed |= {k: v for k, v in overrides.items() if v is not None}
     return Settings.from_options(log_level=state.log_level, log_format=state.log_format, **parsed)
+
+
+def env_settings(*flagged: str) -> dict[str, click.ParamType[Any]]:
+    """The settings a command reads from their variables only, with the click type of each
+    (its default's): those it has no option for, ``flagged`` being those it has (by parameter
+    name). Every command that builds ``Settings`` so reads and checks the same variables."""
+    return {
+        f.name: click.types.convert_type(None, f.default)
+        for f in fields(Settings)
+        if f.name not in NOT_READ and f.name not in flagged and f.default is not MISSING
+    }
 
 
 GROUP_SETTINGS = ("log_level", "log_format")

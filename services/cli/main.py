@@ -21,6 +21,7 @@ from services.cli.check_cmd import check
 from services.cli.clients_cmd import clients
 from services.cli.common import CliState
 from services.cli.crd_cmd import crd
+from services.cli.envoptions import with_env_option
 from services.cli.events_cmd import events
 from services.cli.gc_cmd import gc
 from services.cli.get_cmd import get_cmd
@@ -40,7 +41,6 @@ from services.runtime.connection import ConnectError
 from services.runtime.errors import ConfigError
 from services.runtime.logs import configure_logging, scrub
 from services.runtime.natsserver import NatsServerError
-from services.runtime.options import with_env_option
 from services.runtime.version import VERSION
 
 ARGS = "egress.args"

@@ -32,6 +32,8 @@ from services.cli.common import (
     settings_options,
     stdout_console,
 )
+from services.cli.envoptions import env_option, with_env_option
+from services.cli.flags import settings_from
 from services.cli.pure.render import inert
 from services.cli.registry import SERVICES, ServiceEntry, known_names, option_names
 from services.providers.config import load_providers_config
@@ -40,7 +42,6 @@ from services.runtime.config import Settings
 from services.runtime.datadir import DataDirBusy, exclusive
 from services.runtime.natsserver import EmbeddedNatsServer
 from services.runtime.natsstale import StoreInUse, refuse_foreign, stop_leftovers
-from services.runtime.options import env_option, with_env_option
 from services.runtime.ports import free_port
 from services.runtime.service import Service, Started, run_services
 from services.runtime.version import VERSION
@@ -69,7 +70,7 @@ def build(entry: ServiceEntry, settings: Settings, values: dict[str, Any]) -> Se
         # An option of `up` under another name feeds it; `run NAME` has the option itself.
         shared = entry.up_name(name)
         flags[name] = values[shared] if shared in values else values[name]
-    return entry.factory(settings, **flags)
+    return entry.factory(settings, settings_from(entry.settings, flags))
 
 
 # ------------------------------------------------------------------------------------------ up

@@ -1,21 +1,20 @@
 """Settings shared by every service, from flags and the environment.
 
-Click parses each setting from its flag or its variable (``services.runtime.options``); a
-setting a command has no flag for is an ``EnvSetting`` of that command, so every command reads
-and checks the same variables. ``Settings.from_options`` then checks the values, here only:
-invalid settings fail at start-up with the flag and variable named and the fix stated, since a
-service that starts with a typo in its NATS URL would otherwise look healthy while doing nothing.
+The CLI parses each setting from its flag or its variable (D74); a setting a command has no
+flag for is an ``EnvSetting`` of that command (``services.cli.common.env_settings``), so every
+command reads and checks the same variables. ``Settings.from_options`` then checks the values,
+here only: invalid settings fail at start-up with the flag and variable named and the fix
+stated, since a service that starts with a typo in its NATS URL would otherwise look healthy
+while doing nothing.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import MISSING, dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
-
-import click
 
 from services.runtime.errors import ConfigError
 from services.runtime.options import env_name
@@ -214,16 +213,5 @@ def _named(setting: str) -> str:
     return f"{flag} / {env_name(flag)}"
 
 
-_NOT_READ = frozenset({"service_name"})
+NOT_READ = frozenset({"service_name"})
 """Settings the command itself names, never an operator."""
-
-
-def env_settings(*flagged: str) -> dict[str, click.ParamType[Any]]:
-    """The settings a command reads from their variables only, with the click type of each
-    (its default's): those it has no option for, ``flagged`` being those it has (by parameter
-    name). Every command that builds ``Settings`` so reads and checks the same variables."""
-    return {
-        f.name: click.types.convert_type(None, f.default)
-        for f in fields(Settings)
-        if f.name not in _NOT_READ and f.name not in flagged and f.default is not MISSING
-    }
