@@ -57,6 +57,15 @@ class Duration(click.ParamType[float]):
         return seconds
 
 
+class SettingOption(click.Option):
+    """An option generated from a setting: an error names its variable as well as its flag,
+    since a deployment sets the variable and may never have typed the flag."""
+
+    def get_error_hint(self, ctx: click.Context | None) -> str:
+        hint = super().get_error_hint(ctx)
+        return f"{hint} / {self.envvar}" if isinstance(self.envvar, str) else hint
+
+
 def _number(kind: mi.IntType | mi.FloatType) -> click.ParamType[Any]:
     low = kind.ge if kind.ge is not None else kind.gt
     high = kind.le if kind.le is not None else kind.lt
@@ -127,7 +136,7 @@ def option(field: SettingField, **override: Any) -> click.Option:
         attrs["show_default"] = True
     env = field.env
     decl = f"{field.flag}/{field.how.off}" if field.how.off else field.flag
-    return click.Option(
+    return SettingOption(
         [decl, field.name],
         envvar=env,
         help=env_help(field.help, env) if env else field.help,
