@@ -118,15 +118,16 @@ def _default(field: SettingField) -> Any:
     return field.default
 
 
-def option(field: SettingField, **override: Any) -> click.Option:
-    """The click option of ``field``; ``override`` changes an attribute (``default``) for a
-    command whose default differs by nature (``up``'s metrics port)."""
+def option(field: SettingField, *, env_only: bool | None = None, **override: Any) -> click.Option:
+    """The click option of ``field``; ``env_only`` makes it an ``EnvSetting`` (or a flag) for a
+    command that reads a shared setting from its variable only, ``override`` changes an attribute
+    (``default``) for a command whose default differs by nature (``up``'s metrics port)."""
     attrs: dict[str, Any] = {"type": click_type(field), "default": _default(field)}
     if field.required:
         attrs = {"type": attrs["type"], "required": True}
     if isinstance(_plain(field.kind), mi.VarTupleType):
         attrs["multiple"] = True
-    if field.how.env_only:
+    if field.how.env_only if env_only is None else env_only:
         return EnvSetting([field.name], envvar=field.env, **attrs | override)
     if isinstance(field.kind, mi.BoolType) and not field.how.off:
         attrs |= {"is_flag": True, "type": None}

@@ -1,7 +1,8 @@
 """A service's settings as one frozen msgspec Struct: each field's type, default, bounds and help
 written once (docs/decisions/0148-one-settings-struct-per-service.md).
 
-A field is annotated with ``setting(...)``: the help, the bounds (``ge``/``gt``/``le``/``lt``, which
+A field is annotated with ``setting(...)`` (one the program sets itself is listed in the Struct's
+``internal``): the help, the bounds (``ge``/``gt``/``le``/``lt``, which
 msgspec itself checks) and how an operator gives it (``How``: the flag, the variable, a metavar).
 A field whose type is a Struct contributes that Struct's fields (the providers' settings are part
 of the executor's and the gc's), so a setting shared by services is declared once. The command
@@ -122,7 +123,10 @@ def setting_fields(cls: type[msgspec.Struct]) -> tuple[SettingField, ...]:
     found: list[SettingField] = []
     info = mi.type_info(cls)
     assert isinstance(info, mi.StructType)
+    internal: frozenset[str] = getattr(cls, "internal", frozenset())
     for field in info.fields:
+        if field.name in internal:
+            continue
         kind, extra, text = field.type, None, ""
         if isinstance(kind, mi.Metadata):
             extra, text = kind.extra, (kind.extra_json_schema or {}).get("description", "")
