@@ -5,7 +5,8 @@ the Struct the factory receives, with no other edit."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from pathlib import Path
+from typing import Annotated, Any, Literal
 
 import click
 import msgspec
@@ -13,7 +14,8 @@ import pytest
 from click.testing import CliRunner
 
 from services.cli import registry
-from services.cli.flags import options
+from services.cli.envoptions import EnvSetting
+from services.cli.flags import options, settings_from
 from services.cli.main import main
 from services.cli.up_cmd import up
 from services.reconciler.service import ReconcilerService, ReconcilerSettings
@@ -130,10 +132,74 @@ def test_two_settings_with_one_name_are_refused() -> None:
 
 @pytest.mark.parametrize("name", sorted(registry.SERVICES))
 def test_every_service_builds_from_its_default_settings(
-    name: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+    name: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """Each default of each Struct is within its own bounds, and the factory takes it."""
     monkeypatch.setenv("EGRESS_LEASE_SECRET", "a lease secret of 32 characters")  # D84
     entry = registry.SERVICES[name]
     defaults = build_settings(entry.settings, {"data_dir": tmp_path})
     assert entry.factory(Settings(), defaults).name == name
+
+
+class Kinds(msgspec.Struct, frozen=True, kw_only=True):
+    """One field of each kind the generator translates."""
+
+    mode: Annotated[Literal["fast", "slow"], setting("How.")] = "fast"
+    config: Annotated[Path | None, setting("A file.", path="file", exists=True)] = None
+    state_dir: Annotated[Path, setting("A directory.", path="dir")] = Path("state")
+    each: Annotated[tuple[str, ...], setting("Repeatable.", env=None, metavar="NAME=URL")] = ()
+    elect: Annotated[bool, setting("A switch.", off="--no-elect")] = True
+    wait: Annotated[float, setting("A duration.", gt=0, le=3600, duration=True)] = 90.0
+    token: Annotated[str, setting("Only from the environment.", env_only=True)] = ""
+    port: Annotated[int, setting("A port.", env="SERVICE_PORT", ge=1, le=65535)] = 80
+
+
+def test_each_kind_of_field_becomes_its_click_equivalent(tmp_path: Path) -> None:
+    made = {o.name: o for o in options(Kinds)}
+    assert isinstance(made["mode"].type, click.Choice)
+    assert list(made["mode"].type.choices) == ["fast", "slow"]
+    config = made["config"].type
+    assert isinstance(config, click.Path)
+    assert (config.exists, config.file_okay, config.dir_okay) == (True, True, False)
+    state = made["state_dir"].type
+    assert isinstance(state, click.Path)
+    assert (state.exists, state.file_okay, state.dir_okay) == (False, False, True)
+    assert made["each"].multiple
+    assert (made["each"].envvar, made["each"].metavar) == (None, "NAME=URL")
+    assert made["each"].help == "Repeatable."  # no variable to name
+    assert made["elect"].secondary_opts == ["--no-elect"]
+    assert made["wait"].default == "90s"  # shown as it is written
+    assert isinstance(made["token"], EnvSetting)
+    assert made["token"].envvar == "TOKEN"
+    assert made["port"].envvar == "SERVICE_PORT"
+
+    seen: list[Kinds] = []
+
+    @click.command(params=list(made.values()))
+    def command(**values: Any) -> None:
+        seen.append(settings_from(Kinds, values))
+
+    config_file = tmp_path / "c.yaml"
+    config_file.write_text("x")
+    args = ["--mode", "slow", "--config", str(config_file), "--each", "a=b", "--each", "c=d"]
+    args += ["--no-elect", "--wait", "2m"]
+    # Nothing in this process's environment may set the others.
+    unset: dict[str, str | None] = {
+        o.envvar: None for o in made.values() if isinstance(o.envvar, str)
+    }
+    env = unset | {"TOKEN": "t", "SERVICE_PORT": "8"}
+    result = CliRunner().invoke(command, args, env=env)
+    assert result.exit_code == 0, result.output
+    assert seen == [
+        Kinds(
+            mode="slow",
+            config=config_file,
+            each=("a=b", "c=d"),
+            elect=False,
+            wait=120.0,
+            token="t",
+            port=8,
+        )
+    ]
+    for bad in (["--mode", "quick"], ["--config", str(tmp_path / "none")], ["--wait", "2h"]):
+        assert CliRunner().invoke(command, bad, env=unset).exit_code == 2, bad
