@@ -1,9 +1,10 @@
 """A service's settings as one frozen msgspec Struct: each field's type, default, bounds and help
 written once (docs/decisions/0148-one-settings-struct-per-service.md).
 
-A field is annotated with ``setting(...)`` (one the program sets itself is listed in the Struct's
-``internal``): the help, the bounds (``ge``/``gt``/``le``/``lt``, which
-msgspec itself checks) and how an operator gives it (``How``: the flag, the variable, a metavar).
+A field is annotated with ``setting(...)``: the help, the bounds (``ge``/``gt``/``le``/``lt``,
+which msgspec itself checks) and how an operator gives it (``How``: the flag, the variable, a
+metavar). A field the program sets itself is listed in the Struct's ``internal``; variables a
+service reads itself (a secret no settings object should hold) in its ``reads_env``.
 A field whose type is a Struct contributes that Struct's fields (the providers' settings are part
 of the executor's and the gc's), so a setting shared by services is declared once. The command
 line (``services.cli.flags``), the environment variables (D74: ``--gc-grace`` reads ``GC_GRACE``)
