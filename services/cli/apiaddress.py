@@ -24,10 +24,10 @@ from urllib.parse import urlsplit
 import click
 
 from services.cli.api_client import DEFAULT_API_URL
+from services.cli.envoptions import with_env_option
 from services.cli.pure.render import clean
 from services.discovery.auth import TOKEN_ENV
 from services.runtime.datadir import alive
-from services.runtime.options import with_env_option
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -33,6 +33,7 @@ from services.cli.common import (
     settings_options,
     stdout_console,
 )
+from services.cli.envoptions import with_env_option
 from services.cli.pure.backup_manifest import (
     FORMAT,
     FORMAT_VERSION,
@@ -49,7 +50,6 @@ from services.cli.pure.backup_sign import SIGNATURE, sign
 from services.runtime.connection import Connection
 from services.runtime.errors import ConfigError
 from services.runtime.eventlog.streams import STREAMS
-from services.runtime.options import with_env_option
 from services.runtime.version import VERSION
 
 F = TypeVar("F", bound=Callable[..., Any])

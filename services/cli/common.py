@@ -18,14 +18,10 @@ from rich.console import Console, RenderableType
 from rich.segment import Segment, Segments
 from rich.text import Text
 
+from services.cli.envoptions import env_values
+from services.cli.flags import option
 from services.cli.pure.render import clean
-from services.runtime.config import (
-    DEFAULT_NATS_URL,
-    Settings,
-    credentials_from_env,
-    env_settings,
-    split_urls,
-)
+from services.runtime.config import Settings, credentials_from_env, split_urls
 from services.runtime.connection import (
     ConnectError,
     Connection,
@@ -35,7 +31,7 @@ from services.runtime.connection import (
     discard,
 )
 from services.runtime.natsclient import Client as NATS
-from services.runtime.options import EnvSetting, env_option, env_values, with_env_option
+from services.runtime.settingspec import field_named, setting_fields
 
 log = structlog.get_logger("egress.cli")
 
@@ -89,43 +85,59 @@ def settings_for(state: CliState, **overrides: object) -> Settings:
     return Settings.from_options(log_level=state.log_level, log_format=state.log_format, **parsed)
 
 
+def env_settings(*flagged: str) -> dict[str, click.Option]:
+    """The settings a command reads from their variables only, as ``EnvSetting`` parameters:
+    those it has no option for, ``flagged`` being those it has (by parameter name). Every
+    command that builds ``Settings`` so reads and checks the same variables."""
+    return {
+        f.name: option(f, env_only=True)
+        for f in setting_fields(Settings)
+        if f.name not in flagged and f.name not in GROUP_SETTINGS
+    }
+
+
 GROUP_SETTINGS = ("log_level", "log_format")
 """Settings the ``egress-proxies`` group has flags for, so no command reads them again."""
 
-NATS_URL_ATTRS: dict[str, Any] = {
-    "default": None,
-    "metavar": "URL",
-    "help": f"NATS server to use, {DEFAULT_NATS_URL} by default; a cluster's servers as a "
-    "comma-separated list (nats://a:4222,nats://b:4222,nats://c:4222). Log in with "
-    "nats://user:password@host:port or NATS_USER and NATS_PASSWORD; next to `up`, its "
-    "embedded server's credentials are used.",
-}
-"""``--nats-url`` is left None when neither the flag nor ``NATS_URL`` is set: ``up`` starts its
-own nats-server exactly then, and every other command falls back to the default."""
+
+def nats_url_option() -> click.Option:
+    """``--nats-url``, left None when neither the flag nor ``NATS_URL`` is set: ``up`` starts its
+    own nats-server exactly then, and every other command falls back to the default."""
+    return option(field_named(Settings, "nats_url"), default=None)
 
 
 def setting_params(*flags: click.Option) -> list[click.Option]:
     """The settings of a command built from a list of parameters (``run NAME``): ``--nats-url``,
     its other setting ``flags``, and the rest from their variables."""
-    shown = ("nats_url", *GROUP_SETTINGS, *(f.name for f in flags if f.name))
-    return [
-        env_option("--nats-url", **NATS_URL_ATTRS),
-        *flags,
-        *(EnvSetting([name], type=kind) for name, kind in env_settings(*shown).items()),
-    ]
+    shown = ("nats_url", *(f.name for f in flags if f.name))
+    return [nats_url_option(), *flags, *env_settings(*shown).values()]
+
+
+def attach(param: click.Parameter) -> Callable[[F], F]:
+    """A decorator that adds a parameter already made (a generated option), as ``click.option``
+    adds the one it makes: parameters attached to a function are taken last first."""
+
+    def add(f: F) -> F:
+        if isinstance(f, click.Command):
+            f.params.append(param)
+        else:
+            f.__dict__.setdefault("__click_params__", []).append(param)
+        return f
+
+    return add
 
 
 def settings_options(*flagged: str) -> Callable[[F], F]:
     """``setting_params`` for a command declared with ``@click.command``: ``--nats-url`` and the
     settings it has no flag for; ``flagged`` names the settings it declares flags for itself."""
-    shown = ("nats_url", *GROUP_SETTINGS, *flagged)
+    shown = ("nats_url", *flagged)
 
-    def attach(f: F) -> F:
-        for name, kind in env_settings(*shown).items():
-            f = click.option(name, cls=EnvSetting, type=kind)(f)
-        return with_env_option("--nats-url", **NATS_URL_ATTRS)(f)
+    def decorate(f: F) -> F:
+        for param in env_settings(*shown).values():
+            f = attach(param)(f)
+        return attach(nats_url_option())(f)
 
-    return attach
+    return decorate
 
 
 async def connect_once(url: str, timeout: float = PROBE_TIMEOUT) -> NATS:

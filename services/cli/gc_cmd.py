@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.table import Table
@@ -23,14 +24,15 @@ from services.cli.common import (
     settings_options,
     stdout_console,
 )
+from services.cli.flags import Duration, options, settings_from
 from services.cli.pure.render import clean, inert
 from services.gc.collector import GarbageCollector
 from services.gc.leftovers import LeftoverReport
 from services.gc.lock import SweepLock
-from services.gc.service import DEFAULT_GRACE, Duration
+from services.gc.service import DEFAULT_GRACE
 from services.gc.sweep import ProviderReport, SweepReport
 from services.providers.base import Provider
-from services.providers.config import PROVIDER_OPTIONS, build_providers, load_providers_config
+from services.providers.config import ProviderSettings, build_providers, load_providers_config
 from services.providers.squidauth.secret import (
     SECRET_FILE_ENV,
     SECRET_FILE_NAME,
@@ -231,18 +233,20 @@ def gc() -> None:
 @click.pass_obj
 def run_once(
     state: CliState,
+    /,
     *,
     dry_run: bool,
     grace: float,
-    providers_config: Path | None,
-    data_dir: Path,
     output: str,
     nats_url: str | None,
+    **flags: Any,
 ) -> None:
     """Sweep every provider once, instances and the leftovers providers report. Exits 12 if a
     provider (or its leftovers) was skipped, a delete failed, or another sweep held the lock."""
     settings = settings_for(state, nats_url=nats_url)
-    providers = sweep_providers(providers_config, data_dir.resolve())
+    found: ProviderSettings = settings_from(ProviderSettings, flags)
+    found.apply()
+    providers = sweep_providers(found.providers_config, found.data_dir.resolve())
 
     async def work() -> SweepReport | str:
         conn = await open_connection(settings.nats_url)
@@ -285,4 +289,4 @@ def run_once(
 
 
 # The same flags as `run executor` / `run gc`, defined once with the provider library.
-run_once.params.extend(PROVIDER_OPTIONS)
+run_once.params.extend(options(ProviderSettings))

@@ -30,13 +30,14 @@ from services.cli.common import (
     settings_options,
     stdout_console,
 )
+from services.cli.flags import options
 from services.cli.proxyviews import listed as listed_proxies
 from services.cli.pure.render import format_time, inert
 from services.cli.pure.selector import matches, parse_selector
 from services.cli.timetravel import as_of, instant_option
 from services.discovery.pure.candidates import pairs_of
 from services.discovery.pure.egress_shown import EgressShown, index_of, shown_in
-from services.runtime.egress_policy import POLICY_OPTIONS, policy_from
+from services.runtime.egress_policy import PolicySettings, policy_from
 from services.runtime.errors import ConfigError
 from services.runtime.eventlog.projector import Projector
 
@@ -297,4 +298,4 @@ def get_cmd(
 
 
 # Discovery's own flags (and variables), so that -o wide marks what discovery does not lease.
-get_cmd.params.extend(POLICY_OPTIONS)
+get_cmd.params.extend(options(PolicySettings))

@@ -17,11 +17,11 @@ import click
 from rich.text import Text
 
 from services.cli.common import stdout_console
+from services.cli.envoptions import with_env_option
 from services.cli.uplocal import LocalProvider, local_providers
 from services.providers.config import load_providers_config
 from services.providers.local_process import PID_FILE, is_running, terminate
 from services.runtime.datadir import DataDirBusy, exclusive
-from services.runtime.options import with_env_option
 
 STOP_GRACE = 10.0
 """Seconds a proxy has to stop on SIGTERM before it is killed, as the local provider allows."""

@@ -19,9 +19,10 @@ from events.errors import EventStoreError
 from services.cli.backup_cmd import backup
 from services.cli.check_cmd import check
 from services.cli.clients_cmd import clients
-from services.cli.common import CliState
+from services.cli.common import CliState, attach
 from services.cli.crd_cmd import crd
 from services.cli.events_cmd import events
+from services.cli.flags import option
 from services.cli.gc_cmd import gc
 from services.cli.get_cmd import get_cmd
 from services.cli.lease_cmd import lease
@@ -35,12 +36,12 @@ from services.cli.restore_cmd import restore
 from services.cli.streams_cmd import streams
 from services.cli.tracing import command_span
 from services.cli.up_cmd import run, up
-from services.runtime.config import LOG_FORMATS, LOG_LEVELS
+from services.runtime.config import LOG_FORMATS, LOG_LEVELS, Settings
 from services.runtime.connection import ConnectError
 from services.runtime.errors import ConfigError
 from services.runtime.logs import configure_logging, scrub
 from services.runtime.natsserver import NatsServerError
-from services.runtime.options import with_env_option
+from services.runtime.settingspec import field_named
 from services.runtime.version import VERSION
 
 ARGS = "egress.args"
@@ -131,19 +132,13 @@ class Cli(click.Group):
 
 @click.group(cls=Cli, epilog=EPILOG, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(VERSION, prog_name="egress-proxies")
-@with_env_option(
-    "--log-level",
-    type=click.Choice(LOG_LEVELS, case_sensitive=False),
-    default="info",
-    show_default=True,
-    help="Least severe log level written (logs go to standard error).",
+@attach(
+    option(field_named(Settings, "log_level"), type=click.Choice(LOG_LEVELS, case_sensitive=False))
 )
-@with_env_option(
-    "--log-format",
-    type=click.Choice(LOG_FORMATS, case_sensitive=False),
-    default="console",
-    show_default=True,
-    help="console for people, json for collectors.",
+@attach(
+    option(
+        field_named(Settings, "log_format"), type=click.Choice(LOG_FORMATS, case_sensitive=False)
+    )
 )
 @click.pass_context
 def main(ctx: click.Context, log_level: str, log_format: str) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from pathlib import Path
+from typing import Any
 
 import click
 from rich.console import Console
@@ -20,8 +20,9 @@ from rich.status import Status
 from rich.table import Table
 
 from services.cli.common import Unfinished, run_until_signalled, stdout_console
+from services.cli.flags import options, settings_from
 from services.cli.pure.render import clean, inert, json_text
-from services.providers.config import PROVIDER_OPTIONS, load_providers_config
+from services.providers.config import ProviderSettings, load_providers_config
 from services.providers.entrycheck import EntryFindings, check_entries
 from services.providers.preflight import TIMEOUT, Finding
 
@@ -56,7 +57,7 @@ def providers() -> None:
     help="Seconds one entry's checks may take, all its calls together; past it the entry "
     "fails with a finding saying its API did not answer.",
 )
-def check(output: str, timeout: float, providers_config: Path | None, data_dir: Path) -> None:
+def check(output: str, timeout: float, **flags: Any) -> None:
     """Ask each entry's cloud, without creating anything, whether it would work: credentials
     and permissions, image, size in each region or zone, quota headroom, firewall rules.
 
@@ -64,7 +65,11 @@ def check(output: str, timeout: float, providers_config: Path | None, data_dir: 
     change), 2 for a config that cannot be read. Types without a cloud to ask (local, fake)
     answer that there is nothing to check.
     """
-    entries = load_providers_config(providers_config, default_data_dir=data_dir.resolve())
+    found: ProviderSettings = settings_from(ProviderSettings, flags)
+    found.apply()
+    entries = load_providers_config(
+        found.providers_config, default_data_dir=found.data_dir.resolve()
+    )
     finished: list[str] = []
     with _spinner(len(entries)) as status:
 
@@ -88,7 +93,7 @@ def check(output: str, timeout: float, providers_config: Path | None, data_dir: 
 
 
 # The providers flags of `run executor` / `run gc`, defined once with the provider library.
-check.params.extend(PROVIDER_OPTIONS)
+check.params.extend(options(ProviderSettings))
 
 
 @contextlib.contextmanager

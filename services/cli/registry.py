@@ -1,17 +1,22 @@
 """The services ``up`` and ``run NAME`` know how to start.
 
 A service joins the command line with one ``ServiceEntry`` in ``SERVICES``: ``run NAME`` gets a
-sub-command with the entry's options, ``up`` gets the same options (once each, however many
-services share one) and passes every service the flags it declares.
+sub-command with the options generated from the entry's settings Struct (``services.cli.flags``),
+``up`` gets the same options (once each, however many services share one) and builds every
+service's Struct from them (docs/decisions/0148-one-settings-struct-per-service.md).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import click
+import msgspec
 
+from services.cli.envoptions import EnvSetting
+from services.cli.flags import options
 from services.discovery import service as discovery
 from services.executor import service as executor
 from services.gc import service as gc
@@ -19,12 +24,13 @@ from services.health import service as health
 from services.pools import service as pools
 from services.reconciler import service as reconciler
 from services.runtime.service import Service
+from services.runtime.settingspec import setting_fields
 from services.watcher import options as watcher
 
-ServiceFactory = Callable[..., Service]
-"""``factory(settings, **flags) -> Service``; ``flags`` are the values of the entry's options,
-keyed by their parameter names. Validation that needs no server (a providers file that does not
-parse) belongs here, so it fails before anything starts."""
+ServiceFactory = Callable[[Any, Any], Service]
+"""``factory(settings, config) -> Service``; ``config`` is the entry's settings Struct, built from
+the command line. Validation that needs no server (a providers file that does not parse)
+belongs here, so it fails before anything starts."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,7 +38,7 @@ class ServiceEntry:
     name: str
     help: str
     factory: ServiceFactory
-    options: tuple[click.Option, ...] = ()
+    settings: type[msgspec.Struct]
     up_names: Mapping[str, str] = field(default_factory=dict)
     """Flags this service takes from an option of ``up`` with another name, e.g. discovery's
     ``port`` is ``up --api-port``: one command running everything needs names that say whose
@@ -44,6 +50,13 @@ class ServiceEntry:
 
     def up_name(self, param: str) -> str:
         return self.up_names.get(param, param)
+
+    @property
+    def options(self) -> tuple[click.Option, ...]:
+        """The options of its settings, then the variables it reads itself (``reads_env``)."""
+        reads: tuple[str, ...] = getattr(self.settings, "reads_env", ())
+        secrets = (EnvSetting([v.lower()], default=None, callback=None) for v in reads)
+        return (*secrets, *options(self.settings))
 
 
 def entries(*found: ServiceEntry) -> dict[str, ServiceEntry]:
@@ -62,44 +75,44 @@ SERVICES: dict[str, ServiceEntry] = entries(
         "reconciler",
         "Decide, per proxy, the commands and phase changes its events call for.",
         reconciler.build,
-        reconciler.OPTIONS,
+        reconciler.ReconcilerSettings,
     ),
     ServiceEntry(
         "executor",
         "Run the reconciler's commands against the providers; report what instances do.",
         executor.build,
-        executor.OPTIONS,
+        executor.ExecutorSettings,
     ),
     ServiceEntry(
         "discovery",
         "Serve the discovery API: list proxies, lease them out, record outcomes.",
         discovery.build,
-        discovery.OPTIONS,
+        discovery.DiscoverySettings,
         up_names={"port": "api_port"},
     ),
     ServiceEntry(
         "gc",
         "Delete orphaned instances: tagged as ours, proxy removed, older than the grace.",
         gc.build,
-        gc.OPTIONS,
+        gc.GcSettings,
     ),
     ServiceEntry(
         "health",
         "Probe every Ready proxy through itself; record health transitions.",
         health.build,
-        health.OPTIONS,
+        health.HealthSettings,
     ),
     ServiceEntry(
         "pools",
         "Keep every ProxyPool's members as many, where and as fresh as it asks.",
         pools.build,
-        pools.OPTIONS,
+        pools.PoolsSettings,
     ),
     ServiceEntry(
         "watcher",
         "Watch Proxy custom resources into the event log; write their status back.",
         watcher.build,
-        watcher.OPTIONS,
+        watcher.WatcherSettings,
         up_optional=True,
     ),
 )
@@ -110,5 +123,5 @@ def known_names() -> str:
 
 
 def option_names(entry: ServiceEntry) -> list[str]:
-    # An option that does not expose its value (it acts in a callback) is no factory flag.
-    return [opt.name for opt in entry.options if opt.name and opt.expose_value]
+    """The parameter names of its settings, which are its Struct's field names."""
+    return [f.name for f in setting_fields(entry.settings)]

@@ -16,10 +16,10 @@ from services.cli.common import (
     settings_options,
     stdout_console,
 )
+from services.cli.envoptions import with_env_option
 from services.cli.pure.render import StreamRow, streams_table
 from services.runtime.connection import Connection
 from services.runtime.eventlog.streams import STREAMS, ensure_streams
-from services.runtime.options import with_env_option
 
 
 @click.group("streams")

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import os
 import socket
 from pathlib import Path
 from typing import Any
 
 import click
+import msgspec
 import structlog
 from click.core import ParameterSource
 from rich.panel import Panel
@@ -25,6 +25,7 @@ from services.cli import apiaddress, uplocal
 from services.cli.common import (
     EVENT_LOOP_ATTRS,
     CliState,
+    attach,
     probe,
     run_until_signalled,
     setting_params,
@@ -32,6 +33,8 @@ from services.cli.common import (
     settings_options,
     stdout_console,
 )
+from services.cli.envoptions import env_option, with_env_option
+from services.cli.flags import option, settings_from
 from services.cli.pure.render import inert
 from services.cli.registry import SERVICES, ServiceEntry, known_names, option_names
 from services.providers.config import load_providers_config
@@ -40,9 +43,9 @@ from services.runtime.config import Settings
 from services.runtime.datadir import DataDirBusy, exclusive
 from services.runtime.natsserver import EmbeddedNatsServer
 from services.runtime.natsstale import StoreInUse, refuse_foreign, stop_leftovers
-from services.runtime.options import env_option, with_env_option
 from services.runtime.ports import free_port
 from services.runtime.service import Service, Started, run_services
+from services.runtime.settingspec import field_named
 from services.runtime.version import VERSION
 
 log = structlog.get_logger("egress.cli")
@@ -55,12 +58,11 @@ EXECUTOR = "executor"
 LEASE_SERVICES = (EXECUTOR, DISCOVERY, "health")
 """The services that need the lease secret."""
 
-METRICS_PORT_ATTRS: dict[str, Any] = {
-    "type": click.IntRange(0, 65535),
-    "default": DEFAULT_METRICS_PORT,
-    "show_default": True,
-    "help": "Port of the Prometheus /metrics endpoint; 0 turns it off.",
-}
+
+def metrics_port_option() -> click.Option:
+    """``--metrics-port`` of ``up`` and ``run``: the long-running commands serve /metrics unless
+    told not to, where every other command (and ``Settings``) has it off."""
+    return option(field_named(Settings, "metrics_port"), default=DEFAULT_METRICS_PORT)
 
 
 def build(entry: ServiceEntry, settings: Settings, values: dict[str, Any]) -> Service:
@@ -69,7 +71,7 @@ def build(entry: ServiceEntry, settings: Settings, values: dict[str, Any]) -> Se
         # An option of `up` under another name feeds it; `run NAME` has the option itself.
         shared = entry.up_name(name)
         flags[name] = values[shared] if shared in values else values[name]
-    return entry.factory(settings, **flags)
+    return entry.factory(settings, settings_from(entry.settings, flags))
 
 
 # ------------------------------------------------------------------------------------------ up
@@ -131,7 +133,7 @@ def _with_option(entry: ServiceEntry) -> click.Option:
     default=None,
     help="Named provider instances (YAML); without it, one `local` provider.",
 )
-@with_env_option("--metrics-port", **METRICS_PORT_ATTRS)
+@attach(metrics_port_option())
 @with_env_option("--event-loop", **EVENT_LOOP_ATTRS)
 @click.pass_obj
 def up(state: CliState, /, **values: Any) -> None:
@@ -274,7 +276,7 @@ async def _up(settings: Settings, services: list[Service], values: dict[str, Any
         # Each service logs in as its own user, so it may write only its own subjects; the
         # supervisor brings the server back if it dies, or ends `up` if it cannot.
         users = {s.name: server.credentials_for(s.name) for s in services}
-        embedded = dataclasses.replace(
+        embedded = msgspec.structs.replace(
             settings, nats_url=server.url, nats_user="", nats_password=""
         )
         async with asyncio.TaskGroup() as group:
@@ -412,7 +414,7 @@ def _service_command(entry: ServiceEntry) -> click.Command:
         log.info("stopped", service=service.name)
 
     params: list[click.Parameter] = [
-        *setting_params(env_option("--metrics-port", **METRICS_PORT_ATTRS)),
+        *setting_params(metrics_port_option()),
         env_option("--event-loop", **EVENT_LOOP_ATTRS),
         *entry.options,
     ]

@@ -16,8 +16,9 @@ import socket
 from collections.abc import Generator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated, ClassVar
 
-import click
+import msgspec
 import structlog
 import uvicorn
 from litestar import Litestar
@@ -29,7 +30,7 @@ from services.discovery.app import MAX_BODY_BYTES, DiscoveryApi, create_app
 from services.discovery.auth import TOKEN_ENV, token_from_env
 from services.discovery.badrequest import json_bad_request
 from services.discovery.credentials import LeaseCredentials
-from services.discovery.durations import duration_option, format_duration, seconds_of
+from services.discovery.durations import format_duration, seconds_of
 from services.discovery.expiry import ExpirySweep
 from services.discovery.fleet_metrics import FleetSource
 from services.discovery.limits import (
@@ -50,26 +51,106 @@ from services.discovery.selector_metrics import MeasuredLeases
 from services.discovery.tracing import TracingMiddleware
 from services.discovery.views import Views
 from services.providers.squidauth.secret import (
-    LEASE_SECRET_SETTINGS,
+    LEASE_SECRET_VARIABLES,
     SECRET_ENV,
     master_secret_from_env,
 )
 from services.runtime.aio import raise_if_cancelled
 from services.runtime.config import Settings
-from services.runtime.egress_policy import POLICY_OPTIONS, policy_from
+from services.runtime.egress_policy import PolicySettings
 from services.runtime.errors import ConfigError
 from services.runtime.eventlog.checkpoint_writer import write_checkpoints
 from services.runtime.eventlog.jetstream import JetStreamEventStore
-from services.runtime.options import env_option
 from services.runtime.service import ServiceContext
+from services.runtime.settingspec import setting
 
 log = structlog.get_logger("egress.discovery")
 
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 8080
-DEFAULT_MAX_LEASE_TTL = 3600.0
-DEFAULT_LEASE_COOLDOWN = 10.0
-DEFAULT_BLOCK_BACKOFF = 600.0
+
+class DiscoverySettings(msgspec.Struct, frozen=True, kw_only=True):
+    """What ``run discovery`` takes (docs/decisions/0148-one-settings-struct-per-service.md).
+    The token and the lease secret come from the environment only (a flag would show in
+    ``ps``); durations are written ``30s``, ``5m``, ``1h`` or in seconds."""
+
+    reads_env: ClassVar[tuple[str, ...]] = LEASE_SECRET_VARIABLES
+    policy: PolicySettings = msgspec.field(default_factory=PolicySettings)
+    port: Annotated[
+        int,
+        setting(
+            "Port of the discovery API (`up` calls it --api-port).",
+            env="DISCOVERY_PORT",
+            ge=1,
+            le=65535,
+        ),
+    ] = 8080
+    host: Annotated[
+        str,
+        setting(
+            "Address the discovery API listens on; 0.0.0.0 in a container.", env="DISCOVERY_HOST"
+        ),
+    ] = "127.0.0.1"
+    clients_file: Annotated[
+        str | None,
+        setting(
+            "The API's clients: names, token hashes, scopes and limits (docs/api.md, "
+            '"Clients"); re-read while running, so a removed client is refused within a '
+            "second. DISCOVERY_TOKEN, if set too, is one more client (default, admin).",
+            env=CLIENTS_ENV,
+            metavar="FILE",
+            show_default=False,
+        ),
+    ] = None
+    trusted_proxies: Annotated[
+        str,
+        setting(
+            "Addresses or networks of the reverse proxies in front of the API, comma-separated "
+            "(10.0.0.0/8,192.0.2.7): only their X-Forwarded-For and X-Forwarded-Proto are "
+            "believed, for the console's login limits and links. Empty (the default): nobody's.",
+            metavar="CIDRS",
+            show_default=False,
+        ),
+    ] = ""
+    max_lease_ttl: Annotated[
+        float,
+        setting(
+            "Longest lease granted, e.g. 30s, 5m, 1h, at most 168h (7 days); a longer request "
+            "is granted this long (the answer says ttlClamped).",
+            gt=0,
+            le=MAX_LEASE_SECONDS,
+            duration=True,
+            metavar="DURATION",
+        ),
+    ] = 3600.0
+    lease_cooldown: Annotated[
+        float,
+        setting(
+            "How long a proxy rests after a lease ends before it is leased again, at most 24h.",
+            ge=0,
+            le=MAX_COOLDOWN_SECONDS,
+            duration=True,
+            metavar="DURATION",
+        ),
+    ] = 10.0
+    block_backoff: Annotated[
+        float,
+        setting(
+            "How long a `blocked` report keeps a proxy from that report's target; each further "
+            "one for the pair doubles it, up to 24h, and a `success` report ends it. 0: no "
+            "back-off.",
+            ge=0,
+            le=MAX_BLOCK_BACKOFF_SECONDS,
+            duration=True,
+            metavar="DURATION",
+        ),
+    ] = 600.0
+
+
+DEFAULTS = DiscoverySettings()
+DEFAULT_HOST = DEFAULTS.host
+DEFAULT_PORT = DEFAULTS.port
+DEFAULT_MAX_LEASE_TTL = DEFAULTS.max_lease_ttl
+DEFAULT_LEASE_COOLDOWN = DEFAULTS.lease_cooldown
+DEFAULT_BLOCK_BACKOFF = DEFAULTS.block_backoff
 APPEND_TIMEOUT = 1.5
 """How long a lease write waits for the log before the API answers 503 (docs/api.md)."""
 
@@ -269,104 +350,22 @@ def parse_trusted_proxies(text: str) -> tuple[Network, ...]:
     return tuple(found)
 
 
-def build(
-    settings: Settings,
-    *,
-    port: int = DEFAULT_PORT,
-    host: str = DEFAULT_HOST,
-    max_lease_ttl: float | str = DEFAULT_MAX_LEASE_TTL,
-    lease_cooldown: float | str = DEFAULT_LEASE_COOLDOWN,
-    block_backoff: float | str = DEFAULT_BLOCK_BACKOFF,
-    clients_file: str | None = None,
-    egress_country_attribute: str = "",
-    egress_required: bool = False,
-    unique_egress: bool = False,
-    trusted_proxies: str = "",
-) -> DiscoveryService:
-    """The factory ``run discovery`` and ``up`` call; durations may be seconds or ``30s``, ``5m``,
-    ``1h``. The token and the lease secret come from the environment only (a flag would show
-    in ``ps``)."""
+def build(settings: Settings, config: DiscoverySettings) -> DiscoveryService:
+    """The factory ``run discovery`` and ``up`` call. The token and the lease secret come from
+    the environment only (a flag would show in ``ps``)."""
     del settings  # the rest arrives through the ServiceContext
-    if not 0 <= port <= 65535:
-        raise ConfigError(f"--port: {port} is not a port; use 1-65535")
     token = token_from_env()
-    return DiscoveryService(
-        host=host,
-        port=port,
-        max_lease_ttl=seconds_of(
-            "--max-lease-ttl", max_lease_ttl, positive=True, maximum=MAX_LEASE_SECONDS
-        ),
-        lease_cooldown=seconds_of("--lease-cooldown", lease_cooldown, maximum=MAX_COOLDOWN_SECONDS),
-        block_backoff=seconds_of(
-            "--block-backoff", block_backoff, maximum=MAX_BLOCK_BACKOFF_SECONDS
-        ),
+    service = DiscoveryService(
+        host=config.host,
+        port=config.port,
+        max_lease_ttl=config.max_lease_ttl,
+        lease_cooldown=config.lease_cooldown,
+        block_backoff=config.block_backoff,
         token=token,
         lease_secret=master_secret_from_env(),
-        clients=Clients(Path(clients_file) if clients_file else None, token),
-        egress=policy_from(egress_country_attribute, egress_required, unique_egress),
-        trusted_proxies=parse_trusted_proxies(trusted_proxies),
+        clients=Clients(Path(config.clients_file) if config.clients_file else None, token),
+        egress=config.policy.policy(),
+        trusted_proxies=parse_trusted_proxies(config.trusted_proxies),
     )
-
-
-OPTIONS: tuple[click.Option, ...] = (
-    *LEASE_SECRET_SETTINGS,
-    *POLICY_OPTIONS,
-    env_option(
-        "--port",
-        env="DISCOVERY_PORT",
-        type=click.IntRange(1, 65535),
-        default=DEFAULT_PORT,
-        show_default=True,
-        help="Port of the discovery API (`up` calls it --api-port).",
-    ),
-    env_option(
-        "--host",
-        env="DISCOVERY_HOST",
-        default=DEFAULT_HOST,
-        show_default=True,
-        help="Address the discovery API listens on; 0.0.0.0 in a container.",
-    ),
-    env_option(
-        "--clients-file",
-        env=CLIENTS_ENV,
-        default=None,
-        metavar="FILE",
-        help="The API's clients: names, token hashes, scopes and limits (docs/api.md, "
-        '"Clients"); re-read while running, so a removed client is refused within a second. '
-        "DISCOVERY_TOKEN, if set too, is one more client (default, admin).",
-    ),
-    env_option(
-        "--trusted-proxies",
-        default="",
-        metavar="CIDRS",
-        help="Addresses or networks of the reverse proxies in front of the API, comma-separated "
-        "(10.0.0.0/8,192.0.2.7): only their X-Forwarded-For and X-Forwarded-Proto are believed, "
-        "for the console's login limits and links. Empty (the default): nobody's.",
-    ),
-    env_option(
-        "--max-lease-ttl",
-        default="1h",
-        metavar="DURATION",
-        callback=duration_option(positive=True, maximum=MAX_LEASE_SECONDS),
-        show_default=True,
-        help="Longest lease granted, e.g. 30s, 5m, 1h, at most 168h (7 days); a longer request "
-        "is granted this long (the answer says ttlClamped).",
-    ),
-    env_option(
-        "--lease-cooldown",
-        default="10s",
-        metavar="DURATION",
-        callback=duration_option(maximum=MAX_COOLDOWN_SECONDS),
-        show_default=True,
-        help="How long a proxy rests after a lease ends before it is leased again, at most 24h.",
-    ),
-    env_option(
-        "--block-backoff",
-        default="10m",
-        metavar="DURATION",
-        callback=duration_option(maximum=MAX_BLOCK_BACKOFF_SECONDS),
-        show_default=True,
-        help="How long a `blocked` report keeps a proxy from that report's target; each further "
-        "one for the pair doubles it, up to 24h, and a `success` report ends it. 0: no back-off.",
-    ),
-)
+    service.check()
+    return service

@@ -12,8 +12,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Annotated, ClassVar
 
-import click
+import msgspec
 import structlog
 
 from events import subjects
@@ -22,26 +23,51 @@ from services.executor.observe import ObserveSweep
 from services.executor.pure.policy import CommandPolicy
 from services.providers.base import Provider
 from services.providers.config import (
-    PROVIDER_OPTIONS,
     ProviderEntry,
+    ProviderSettings,
     build_providers,
     check_lease_secret,
     load_providers_config,
 )
 from services.providers.entrycheck import log_at_start
 from services.providers.instrumented import instrument
-from services.providers.squidauth.secret import LEASE_SECRET_SETTINGS
+from services.providers.squidauth.secret import LEASE_SECRET_VARIABLES
 from services.runtime.config import Settings
 from services.runtime.consumer import ConsumerLoop, ConsumerSpec
 from services.runtime.errors import ConfigError
 from services.runtime.metrics import Metrics
-from services.runtime.options import env_option
 from services.runtime.service import ServiceContext
+from services.runtime.settingspec import setting
 
 log = structlog.get_logger("egress.executor")
 
 DURABLE = "executor"
 COMMAND_SUBJECTS = ("proxy.*.cmd",)
+
+
+class ExecutorSettings(msgspec.Struct, frozen=True, kw_only=True):
+    """What ``run executor`` takes (docs/decisions/0148-one-settings-struct-per-service.md)."""
+
+    reads_env: ClassVar[tuple[str, ...]] = LEASE_SECRET_VARIABLES
+    providers: ProviderSettings = msgspec.field(default_factory=ProviderSettings)
+    observe_interval: Annotated[
+        float,
+        setting(
+            "Seconds between sweeps that look for Ready instances which stopped or vanished.",
+            gt=0,
+        ),
+    ] = 10.0
+    create_timeout: Annotated[
+        float,
+        setting(
+            "Seconds an instance may take to run before the create is answered as failed "
+            "(Transient), so the reconciler replaces it.",
+            gt=0,
+        ),
+    ] = 600.0
+
+
+DEFAULTS = ExecutorSettings()
 
 
 def consumer_spec(*, ack_wait: float = 30.0, concurrency: int = 64) -> ConsumerSpec:
@@ -66,8 +92,8 @@ class ExecutorService:
         self,
         providers_config: Path | None,
         data_dir: Path,
-        observe_interval: float = 10.0,
-        create_timeout: float = 600.0,
+        observe_interval: float = DEFAULTS.observe_interval,
+        create_timeout: float = DEFAULTS.create_timeout,
         *,
         providers: Mapping[str, Provider] | None = None,
         policy: CommandPolicy | None = None,
@@ -143,39 +169,15 @@ async def close_all(providers: Mapping[str, Provider]) -> None:
             log.warning("provider close failed", provider=name, error=str(exc))
 
 
-def build(
-    settings: Settings,
-    *,
-    providers_config: Path | None,
-    data_dir: Path,
-    observe_interval: float,
-    create_timeout: float,
-) -> ExecutorService:
+def build(settings: Settings, config: ExecutorSettings) -> ExecutorService:
     """The factory ``run executor`` and ``up`` call. The providers file is validated here, so a
     typo in it stops the command before a nats-server or any other service has started, and so
     does a missing lease secret (D84)."""
     del settings  # everything the executor needs from it arrives through the ServiceContext
-    data_dir = data_dir.resolve()
-    check_lease_secret(load_providers_config(providers_config, default_data_dir=data_dir))
-    return ExecutorService(providers_config, data_dir, observe_interval, create_timeout)
-
-
-OPTIONS: tuple[click.Option, ...] = (
-    *PROVIDER_OPTIONS,
-    *LEASE_SECRET_SETTINGS,
-    env_option(
-        "--observe-interval",
-        type=click.FloatRange(min=0, min_open=True),
-        default=10.0,
-        show_default=True,
-        help="Seconds between sweeps that look for Ready instances which stopped or vanished.",
-    ),
-    env_option(
-        "--create-timeout",
-        type=click.FloatRange(min=0, min_open=True),
-        default=600.0,
-        show_default=True,
-        help="Seconds an instance may take to run before the create is answered as failed "
-        "(Transient), so the reconciler replaces it.",
-    ),
-)
+    providers = config.providers
+    providers.apply()
+    data_dir = providers.data_dir.resolve()
+    check_lease_secret(load_providers_config(providers.providers_config, default_data_dir=data_dir))
+    return ExecutorService(
+        providers.providers_config, data_dir, config.observe_interval, config.create_timeout
+    )

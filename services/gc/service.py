@@ -10,41 +10,44 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Annotated
 
-import click
+import msgspec
 import structlog
 
-from events.durations import EXAMPLES, parse_duration
+from events.durations import EXAMPLES
 from services.gc.collector import GarbageCollector
 from services.gc.lock import DEFAULT_TTL, SweepLock
 from services.providers.base import Provider
-from services.providers.config import PROVIDER_OPTIONS
+from services.providers.config import ProviderSettings
 from services.runtime.config import Settings
 from services.runtime.errors import ConfigError
-from services.runtime.options import env_option
 from services.runtime.service import ServiceContext
+from services.runtime.settingspec import setting
 
 log = structlog.get_logger("egress.gc")
 
-DEFAULT_INTERVAL = 300.0
-DEFAULT_GRACE = 600.0
+
+class GcSettings(msgspec.Struct, frozen=True, kw_only=True):
+    """What ``run gc`` takes (docs/decisions/0148-one-settings-struct-per-service.md)."""
+
+    providers: ProviderSettings = msgspec.field(default_factory=ProviderSettings)
+    gc_interval: Annotated[
+        float, setting("Time between orphan sweeps, e.g. 30s, 5m.", gt=0, duration=True)
+    ] = 300.0
+    gc_grace: Annotated[
+        float,
+        setting(
+            "Instances of no live proxy younger than this are spared (creates in flight).",
+            ge=0,
+            duration=True,
+        ),
+    ] = 600.0
 
 
-class Duration(click.ParamType[float]):
-    """A click type for durations, so ``--gc-grace 10m`` and ``GC_GRACE=600`` both work."""
-
-    name = "duration"
-
-    def convert(
-        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
-    ) -> float:
-        if isinstance(value, float):
-            return value
-        try:
-            return parse_duration(str(value))
-        except ValueError as exc:
-            self.fail(str(exc), param, ctx)
+DEFAULTS = GcSettings()
+DEFAULT_INTERVAL = DEFAULTS.gc_interval
+DEFAULT_GRACE = DEFAULTS.gc_grace
 
 
 def providers_from_config(providers_config: Path | None, data_dir: Path) -> dict[str, Provider]:
@@ -132,37 +135,13 @@ class GcService:
         return {"bucket": self.lock_bucket} if self.lock_bucket else {}
 
 
-def build(
-    settings: Settings,
-    *,
-    providers_config: Path | None,
-    data_dir: Path,
-    gc_interval: float,
-    gc_grace: float,
-) -> GcService:
+def build(settings: Settings, config: GcSettings) -> GcService:
     """The factory ``run gc`` and ``up`` call; a bad providers file stops start-up here."""
     del settings
-    data_dir = data_dir.resolve()
+    providers = config.providers
+    providers.apply()
+    data_dir = providers.data_dir.resolve()
     from services.providers.config import load_providers_config  # noqa: PLC0415
 
-    load_providers_config(providers_config, default_data_dir=data_dir)
-    return GcService(providers_config, data_dir, gc_interval, gc_grace)
-
-
-OPTIONS: tuple[click.Option, ...] = (
-    *PROVIDER_OPTIONS,
-    env_option(
-        "--gc-interval",
-        type=Duration(),
-        default="5m",
-        show_default=True,
-        help="Time between orphan sweeps, e.g. 30s, 5m.",
-    ),
-    env_option(
-        "--gc-grace",
-        type=Duration(),
-        default="10m",
-        show_default=True,
-        help="Instances of no live proxy younger than this are spared (creates in flight).",
-    ),
-)
+    load_providers_config(providers.providers_config, default_data_dir=data_dir)
+    return GcService(providers.providers_config, data_dir, config.gc_interval, config.gc_grace)

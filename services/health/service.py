@@ -19,9 +19,9 @@ import functools
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, ClassVar
 
-import click
+import msgspec
 import structlog
 
 from events import subjects
@@ -30,7 +30,7 @@ from projections.proxy import ProxyView, apply
 from services.health.assign import Membership, default_replica_id
 from services.health.credentials import ProbeCredentials
 from services.health.egress import EgressChecker, EgressSettings
-from services.health.egress_options import EGRESS_OPTIONS, egress_settings
+from services.health.egress_options import EgressFlags, egress_settings
 from services.health.geoip import GeoLookup, open_lookup
 from services.health.metrics import HealthMetrics, health_metrics
 from services.health.probe_client import CheckUrl, ProbeClient, provider_check_urls
@@ -41,17 +41,93 @@ from services.health.pure.recheck import (
 )
 from services.health.reports import FailedReports
 from services.health.scheduler import DEFAULT_KEEP_ALIVE_SECONDS, Prober
-from services.providers.squidauth.secret import LEASE_SECRET_SETTINGS, master_secret_from_env
+from services.providers.squidauth.secret import LEASE_SECRET_VARIABLES, master_secret_from_env
 from services.runtime.aio import raise_if_cancelled
 from services.runtime.config import Settings
 from services.runtime.errors import ConfigError
 from services.runtime.eventlog.projector import Projector
-from services.runtime.options import env_option
 from services.runtime.service import ServiceContext
+from services.runtime.settingspec import setting
 
 log = structlog.get_logger("egress.health")
 
-DEFAULT_CHECK_URL = "http://connectivitycheck.gstatic.com/generate_204"
+
+class HealthSettings(msgspec.Struct, frozen=True, kw_only=True):
+    """What ``run health`` takes (docs/decisions/0148-one-settings-struct-per-service.md)."""
+
+    reads_env: ClassVar[tuple[str, ...]] = LEASE_SECRET_VARIABLES
+    egress: EgressFlags = msgspec.field(default_factory=EgressFlags)
+    check_url: Annotated[
+        str,
+        setting(
+            "URL fetched through each proxy when its spec.healthCheck.url is empty; an "
+            "answer 200-399 is a success.",
+            flag="--health-check-url",
+        ),
+    ] = "http://connectivitycheck.gstatic.com/generate_204"
+    provider_check_url: Annotated[
+        tuple[str, ...],
+        setting(
+            "For the proxies of provider instance NAME, fetch URL instead of "
+            "--health-check-url (repeatable); spec.healthCheck.url still wins.",
+            env=None,
+            metavar="NAME=URL",
+            show_default=False,
+        ),
+    ] = ()
+    latency_band_ms: Annotated[
+        float,
+        setting(
+            "Record a healthy proxy's latency again when its moving average moves by more than "
+            "this; 0 records none.",
+            env="HEALTH_LATENCY_BAND_MS",
+            ge=0,
+        ),
+    ] = 250.0
+    trace_health_probes: Annotated[
+        bool,
+        setting(
+            "Emit one health.probe client span per probe (when tracing is on); the probe "
+            "request itself never carries trace headers.",
+            show_default=False,
+        ),
+    ] = False
+    health_concurrency: Annotated[
+        int, setting("Probes one health replica has in flight at once.", ge=1, le=65536)
+    ] = 256
+    health_heartbeat: Annotated[
+        float,
+        setting(
+            "Seconds between a health replica's membership heartbeats; a replica silent for "
+            "three is considered gone and its proxies move to the others.",
+            ge=0.1,
+        ),
+    ] = 1.0
+    health_keep_alive: Annotated[
+        float,
+        setting(
+            "Keep a proxy's connection open between probes when its intervalSeconds is at most "
+            "this many seconds; probes further apart open a connection each time and close it "
+            "(an idle connection costs about 3 KB for the whole interval; a connect about 0.4 "
+            "ms of CPU). 0 keeps none. An https check URL keeps its tunnel at any interval.",
+            ge=0,
+        ),
+    ] = DEFAULT_KEEP_ALIVE_SECONDS
+    failed_reports_recheck: Annotated[
+        int,
+        setting(
+            "Probe a proxy at once, instead of at its next turn, when its lease holders have "
+            "reported it failed this many times in a row (and again at each further multiple); "
+            "0 turns this off.",
+            env="HEALTH_FAILED_REPORTS_RECHECK",
+            ge=0,
+            le=MAX_FAILED_REPORTS_RECHECK,
+        ),
+    ] = DEFAULT_FAILED_REPORTS_RECHECK
+
+
+DEFAULTS = HealthSettings()
+DEFAULT_CHECK_URL = DEFAULTS.check_url
 
 
 @dataclass
@@ -61,10 +137,10 @@ class HealthService:
     """Probed when a proxy's ``spec.healthCheck.url`` is empty."""
     provider_check_urls: dict[str, str] = field(default_factory=dict)
     """Per provider instance: what is probed instead of ``check_url`` for its proxies."""
-    latency_band_ms: float = 250.0
-    concurrency: int = 256
-    trace_probes: bool = False
-    heartbeat: float = 1.0
+    latency_band_ms: float = DEFAULTS.latency_band_ms
+    concurrency: int = DEFAULTS.health_concurrency
+    trace_probes: bool = DEFAULTS.trace_health_probes
+    heartbeat: float = DEFAULTS.health_heartbeat
     keep_alive_seconds: float = DEFAULT_KEEP_ALIVE_SECONDS
     """A proxy probed at most this many seconds apart keeps its connection between probes."""
     failed_reports_recheck: int = DEFAULT_FAILED_REPORTS_RECHECK
@@ -192,114 +268,30 @@ class HealthService:
             await asyncio.sleep(min(self.heartbeat, 1.0))
 
 
-def build(
-    settings: Settings,
-    *,
-    check_url: str = DEFAULT_CHECK_URL,
-    provider_check_url: tuple[str, ...] = (),
-    latency_band_ms: float = 250.0,
-    trace_health_probes: bool = False,
-    health_concurrency: int = 256,
-    health_heartbeat: float = 1.0,
-    health_keep_alive: float = DEFAULT_KEEP_ALIVE_SECONDS,
-    failed_reports_recheck: int = DEFAULT_FAILED_REPORTS_RECHECK,
-    **egress_flags: Any,
-) -> HealthService:
+def build(settings: Settings, config: HealthSettings) -> HealthService:
     """The factory ``run health`` and ``up`` call; a setting that cannot work fails here."""
     del settings  # the prober needs nothing beyond the ServiceContext
-    egress, geoip_db = egress_settings(**egress_flags)
+    egress, geoip_db = egress_settings(config.egress)
     try:
-        CheckUrl.parse(check_url)
+        CheckUrl.parse(config.check_url)
     except ValueError as exc:
         raise ConfigError(f"--health-check-url / HEALTH_CHECK_URL: {exc}") from exc
     try:
-        check_every(failed_reports_recheck)
+        check_every(config.failed_reports_recheck)
     except ValueError as exc:
         raise ConfigError(
             f"--failed-reports-recheck / HEALTH_FAILED_REPORTS_RECHECK: {exc}"
         ) from exc
     return HealthService(
-        check_url=check_url,
-        provider_check_urls=provider_check_urls(provider_check_url),
-        latency_band_ms=latency_band_ms,
-        concurrency=health_concurrency,
-        trace_probes=trace_health_probes,
-        heartbeat=health_heartbeat,
-        keep_alive_seconds=health_keep_alive,
-        failed_reports_recheck=failed_reports_recheck,
+        check_url=config.check_url,
+        provider_check_urls=provider_check_urls(config.provider_check_url),
+        latency_band_ms=config.latency_band_ms,
+        concurrency=config.health_concurrency,
+        trace_probes=config.trace_health_probes,
+        heartbeat=config.health_heartbeat,
+        keep_alive_seconds=config.health_keep_alive,
+        failed_reports_recheck=config.failed_reports_recheck,
         lease_secret=master_secret_from_env(),
         egress=egress,
         geoip_db=geoip_db,
     )
-
-
-OPTIONS: tuple[click.Option, ...] = (
-    *LEASE_SECRET_SETTINGS,
-    *EGRESS_OPTIONS,
-    env_option(
-        "--health-check-url",
-        "check_url",
-        default=DEFAULT_CHECK_URL,
-        show_default=True,
-        help="URL fetched through each proxy when its spec.healthCheck.url is empty; an "
-        "answer 200-399 is a success.",
-    ),
-    click.Option(
-        ["--provider-check-url"],
-        multiple=True,
-        metavar="NAME=URL",
-        help="For the proxies of provider instance NAME, fetch URL instead of "
-        "--health-check-url (repeatable); spec.healthCheck.url still wins.",
-    ),
-    env_option(
-        "--latency-band-ms",
-        env="HEALTH_LATENCY_BAND_MS",
-        type=click.FloatRange(min=0),
-        default=250.0,
-        show_default=True,
-        help="Record a healthy proxy's latency again when its moving average moves by more than "
-        "this; 0 records none.",
-    ),
-    env_option(
-        "--trace-health-probes",
-        is_flag=True,
-        default=False,
-        help="Emit one health.probe client span per probe (when tracing is on); the probe "
-        "request itself never carries trace headers.",
-    ),
-    env_option(
-        "--health-concurrency",
-        type=click.IntRange(min=1, max=65536),
-        default=256,
-        show_default=True,
-        help="Probes one health replica has in flight at once.",
-    ),
-    env_option(
-        "--health-heartbeat",
-        type=click.FloatRange(min=0.1),
-        default=1.0,
-        show_default=True,
-        help="Seconds between a health replica's membership heartbeats; a replica silent for "
-        "three is considered gone and its proxies move to the others.",
-    ),
-    env_option(
-        "--health-keep-alive",
-        type=click.FloatRange(min=0),
-        default=DEFAULT_KEEP_ALIVE_SECONDS,
-        show_default=True,
-        help="Keep a proxy's connection open between probes when its intervalSeconds is at most "
-        "this many seconds; probes further apart open a connection each time and close it "
-        "(an idle connection costs about 3 KB for the whole interval; a connect about 0.4 ms "
-        "of CPU). 0 keeps none. An https check URL keeps its tunnel at any interval.",
-    ),
-    env_option(
-        "--failed-reports-recheck",
-        env="HEALTH_FAILED_REPORTS_RECHECK",
-        type=click.IntRange(min=0, max=MAX_FAILED_REPORTS_RECHECK),
-        default=DEFAULT_FAILED_REPORTS_RECHECK,
-        show_default=True,
-        help="Probe a proxy at once, instead of at its next turn, when its lease holders have "
-        "reported it failed this many times in a row (and again at each further multiple); "
-        "0 turns this off.",
-    ),
-)

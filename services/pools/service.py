@@ -14,8 +14,9 @@ import asyncio
 import contextlib
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Annotated
 
-import click
+import msgspec
 import structlog
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
@@ -35,12 +36,26 @@ from services.runtime.aio import raise_if_cancelled
 from services.runtime.config import Settings
 from services.runtime.eventlog.projector import Projector
 from services.runtime.metrics import metric_set
-from services.runtime.options import env_option
 from services.runtime.service import ServiceContext
+from services.runtime.settingspec import setting
 
 log = structlog.get_logger("egress.pools")
 
-DEFAULT_INTERVAL = 1.0
+
+class PoolsSettings(msgspec.Struct, frozen=True, kw_only=True):
+    """What ``run pools`` takes (docs/decisions/0148-one-settings-struct-per-service.md)."""
+
+    pool_interval: Annotated[
+        float,
+        setting(
+            "Seconds between two evaluations of every pool by one pool controller replica.",
+            ge=0.05,
+            le=3600,
+        ),
+    ] = 1.0
+
+
+DEFAULT_INTERVAL = PoolsSettings().pool_interval
 
 
 class PoolMetrics:
@@ -199,18 +214,7 @@ async def tick(controller: Controller, views: PoolViews, metrics: PoolMetrics) -
     return outcomes
 
 
-def build(settings: Settings, *, pool_interval: float = DEFAULT_INTERVAL) -> PoolsService:
+def build(settings: Settings, config: PoolsSettings) -> PoolsService:
     """The factory ``run pools`` and ``up`` call."""
     del settings
-    return PoolsService(interval=pool_interval)
-
-
-OPTIONS: tuple[click.Option, ...] = (
-    env_option(
-        "--pool-interval",
-        type=click.FloatRange(min=0.05, max=3600),
-        default=DEFAULT_INTERVAL,
-        show_default=True,
-        help="Seconds between two evaluations of every pool by one pool controller replica.",
-    ),
-)
+    return PoolsService(interval=config.pool_interval)

@@ -32,9 +32,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Annotated, Any, cast
 
-import click
 import msgspec
 import structlog
 import yaml
@@ -43,7 +42,7 @@ from services.providers.base import Provider
 from services.providers.squidauth.keyed import lease_keyed
 from services.providers.squidauth.secret import HOW, master_secret_from_env
 from services.runtime.errors import ConfigError
-from services.runtime.options import env_option
+from services.runtime.settingspec import setting
 
 log = structlog.get_logger("egress.providers")
 
@@ -389,29 +388,37 @@ def _set_gcp_wire_log(full: bool) -> None:
     wirelog.set_full_payloads(full)
 
 
-PROVIDER_OPTIONS: tuple[click.Option, ...] = (
-    env_option(
-        "--providers-config",
-        type=click.Path(exists=True, dir_okay=False, path_type=Path),
-        default=None,
-        help="Named provider instances (YAML); without it, one `local` provider.",
-    ),
-    env_option(
-        "--data-dir",
-        type=click.Path(file_okay=False, path_type=Path),
-        default=Path(".data"),
-        show_default=True,
-        help="Where local providers keep their data, unless the config says otherwise.",
-    ),
-    env_option(
-        "--gcp-wire-log-full-payloads",
-        is_flag=True,
-        default=False,
-        expose_value=False,
-        callback=lambda _ctx, _param, value: _set_gcp_wire_log(value),
-        help="Debug wire logs of gcp providers show string fields over 1 KiB (cloud-init) in "
-        "full; tokens stay redacted.",
-    ),
-)
-"""The flags of every service that talks to providers (executor, gc): one definition, so `up`
-shows them once and both services read the same file."""
+class ProviderSettings(msgspec.Struct, frozen=True, kw_only=True):
+    """The settings of every service that talks to providers (executor, gc), and of the commands
+    that do (``gc run-once``, ``providers check``): one definition, so `up` shows them once and
+    both services read the same file (docs/decisions/0148-one-settings-struct-per-service.md)."""
+
+    providers_config: Annotated[
+        Path | None,
+        setting(
+            "Named provider instances (YAML); without it, one `local` provider.",
+            path="file",
+            exists=True,
+            show_default=False,
+        ),
+    ] = None
+    data_dir: Annotated[
+        Path,
+        setting(
+            "Where local providers keep their data, unless the config says otherwise.",
+            path="dir",
+        ),
+    ] = Path(".data")
+    gcp_wire_log_full_payloads: Annotated[
+        bool,
+        setting(
+            "Debug wire logs of gcp providers show string fields over 1 KiB (cloud-init) in "
+            "full; tokens stay redacted.",
+            show_default=False,
+        ),
+    ] = False
+
+    def apply(self) -> None:
+        """Set what is process-wide, like the log level, so no provider's signature carries it:
+        called by whoever builds the providers from these settings."""
+        _set_gcp_wire_log(self.gcp_wire_log_full_payloads)

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Annotated
 
-import click
+import msgspec
 import structlog
 from opentelemetry import trace
 from opentelemetry.trace import Span
@@ -39,8 +40,8 @@ from services.runtime.config import Settings
 from services.runtime.consumer import ConsumerLoop, ConsumerSpec, Delivery, Outcome, Retry
 from services.runtime.eventlog.snapshots import SnapshotStore
 from services.runtime.metrics import Metrics
-from services.runtime.options import env_option
 from services.runtime.service import ServiceContext
+from services.runtime.settingspec import setting
 
 log = structlog.get_logger("egress.reconciler")
 _tracer = trace.get_tracer("egress_proxies.reconciler")
@@ -54,9 +55,37 @@ reconciler's own decisions among them keep its states current (``States.chain``)
 EARLIER_FILTERS = (("proxy.*.declared", "proxy.*.instance", "proxy.*.health", "proxy.*.rotate"),)
 """The durable's filters in earlier versions: a durable found so is updated in place."""
 MAX_ATTEMPTS = 50
-DEFAULT_DRAIN = 5.0
-"""Seconds a rotated-out instance keeps serving after the switch
-(docs/decisions/0085-a-fresh-ip-without-downtime.md)."""
+
+
+class ReconcilerSettings(msgspec.Struct, frozen=True, kw_only=True):
+    """What ``run reconciler`` takes (docs/decisions/0148-one-settings-struct-per-service.md)."""
+
+    reconcile_concurrency: Annotated[
+        int, setting("Proxies one reconciler replica decides at once.", ge=1, le=4096)
+    ] = 64
+    replace_unhealthy_after: Annotated[
+        float,
+        setting(
+            "Seconds an instance may fail its health probes before it is replaced; 0 never "
+            "replaces for health.",
+            ge=0,
+        ),
+    ] = 0.0
+    rotation_drain: Annotated[
+        float,
+        setting(
+            "Seconds an instance replaced make-before-break (a lease rotation, a leased "
+            "proxy's spec change) keeps serving after its lease switched, so that requests "
+            "already sent through it finish; then it is deleted.",
+            ge=0,
+            le=3600,
+        ),
+    ] = 5.0
+    """docs/decisions/0085-a-fresh-ip-without-downtime.md"""
+
+
+DEFAULTS = ReconcilerSettings()
+DEFAULT_DRAIN = DEFAULTS.rotation_drain
 _SPAN_BY_OUTCOME = {
     "replace": "reconcile.replaceInstance",
     "delete": "reconcile.delete",
@@ -86,7 +115,7 @@ class Reconciler:
         store: EventStore,
         metrics: Metrics,
         *,
-        replace_unhealthy_after: float = 0.0,
+        replace_unhealthy_after: float = DEFAULTS.replace_unhealthy_after,
         states: States | None = None,
         rotation_drain: float = DEFAULT_DRAIN,
     ) -> None:
@@ -215,9 +244,9 @@ class _Attempts:
 @dataclass
 class ReconcilerService:
     name: str = "reconciler"
-    concurrency: int = 64
-    replace_unhealthy_after: float = 0.0
-    rotation_drain: float = DEFAULT_DRAIN
+    concurrency: int = DEFAULTS.reconcile_concurrency
+    replace_unhealthy_after: float = DEFAULTS.replace_unhealthy_after
+    rotation_drain: float = DEFAULTS.rotation_drain
 
     async def run(self, ctx: ServiceContext) -> None:
         store = SnapshotStore(ctx.conn.js, STATES_BUCKET, "state", STATE_VERSION, ProxyState)
@@ -243,45 +272,11 @@ class ReconcilerService:
         await loop.run()
 
 
-def build(
-    settings: Settings,
-    *,
-    reconcile_concurrency: int = 64,
-    replace_unhealthy_after: float = 0.0,
-    rotation_drain: float = DEFAULT_DRAIN,
-) -> ReconcilerService:
+def build(settings: Settings, config: ReconcilerSettings) -> ReconcilerService:
     """The factory ``run reconciler`` and ``up`` call."""
     del settings  # the reconciler needs nothing beyond the ServiceContext
     return ReconcilerService(
-        concurrency=reconcile_concurrency,
-        replace_unhealthy_after=replace_unhealthy_after,
-        rotation_drain=rotation_drain,
+        concurrency=config.reconcile_concurrency,
+        replace_unhealthy_after=config.replace_unhealthy_after,
+        rotation_drain=config.rotation_drain,
     )
-
-
-OPTIONS: tuple[click.Option, ...] = (
-    env_option(
-        "--reconcile-concurrency",
-        type=click.IntRange(min=1, max=4096),
-        default=64,
-        show_default=True,
-        help="Proxies one reconciler replica decides at once.",
-    ),
-    env_option(
-        "--replace-unhealthy-after",
-        type=click.FloatRange(min=0),
-        default=0.0,
-        show_default=True,
-        help="Seconds an instance may fail its health probes before it is replaced; 0 never "
-        "replaces for health.",
-    ),
-    env_option(
-        "--rotation-drain",
-        type=click.FloatRange(min=0, max=3600),
-        default=DEFAULT_DRAIN,
-        show_default=True,
-        help="Seconds an instance replaced make-before-break (a lease rotation, a leased "
-        "proxy's spec change) keeps serving after its lease switched, so that requests already "
-        "sent through it finish; then it is deleted.",
-    ),
-)

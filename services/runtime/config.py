@@ -1,24 +1,25 @@
 """Settings shared by every service, from flags and the environment.
 
-Click parses each setting from its flag or its variable (``services.runtime.options``); a
-setting a command has no flag for is an ``EnvSetting`` of that command, so every command reads
-and checks the same variables. ``Settings.from_options`` then checks the values, here only:
-invalid settings fail at start-up with the flag and variable named and the fix stated, since a
-service that starts with a typo in its NATS URL would otherwise look healthy while doing nothing.
+The CLI parses each setting from its flag or its variable (D74); a setting a command has no
+flag for is an ``EnvSetting`` of that command (``services.cli.common.env_settings``), so every
+command reads and checks the same variables. ``Settings.from_options`` then checks the values,
+here only: invalid settings fail at start-up with the flag and variable named and the fix
+stated, since a service that starts with a typo in its NATS URL would otherwise look healthy
+while doing nothing.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import MISSING, dataclass, field, fields, replace
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Annotated, Any, ClassVar
 from urllib.parse import urlsplit, urlunsplit
 
-import click
+import msgspec
 
 from services.runtime.errors import ConfigError
-from services.runtime.options import env_name
+from services.runtime.settingspec import field_named, setting
 
 DEFAULT_NATS_URL = "nats://127.0.0.1:4222"
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -127,17 +128,48 @@ def check_nats_urls(text: str, setting: str = "--nats-url / NATS_URL") -> list[s
     return items
 
 
-@dataclass(frozen=True, slots=True)
-class Settings:
-    nats_url: str = DEFAULT_NATS_URL
-    log_level: str = "info"
-    log_format: str = "console"
-    metrics_host: str = "127.0.0.1"
-    metrics_port: int = 0
-    stream_replicas: int = 1
+class Settings(msgspec.Struct, frozen=True, kw_only=True):
+    """What every service and command shares: where NATS is and how to log in, logging, the
+    metrics endpoint (docs/decisions/0148-one-settings-struct-per-service.md). Each command
+    has flags for some (``--nats-url``; ``run`` and ``up`` ``--metrics-port``) and reads the
+    rest from their variables only."""
+
+    internal: ClassVar[frozenset[str]] = frozenset({"service_name"})
+    """Fields the command itself sets, never an operator: no flag, no variable."""
+
+    nats_url: Annotated[
+        str,
+        setting(
+            f"NATS server to use, {DEFAULT_NATS_URL} by default; a cluster's servers as a "
+            "comma-separated list (nats://a:4222,nats://b:4222,nats://c:4222). Log in with "
+            "nats://user:password@host:port or NATS_USER and NATS_PASSWORD; next to `up`, its "
+            "embedded server's credentials are used.",
+            metavar="URL",
+            show_default=False,
+        ),
+    ] = DEFAULT_NATS_URL
+    log_level: Annotated[
+        str, setting("Least severe log level written (logs go to standard error).")
+    ] = "info"
+    log_format: Annotated[str, setting("console for people, json for collectors.")] = "console"
+    metrics_host: Annotated[
+        str, setting("Address the /metrics endpoint listens on; 0.0.0.0 in a container.")
+    ] = "127.0.0.1"
+    metrics_port: Annotated[
+        int, setting("Port of the Prometheus /metrics endpoint; 0 turns it off.", ge=0, le=65535)
+    ] = 0
+    stream_replicas: Annotated[
+        int, setting("Copies of each stream: 1 on one server, 3 (or 5) in a cluster.")
+    ] = 1
     service_name: str = "egress-proxies"
-    nats_user: str = ""
-    nats_password: str = field(default="", repr=False)
+    nats_user: Annotated[str, setting("The NATS user to log in as; NATS_PASSWORD with it.")] = ""
+    nats_password: Annotated[str, setting("The NATS user's password.")] = ""
+
+    def __repr__(self) -> str:
+        """Without the password, so a logged object or a traceback never shows it."""
+        shown = {name: getattr(self, name) for name in self.__struct_fields__}
+        shown["nats_password"] = "***" if self.nats_password else ""
+        return f"Settings({', '.join(f'{k}={v!r}' for k, v in shown.items())})"
 
     @property
     def nats_urls(self) -> list[str]:
@@ -157,11 +189,12 @@ class Settings:
         """From the values click parsed, flag over variable; None (neither is set, or the
         command has no such option) keeps the default. Raises ``ConfigError`` for a value no
         service can run with."""
-        unknown = set(options) - {f.name for f in fields(cls)}
+        unknown = set(options) - set(cls.__struct_fields__)
         if unknown:
             raise ConfigError(f"unknown settings: {', '.join(sorted(unknown))}")
         given: dict[str, Any] = {k: v for k, v in options.items() if v is not None}
-        settings = replace(cls(), **given)
+        # Checked by ``validate``, whose messages say what to use, rather than by msgspec's.
+        settings = cls(**given)
         settings.validate()
         return settings
 
@@ -207,23 +240,7 @@ def _check_pair(user: str, password: str) -> None:
         )
 
 
-def _named(setting: str) -> str:
+def _named(name: str) -> str:
     """How a message names a setting: its flag and its variable, ``--metrics-port /
-    METRICS_PORT``, derived as every option's is."""
-    flag = "--" + setting.replace("_", "-")
-    return f"{flag} / {env_name(flag)}"
-
-
-_NOT_READ = frozenset({"service_name"})
-"""Settings the command itself names, never an operator."""
-
-
-def env_settings(*flagged: str) -> dict[str, click.ParamType[Any]]:
-    """The settings a command reads from their variables only, with the click type of each
-    (its default's): those it has no option for, ``flagged`` being those it has (by parameter
-    name). Every command that builds ``Settings`` so reads and checks the same variables."""
-    return {
-        f.name: click.types.convert_type(None, f.default)
-        for f in fields(Settings)
-        if f.name not in _NOT_READ and f.name not in flagged and f.default is not MISSING
-    }
+    METRICS_PORT``, as its field declares them."""
+    return field_named(Settings, name).named

@@ -7,12 +7,13 @@ proxy that does not match) and discovery (which does not lease it): one set of o
 from __future__ import annotations
 
 import re
+from typing import Annotated
 
-import click
+import msgspec
 
 from projections.egress import EgressPolicy
 from services.runtime.errors import ConfigError
-from services.runtime.options import env_option
+from services.runtime.settingspec import setting
 
 _ATTRIBUTE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._/-]{0,61}[A-Za-z0-9])?\Z")
 
@@ -33,26 +34,34 @@ def policy_from(
     )
 
 
-POLICY_OPTIONS: tuple[click.Option, ...] = (
-    env_option(
-        "--egress-country-attribute",
-        default="",
-        metavar="KEY",
-        help="Hold each proxy's egress to the country its own attribute KEY names (e.g. "
-        "country: de); spec.egress.expect.country wins. Empty: only spec.egress.expect.",
-    ),
-    env_option(
-        "--egress-required",
-        is_flag=True,
-        default=False,
-        help="Lease a proxy only once its egress has been checked (otherwise a proxy not checked "
-        "yet is leased unless it states an expectation).",
-    ),
-    env_option(
-        "--unique-egress",
-        is_flag=True,
-        default=False,
-        help="Of two proxies that leave through one public address, do not lease the one that "
-        "had it later, until the clash ends (both are flagged either way).",
-    ),
-)
+class PolicySettings(msgspec.Struct, frozen=True, kw_only=True):
+    """The flags of the policy, part of the health's and discovery's settings (and ``get``'s)."""
+
+    egress_country_attribute: Annotated[
+        str,
+        setting(
+            "Hold each proxy's egress to the country its own attribute KEY names (e.g. "
+            "country: de); spec.egress.expect.country wins. Empty: only spec.egress.expect.",
+            metavar="KEY",
+            show_default=False,
+        ),
+    ] = ""
+    egress_required: Annotated[
+        bool,
+        setting(
+            "Lease a proxy only once its egress has been checked (otherwise a proxy not checked "
+            "yet is leased unless it states an expectation).",
+            show_default=False,
+        ),
+    ] = False
+    unique_egress: Annotated[
+        bool,
+        setting(
+            "Of two proxies that leave through one public address, do not lease the one that "
+            "had it later, until the clash ends (both are flagged either way).",
+            show_default=False,
+        ),
+    ] = False
+
+    def policy(self) -> EgressPolicy:
+        return policy_from(self.egress_country_attribute, self.egress_required, self.unique_egress)

@@ -28,16 +28,16 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from services.runtime.kubesettings import (
-    KUBE_OPTIONS,
     KubeConfigError,
+    KubeFlags,
     KubeSettings,
     settings_from_flags,
 )
 from services.runtime.telemetry import tracer
 
 __all__ = [
-    "KUBE_OPTIONS",
     "KubeConfigError",
+    "KubeFlags",
     "KubeSettings",
     "settings_from_flags",
 ]

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Annotated
 
-import click
+import msgspec
 
 from services.runtime.errors import ConfigError
-from services.runtime.options import env_option
+from services.runtime.settingspec import setting
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,25 +28,33 @@ class KubeConfigError(ConfigError):
     """The cluster cannot be reached as configured; the message names the flag and the fix."""
 
 
-KUBE_OPTIONS: tuple[click.Option, ...] = (
-    env_option(
-        "--kubeconfig",
-        default="",
-        metavar="PATH",
-        help="Kubeconfig file of the cluster; empty: in-cluster credentials when running in a "
-        "pod, else ~/.kube/config.",
-    ),
-    env_option(
-        "--kube-context",
-        default="",
-        metavar="NAME",
-        help="Context of the kubeconfig to use; empty: its current context.",
-    ),
-)
+class KubeFlags(msgspec.Struct, frozen=True, kw_only=True):
+    """The flags that say where the cluster is, part of the watcher's settings."""
+
+    kubeconfig: Annotated[
+        str,
+        setting(
+            "Kubeconfig file of the cluster; empty: in-cluster credentials when running in a "
+            "pod, else ~/.kube/config.",
+            metavar="PATH",
+            show_default=False,
+        ),
+    ] = ""
+    kube_context: Annotated[
+        str,
+        setting(
+            "Context of the kubeconfig to use; empty: its current context.",
+            metavar="NAME",
+            show_default=False,
+        ),
+    ] = ""
+
+    def settings(self) -> KubeSettings:
+        return settings_from_flags(self.kubeconfig, self.kube_context)
 
 
 def settings_from_flags(kubeconfig: str | None, kube_context: str | None) -> KubeSettings:
-    """The settings from ``KUBE_OPTIONS`` values (click passes None for an unset option)."""
+    """The settings from ``KubeFlags`` values (None: an unset option)."""
     # KUBECONFIG may be a list of files (path-separated); the first one is the one we load.
     path = (kubeconfig or "").split(os.pathsep)[0].strip()
     return KubeSettings(kubeconfig=path, context=(kube_context or "").strip())

@@ -30,6 +30,7 @@ from services.watcher.leader import LeaderSettings, Leadership
 from services.watcher.logview import LogView
 from services.watcher.metrics import watcher_metrics
 from services.watcher.mirrors import Mirrors
+from services.watcher.options import WatcherSettings
 from services.watcher.poolkube import PoolApi
 from services.watcher.poolsync import PoolSync
 from services.watcher.proxykube import ProxyApi
@@ -54,7 +55,7 @@ class WatcherService:
     kube: KubeSettings = field(default_factory=KubeSettings)
     leader: LeaderSettings | None = field(default_factory=LeaderSettings)
     """None: no election, this replica always works (one replica only)."""
-    resync: float = 300.0
+    resync: float = WatcherSettings().resync_seconds
     retry_delay: float = 1.0
     pool_interval: float = 1.0
     """How often pool statuses and mirrors are brought up to date without a watch event."""

@@ -7,9 +7,10 @@ with its flags, runs, and can write to the log (the end-to-end tests run the rea
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import Annotated, Any
 
-import click
+import msgspec
 import pytest
 
 from events import subjects
@@ -19,6 +20,20 @@ from events.store import NewEvent
 from services.cli import registry
 from services.runtime.config import Settings
 from services.runtime.service import ServiceContext
+from services.runtime.settingspec import setting
+
+
+class AppenderSettings(msgspec.Struct, frozen=True, kw_only=True):
+    """Flags without variables (``env=None``), so nothing in a test's environment sets them."""
+
+    uid: Annotated[str, setting("The proxy appended to.", env=None)]
+    count: Annotated[int, setting("Events to append.", env=None)] = 1
+    fail: Annotated[bool, setting("Fail after appending.", env=None, show_default=False)] = False
+
+
+class RecorderSettings(msgspec.Struct, frozen=True, kw_only=True):
+    port: Annotated[int, setting("A port (`up` calls it --api-port).", env=None)] = 1
+    providers_config: Annotated[Path | None, setting("A file.", env=None)] = None
 
 
 @dataclass
@@ -65,10 +80,11 @@ def register_test_services(monkeypatch: pytest.MonkeyPatch) -> Registered:
     for name in list(registry.SERVICES):
         monkeypatch.delitem(registry.SERVICES, name)
 
-    def appender(settings: Settings, *, uid: str, count: int, fail: bool) -> Appender:
-        return Appender(uid, count, fail)
+    def appender(settings: Settings, config: AppenderSettings) -> Appender:
+        return Appender(config.uid, config.count, config.fail)
 
-    def recorder(settings: Settings, **flags: Any) -> Recorder:
+    def recorder(settings: Settings, config: RecorderSettings) -> Recorder:
+        flags = msgspec.structs.asdict(config)
         record.built.append({"settings": settings, **flags})
         return Recorder(flags)
 
@@ -79,11 +95,7 @@ def register_test_services(monkeypatch: pytest.MonkeyPatch) -> Registered:
             "appender",
             "Append health events to one proxy.",
             appender,
-            options=(
-                click.Option(["--uid"], required=True),
-                click.Option(["--count"], type=int, default=1),
-                click.Option(["--fail"], is_flag=True),
-            ),
+            AppenderSettings,
         ),
     )
     monkeypatch.setitem(
@@ -93,10 +105,7 @@ def register_test_services(monkeypatch: pytest.MonkeyPatch) -> Registered:
             "recorder",
             "Record flags.",
             recorder,
-            options=(
-                click.Option(["--port"], type=int, default=1),
-                click.Option(["--providers-config"], default=None),
-            ),
+            RecorderSettings,
             up_names={"port": "api_port"},
         ),
     )

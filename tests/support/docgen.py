@@ -1,6 +1,8 @@
 """The lists in the docs that the code already holds, generated from it so that they cannot
-drift: the event types (docs/architecture.md, "Event types", from the union in events/) and the
-exported metrics (docs/operations.md, "Metrics", from every metric set the services register).
+drift: the event types (docs/architecture.md, "Event types", from the union in events/), the
+exported metrics (docs/operations.md, "Metrics", from every metric set the services register)
+and each service's flags and variables (docs/operations.md, "Service settings", from the
+settings Structs, D148).
 
 ``python -m tests.support.docgen`` rewrites each generated block in place, between its marker
 comments; tests/unit/test_docs_generated.py fails while one is stale, as
@@ -17,9 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import get_args
 
+import msgspec
+import msgspec.inspect as mi
 from prometheus_client import CollectorRegistry
 
 from events import subjects
+from events.durations import format_duration
 from events.schemas import (
     EVENT_TYPES,
     DeadLettered,
@@ -29,7 +34,9 @@ from events.schemas import (
     PoolEvent,
     ProxyEvent,
 )
+from services.cli.registry import SERVICES
 from services.runtime.metrics import metric_set
+from services.runtime.settingspec import SettingField, setting_fields
 
 ROOT = Path(__file__).resolve().parents[2]
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
@@ -172,12 +179,97 @@ def metric_table() -> str:
 
 
 # --------------------------------------------------------------------------------------------
+# Service settings
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+def value_kind(field: SettingField) -> str:
+    """What a setting takes, in words: its type and bounds as the Struct declares them."""
+    kind = field.kind
+    if isinstance(kind, mi.UnionType):
+        (kind,) = [t for t in kind.types if not isinstance(t, mi.NoneType)]
+    repeat = isinstance(kind, mi.VarTupleType)
+    if isinstance(kind, mi.VarTupleType):
+        kind = kind.item_type
+    shown = _duration if field.how.duration else _number
+    signs = {"ge": ">=", "gt": ">", "le": "<=", "lt": "<"}
+    bounds = ", ".join(f"{signs[k]} {shown(v)}" for k, v in field.bounds.items())
+    if field.how.duration:
+        text = "duration"
+    elif isinstance(kind, mi.IntType):
+        text = "integer"
+    elif isinstance(kind, mi.FloatType):
+        text = "number"
+    elif isinstance(kind, mi.BoolType):
+        text = f"switch ({field.flag} / {field.how.off})" if field.how.off else "flag"
+    elif isinstance(kind, mi.LiteralType):
+        text = "one of " + ", ".join(str(v) for v in kind.values)
+    elif isinstance(kind, mi.CustomType):
+        text = {"file": "file", "dir": "directory"}.get(field.how.path, "path")
+        text += " (must exist)" if field.how.exists else ""
+    else:
+        text = f"`{field.how.metavar}`" if field.how.metavar else "text"
+    text = f"{text} {bounds}".strip()
+    return f"{text}, repeatable" if repeat else text
+
+
+def _duration(value: float) -> str:
+    return format_duration(value)
+
+
+def default_text(field: SettingField) -> str:
+    value = field.default
+    if field.required:
+        return "required"
+    if value is None or value in ((), ""):
+        return ""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if field.how.duration:
+        return format_duration(value)
+    if isinstance(value, int | float):
+        return _number(value)
+    return str(value)
+
+
+def settings_rows(cls: type[msgspec.Struct]) -> list[str]:
+    """One row per setting of ``cls``: flag, variable, value, default, help."""
+    rows = ["| flag | variable | value | default | what |", "|---|---|---|---|---|"]
+    for field in setting_fields(cls):
+        flag = "" if field.how.env_only else f"`{field.flag}`"
+        env = f"`{field.env}`" if field.env else ""
+        default = default_text(field)
+        text = field.help.replace("|", "/").strip()
+        shown = f"`{default}`" if default else ""
+        rows.append(f"| {flag} | {env} | {value_kind(field)} | {shown} | {text} |")
+    return rows
+
+
+def settings_tables() -> str:
+    """A table per service, in the registry's order; ``up`` takes all of them."""
+    parts: list[str] = []
+    for entry in SERVICES.values():
+        reads = getattr(entry.settings, "reads_env", ())
+        parts.append(f"#### `run {entry.name}`\n")
+        parts.extend(settings_rows(entry.settings))
+        if reads:
+            named = ", ".join(f"`{v}`" for v in reads)
+            parts.append(f"\nAlso read from the environment only: {named}.")
+        parts.append("")
+    return "\n".join(parts).rstrip()
+
+
+# --------------------------------------------------------------------------------------------
 # The blocks
 
 
 BLOCKS: dict[str, tuple[Path, Callable[[], str]]] = {
     "event types": (ARCHITECTURE, event_table),
     "metrics": (OPERATIONS, metric_table),
+    "service settings": (OPERATIONS, settings_tables),
 }
 
 

@@ -2,11 +2,11 @@ from __future__ import annotations
 
 import pytest
 
+from services.cli.common import env_settings
 from services.runtime.config import (
     Credentials,
     Settings,
     credentials_from_env,
-    env_settings,
     redact_url,
 )
 from services.runtime.errors import ConfigError

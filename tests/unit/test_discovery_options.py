@@ -10,6 +10,7 @@ from click.testing import CliRunner
 
 from events.schemas import MAX_COOLDOWN_SECONDS, MAX_LEASE_SECONDS, Phase, ProxySpec
 from projections.proxy import ProxyView
+from services.cli.flags import options
 from services.cli.registry import SERVICES
 from services.cli.up_cmd import UpCommand, up
 from services.discovery import leases
@@ -18,11 +19,17 @@ from services.discovery.durations import format_duration, seconds_of
 from services.discovery.errors import InvalidRequest
 from services.discovery.pure.policy import LeasePolicy
 from services.discovery.queries import ProxyFilter, parse_proxy_filter
-from services.discovery.service import OPTIONS, DiscoveryService, build, parse_trusted_proxies
+from services.discovery.service import (
+    DiscoveryService,
+    DiscoverySettings,
+    build,
+    parse_trusted_proxies,
+)
 from services.discovery.views import Views
 from services.runtime.config import Settings
 from services.runtime.errors import ConfigError
 from services.runtime.eventlog.memory import InMemoryEventStore
+from services.runtime.settingspec import build_settings
 
 
 def test_format_duration() -> None:
@@ -49,7 +56,9 @@ def test_seconds_of_names_the_flag() -> None:
 
 def _parse(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, dict[str, Any]]:
     seen: dict[str, Any] = {}
-    command = click.Command("discovery", params=list(OPTIONS), callback=seen.update)
+    command = click.Command(
+        "discovery", params=list(options(DiscoverySettings)), callback=seen.update
+    )
     result = CliRunner().invoke(command, list(args), env=env)
     return result.exit_code, result.output, seen
 
@@ -103,7 +112,8 @@ def test_a_bad_duration_flag_is_named() -> None:
 
 def test_build(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("DISCOVERY_TOKEN", raising=False)
-    service = build(Settings(), port=9000, host="0.0.0.0", max_lease_ttl="5m", lease_cooldown=3)
+    given = {"port": 9000, "host": "0.0.0.0", "max_lease_ttl": 300.0, "lease_cooldown": 3}
+    service = build(Settings(), build_settings(DiscoverySettings, given))
     assert (service.port, service.host, service.max_lease_ttl, service.lease_cooldown) == (
         9000,
         "0.0.0.0",
@@ -112,11 +122,11 @@ def test_build(monkeypatch: pytest.MonkeyPatch) -> None:
     )
     assert service.token is None
     monkeypatch.setenv("DISCOVERY_TOKEN", " tok ")
-    assert build(Settings()).token == "tok"
-    with pytest.raises(ConfigError, match="--lease-cooldown"):
-        build(Settings(), lease_cooldown="later")
-    with pytest.raises(ConfigError, match="--block-backoff"):
-        build(Settings(), block_backoff=-1)
+    assert build(Settings(), DiscoverySettings()).token == "tok"
+    with pytest.raises(ConfigError, match=r"^--lease-cooldown / LEASE_COOLDOWN: expected `float`"):
+        build_settings(DiscoverySettings, {"lease_cooldown": "later"})
+    with pytest.raises(ConfigError, match=r"^--block-backoff / BLOCK_BACKOFF: .*>= 0"):
+        build_settings(DiscoverySettings, {"block_backoff": -1})
 
 
 def test_token_from_env() -> None:
@@ -203,10 +213,13 @@ def test_durations_are_bounded_and_the_flag_named() -> None:
         seconds_of("--lease-cooldown", "25h", maximum=MAX_COOLDOWN_SECONDS)
     with pytest.raises(ConfigError, match=r"^--lease-cooldown: .*not a duration"):
         seconds_of("--lease-cooldown", float("inf"))
-    with pytest.raises(ConfigError, match="--max-lease-ttl"):
-        build(Settings(), max_lease_ttl=1e12)
-    with pytest.raises(ConfigError, match="--lease-cooldown"):
-        build(Settings(), lease_cooldown="48h")
+    with pytest.raises(ConfigError, match=r"^--max-lease-ttl / MAX_LEASE_TTL: .*<= 604800"):
+        build_settings(DiscoverySettings, {"max_lease_ttl": 1e12})
+    with pytest.raises(ConfigError, match=r"^--lease-cooldown / LEASE_COOLDOWN: .*<= 86400"):
+        build_settings(DiscoverySettings, {"lease_cooldown": 48 * 3600.0})
+    # A Struct made in code, unchecked, still fails when the service is built.
+    with pytest.raises(ConfigError, match=r"^--max-lease-ttl: "):
+        build(Settings(), DiscoverySettings(max_lease_ttl=1e12))
 
 
 @pytest.mark.parametrize(

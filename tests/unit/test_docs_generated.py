@@ -22,7 +22,7 @@ from tests.support.docgen import (
 )
 
 
-@pytest.mark.parametrize("name", ["event types", "metrics"])
+@pytest.mark.parametrize("name", ["event types", "metrics", "service settings"])
 def test_the_generated_block_is_current(name: str) -> None:
     text, wanted = current(name)
     assert text == wanted, f"the '{name}' block is stale: python -m tests.support.docgen"

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from services.health.egress_options import egress_settings
+from services.health.egress_options import EgressFlags, egress_settings
 from services.runtime.errors import ConfigError
+from services.runtime.settingspec import build_settings
 
 
 @pytest.mark.parametrize(
@@ -25,7 +26,7 @@ from services.runtime.errors import ConfigError
 )
 def test_a_flag_that_cannot_work_is_refused_by_name(flags: dict[str, object], named: str) -> None:
     with pytest.raises(ConfigError) as info:
-        egress_settings(**flags)  # type: ignore[arg-type]
+        egress_settings(build_settings(EgressFlags, flags))
     assert named in str(info.value)
 
 
@@ -36,15 +37,15 @@ def test_a_geoip_file_that_is_no_database_is_refused_at_start(
     path = tmp_path / "GeoLite2-Country.mmdb"
     path.write_bytes(content)
     with pytest.raises(ConfigError) as info:
-        egress_settings(geoip_db=(path,))
+        egress_settings(EgressFlags(geoip_db=(path,)))
     assert "--geoip-db" in str(info.value)
     assert str(path) in str(info.value)
 
 
 def test_interval_zero_turns_the_checks_off_and_the_defaults_check() -> None:
-    assert egress_settings(egress_interval=0)[0] is None
+    assert egress_settings(EgressFlags(egress_interval=0))[0] is None
     settings, databases = egress_settings(
-        provider_egress_echo_url=("local=http://127.0.0.1:8081/egress",)
+        EgressFlags(provider_egress_echo_url=("local=http://127.0.0.1:8081/egress",))
     )
     assert settings is not None
     assert databases == ()

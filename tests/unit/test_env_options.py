@@ -7,13 +7,8 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from services.runtime.options import (
-    EnvSetting,
-    env_name,
-    env_option,
-    env_values,
-    with_env_option,
-)
+from services.cli.envoptions import EnvSetting, env_option, env_values, with_env_option
+from services.runtime.options import env_name
 
 
 @pytest.mark.parametrize(

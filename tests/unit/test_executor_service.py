@@ -9,11 +9,14 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from services.executor.service import OPTIONS, ExecutorService, build, consumer_spec
+from services.cli import registry
+from services.executor.service import ExecutorService, ExecutorSettings, build, consumer_spec
+from services.providers.config import ProviderSettings
 from services.providers.instrumented import Instrumented
 from services.runtime.config import Settings
 from services.runtime.errors import ConfigError
 from services.runtime.metrics import Metrics
+from services.runtime.settingspec import build_settings
 from services.testing.provider import FakeProvider
 
 
@@ -65,23 +68,18 @@ def test_build_checks_the_providers_file_before_anything_starts(tmp_path: Path) 
     config = tmp_path / "providers.yaml"
     config.write_text("providers: []\n")
     with pytest.raises(ConfigError, match="empty"):
-        build(
-            Settings(),
-            providers_config=config,
-            data_dir=tmp_path,
-            observe_interval=10.0,
-            create_timeout=600.0,
-        )
+        build(Settings(), ExecutorSettings(providers=ProviderSettings(providers_config=config)))
 
 
 def test_flags_reach_the_service(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("EGRESS_LEASE_SECRET", "a lease secret of 32 characters")  # D84
     flags: dict[str, Any] = {}
-    command = click.Command("executor", params=list(OPTIONS), callback=flags.update)
+    params: list[click.Parameter] = list(registry.SERVICES["executor"].options)
+    command = click.Command("executor", params=params, callback=flags.update)
     args = ["--observe-interval", "2.5", "--create-timeout", "60", "--data-dir", str(tmp_path)]
     result = CliRunner().invoke(command, args, env={})
     assert result.exit_code == 0, result.output
-    service = build(Settings(), **flags)
+    service = build(Settings(), build_settings(ExecutorSettings, flags))
     assert (service.observe_interval, service.policy.create_timeout) == (2.5, 60.0)
     assert (service.providers_config, service.data_dir) == (None, tmp_path.resolve())
     refused = CliRunner().invoke(command, ["--observe-interval", "0"], env={})

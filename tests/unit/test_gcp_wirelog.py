@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import click
+import msgspec
 import pytest
 from click.testing import CliRunner
 
+from services.cli.flags import options, settings_from
 from services.cli.registry import SERVICES, option_names
-from services.providers.config import PROVIDER_OPTIONS
+from services.providers.config import ProviderSettings
 from services.providers.gcp.pure import wirelog
+from services.runtime.config import Settings
 
 JWT = "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJjcmF3bGVyIn0.c2lnbmF0dXJl"
 ACCESS_TOKEN = "ya29.a0AfH6SMB-secret_token.value"
@@ -105,11 +109,12 @@ def test_secret_headers_and_secret_named_fields_are_redacted() -> None:
 def test_the_flag_sets_the_process_wide_setting() -> None:
     @click.command()
     def command(**values: object) -> None:
-        # The flag is not among the values: it acts when parsed.
-        assert "gcp_wire_log_full_payloads" not in values
+        # The flag acts when the settings it belongs to are applied, as the factories do.
+        settings: ProviderSettings = settings_from(ProviderSettings, values)
+        settings.apply()
         click.echo(f"full={wirelog.full_payloads()}")
 
-    command.params.extend(PROVIDER_OPTIONS)
+    command.params.extend(options(ProviderSettings))
     runner = CliRunner()
     assert runner.invoke(command, []).output == "full=False\n"
     assert runner.invoke(command, ["--gcp-wire-log-full-payloads"]).output == "full=True\n"
@@ -117,12 +122,17 @@ def test_the_flag_sets_the_process_wide_setting() -> None:
     assert runner.invoke(command, [], env=env).output == "full=True\n"
 
 
-def test_the_flag_is_not_passed_to_service_factories() -> None:
-    """It acts when parsed; `up` hands each factory only the flags it takes."""
+def test_the_factories_apply_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`run executor` / `run gc` / `up` set it when they build the service."""
+    monkeypatch.setenv("EGRESS_LEASE_SECRET", "a lease secret of 32 characters")  # D84
     for name in ("executor", "gc"):
-        names = option_names(SERVICES[name])
-        assert "providers_config" in names
-        assert "gcp_wire_log_full_payloads" not in names
+        entry = SERVICES[name]
+        assert "gcp_wire_log_full_payloads" in option_names(entry)
+        for full in (True, False):
+            providers = ProviderSettings(data_dir=tmp_path, gcp_wire_log_full_payloads=full)
+            config = msgspec.structs.replace(entry.settings(), providers=providers)
+            entry.factory(Settings(), config)
+            assert wirelog.full_payloads() is full
 
 
 def str_json(value: object) -> str:

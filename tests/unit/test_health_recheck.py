@@ -16,6 +16,7 @@ from events.schemas import LeaseAcquired, LeaseReported
 from events.store import Recorded
 from projections.lease import LeaseView, apply
 from projections.outcomes import Reports
+from services.cli.flags import options
 from services.cli.main import main
 from services.health.metrics import HealthMetrics
 from services.health.pure.recheck import (
@@ -26,9 +27,10 @@ from services.health.pure.recheck import (
     recheck_due,
 )
 from services.health.scheduler import Prober, _Slot
-from services.health.service import OPTIONS, HealthService, build
+from services.health.service import HealthService, HealthSettings, build
 from services.runtime.config import Settings
 from services.runtime.errors import ConfigError
+from services.runtime.settingspec import build_settings
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 
@@ -127,21 +129,20 @@ def test_a_count_out_of_bounds_is_refused(bad: object) -> None:
 
 def test_build_names_the_flag_and_the_service_refuses_a_bad_count() -> None:
     settings = Settings(nats_url="nats://127.0.0.1:4222")
-    with pytest.raises(ConfigError, match="--failed-reports-recheck"):
-        build(settings, check_url="http://127.0.0.1:9/", failed_reports_recheck=-1)
-    assert build(settings, check_url="http://127.0.0.1:9/").failed_reports_recheck == 3
-    assert (
-        build(
-            settings, check_url="http://127.0.0.1:9/", failed_reports_recheck=0
-        ).failed_reports_recheck
-        == 0
-    )
+    url = "http://127.0.0.1:9/"
+    with pytest.raises(ConfigError, match=r"^--failed-reports-recheck / HEALTH_FAILED_REPORTS"):
+        build_settings(HealthSettings, {"check_url": url, "failed_reports_recheck": -1})
+    with pytest.raises(ConfigError, match=r"^--failed-reports-recheck / HEALTH_FAILED_REPORTS"):
+        build(settings, HealthSettings(check_url=url, failed_reports_recheck=-1))
+    assert build(settings, HealthSettings(check_url=url)).failed_reports_recheck == 3
+    zero = HealthSettings(check_url=url, failed_reports_recheck=0)
+    assert build(settings, zero).failed_reports_recheck == 0
     with pytest.raises(ValueError, match="between 0"):
         HealthService(failed_reports_recheck=MAX_FAILED_REPORTS_RECHECK + 1)
 
 
 def test_the_option_is_bounded_and_read_from_its_variable() -> None:
-    (option,) = [o for o in OPTIONS if o.name == "failed_reports_recheck"]
+    (option,) = [o for o in options(HealthSettings) if o.name == "failed_reports_recheck"]
     assert option.envvar == "HEALTH_FAILED_REPORTS_RECHECK"
     assert option.default == 3
     runner = CliRunner()

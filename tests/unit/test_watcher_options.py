@@ -7,18 +7,21 @@ from kubernetes_asyncio.leaderelection import electionconfig
 
 from services.runtime.config import Settings
 from services.runtime.errors import ConfigError
-from services.watcher.options import build
+from services.runtime.kubesettings import KubeFlags
+from services.watcher.options import WatcherSettings, build
 
 
 def test_defaults_elect_a_leader_with_the_library_margins() -> None:
-    service = build(Settings(), kubeconfig="/k/config", kube_context="ctx")
+    service = build(
+        Settings(), WatcherSettings(kube=KubeFlags(kubeconfig="/k/config", kube_context="ctx"))
+    )
     assert service.kube.kubeconfig == "/k/config"
     assert service.kube.context == "ctx"
     leader = service.leader
     assert leader is not None
     assert isinstance(leader.lease_duration, int)
     for duration in (3, 15, 60):
-        leader = build(Settings(), lease_duration=duration).leader
+        leader = build(Settings(), WatcherSettings(lease_duration=duration)).leader
         assert leader is not None
         # The library refuses margins it cannot work with; these must pass its checks.
         electionconfig.Config(
@@ -32,6 +35,6 @@ def test_defaults_elect_a_leader_with_the_library_margins() -> None:
 
 
 def test_no_election_and_a_too_short_lease_is_refused() -> None:
-    assert build(Settings(), leader_election=False).leader is None
+    assert build(Settings(), WatcherSettings(leader_election=False)).leader is None
     with pytest.raises(ConfigError, match="--lease-duration"):
-        build(Settings(), lease_duration=2)
+        build(Settings(), WatcherSettings(lease_duration=2))

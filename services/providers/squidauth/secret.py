@@ -14,11 +14,8 @@ import secrets
 from collections.abc import Mapping
 from pathlib import Path
 
-import click
-
 from services.providers.squidauth.pure.scheme import MIN_SECRET_BYTES
 from services.runtime.errors import ConfigError
-from services.runtime.options import EnvSetting
 
 SECRET_ENV = "EGRESS_LEASE_SECRET"
 SECRET_FILE_ENV = "EGRESS_LEASE_SECRET_FILE"
@@ -74,17 +71,7 @@ def ensure_secret_file(data_dir: Path) -> Path:
     return path
 
 
-class _SecretVariable(EnvSetting):
-    """Declared like a setting, so the commands that read it name it (``--help`` of none shows
-    it: it is no flag), but not kept as one: ``master_secret_from_env`` reads it."""
-
-    def __init__(self, name: str) -> None:
-        super().__init__([name], default=None)
-        self.callback = None
-
-
-LEASE_SECRET_SETTINGS: tuple[click.Option, ...] = (
-    _SecretVariable("egress_lease_secret"),
-    _SecretVariable("egress_lease_secret_file"),
-)
-"""The variables as parameters of the commands that read them (executor, discovery, health)."""
+LEASE_SECRET_VARIABLES = (SECRET_ENV, SECRET_FILE_ENV)
+"""Read by the executor, discovery and health, named by their settings Structs (``reads_env``)
+so that their commands declare them: ``--help`` of none shows them (no flag), and no settings
+object holds the secret; ``master_secret_from_env`` reads it when the service is built."""
