@@ -48,7 +48,7 @@ from bench.lifecycle_worker import show_logs
 from events.customresource import cli_uid
 from events.subjects import LEASE_STREAM, PROXY_STREAM
 from projections.proxy import ProxyView
-from services.runtime.logs import configure_logging
+from services.runtime.observability.logs import configure_logging
 
 NAMESPACE = "chaos"
 ATTRIBUTES = {"pool": "chaos"}

@@ -27,9 +27,9 @@ from bench.chaos_hostile import clients_file
 from services.providers import local_process as proc
 from services.providers.local import LocalProvider
 from services.providers.squidauth.secret import SECRET_ENV, SECRET_FILE_ENV
-from services.runtime.connection import Connection, connect
 from services.runtime.eventlog.streams import ensure_streams
-from services.runtime.natsserver import EmbeddedNatsServer, NatsServerError
+from services.runtime.nats.connection import Connection, connect
+from services.runtime.nats.server import EmbeddedNatsServer, NatsServerError
 from services.runtime.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]

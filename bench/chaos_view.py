@@ -31,8 +31,8 @@ from services.providers.squidauth.pure.scheme import (
     probe_credential,
     proxy_key,
 )
-from services.runtime.connection import Connection
 from services.runtime.eventlog.ordered import OrderedPull
+from services.runtime.nats.connection import Connection
 
 PROBE_TIMEOUT = 3.0
 

@@ -38,11 +38,11 @@ from rich.table import Table
 
 from bench.discovery_worker import HttpConnection
 from bench.eventlog import append_ours
-from services.runtime.connection import connect
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.eventlog.streams import ensure_streams
-from services.runtime.logs import configure_logging
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.connection import connect
+from services.runtime.nats.server import EmbeddedNatsServer
+from services.runtime.observability.logs import configure_logging
 from tests.support.discovery import discovery, ready_proxy
 from tests.support.natscluster import running_cluster
 

@@ -64,7 +64,7 @@ from events import codec, subjects
 from events.schemas import LeaseAcquired
 from services.discovery.service import APPEND_TIMEOUT
 from services.runtime.eventlog.streams import STREAMS
-from services.runtime.logs import configure_logging
+from services.runtime.observability.logs import configure_logging
 
 PACED_SHARE = 0.5
 """The paced phase runs at this share of the round's saturated cycle rate."""

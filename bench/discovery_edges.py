@@ -31,14 +31,14 @@ import msgspec
 from events.schemas import Phase, ProxySpec
 from projections.lease import LeaseRecord, LeaseView
 from projections.proxy import ProxyView
-from services.discovery import models
-from services.discovery.expiry import ExpirySweep
-from services.discovery.metrics import DiscoveryMetrics
-from services.discovery.models import ReportRequest
-from services.discovery.revocation import due
+from services.discovery.http import models
+from services.discovery.http.models import ReportRequest
+from services.discovery.leasing.expiry import ExpirySweep
+from services.discovery.leasing.revocation import due
+from services.discovery.observability.metrics import DiscoveryMetrics
 from services.discovery.views import Views
 from services.runtime.eventlog.memory import InMemoryEventStore
-from services.runtime.metrics import Metrics
+from services.runtime.observability.metrics import Metrics
 
 BODY = b'{"outcome": "blocked", "target": "https://shop.example.com/cart?id=17", "detail": "403"}'
 

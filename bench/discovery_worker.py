@@ -37,13 +37,13 @@ from events import subjects
 from events.schemas import HealthChanged, Phase, PhaseChanged, ProxyDeclared, ProxySpec
 from events.store import NewEvent
 from services.discovery.service import DiscoveryService
-from services.runtime.config import Settings
-from services.runtime.connection import Connection, connect
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.eventlog.streams import ensure_streams
-from services.runtime.logs import configure_logging
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.connection import Connection, connect
+from services.runtime.nats.server import EmbeddedNatsServer
+from services.runtime.observability.logs import configure_logging
 from services.runtime.service import Started, run_services
+from services.runtime.settings.shared import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 # ------------------------------------------------------------------------- the worker process

@@ -35,11 +35,11 @@ from events import schemas as ev
 from events.errors import ConcurrencyError
 from events.store import NewEvent, derive_msg_id
 from projections import proxy as proxy_view
-from services.runtime.connection import Connection, connect
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.eventlog.projector import Projector
 from services.runtime.eventlog.streams import ensure_streams
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.connection import Connection, connect
+from services.runtime.nats.server import EmbeddedNatsServer
 
 FILTER = "proxy.*.*"
 TARGETS = {"append": 0.8, "rebuild": 0.7}

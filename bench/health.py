@@ -34,10 +34,10 @@ from nats.js import JetStreamContext
 from events import subjects
 from events.schemas import HealthCheck, Phase, PhaseChanged, ProxyDeclared, ProxySpec
 from events.store import NewEvent, derive_msg_id
-from services.runtime.connection import connect
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.eventlog.streams import ensure_streams
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.connection import connect
+from services.runtime.nats.server import EmbeddedNatsServer
 
 CPU_TARGET = 0.5
 _TICKS = os.sysconf("SC_CLK_TCK")
@@ -77,9 +77,9 @@ async def serve_fleet(count: int) -> None:
 
 def run_replica(nats_url: str, metrics_port: int, egress_interval: float = 0.0) -> None:
     from services.health.service import HealthService  # noqa: PLC0415 - worker mode only
-    from services.runtime.config import Settings  # noqa: PLC0415
-    from services.runtime.logs import configure_logging  # noqa: PLC0415
+    from services.runtime.observability.logs import configure_logging  # noqa: PLC0415
     from services.runtime.service import run_services  # noqa: PLC0415
+    from services.runtime.settings.shared import Settings  # noqa: PLC0415
 
     configure_logging("warning", "console")
     settings = Settings(nats_url=nats_url, metrics_port=metrics_port, service_name="bench-health")

@@ -42,12 +42,12 @@ from events.proxyresource import ProxyResource
 from events.schemas import CreateInstance, InstanceObserved, InstanceState, Phase
 from events.store import Recorded
 from projections import proxy as proxy_view
-from services.cli.manifests import parse_resources
-from services.runtime.connection import connect
+from services.cli.fleet.manifests import parse_resources
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.eventlog.projector import Projector
 from services.runtime.eventlog.streams import ensure_streams
-from services.runtime.logs import configure_logging
+from services.runtime.nats.connection import connect
+from services.runtime.observability.logs import configure_logging
 
 SECONDS_TARGET = 15.0
 SCALING_TARGET = 1.5

@@ -34,11 +34,11 @@ from events import subjects
 from services.executor.service import ExecutorService
 from services.providers.fake import FakeProvider
 from services.reconciler.service import ReconcilerService
-from services.runtime.config import Settings
-from services.runtime.logs import configure_logging
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.server import EmbeddedNatsServer
+from services.runtime.observability.logs import configure_logging
 from services.runtime.ports import free_port
 from services.runtime.service import Service, Started, run_services
+from services.runtime.settings.shared import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 ROLES = ("reconciler", "executor")

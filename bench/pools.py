@@ -41,7 +41,7 @@ from rich.table import Table
 from bench import lifecycle, pools_decide
 from bench.lifecycle_worker import Options, show_logs
 from bench.pools_arm import PoolOptions, PoolRun, run_pool
-from services.runtime.logs import configure_logging
+from services.runtime.observability.logs import configure_logging
 
 RATIO_TARGET = 1.1
 ARMS = ("hand", "pool")

@@ -38,10 +38,10 @@ from events.schemas import (
 )
 from events.store import NewEvent, Recorded, derive_msg_id
 from projections import pool as pool_fold
-from services.runtime.connection import connect
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.eventlog.projector import Projector
 from services.runtime.eventlog.streams import ensure_streams
+from services.runtime.nats.connection import connect
 
 NAMESPACE = "bench"
 POOL = "bench"

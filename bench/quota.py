@@ -1,5 +1,5 @@
 """What D135's quota costs an acquire: a limited client's claims go one at a time on a replica,
-each after reading the lease stream's end (``services.discovery.quota``).
+each after reading the lease stream's end (``services.discovery.leasing.quota``).
 
 One nats-server and one discovery replica in this process, ``--proxies`` Ready proxies appended
 straight to the log, and ``--concurrency`` tasks each doing acquire-then-release cycles over
@@ -26,16 +26,16 @@ import httpx
 from events import subjects
 from events.schemas import Condition, HealthChanged, Phase, PhaseChanged, ProxyDeclared, ProxySpec
 from events.store import NewEvent
-from services.discovery.access import Clients
+from services.discovery.http.access import Clients
 from services.discovery.pure.clients import hash_token
 from services.discovery.service import DiscoveryService
-from services.runtime.config import Settings
-from services.runtime.connection import connect
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.eventlog.streams import ensure_streams
-from services.runtime.metrics import Metrics
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.connection import connect
+from services.runtime.nats.server import EmbeddedNatsServer
+from services.runtime.observability.metrics import Metrics
 from services.runtime.service import ServiceContext
+from services.runtime.settings.shared import Settings
 
 TOKENS = {"open": "p" * 40, "limited": "l" * 40}
 

@@ -47,7 +47,7 @@ from rich.table import Table
 
 from bench import scale_reconcile, scale_rss, scale_startup
 from bench.scale_fleet import load
-from services.runtime.logs import configure_logging
+from services.runtime.observability.logs import configure_logging
 
 SECTIONS = ("startup", "reconcile", "rss", "reads", "lifecycle")
 LIFECYCLE_SECONDS_TARGET = 25.0

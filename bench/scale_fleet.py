@@ -48,10 +48,10 @@ from events.schemas import (
 from events.store import Recorded, derive_msg_id
 from services.reconciler.pure.decide import decide
 from services.reconciler.pure.view import ProxyState, fold
-from services.runtime.connection import Connection, connect
 from services.runtime.eventlog.streams import ensure_streams
-from services.runtime.natscredentials import write_private
-from services.runtime.natsserver import PID_FILE, EmbeddedNatsServer
+from services.runtime.nats.connection import Connection, connect
+from services.runtime.nats.credentials import write_private
+from services.runtime.nats.server import PID_FILE, EmbeddedNatsServer
 
 ROOT = Path(__file__).resolve().parents[1]
 T = TypeVar("T")

@@ -50,11 +50,11 @@ from events import codec, subjects
 from events import schemas as ev
 from events.store import History
 from events.subjects import Aggregate
-from services.runtime.connection import Connection, connect
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.eventlog.streams import ensure_streams
-from services.runtime.natscredentials import write_private
-from services.runtime.natsserver import PID_FILE, EmbeddedNatsServer
+from services.runtime.nats.connection import Connection, connect
+from services.runtime.nats.credentials import write_private
+from services.runtime.nats.server import PID_FILE, EmbeddedNatsServer
 
 EVENTS_PER_PROXY = 6
 GROWTH_TARGET = 1.5

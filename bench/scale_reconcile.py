@@ -49,9 +49,9 @@ from events.store import NewEvent, derive_msg_id
 from events.subjects import Aggregate
 from services.reconciler.cache import States
 from services.reconciler.service import Reconciler
-from services.runtime.connection import Connection
 from services.runtime.eventlog.jetstream import JetStreamEventStore
-from services.runtime.metrics import Metrics
+from services.runtime.nats.connection import Connection
+from services.runtime.observability.metrics import Metrics
 
 GROWTH_TARGET = 1.5
 MODES = ("before", "after")

@@ -60,8 +60,8 @@ from bench.scale_fleet import (
     spec,
 )
 from events import subjects
-from services.runtime.connection import Connection
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.connection import Connection
+from services.runtime.nats.server import EmbeddedNatsServer
 from services.runtime.ports import free_port
 
 RSS_TARGET_MB = 150.0

@@ -53,10 +53,10 @@ from bench.scale_fleet import (
 )
 from events import subjects
 from projections import versions
-from services.runtime.connection import Connection
 from services.runtime.eventlog.snapshots import Pass
-from services.runtime.natsserver import EmbeddedNatsServer
-from services.runtime.natsusers import KV_BUCKETS
+from services.runtime.nats.connection import Connection
+from services.runtime.nats.server import EmbeddedNatsServer
+from services.runtime.nats.users import KV_BUCKETS
 from services.runtime.ports import free_port
 
 BUCKET = KV_BUCKETS["discovery"]

@@ -18,9 +18,9 @@ import signal
 import sys
 
 from services.discovery.service import DiscoveryService
-from services.runtime.config import Settings
-from services.runtime.logs import configure_logging
+from services.runtime.observability.logs import configure_logging
 from services.runtime.service import Started, run_services
+from services.runtime.settings.shared import Settings
 
 ANSWER = b"HTTP/1.1 204 No Content\r\nConnection: keep-alive\r\n\r\n"
 LAST_ANSWER = b"HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n"

@@ -32,10 +32,10 @@ from typing import Any
 import httpx
 
 from egress_proxies_client import AsyncClient
-from services.runtime.connection import connect
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.eventlog.streams import ensure_streams
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.connection import connect
+from services.runtime.nats.server import EmbeddedNatsServer
 from tests.support.crawl_site import crawl_site
 from tests.support.crawl_squid import tagged_squids
 from tests.support.discovery import discovery, ready_proxy

@@ -26,7 +26,7 @@ configuration (``EmbeddedNatsServer``) restarted on the same store. Measured, in
   (so each lags by M, more than a block's subjects): ``one``, filtered ``proxy.*.*`` (the
   stream's subject), and ``four``, filtered on the four subjects the reconciler's durable took
   before (declared, instance, health, rotate); each fetches 64 at a time and acks each, as
-  ``services.runtime.consumer`` does. A multi-subject filter makes the server intersect a
+  ``services.runtime.nats.consumer`` does. A multi-subject filter makes the server intersect a
   block's subjects with the filters when the block holds fewer subjects than messages left in
   it, per delivery: appends over fewer proxies than a block's messages (~18,600 here) show it.
 
@@ -56,10 +56,10 @@ from bench.subjects_report import OPS, READS, Cost, Fill, SizeReport, document, 
 from events import codec, subjects
 from events import schemas as ev
 from events.store import NewEvent, derive_msg_id
-from services.runtime.connection import Connection, connect
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.eventlog.streams import ensure_streams
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.connection import Connection, connect
+from services.runtime.nats.server import EmbeddedNatsServer
 
 STREAM = subjects.PROXY_STREAM
 CATEGORIES = ("declared", "cmd", "instance")
@@ -215,7 +215,7 @@ async def appends(
 
 
 def consumer(name: str, start: int) -> ConsumerConfig:
-    """As ``services.runtime.consumer.ConsumerSpec.config`` declares a durable."""
+    """As ``services.runtime.nats.consumer.ConsumerSpec.config`` declares a durable."""
     return ConsumerConfig(
         durable_name=f"bench-{name}",
         name=f"bench-{name}",

@@ -35,7 +35,6 @@ from typing import Any
 
 from bench.scale_fleet import Filled, fill_store, product_server
 from bench.scale_startup import fill_startup
-from services.runtime.connection import Connection
 from services.runtime.eventlog.asof import ByProxy, read_until
 from services.runtime.eventlog.checkpoint_writer import CheckpointWriter
 from services.runtime.eventlog.checkpoints import (
@@ -47,6 +46,7 @@ from services.runtime.eventlog.checkpoints import (
     fold_at,
     stream_bounds,
 )
+from services.runtime.nats.connection import Connection
 
 TARGET_CPU = 2.0
 """Seconds of CPU one time travel may take (the issue's target)."""

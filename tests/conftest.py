@@ -12,12 +12,12 @@ import pytest
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from services.runtime.connection import Connection, connect
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.eventlog.streams import ensure_streams
-from services.runtime.logs import reset_logging
-from services.runtime.natsserver import EmbeddedNatsServer
-from services.runtime.telemetry import reset_for_tests
+from services.runtime.nats.connection import Connection, connect
+from services.runtime.nats.server import EmbeddedNatsServer
+from services.runtime.observability.logs import reset_logging
+from services.runtime.observability.telemetry import reset_for_tests
 from tests.support import markers
 from tests.support.apiserver import ApiServer, running_apiserver
 

@@ -21,8 +21,8 @@ from rich.text import Text
 from services.cli.envoptions import env_values
 from services.cli.flags import option
 from services.cli.pure.render import clean
-from services.runtime.config import Settings, credentials_from_env, split_urls
-from services.runtime.connection import (
+from services.runtime.nats.client import Client as NATS
+from services.runtime.nats.connection import (
     ConnectError,
     Connection,
     connect,
@@ -30,8 +30,8 @@ from services.runtime.connection import (
     credentials_for,
     discard,
 )
-from services.runtime.natsclient import Client as NATS
-from services.runtime.settingspec import field_named, setting_fields
+from services.runtime.settings.shared import Settings, credentials_from_env, split_urls
+from services.runtime.settings.spec import field_named, setting_fields
 
 log = structlog.get_logger("egress.cli")
 

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import click
 
-from services.runtime.options import env_help, env_name
+from services.runtime.settings.envnames import env_help, env_name
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -1,4 +1,4 @@
-"""Click options generated from a settings Struct (``services.runtime.settingspec``).
+"""Click options generated from a settings Struct (``services.runtime.settings.spec``).
 
 A field's type, default, bounds and help are written once, on the Struct; here they become what
 ``run NAME`` and ``up`` parse (docs/decisions/0148-one-settings-struct-per-service.md): an
@@ -20,8 +20,8 @@ import msgspec.inspect as mi
 
 from events.durations import EXAMPLES, format_duration, parse_duration
 from services.cli.envoptions import EnvSetting, env_values
-from services.runtime.options import env_help
-from services.runtime.settingspec import SettingField, build_settings, setting_fields
+from services.runtime.settings.envnames import env_help
+from services.runtime.settings.spec import SettingField, build_settings, setting_fields
 
 
 class Duration(click.ParamType[float]):

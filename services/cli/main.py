@@ -16,32 +16,32 @@ from rich.console import Console
 from rich.text import Text
 
 from events.errors import EventStoreError
-from services.cli.backup_cmd import backup
-from services.cli.check_cmd import check
-from services.cli.clients_cmd import clients
+from services.cli.admin.clients_cmd import clients
+from services.cli.admin.crd_cmd import crd
+from services.cli.admin.gc_cmd import gc
+from services.cli.admin.providers_cmd import providers
+from services.cli.backup.backup_cmd import backup
+from services.cli.backup.restore_cmd import restore
 from services.cli.common import CliState, attach
-from services.cli.crd_cmd import crd
-from services.cli.events_cmd import events
 from services.cli.flags import option
-from services.cli.gc_cmd import gc
-from services.cli.get_cmd import get_cmd
-from services.cli.lease_cmd import lease
-from services.cli.lease_holder_cmd import renew  # noqa: F401  # registers renew and list on `lease`
-from services.cli.local_cmd import local
-from services.cli.pools_cmd import describe_cmd, scale_cmd
-from services.cli.providers_cmd import providers
-from services.cli.proxies_cmd import apply_cmd, delete_cmd
+from services.cli.fleet.get_cmd import get_cmd
+from services.cli.fleet.pools_cmd import describe_cmd, scale_cmd
+from services.cli.fleet.proxies_cmd import apply_cmd, delete_cmd
+from services.cli.lease.holder_cmd import renew  # noqa: F401  # registers renew and list on `lease`
+from services.cli.lease.lease_cmd import lease
+from services.cli.log.check_cmd import check
+from services.cli.log.events_cmd import events
+from services.cli.log.streams_cmd import streams
 from services.cli.pure.render import clean
-from services.cli.restore_cmd import restore
-from services.cli.streams_cmd import streams
+from services.cli.run.local_cmd import local
+from services.cli.run.up_cmd import run, up
 from services.cli.tracing import command_span
-from services.cli.up_cmd import run, up
-from services.runtime.config import LOG_FORMATS, LOG_LEVELS, Settings
-from services.runtime.connection import ConnectError
-from services.runtime.errors import ConfigError
-from services.runtime.logs import configure_logging, scrub
-from services.runtime.natsserver import NatsServerError
-from services.runtime.settingspec import field_named
+from services.runtime.nats.connection import ConnectError
+from services.runtime.nats.server import NatsServerError
+from services.runtime.observability.logs import configure_logging, scrub
+from services.runtime.settings.errors import ConfigError
+from services.runtime.settings.shared import LOG_FORMATS, LOG_LEVELS, Settings
+from services.runtime.settings.spec import field_named
 from services.runtime.version import VERSION
 
 ARGS = "egress.args"

@@ -23,7 +23,12 @@ import click
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from services.runtime.telemetry import configure_tracing, resolve_tracing, shutdown_tracing, tracer
+from services.runtime.observability.telemetry import (
+    configure_tracing,
+    resolve_tracing,
+    shutdown_tracing,
+    tracer,
+)
 
 SERVICE_NAME = "egress-proxies-cli"
 SERVICES = frozenset({"up", "run"})

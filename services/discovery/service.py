@@ -25,15 +25,11 @@ from litestar import Litestar
 
 from events.schemas import MAX_BLOCK_BACKOFF_SECONDS, MAX_COOLDOWN_SECONDS, MAX_LEASE_SECONDS
 from projections.egress import EgressPolicy
-from services.discovery.access import CLIENTS_ENV, Clients
-from services.discovery.app import MAX_BODY_BYTES, DiscoveryApi, create_app
-from services.discovery.auth import TOKEN_ENV, token_from_env
-from services.discovery.badrequest import json_bad_request
-from services.discovery.credentials import LeaseCredentials
-from services.discovery.durations import format_duration, seconds_of
-from services.discovery.expiry import ExpirySweep
-from services.discovery.fleet_metrics import FleetSource
-from services.discovery.limits import (
+from services.discovery.http.access import CLIENTS_ENV, Clients
+from services.discovery.http.app import MAX_BODY_BYTES, DiscoveryApi, create_app
+from services.discovery.http.auth import TOKEN_ENV, token_from_env
+from services.discovery.http.badrequest import json_bad_request
+from services.discovery.http.limits import (
     BODY_TIMEOUT,
     HEAD_TIMEOUT,
     IDLE_PER_ADDRESS,
@@ -45,10 +41,13 @@ from services.discovery.limits import (
     Network,
     head_deadline,
 )
-from services.discovery.metrics import discovery_metrics
+from services.discovery.leasing.credentials import LeaseCredentials
+from services.discovery.leasing.expiry import ExpirySweep
+from services.discovery.observability.fleet import FleetSource
+from services.discovery.observability.metrics import discovery_metrics
+from services.discovery.observability.selectors import MeasuredLeases
+from services.discovery.observability.tracing import TracingMiddleware
 from services.discovery.pure.policy import LeasePolicy
-from services.discovery.selector_metrics import MeasuredLeases
-from services.discovery.tracing import TracingMiddleware
 from services.discovery.views import Views
 from services.providers.squidauth.secret import (
     LEASE_SECRET_VARIABLES,
@@ -56,13 +55,14 @@ from services.providers.squidauth.secret import (
     master_secret_from_env,
 )
 from services.runtime.aio import raise_if_cancelled
-from services.runtime.config import Settings
-from services.runtime.egress_policy import PolicySettings
-from services.runtime.errors import ConfigError
 from services.runtime.eventlog.checkpoint_writer import write_checkpoints
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.service import ServiceContext
-from services.runtime.settingspec import setting
+from services.runtime.settings.durations import format_duration, seconds_of
+from services.runtime.settings.egress import PolicySettings
+from services.runtime.settings.errors import ConfigError
+from services.runtime.settings.shared import Settings
+from services.runtime.settings.spec import setting
 
 log = structlog.get_logger("egress.discovery")
 

@@ -51,8 +51,8 @@ from services.executor.pure.answers import (
 )
 from services.executor.pure.policy import CommandPolicy
 from services.providers.base import CreateRequest, NotFound, Provider, ProviderError
-from services.runtime.consumer import Delivery, Outcome, Retry
-from services.runtime.metrics import Metrics, default_metrics, metric_set
+from services.runtime.nats.consumer import Delivery, Outcome, Retry
+from services.runtime.observability.metrics import Metrics, default_metrics, metric_set
 
 log = structlog.get_logger("egress.executor")
 

@@ -32,12 +32,12 @@ from services.providers.config import (
 from services.providers.entrycheck import log_at_start
 from services.providers.instrumented import instrument
 from services.providers.squidauth.secret import LEASE_SECRET_VARIABLES
-from services.runtime.config import Settings
-from services.runtime.consumer import ConsumerLoop, ConsumerSpec
-from services.runtime.errors import ConfigError
-from services.runtime.metrics import Metrics
+from services.runtime.nats.consumer import ConsumerLoop, ConsumerSpec
+from services.runtime.observability.metrics import Metrics
 from services.runtime.service import ServiceContext
-from services.runtime.settingspec import setting
+from services.runtime.settings.errors import ConfigError
+from services.runtime.settings.shared import Settings
+from services.runtime.settings.spec import setting
 
 log = structlog.get_logger("egress.executor")
 

@@ -25,8 +25,8 @@ from services.gc.pure.report import LeftoverReport, SweepReport, sweep_events
 from services.gc.sweep import sweep_once
 from services.providers.base import Provider
 from services.runtime.eventlog.projector import Projector
-from services.runtime.metrics import metric_set
-from services.runtime.telemetry import tracer
+from services.runtime.observability.metrics import metric_set
+from services.runtime.observability.telemetry import tracer
 
 log = structlog.get_logger("egress.gc")
 _tracer = tracer("egress.gc")

@@ -20,10 +20,10 @@ from services.gc.collector import GarbageCollector
 from services.gc.lock import DEFAULT_TTL, SweepLock
 from services.providers.base import Provider
 from services.providers.config import ProviderSettings
-from services.runtime.config import Settings
-from services.runtime.errors import ConfigError
 from services.runtime.service import ServiceContext
-from services.runtime.settingspec import setting
+from services.runtime.settings.errors import ConfigError
+from services.runtime.settings.shared import Settings
+from services.runtime.settings.spec import setting
 
 log = structlog.get_logger("egress.gc")
 

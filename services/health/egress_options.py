@@ -16,9 +16,9 @@ from services.health.egress import (
 )
 from services.health.geoip import GeoIpError, open_lookup
 from services.health.probe_client import CheckUrl, provider_check_urls
-from services.runtime.egress_policy import PolicySettings
-from services.runtime.errors import ConfigError
-from services.runtime.settingspec import setting
+from services.runtime.settings.egress import PolicySettings
+from services.runtime.settings.errors import ConfigError
+from services.runtime.settings.spec import setting
 
 MAX_INTERVAL = 7 * 24 * 3600.0
 MAX_REPLACEMENTS = 100

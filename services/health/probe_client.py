@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from services.health.pure.http1 import Head, HttpRefused, chunk_size, parse_head, status_of
-from services.runtime.errors import ConfigError
+from services.runtime.settings.errors import ConfigError
 
 USER_AGENT = "egress-proxies-health/1"
 _HEAD_LIMIT = 64 * 1024

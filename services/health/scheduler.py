@@ -54,7 +54,7 @@ from services.health.pure.verdict import (
     judge,
 )
 from services.runtime.eventlog.projector import Projector
-from services.runtime.telemetry import tracer
+from services.runtime.observability.telemetry import tracer
 
 log = structlog.get_logger("egress.health")
 _tracer = tracer("egress_proxies.health")

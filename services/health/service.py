@@ -43,11 +43,11 @@ from services.health.reports import FailedReports
 from services.health.scheduler import DEFAULT_KEEP_ALIVE_SECONDS, Prober
 from services.providers.squidauth.secret import LEASE_SECRET_VARIABLES, master_secret_from_env
 from services.runtime.aio import raise_if_cancelled
-from services.runtime.config import Settings
-from services.runtime.errors import ConfigError
 from services.runtime.eventlog.projector import Projector
 from services.runtime.service import ServiceContext
-from services.runtime.settingspec import setting
+from services.runtime.settings.errors import ConfigError
+from services.runtime.settings.shared import Settings
+from services.runtime.settings.spec import setting
 
 log = structlog.get_logger("egress.health")
 

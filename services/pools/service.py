@@ -33,11 +33,11 @@ from projections.pool_members import figures, member_states
 from projections.proxy import ProxyView
 from services.pools.controller import Controller, Outcome
 from services.runtime.aio import raise_if_cancelled
-from services.runtime.config import Settings
 from services.runtime.eventlog.projector import Projector
-from services.runtime.metrics import metric_set
+from services.runtime.observability.metrics import metric_set
 from services.runtime.service import ServiceContext
-from services.runtime.settingspec import setting
+from services.runtime.settings.shared import Settings
+from services.runtime.settings.spec import setting
 
 log = structlog.get_logger("egress.pools")
 

@@ -41,8 +41,8 @@ import yaml
 from services.providers.base import Provider
 from services.providers.squidauth.keyed import lease_keyed
 from services.providers.squidauth.secret import HOW, master_secret_from_env
-from services.runtime.errors import ConfigError
-from services.runtime.settingspec import setting
+from services.runtime.settings.errors import ConfigError
+from services.runtime.settings.spec import setting
 
 log = structlog.get_logger("egress.providers")
 

@@ -33,9 +33,9 @@ from services.providers.base import (
     ProviderError,
     Transient,
 )
-from services.runtime import spans
-from services.runtime.metrics import Metrics
-from services.runtime.telemetry import tracer
+from services.runtime.observability import spans
+from services.runtime.observability.metrics import Metrics
+from services.runtime.observability.telemetry import tracer
 
 T = TypeVar("T")
 OK = "ok"

@@ -44,7 +44,7 @@ from services.providers.base import (
 )
 from services.providers.pure import squidconf
 from services.providers.pure.targets import AllowedTarget, targets_problem
-from services.runtime.errors import ConfigError
+from services.runtime.settings.errors import ConfigError
 
 log = structlog.get_logger("egress.provider.local")
 

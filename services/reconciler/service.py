@@ -35,13 +35,13 @@ from services.reconciler.pure.decide_rotate import needs_lease
 from services.reconciler.pure.decision import NOTHING, Decision
 from services.reconciler.pure.view import VERSION as STATE_VERSION
 from services.reconciler.pure.view import ProxyState, fold
-from services.runtime import spans
-from services.runtime.config import Settings
-from services.runtime.consumer import ConsumerLoop, ConsumerSpec, Delivery, Outcome, Retry
 from services.runtime.eventlog.snapshots import SnapshotStore
-from services.runtime.metrics import Metrics
+from services.runtime.nats.consumer import ConsumerLoop, ConsumerSpec, Delivery, Outcome, Retry
+from services.runtime.observability import spans
+from services.runtime.observability.metrics import Metrics
 from services.runtime.service import ServiceContext
-from services.runtime.settingspec import setting
+from services.runtime.settings.shared import Settings
+from services.runtime.settings.spec import setting
 
 log = structlog.get_logger("egress.reconciler")
 _tracer = trace.get_tracer("egress_proxies.reconciler")

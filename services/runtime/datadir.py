@@ -8,7 +8,7 @@ message of the `up` that is refused.
 
 The server `up` starts dies with it (``die_with_parent``), so the lock also covers the server's
 life; a server left running anyway (by an older version, or where there is no parent-death
-signal) is found and stopped by the next `up` (``natsstale``).
+signal) is found and stopped by the next `up` (``nats.stale``).
 """
 
 from __future__ import annotations

@@ -17,18 +17,18 @@ import nats.errors
 import structlog
 
 from events.errors import StoreUnavailable
-from services.runtime.config import Credentials, Settings, redact_url
-from services.runtime.connection import Connection, connect
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.eventlog.streams import ensure_streams
-from services.runtime.metrics import (
+from services.runtime.nats.connection import Connection, connect
+from services.runtime.observability.metrics import (
     Metrics,
     MetricsServer,
     NatsConnections,
     default_metrics,
     metric_set,
 )
-from services.runtime.telemetry import configure_tracing, shutdown_tracing
+from services.runtime.observability.telemetry import configure_tracing, shutdown_tracing
+from services.runtime.settings.shared import Credentials, Settings, redact_url
 
 log = structlog.get_logger("egress.service")
 
@@ -69,7 +69,7 @@ async def run_services(
 ) -> None:
     """``credentials`` maps service names to their NATS users (``up``'s embedded server); a
     service not in it logs in with ``settings.credentials``, the URL's user, or its local user
-    (``services.runtime.connection.credentials_for``)."""
+    (``services.runtime.nats.connection.credentials_for``)."""
     configure_tracing(settings.service_name)
     metrics = default_metrics()
     given = credentials or {}

@@ -16,7 +16,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from kubernetes_asyncio.watch import Watch
 
 from events.customresource import GROUP, VERSION
-from services.runtime.kubeclient import (
+from services.runtime.kube.client import (
     KubeApiError,
     KubeConflict,
     KubeNotFound,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from services.runtime.metrics import metric_set
+from services.runtime.observability.metrics import metric_set
 
 
 class WatcherMetrics:

@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Annotated
 
 import msgspec
 
-from services.runtime.config import Settings
-from services.runtime.errors import ConfigError
-from services.runtime.kubesettings import KubeFlags
-from services.runtime.settingspec import setting
+from services.runtime.kube.settings import KubeFlags
+from services.runtime.settings.errors import ConfigError
+from services.runtime.settings.shared import Settings
+from services.runtime.settings.spec import setting
 
 if TYPE_CHECKING:
     from services.watcher.service import WatcherService

@@ -16,7 +16,7 @@ from events.customresource import GROUP, VERSION
 from events.poolresource import KIND as POOL_KIND
 from events.poolresource import PLURAL as POOL_PLURAL
 from events.proxyresource import PLURAL
-from services.runtime.kubeclient import KubeConflict, KubeNotFound
+from services.runtime.kube.client import KubeConflict, KubeNotFound
 from services.watcher.customobjects import MERGE, CustomObjectApi, Raw, answer, succeeded
 
 

@@ -35,7 +35,7 @@ from projections.pool import PoolView, fold
 from projections.pool_members import available_members, member_states
 from services.runtime.aio import raise_if_cancelled
 from services.runtime.eventlog.projector import Projector
-from services.runtime.kubeclient import KubeApiError, pause_after
+from services.runtime.kube.client import KubeApiError, pause_after
 from services.watcher.customobjects import Raw
 from services.watcher.logview import LogView
 from services.watcher.mirrors import Mirrors

@@ -14,7 +14,7 @@ from kubernetes_asyncio import client as k8s
 
 from events.customresource import API_VERSION
 from events.proxyresource import KIND, PLURAL
-from services.runtime.kubeclient import KubeConflict, KubeNotFound
+from services.runtime.kube.client import KubeConflict, KubeNotFound
 from services.watcher.customobjects import CustomObjectApi, Raw, answer, watch_stream
 from services.watcher.pure.objects import CLOUD_INIT_LABEL, ProxyObject
 from services.watcher.pure.status import COMPONENT, Notice, rfc3339

@@ -22,7 +22,7 @@ from commands.declaring import Declaration, apply, delete
 from events.errors import EventStoreError
 from events.store import EventStore
 from services.runtime.aio import raise_if_cancelled
-from services.runtime.kubeclient import KubeApiError, pause_after
+from services.runtime.kube.client import KubeApiError, pause_after
 from services.watcher.board import Board
 from services.watcher.customobjects import Raw
 from services.watcher.logview import LogView

@@ -20,7 +20,7 @@ from projections import pool as pool_fold
 from projections.lease import LeaseView
 from projections.pool import PoolView
 from services.runtime.eventlog.projector import Projector
-from services.runtime.kubeclient import (
+from services.runtime.kube.client import (
     KubeSettings,
     new_api_client,
 )

@@ -17,7 +17,7 @@ from typing import Any, ClassVar, Generic, TypeVar
 from events.errors import EventStoreError
 from events.store import EventStore
 from services.runtime.aio import raise_if_cancelled
-from services.runtime.kubeclient import KubeApiError, KubeGone, pause_after
+from services.runtime.kube.client import KubeApiError, KubeGone, pause_after
 from services.watcher.customobjects import CustomObjectApi, Raw
 from services.watcher.logview import LogView
 from services.watcher.pure.objects import KubeObject, finalizers_with

@@ -18,7 +18,7 @@ from opentelemetry import propagate, trace
 
 from events.errors import EventStoreError
 from services.runtime.aio import raise_if_cancelled
-from services.runtime.kubeclient import KubeApiError, pause_after
+from services.runtime.kube.client import KubeApiError, pause_after
 from services.watcher.board import Board
 from services.watcher.logview import LogView
 from services.watcher.metrics import WatcherMetrics

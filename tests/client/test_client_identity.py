@@ -12,7 +12,7 @@ import pytest
 from egress_proxies_client import AsyncClient, Forbidden, LeaseLimit, NoProxyAvailable
 from services.discovery.pure.clients import hash_token
 from services.runtime.eventlog.jetstream import JetStreamEventStore
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.server import EmbeddedNatsServer
 from tests.client.conftest import ATTRIBUTES, fleet
 from tests.support.discovery import discovery
 

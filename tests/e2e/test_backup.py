@@ -30,10 +30,10 @@ from typing import Any
 import httpx
 import pytest
 
-from services.cli.timetravel import as_of
-from services.runtime.connection import Connection, connect
+from services.cli.log.timetravel import as_of
 from services.runtime.eventlog.asof import parse_instant, read_until
-from services.runtime.natsserver import CONFIG_FILE, find_binary
+from services.runtime.nats.connection import Connection, connect
+from services.runtime.nats.server import CONFIG_FILE, find_binary
 from services.runtime.ports import free_port
 from tests.support.system import (
     ROOT,

@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 from services.cli.pure.backup_manifest import END, MAGIC, Record, RecordReader, encode_record
-from services.runtime.connection import connect
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.connection import connect
+from services.runtime.nats.server import EmbeddedNatsServer
 from tests.support.backups import (
     backed_up,
     run,

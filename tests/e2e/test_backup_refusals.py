@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-from services.runtime.connection import Connection, connect
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.connection import Connection, connect
+from services.runtime.nats.server import EmbeddedNatsServer
 from tests.support.backups import (
     backed_up,
     log_state,

@@ -43,7 +43,7 @@ from events.store import Unreadable
 from projections import lease as lease_fold
 from projections.lease import LeaseView
 from services.runtime.eventlog.jetstream import JetStreamEventStore
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.server import EmbeddedNatsServer
 from tests.support.crawl_site import crawl_site
 from tests.support.crawl_spider import SESSION_EVERY, page_number
 from tests.support.crawl_squid import tagged_squids

@@ -262,7 +262,7 @@ def gc_sweep(log: GoldenLog, us_uid: str, orphan: str) -> None:
 
 
 def dead_letter(log: GoldenLog, uid: str) -> None:
-    """What a consumer writes when it gives up on a message (``services.runtime.consumer``):
+    """What a consumer writes when it gives up on a message (``services.runtime.nats.consumer``):
     here the reconciler on us-1's second declaration, during an outage, before a later event
     woke it."""
     (stored,) = (

@@ -26,7 +26,7 @@ from projections import pool as pool_fold
 from projections import pool_demand
 from projections import proxy as proxy_fold
 from projections.proxy import ProxyView
-from services.discovery.demand import Asker, DemandReporter
+from services.discovery.leasing.demand import Asker, DemandReporter
 from services.pools.controller import Controller
 from tests.golden.writers import GoldenLog, reconcile
 

@@ -201,7 +201,7 @@ def lease_event(log: GoldenLog, uid: str, event: Event, msg_id: str, after: floa
 
 
 def acquire(log: GoldenLog, uid: str, lease_id: str, holder: str, ttl: float) -> None:
-    """A claim as discovery makes it (``services.discovery.leases``)."""
+    """A claim as discovery makes it (``services.discovery.leasing.leases``)."""
     view = lease_view(log, uid)
     server_now = log.later(0.5)
     event = LeaseAcquired(
@@ -233,7 +233,7 @@ def report(log: GoldenLog, uid: str, lease_id: str, outcome: str, n: int) -> Non
 
 
 def request_rotation(log: GoldenLog, uid: str, lease_id: str) -> str:
-    """``POST /v1/leases/{id}/rotate`` (``services.discovery.rotation``)."""
+    """``POST /v1/leases/{id}/rotate`` (``services.discovery.leasing.rotation``)."""
     history = log.history(subjects.proxy(uid))
     rotation_id = "rot-" + derive_msg_id("rotation", uid, lease_id, str(history.last_seq))[:20]
     event = RotationRequested(uid=uid, rotation_id=rotation_id, lease_id=lease_id)

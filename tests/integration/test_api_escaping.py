@@ -19,7 +19,7 @@ import pytest
 from litestar import Litestar
 
 from services.runtime.eventlog.jetstream import JetStreamEventStore
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.server import EmbeddedNatsServer
 from tests.support.discovery import discovery, ready_proxy
 
 pytestmark = pytest.mark.integration

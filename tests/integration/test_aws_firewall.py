@@ -34,9 +34,9 @@ from services.providers.cloud.pure.guard import PART_NAME as GUARD_PART
 from services.providers.cloud.pure.userdata import PART_NAME as SQUID_PART
 from services.providers.squidauth.keyed import lease_keyed
 from services.providers.squidauth.pure.cloudinit import PART_NAME as LEASE_PART
-from services.runtime.connection import Connection
 from services.runtime.eventlog.jetstream import JetStreamEventStore
-from services.runtime.metrics import Metrics
+from services.runtime.nats.connection import Connection
+from services.runtime.observability.metrics import Metrics
 from services.testing.aws import FaultFront
 from tests.contract.provider import (
     closing,

@@ -25,7 +25,7 @@ from services.providers.base import (
     QuotaExceeded,
     Transient,
 )
-from services.runtime.logs import configure_logging, reset_logging
+from services.runtime.observability.logs import configure_logging, reset_logging
 from services.testing.aws import FaultFront
 from tests.contract.provider import (
     CarriesIdentity,

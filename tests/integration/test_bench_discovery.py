@@ -18,9 +18,9 @@ from bench import discovery_report as report
 from bench.discovery_race import race
 from events import codec, subjects
 from events.schemas import LeaseAcquired
-from services.runtime.connection import connect
 from services.runtime.eventlog.streams import differences, ensure_streams
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.connection import connect
+from services.runtime.nats.server import EmbeddedNatsServer
 
 pytestmark = pytest.mark.integration
 

@@ -9,8 +9,8 @@ import msgspec
 import pytest
 
 from bench import discovery_edges as bench
-from services.discovery import models
-from services.discovery.revocation import due
+from services.discovery.http import models
+from services.discovery.leasing.revocation import due
 
 pytestmark = pytest.mark.integration
 

@@ -11,8 +11,8 @@ from rich.console import Console
 
 from bench import eventlog
 from events import subjects
-from services.runtime.connection import Connection
 from services.runtime.eventlog.jetstream import JetStreamEventStore
+from services.runtime.nats.connection import Connection
 
 pytestmark = pytest.mark.integration
 

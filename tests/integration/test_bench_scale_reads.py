@@ -15,8 +15,8 @@ from rich.console import Console
 
 from bench import scale_reads
 from events import subjects
-from services.runtime.connection import Connection
 from services.runtime.eventlog.jetstream import JetStreamEventStore
+from services.runtime.nats.connection import Connection
 
 pytestmark = pytest.mark.integration
 

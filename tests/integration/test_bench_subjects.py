@@ -16,8 +16,8 @@ from rich.console import Console
 from bench import subjects as bench
 from bench import subjects_report
 from events import subjects
-from services.runtime.connection import Connection
 from services.runtime.eventlog.jetstream import JetStreamEventStore
+from services.runtime.nats.connection import Connection
 
 pytestmark = pytest.mark.integration
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from services.cli.apiaddress import API_FILE
+from services.cli.lease.apiaddress import API_FILE
 from services.providers.local_process import PID_FILE
 from services.runtime.datadir import exclusive
 from services.runtime.ports import free_port

@@ -26,10 +26,10 @@ from events.schemas import (
     SweepCompleted,
 )
 from events.store import NewEvent
-from services.runtime.connection import Connection, connect
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.eventlog.streams import ensure_streams
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.connection import Connection, connect
+from services.runtime.nats.server import EmbeddedNatsServer
 from services.runtime.ports import free_port
 from tests.support.cli_process import ROOT, clean_env, read_line
 from tests.support.cli_seed import json_lines, seed_proxy, seed_with_poison

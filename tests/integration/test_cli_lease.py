@@ -11,7 +11,7 @@ import pytest
 from events import subjects
 from events.schemas import LeaseAcquired, LeaseReleased, LeaseReported
 from services.runtime.eventlog.jetstream import JetStreamEventStore
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.server import EmbeddedNatsServer
 from tests.support.clirun import cli, restore_logging_after
 from tests.support.discovery import discovery, ready_proxy
 

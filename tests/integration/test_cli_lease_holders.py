@@ -13,7 +13,7 @@ import pytest
 from events import subjects
 from events.schemas import LeaseAcquired, LeaseReleased, LeaseRenewed
 from services.runtime.eventlog.jetstream import JetStreamEventStore
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.server import EmbeddedNatsServer
 from tests.support.clirun import cli, restore_logging_after
 from tests.support.discovery import discovery, grant_seq, ready_proxy
 from tests.support.waiting import until

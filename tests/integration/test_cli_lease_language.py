@@ -13,7 +13,7 @@ from events import subjects
 from events.lease import LeaseAcquired
 from events.poolresource import pool_uid
 from services.runtime.eventlog.jetstream import JetStreamEventStore
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.server import EmbeddedNatsServer
 from tests.support.clirun import cli, restore_logging_after
 from tests.support.discovery import discovery, ready_proxy
 from tests.support.discovery_pools import declare_pool, member, member_proxy

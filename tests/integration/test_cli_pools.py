@@ -20,7 +20,7 @@ from events.pool import PoolDecided, PoolDeletionRequested, PoolFigures, PoolMem
 from events.poolresource import member_name, pool_uid
 from events.store import NewEvent
 from services.runtime.eventlog.jetstream import JetStreamEventStore
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.server import EmbeddedNatsServer
 from tests.support.clirun import cli, restore_logging_after
 from tests.support.discovery import ready_proxy
 from tests.support.pool_yaml import manifest, pool, proxy

@@ -11,9 +11,9 @@ from events import subjects
 from events.customresource import cli_uid
 from events.schemas import HealthChanged, Phase, PhaseChanged
 from events.store import NewEvent
-from services.runtime.connection import Connection
 from services.runtime.eventlog.jetstream import JetStreamEventStore
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.connection import Connection
+from services.runtime.nats.server import EmbeddedNatsServer
 from tests.support.clirun import cli, restore_logging_after
 
 pytestmark = pytest.mark.integration

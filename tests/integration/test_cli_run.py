@@ -11,9 +11,9 @@ import pytest
 
 from events import subjects
 from events.schemas import HealthChanged
-from services.runtime.connection import Connection
 from services.runtime.eventlog.jetstream import JetStreamEventStore
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.connection import Connection
+from services.runtime.nats.server import EmbeddedNatsServer
 from tests.support.cli_services import Registered
 from tests.support.clirun import cli, restore_logging_after
 

@@ -8,10 +8,10 @@ from __future__ import annotations
 import pytest
 from nats.js.api import StreamConfig
 
-from services.runtime.connection import connect
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.eventlog.streams import STREAMS
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.connection import connect
+from services.runtime.nats.server import EmbeddedNatsServer
 from tests.support.cli_seed import seed_proxy
 from tests.support.clirun import cli, restore_logging_after
 

@@ -15,13 +15,13 @@ from events import subjects
 from events.customresource import cli_uid
 from events.schemas import HealthChanged, Phase, PhaseChanged
 from events.store import NewEvent
-from services.cli.api_client import EXIT_ROTATION_NOT_DONE
 from services.cli.common import EXIT_NOT_DONE, EXIT_SWEEP_INCOMPLETE
+from services.cli.lease.api_client import EXIT_ROTATION_NOT_DONE
 from services.gc.lock import SweepLock
 from services.providers.squidauth.secret import ensure_secret_file
-from services.runtime.connection import Connection
 from services.runtime.eventlog.jetstream import JetStreamEventStore
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.connection import Connection
+from services.runtime.nats.server import EmbeddedNatsServer
 from tests.support.clirun import cli, restore_logging_after
 from tests.support.discovery import discovery, ready_proxy
 

@@ -20,11 +20,11 @@ from pathlib import Path
 import pytest
 
 from events import subjects
-from services.cli import registry
-from services.runtime.connection import Connection, connect
+from services.cli.run import registry
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.eventlog.streams import STREAMS
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.connection import Connection, connect
+from services.runtime.nats.server import EmbeddedNatsServer
 from services.runtime.ports import free_port
 from tests.support.cli_process import ROOT, alive, clean_env, read_line
 from tests.support.cli_services import Registered

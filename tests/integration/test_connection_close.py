@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from services.runtime.connection import connect
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.connection import connect
+from services.runtime.nats.server import EmbeddedNatsServer
 
 pytestmark = pytest.mark.integration
 

@@ -13,9 +13,9 @@ from markupsafe import escape
 from events import subjects
 from events.schemas import HealthChanged, LeaseAcquired, LeaseReported
 from events.store import NewEvent
-from services.runtime.connection import Connection
 from services.runtime.eventlog.jetstream import JetStreamEventStore
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.connection import Connection
+from services.runtime.nats.server import EmbeddedNatsServer
 from tests.support.discovery import discovery, ready_proxy, set_health
 
 pytestmark = pytest.mark.integration

@@ -19,9 +19,9 @@ import pytest
 from events import codec
 from events.schemas import HealthChanged
 from services.discovery.console.history import PER_CLIENT, QUEUE
-from services.runtime.connection import Connection
 from services.runtime.eventlog.jetstream import JetStreamEventStore
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.connection import Connection
+from services.runtime.nats.server import EmbeddedNatsServer
 from tests.support.discovery import discovery, ready_proxy
 from tests.support.waiting import until
 

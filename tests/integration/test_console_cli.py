@@ -12,7 +12,7 @@ from events import subjects
 from events.schemas import HealthChanged, LeaseAcquired
 from events.store import NewEvent
 from services.runtime.eventlog.jetstream import JetStreamEventStore
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.server import EmbeddedNatsServer
 from tests.support.cli_seed import seed_proxy
 from tests.support.clirun import cli, restore_logging_after
 

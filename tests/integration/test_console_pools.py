@@ -21,7 +21,7 @@ from events.schemas import LeaseAcquired, Phase, ProxySpec
 from events.store import EventStore, NewEvent
 from services.discovery.console.render import pool_path
 from services.runtime.eventlog.jetstream import JetStreamEventStore
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.server import EmbeddedNatsServer
 from tests.support.discovery import discovery, ready_proxy
 from tests.support.waiting import until
 

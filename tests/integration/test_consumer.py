@@ -14,8 +14,9 @@ from nats.aio.msg import Msg
 from events import subjects
 from events.schemas import DeadLettered, HealthChanged
 from events.store import NewEvent
-from services.runtime.connection import Connection, connect
-from services.runtime.consumer import (
+from services.runtime.eventlog.jetstream import JetStreamEventStore
+from services.runtime.nats.connection import Connection, connect
+from services.runtime.nats.consumer import (
     SHORT_FETCH,
     SHORT_FETCHES_AFTER_BIND,
     ConsumerLoop,
@@ -25,9 +26,8 @@ from services.runtime.consumer import (
     Outcome,
     Retry,
 )
-from services.runtime.eventlog.jetstream import JetStreamEventStore
-from services.runtime.metrics import Metrics
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.server import EmbeddedNatsServer
+from services.runtime.observability.metrics import Metrics
 from tests.support.waiting import until
 from tests.support.workload import effect_handler, effects, publish_inputs, spec
 

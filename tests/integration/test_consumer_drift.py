@@ -14,12 +14,12 @@ from dataclasses import dataclass
 import pytest
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
-from services.runtime.connection import Connection, connect
-from services.runtime.consumer import ConsumerLoop, Delivery, Handler, Outcome
-from services.runtime.durable import RESTORED, filters
 from services.runtime.eventlog.jetstream import JetStreamEventStore
-from services.runtime.metrics import Metrics
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.connection import Connection, connect
+from services.runtime.nats.consumer import ConsumerLoop, Delivery, Handler, Outcome
+from services.runtime.nats.durable import RESTORED, filters
+from services.runtime.nats.server import EmbeddedNatsServer
+from services.runtime.observability.metrics import Metrics
 from tests.support.waiting import until
 from tests.support.workload import effect_handler, effects, publish_inputs, spec
 

@@ -19,9 +19,9 @@ from services.providers.base import Leftover, LeftoverCleaner, Permanent
 from services.providers.cloud.pure.firewall import FIREWALL_KIND, firewall_owner
 from services.providers.digitalocean.provider import DigitalOceanProvider
 from services.providers.instrumented import instrument
-from services.runtime.connection import Connection
 from services.runtime.eventlog.jetstream import JetStreamEventStore
-from services.runtime.metrics import Metrics
+from services.runtime.nats.connection import Connection
+from services.runtime.observability.metrics import Metrics
 from services.testing.digitalocean import DigitalOceanFake
 from tests.contract.provider import closing
 from tests.support.digitalocean_support import CLIENTS, ENTRY, do, fake, provider, request

@@ -14,7 +14,7 @@ import structlog
 
 from services.providers.base import Permanent, ProviderError
 from services.providers.digitalocean.provider import DigitalOceanProvider
-from services.runtime.logs import configure_logging
+from services.runtime.observability.logs import configure_logging
 from services.testing.digitalocean import DigitalOceanFake
 from tests.contract.provider import closing
 from tests.support.digitalocean_support import ENTRY, config, fake, provider, request, running

@@ -12,7 +12,7 @@ from events import subjects
 from events.schemas import LeaseAcquired, LeaseExpired, LeaseReleased, LeaseReported, Phase
 from projections.lease import fold as fold_leases
 from services.runtime.eventlog.jetstream import JetStreamEventStore
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.server import EmbeddedNatsServer
 from tests.support.discovery import discovery, grant_seq, ready_proxy, set_health
 from tests.support.waiting import until
 

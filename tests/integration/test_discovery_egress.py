@@ -19,7 +19,7 @@ from events.egress import EgressChanged, EgressObserved
 from events.store import EventStore, NewEvent
 from projections.egress import EgressPolicy
 from services.runtime.eventlog.jetstream import JetStreamEventStore
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.server import EmbeddedNatsServer
 from tests.support.clirun import cli, restore_logging_after
 from tests.support.discovery import discovery, ready_proxy
 from tests.support.waiting import until

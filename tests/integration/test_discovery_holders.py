@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from services.runtime.eventlog.jetstream import JetStreamEventStore
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.server import EmbeddedNatsServer
 from tests.support.discovery import discovery, ready_proxy
 from tests.support.waiting import until
 

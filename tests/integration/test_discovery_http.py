@@ -14,13 +14,13 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 from services.discovery.service import DiscoveryService
-from services.runtime.config import Settings
-from services.runtime.connection import Connection
-from services.runtime.errors import ConfigError
 from services.runtime.eventlog.jetstream import JetStreamEventStore
-from services.runtime.metrics import Metrics
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.connection import Connection
+from services.runtime.nats.server import EmbeddedNatsServer
+from services.runtime.observability.metrics import Metrics
 from services.runtime.service import ServiceContext
+from services.runtime.settings.errors import ConfigError
+from services.runtime.settings.shared import Settings
 from tests.support.discovery import discovery, ready_proxy
 
 pytestmark = pytest.mark.integration

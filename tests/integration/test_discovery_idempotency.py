@@ -12,14 +12,14 @@ import pytest
 
 from events import subjects
 from events.schemas import LeaseAcquired
-from services.discovery.leases import Leases
-from services.discovery.metrics import DiscoveryMetrics
+from services.discovery.leasing.leases import Leases
+from services.discovery.observability.metrics import DiscoveryMetrics
 from services.discovery.pure.policy import LeasePolicy
 from services.discovery.views import Views
-from services.runtime.connection import Connection
 from services.runtime.eventlog.jetstream import JetStreamEventStore
-from services.runtime.metrics import Metrics
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.connection import Connection
+from services.runtime.nats.server import EmbeddedNatsServer
+from services.runtime.observability.metrics import Metrics
 from tests.support.discovery import discovery, ready_proxy
 
 pytestmark = pytest.mark.integration

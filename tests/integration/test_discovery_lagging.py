@@ -12,7 +12,7 @@ from nats.aio.msg import Msg
 
 from services.discovery.service import DiscoveryService
 from services.runtime.eventlog.jetstream import JetStreamEventStore
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.server import EmbeddedNatsServer
 from tests.support.discovery import discovery, ready_proxy
 from tests.support.waiting import until
 

@@ -22,7 +22,7 @@ from events.schemas import LeaseReleased
 from projections.lease import LeaseView, apply
 from projections.lease_queries import find
 from services.runtime.eventlog.jetstream import JetStreamEventStore
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.server import EmbeddedNatsServer
 from tests.support.discovery import ready_proxy
 from tests.support.waiting import until
 

@@ -18,7 +18,7 @@ from events.schemas import LeaseExpired, LeaseRenewed
 from projections import lease as lease_fold
 from projections import lease_queries
 from services.runtime.eventlog.jetstream import JetStreamEventStore
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.server import EmbeddedNatsServer
 from tests.support.discovery import discovery, ready_proxy
 from tests.support.expiry_sweeps import count_sweeps  # noqa: F401  # the fixture `sweeps`
 from tests.support.waiting import until

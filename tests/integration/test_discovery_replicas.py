@@ -14,10 +14,10 @@ from events.schemas import LeaseExpired
 from projections import lease as lease_fold
 from projections import proxy as proxy_fold
 from services.discovery.service import DiscoveryService
-from services.runtime.connection import Connection
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.eventlog.projector import Projector
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.connection import Connection
+from services.runtime.nats.server import EmbeddedNatsServer
 from tests.support.discovery import discovery, ready_proxy, set_health
 from tests.support.expiry_sweeps import count_sweeps  # noqa: F401  # the fixture `sweeps`
 from tests.support.waiting import until

@@ -10,7 +10,7 @@ import contextlib
 import pytest
 
 from services.runtime.eventlog.jetstream import JetStreamEventStore
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.server import EmbeddedNatsServer
 from tests.support.discovery import discovery, ready_proxy
 
 pytestmark = pytest.mark.integration

@@ -11,11 +11,11 @@ from events.schemas import LeaseAcquired, LeaseReleased
 from events.store import NewEvent
 from projections.lease import RELEASED
 from projections.lease_queries import active, find
+from services.discovery.leasing.withdraw import Withdrawals
 from services.discovery.views import Views
-from services.discovery.withdraw import Withdrawals
-from services.runtime.connection import Connection
 from services.runtime.eventlog.jetstream import JetStreamEventStore
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.connection import Connection
+from services.runtime.nats.server import EmbeddedNatsServer
 
 pytestmark = pytest.mark.integration
 

@@ -31,10 +31,10 @@ from services.providers.base import (
     QuotaExceeded,
     Transient,
 )
-from services.runtime.connection import Connection
-from services.runtime.consumer import Delivery
 from services.runtime.eventlog.jetstream import JetStreamEventStore
-from services.runtime.metrics import Metrics
+from services.runtime.nats.connection import Connection
+from services.runtime.nats.consumer import Delivery
+from services.runtime.observability.metrics import Metrics
 from services.testing.provider import FakeProvider
 from tests.support.executor_harness import (
     FAST,

@@ -31,12 +31,12 @@ from services.providers.base import (
     Provider,
     Transient,
 )
-from services.runtime.config import Settings
-from services.runtime.connection import Connection
 from services.runtime.eventlog.jetstream import JetStreamEventStore
-from services.runtime.metrics import Metrics
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.connection import Connection
+from services.runtime.nats.server import EmbeddedNatsServer
+from services.runtime.observability.metrics import Metrics
 from services.runtime.service import ServiceContext
+from services.runtime.settings.shared import Settings
 from services.testing.provider import FakeProvider
 from tests.support.executor_harness import (
     FAST,

@@ -13,11 +13,11 @@ from structlog.testing import capture_logs
 
 from events.schemas import InstanceCreated
 from services.executor.service import ExecutorService
-from services.runtime.config import Settings
-from services.runtime.connection import Connection
 from services.runtime.eventlog.jetstream import JetStreamEventStore
-from services.runtime.metrics import Metrics
+from services.runtime.nats.connection import Connection
+from services.runtime.observability.metrics import Metrics
 from services.runtime.service import ServiceContext
+from services.runtime.settings.shared import Settings
 from tests.support.executor_harness import FAST, answered, create, declare, send
 from tests.support.waiting import until
 

@@ -25,8 +25,8 @@ from projections.lease import fold
 from services.providers import local_process
 from services.providers.local import LocalProvider
 from services.providers.squidauth.keyed import lease_keyed
-from services.runtime.connection import Connection
 from services.runtime.eventlog.jetstream import JetStreamEventStore
+from services.runtime.nats.connection import Connection
 from tests.integration.test_proxy_auth import MASTER, Proxy, lease, refused_after, status_via
 from tests.support.executor_harness import answers, count, create, declare, executor, send
 from tests.support.squid_fixtures import local_squids, origin_url  # noqa: F401  # fixtures `local` and `target`

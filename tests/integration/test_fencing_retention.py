@@ -19,10 +19,10 @@ import pytest
 from events import subjects
 from projections.lease import LeaseView
 from services.discovery.service import DiscoveryService
-from services.runtime.connection import Connection, connect
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.eventlog.streams import STREAMS
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.connection import Connection, connect
+from services.runtime.nats.server import EmbeddedNatsServer
 from tests.support.discovery import discovery, grant_seq, ready_proxy
 from tests.support.waiting import until
 

@@ -16,10 +16,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from events import subjects
 from events.schemas import DeadLettered, Phase
 from events.store import NewEvent
-from services.runtime.connection import Connection
 from services.runtime.eventlog.jetstream import JetStreamEventStore
-from services.runtime.metrics import Metrics, NatsConnections, metric_set
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.connection import Connection
+from services.runtime.nats.server import EmbeddedNatsServer
+from services.runtime.observability.metrics import Metrics, NatsConnections, metric_set
 from tests.support.discovery import discovery, ready_proxy
 
 pytestmark = pytest.mark.integration

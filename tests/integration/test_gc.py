@@ -27,8 +27,8 @@ from events.schemas import (
     SweepCompleted,
 )
 from events.store import NewEvent, derive_msg_id
+from services.cli.admin.gc_cmd import gc
 from services.cli.common import CliState
-from services.cli.gc_cmd import gc
 from services.gc.collector import GarbageCollector
 from services.gc.lock import SweepLock
 from services.gc.service import GcService
@@ -40,13 +40,13 @@ from services.providers.base import (
     Transient,
 )
 from services.providers.local import LocalProvider
-from services.runtime.config import Settings
-from services.runtime.connection import Connection
 from services.runtime.eventlog.jetstream import JetStreamEventStore
-from services.runtime.logs import configure_logging
-from services.runtime.metrics import Metrics
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.connection import Connection
+from services.runtime.nats.server import EmbeddedNatsServer
+from services.runtime.observability.logs import configure_logging
+from services.runtime.observability.metrics import Metrics
 from services.runtime.service import ServiceContext
+from services.runtime.settings.shared import Settings
 from services.testing.provider import FakeProvider
 from tests.contract.provider import delete_all
 from tests.support.waiting import until

@@ -23,12 +23,12 @@ from events.store import NewEvent, derive_msg_id
 from services.gc.collector import GarbageCollector
 from services.gc.lock import SweepLock
 from services.gc.service import GcService
-from services.runtime.config import Settings
-from services.runtime.connection import Connection
 from services.runtime.eventlog.jetstream import JetStreamEventStore
-from services.runtime.metrics import Metrics
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.connection import Connection
+from services.runtime.nats.server import EmbeddedNatsServer
+from services.runtime.observability.metrics import Metrics
 from services.runtime.service import ServiceContext
+from services.runtime.settings.shared import Settings
 from services.testing.provider import FakeProviderWithLeftovers
 from tests.support.waiting import until
 

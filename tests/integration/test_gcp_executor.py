@@ -21,8 +21,8 @@ from events.schemas import (
     ProxySpec,
 )
 from services.providers.gcp.provider import GcpProvider
-from services.runtime.connection import Connection
 from services.runtime.eventlog.jetstream import JetStreamEventStore
+from services.runtime.nats.connection import Connection
 from services.testing.gcp import ComputeFake
 from tests.support.executor_harness import answered, answers, declare, executor, send, settled
 from tests.support.gcp_support import PROJECT, config

@@ -21,7 +21,7 @@ from opentelemetry.sdk.trace import TracerProvider
 
 from services.providers.base import NotFound, Transient
 from services.providers.gcp.provider import UBUNTU_IMAGE, GcpProvider
-from services.runtime.logs import configure_logging
+from services.runtime.observability.logs import configure_logging
 from services.testing.gcp import ComputeFake
 from tests.support.gcp_support import PROJECT, ZONE, compute_fake, config, gcp_provider, request  # noqa: F401  # fixtures `fake` and `gcp`
 

@@ -20,8 +20,8 @@ import pytest
 
 from events.customresource import cli_uid
 from events.subjects import DEADLETTER_STREAM, GC_STREAM, LEASE_STREAM, PROXY_STREAM
-from services.runtime.connection import Connection
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.connection import Connection
+from services.runtime.nats.server import EmbeddedNatsServer
 from tests.golden import logs
 from tests.golden.logs import Message
 from tests.support.clirun import cli, restore_logging_after

@@ -6,7 +6,7 @@ import pytest
 
 from services.health.service import HealthService
 from services.runtime.eventlog.jetstream import JetStreamEventStore
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.server import EmbeddedNatsServer
 from tests.support.health import (
     RecordingTarget,
     Squid,

@@ -19,7 +19,7 @@ from services.health.egress import EgressSettings
 from services.health.service import HealthService
 from services.providers.local import LocalProvider
 from services.runtime.eventlog.jetstream import JetStreamEventStore
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.server import EmbeddedNatsServer
 from tests.contract.provider import delete_all, request_factory
 from tests.support.echo import echo_server
 from tests.support.health import RecordingTarget, declare_ready, fast_check, start_replica

@@ -12,8 +12,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from services.health.probe_client import USER_AGENT, CheckUrl, ProbeClient
 from services.health.service import HealthService
 from services.runtime.eventlog.jetstream import JetStreamEventStore
-from services.runtime.natsserver import EmbeddedNatsServer
-from services.runtime.telemetry import tracer
+from services.runtime.nats.server import EmbeddedNatsServer
+from services.runtime.observability.telemetry import tracer
 from tests.support.health import (
     RecordingTarget,
     Squid,

@@ -19,7 +19,7 @@ from events.schemas import HealthCheck
 from services.health.probe_client import CheckUrl, ProbeClient
 from services.health.service import HealthService
 from services.runtime.eventlog.jetstream import JetStreamEventStore
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.server import EmbeddedNatsServer
 from tests.support.health import RecordingTarget, Squid, declare_ready, start_replica
 from tests.support.waiting import until
 

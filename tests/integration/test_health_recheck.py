@@ -17,9 +17,9 @@ from events.schemas import HealthCheck, LeaseAcquired, LeaseReported
 from events.store import NewEvent, derive_msg_id
 from services.health.scheduler import phase_of
 from services.health.service import HealthService
-from services.runtime.connection import Connection
 from services.runtime.eventlog.jetstream import JetStreamEventStore
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.connection import Connection
+from services.runtime.nats.server import EmbeddedNatsServer
 from tests.support.health import (
     RecordingTarget,
     Replica,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from services.runtime.eventlog.jetstream import JetStreamEventStore
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.server import EmbeddedNatsServer
 from tests.support.health import (
     RecordingTarget,
     Squid,

@@ -9,7 +9,7 @@ import pytest
 from services.health.assign import owner
 from services.health.service import HealthService
 from services.runtime.eventlog.jetstream import JetStreamEventStore
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.server import EmbeddedNatsServer
 from tests.support.health import (
     Replica,
     declare_ready,

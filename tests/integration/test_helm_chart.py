@@ -18,10 +18,10 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from services.discovery.access import CLIENTS_ENV
+from services.discovery.http.access import CLIENTS_ENV
 from services.providers.config import parse_providers_config
 from services.providers.kubernetes.config import KubernetesConfig
-from services.runtime.config import LOG_FORMATS, LOG_LEVELS
+from services.runtime.settings.shared import LOG_FORMATS, LOG_LEVELS
 from tests.support.helm import (
     CHART,
     HELM_ONLY_KINDS,

@@ -23,8 +23,8 @@ import yaml
 from events import subjects
 from events.schemas import ProxyDeclared
 from services.runtime.eventlog.jetstream import JetStreamEventStore
-from services.runtime.kubeclient import KubeSettings
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.kube.client import KubeSettings
+from services.runtime.nats.server import EmbeddedNatsServer
 from services.testing.provider import FakeProvider
 from services.watcher.leader import LeaderSettings
 from services.watcher.service import WatcherService

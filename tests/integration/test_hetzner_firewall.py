@@ -29,9 +29,9 @@ from services.providers.hetzner.provider import HetznerProvider
 from services.providers.instrumented import instrument
 from services.providers.squidauth.keyed import lease_auth_for, lease_keyed
 from services.providers.squidauth.pure.cloudinit import PART_NAME as LEASE_PART
-from services.runtime.connection import Connection
 from services.runtime.eventlog.jetstream import JetStreamEventStore
-from services.runtime.metrics import Metrics
+from services.runtime.nats.connection import Connection
+from services.runtime.observability.metrics import Metrics
 from services.testing.hetzner import HetznerFake
 from tests.contract.provider import (
     closing,

@@ -9,9 +9,9 @@ from nats.aio.msg import Msg
 
 from events import subjects
 from events.errors import ConcurrencyError
-from services.runtime.connection import Connection
 from services.runtime.eventlog import jetstream
 from services.runtime.eventlog.jetstream import JetStreamEventStore
+from services.runtime.nats.connection import Connection
 from tests.contract.event_store import (
     EventStoreContract,
     RawAppend,

@@ -31,8 +31,8 @@ from events.schemas import (
 )
 from services.pools.service import PoolsService
 from services.runtime.eventlog.jetstream import JetStreamEventStore
-from services.runtime.kubeclient import KubeSettings
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.kube.client import KubeSettings
+from services.runtime.nats.server import EmbeddedNatsServer
 from services.testing.provider import FakeProvider
 from services.watcher.pure.poolcrd import MIRROR_ANNOTATION
 from services.watcher.service import WatcherService

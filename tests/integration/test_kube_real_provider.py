@@ -31,7 +31,7 @@ from services.providers.base import CreateRequest, Permanent, QuotaExceeded, Tra
 from services.providers.kubernetes.config import KubernetesConfig
 from services.providers.kubernetes.provider import KubernetesProvider
 from services.providers.kubernetes.pure.mapping import K8S_MANAGED, K8S_PROVIDER
-from services.runtime.kubeclient import KubeSettings, new_api_client
+from services.runtime.kube.client import KubeSettings, new_api_client
 from tests.contract.provider import MakeRequest, ProviderContract, Provoke, delete_all
 from tests.support.apiserver import SYSTEM_NAMESPACE, ApiServer
 

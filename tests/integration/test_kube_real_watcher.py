@@ -20,8 +20,8 @@ from structlog.testing import capture_logs
 from events import subjects
 from events.schemas import ProxyDeclared
 from services.runtime.eventlog.jetstream import JetStreamEventStore
-from services.runtime.kubeclient import KubeApiError, KubeGone, KubeSettings, new_api_client
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.kube.client import KubeApiError, KubeGone, KubeSettings, new_api_client
+from services.runtime.nats.server import EmbeddedNatsServer
 from services.testing.provider import FakeProvider
 from services.watcher import service as watcher_service
 from services.watcher.customobjects import Raw

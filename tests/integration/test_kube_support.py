@@ -12,7 +12,7 @@ import pytest
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio import watch
 
-from services.runtime.kubeclient import new_api_client
+from services.runtime.kube.client import new_api_client
 from tests.support.kube import LEASES, PROXIES, KubeCluster, start_kube
 
 pytestmark = pytest.mark.integration

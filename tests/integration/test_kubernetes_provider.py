@@ -33,8 +33,8 @@ from services.providers.base import (
 from services.providers.kubernetes.config import DEFAULT_IMAGE, KubernetesConfig
 from services.providers.kubernetes.provider import KubernetesProvider
 from services.providers.kubernetes.pure.mapping import K8S_MANAGED, K8S_OWNER, K8S_PROVIDER
-from services.runtime import telemetry
-from services.runtime.kubeclient import KubeSettings, new_api_client
+from services.runtime.kube.client import KubeSettings, new_api_client
+from services.runtime.observability import telemetry
 from tests.contract.provider import (
     MakeRequest,
     ProviderContract,

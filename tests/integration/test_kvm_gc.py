@@ -29,9 +29,9 @@ from services.providers.base import CreateRequest, Leftover, Permanent
 from services.providers.instrumented import instrument
 from services.providers.kvm.provider import KvmProvider
 from services.providers.kvm.pure.domain import base_name, marker_name, overlay_name, seed_name
-from services.runtime.connection import Connection
 from services.runtime.eventlog.jetstream import JetStreamEventStore
-from services.runtime.metrics import Metrics
+from services.runtime.nats.connection import Connection
+from services.runtime.observability.metrics import Metrics
 from tests.support.kvm_daemon import LibvirtDaemon, pool_volumes
 from tests.support.kvm_fixtures import *  # noqa: F403  # pytest finds fixtures by name here
 

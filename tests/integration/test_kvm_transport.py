@@ -15,7 +15,7 @@ import pytest
 from services.providers.base import NotFound, Permanent, Transient
 from services.providers.config import build_providers, parse_providers_config
 from services.providers.kvm.provider import KvmProvider
-from services.runtime.errors import ConfigError
+from services.runtime.settings.errors import ConfigError
 from tests.support.kvm_daemon import LibvirtDaemon
 from tests.support.kvm_fixtures import *  # noqa: F403  # pytest finds fixtures by name here
 from tests.support.kvm_fixtures import ConfigFactory, host_entry, make_provider, trust

@@ -16,7 +16,7 @@ import pytest
 
 from projections.lease import LeaseRecord
 from projections.proxy import ProxyView
-from services.discovery.credentials import LeaseCredentials
+from services.discovery.leasing.credentials import LeaseCredentials
 from services.health.credentials import ProbeCredentials
 from services.providers.squidauth import helper
 from services.providers.squidauth.keyed import helper_source

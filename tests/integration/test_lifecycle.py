@@ -15,11 +15,11 @@ from events import subjects
 from events.customresource import cli_uid
 from events.schemas import CreateInstance, ErrorClass, HealthChanged, Phase, ProxySpec
 from events.store import NewEvent
-from services.cli.manifests import parse_resources
+from services.cli.fleet.manifests import parse_resources
 from services.providers.base import Permanent, Transient
-from services.runtime.connection import Connection
 from services.runtime.eventlog.jetstream import JetStreamEventStore
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.connection import Connection
+from services.runtime.nats.server import EmbeddedNatsServer
 from services.testing.provider import FakeProvider
 from tests.support.lifecycle import fleet, phases, view
 from tests.support.waiting import until

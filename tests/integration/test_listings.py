@@ -14,7 +14,7 @@ from events import subjects
 from events.schemas import ProxyRemoved
 from events.store import NewEvent
 from services.runtime.eventlog.jetstream import JetStreamEventStore
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.server import EmbeddedNatsServer
 from tests.support.discovery import discovery, ready_proxy
 from tests.support.waiting import until
 

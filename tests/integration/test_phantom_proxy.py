@@ -11,10 +11,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from events import codec
 from events.schemas import HealthChanged, Phase, PhaseChanged
-from services.cli.proxyviews import listed
-from services.runtime.connection import Connection
+from services.cli.fleet.proxyviews import listed
 from services.runtime.eventlog.jetstream import JetStreamEventStore
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.connection import Connection
+from services.runtime.nats.server import EmbeddedNatsServer
 from tests.support.discovery import discovery, ready_proxy
 
 pytestmark = pytest.mark.integration

@@ -18,7 +18,7 @@ from projections.pool import fold as fold_pool
 from projections.proxy import fold as fold_proxy
 from services.pools.controller import Controller
 from services.runtime.eventlog.jetstream import JetStreamEventStore
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.server import EmbeddedNatsServer
 from tests.support.clirun import cli, restore_logging_after
 from tests.support.pool_yaml import manifest, pool, proxy
 

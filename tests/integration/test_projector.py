@@ -10,9 +10,9 @@ from events import subjects
 from events.schemas import HealthChanged, Phase, PhaseChanged, ProxyDeclared, ProxySpec
 from events.store import NewEvent, Recorded
 from projections.proxy import ProxyView, apply
-from services.runtime.connection import Connection
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.eventlog.projector import Projector
+from services.runtime.nats.connection import Connection
 
 pytestmark = pytest.mark.integration
 

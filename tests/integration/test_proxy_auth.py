@@ -23,7 +23,7 @@ import pytest
 from events.schemas import InstanceState, ProxySpec
 from projections.lease import LeaseRecord
 from projections.proxy import ProxyView
-from services.discovery.credentials import LeaseCredentials
+from services.discovery.leasing.credentials import LeaseCredentials
 from services.health.credentials import ProbeCredentials
 from services.health.probe_client import CheckUrl, ProbeClient
 from services.providers import local_auth

@@ -12,13 +12,13 @@ import pytest
 from commands.declaring import apply
 from events import subjects
 from events.schemas import Phase
-from services.cli.manifests import parse_resources
+from services.cli.fleet.manifests import parse_resources
 from services.providers.local import LocalProvider
 from services.providers.squidauth.keyed import lease_keyed
 from services.providers.squidauth.pure.scheme import proxy_key
-from services.runtime.connection import Connection
 from services.runtime.eventlog.jetstream import JetStreamEventStore
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.connection import Connection
+from services.runtime.nats.server import EmbeddedNatsServer
 from tests.contract.provider import delete_all
 from tests.integration.test_proxy_auth import status_via
 from tests.support.lifecycle import fleet, view

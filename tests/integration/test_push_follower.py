@@ -15,11 +15,11 @@ from events import subjects
 from events.schemas import ProxyDeclared, ProxySpec
 from events.store import NewEvent
 from projections.proxy import ProxyView, apply
-from services.runtime.connection import Connection
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.eventlog.projector import Projector
 from services.runtime.eventlog.push import OrderedPush
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.connection import Connection
+from services.runtime.nats.server import EmbeddedNatsServer
 from tests.support.waiting import until
 
 pytestmark = pytest.mark.integration

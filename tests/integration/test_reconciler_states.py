@@ -16,10 +16,10 @@ from events.subjects import Aggregate
 from services.reconciler.cache import States
 from services.reconciler.pure.view import VERSION, ProxyState, fold
 from services.reconciler.service import Reconciler
-from services.runtime.connection import Connection
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.eventlog.snapshots import SnapshotStore
-from services.runtime.metrics import Metrics
+from services.runtime.nats.connection import Connection
+from services.runtime.observability.metrics import Metrics
 
 pytestmark = pytest.mark.integration
 

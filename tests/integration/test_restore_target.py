@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from services.cli.backup_io import inspect
+from services.cli.backup.streamio import inspect
 from services.health.assign import Membership
-from services.runtime.connection import Connection
+from services.runtime.nats.connection import Connection
 
 pytestmark = pytest.mark.integration
 

@@ -13,7 +13,7 @@ from events import subjects
 from events.schemas import ReplacementStarted
 from services.reconciler.service import ReconcilerService
 from services.runtime.eventlog.jetstream import JetStreamEventStore
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.server import EmbeddedNatsServer
 from services.testing.provider import FakeProvider
 from tests.support.lifecycle import fleet, start, view
 from tests.support.rotation import declared, judge_healthy, leased, replacement_running, serving

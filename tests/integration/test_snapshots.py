@@ -16,11 +16,11 @@ from events.schemas import LeaseAcquired, LeaseReleased, LeaseReported
 from events.store import NewEvent
 from projections import lease as lease_fold
 from projections.lease import LeaseView
-from services.runtime.connection import Connection
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.eventlog.projector import Projector
 from services.runtime.eventlog.snapshots import SnapshotStore, Snapshotter
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.connection import Connection
+from services.runtime.nats.server import EmbeddedNatsServer
 from tests.support.discovery import discovery, ready_proxy
 from tests.support.waiting import until
 

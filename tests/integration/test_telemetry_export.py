@@ -23,8 +23,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
-from services.runtime.logs import configure_logging
-from services.runtime.telemetry import (
+from services.runtime.observability.logs import configure_logging
+from services.runtime.observability.telemetry import (
     configure_tracing,
     reset_for_tests,
     shutdown_tracing,

@@ -19,7 +19,6 @@ import pytest
 
 from bench.scale_startup import fill_startup
 from events import subjects
-from services.runtime.connection import Connection, connect
 from services.runtime.eventlog.asof import ByProxy, read_until
 from services.runtime.eventlog.checkpoint_writer import CheckpointWriter
 from services.runtime.eventlog.checkpoints import (
@@ -33,7 +32,8 @@ from services.runtime.eventlog.checkpoints import (
     stream_bounds,
 )
 from services.runtime.eventlog.pure import checkpoint as cp
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.connection import Connection, connect
+from services.runtime.nats.server import EmbeddedNatsServer
 
 pytestmark = pytest.mark.integration
 
@@ -216,7 +216,7 @@ async def test_pools_travel_the_same_way(conn: Connection) -> None:
 async def test_discovery_writes_them_and_the_reader_travels_with_them(
     nats_server: EmbeddedNatsServer, conn: Connection
 ) -> None:
-    """With the users the bundled configurations grant (services.runtime.natsusers)."""
+    """With the users the bundled configurations grant (services.runtime.nats.users)."""
     await fill_startup(conn, 10, 1000, seed=2)
     discovery = await connect(nats_server.url, credentials=nats_server.credentials_for("discovery"))
     reader = await connect(nats_server.url, credentials=nats_server.credentials_for("reader"))

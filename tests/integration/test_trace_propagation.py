@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span as SpanProto
 
-from services.runtime.connection import Connection
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.connection import Connection
+from services.runtime.nats.server import EmbeddedNatsServer
 from tests.support.trace_roundtrip import CONSUMER, PUBLISHER, OtlpReceiver
 from tests.support.waiting import until
 

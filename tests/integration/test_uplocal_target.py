@@ -1,4 +1,4 @@
-"""The target `up` serves for its local proxies (services/cli/uplocal.py): 200 to any probe, the
+"""The target `up` serves for its local proxies (services/cli/run/uplocal.py): 200 to any probe, the
 caller's address at the echo URL, even through a real Squid with an ``outgoingAddress``, and a
 bounded read of whatever a client sends."""
 
@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from events.schemas import InstanceState
-from services.cli import uplocal
+from services.cli.run import uplocal
 from services.providers.local import LocalProvider
 from tests.contract.provider import delete_all, request_factory
 from tests.support.waiting import until

@@ -17,7 +17,7 @@ from events.schemas import (
 )
 from services.providers.base import Transient
 from services.runtime.eventlog.jetstream import JetStreamEventStore
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.server import EmbeddedNatsServer
 from services.watcher.pure.crdschema import FINALIZER
 from tests.support.kube import PROXIES
 from tests.support.waiting import until

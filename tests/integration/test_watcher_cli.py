@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.server import EmbeddedNatsServer
 from tests.support.kube import start_kube
 from tests.support.waiting import until
 

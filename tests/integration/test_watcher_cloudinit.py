@@ -9,7 +9,7 @@ import pytest
 
 from events.schemas import CreateInstance, ProxyDeclared, ProxySpecChanged
 from services.runtime.eventlog.jetstream import JetStreamEventStore
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.server import EmbeddedNatsServer
 from services.watcher.pure.proxycrd import CLOUD_INIT_LABEL
 from tests.support.kube import SECRETS
 from tests.support.waiting import until

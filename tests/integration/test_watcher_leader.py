@@ -8,7 +8,7 @@ import pytest
 
 from events.schemas import ProxyDeclared
 from services.runtime.eventlog.jetstream import JetStreamEventStore
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.server import EmbeddedNatsServer
 from tests.support.kube import LEASES
 from tests.support.waiting import until
 from tests.support.watcher_harness import Bench, Replica, bench

@@ -15,7 +15,7 @@ from events.schemas import (
     ProxySpecChanged,
 )
 from services.runtime.eventlog.jetstream import JetStreamEventStore
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.server import EmbeddedNatsServer
 from services.watcher.pure.crdschema import FINALIZER
 from services.watcher.service import WatcherService
 from tests.support.kube import PROXIES

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from services.runtime.eventlog.jetstream import JetStreamEventStore
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.server import EmbeddedNatsServer
 from tests.support.kube import PROXIES
 from tests.support.waiting import until
 from tests.support.watcher_harness import Bench, bench

@@ -18,9 +18,9 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from services.discovery.limits import BODY_TIMEOUT, HEAD_TIMEOUT
+from services.discovery.http.limits import BODY_TIMEOUT, HEAD_TIMEOUT
 from services.runtime.eventlog.jetstream import JetStreamEventStore
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.server import EmbeddedNatsServer
 from tests.support.discovery import discovery, ready_proxy
 
 pytestmark = pytest.mark.reliability

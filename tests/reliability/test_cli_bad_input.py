@@ -18,10 +18,10 @@ import pytest
 from click.testing import CliRunner, Result
 
 from services.cli.main import main
-from services.discovery.auth import TOKEN_ENV, token_from_env
-from services.runtime.errors import ConfigError
+from services.discovery.http.auth import TOKEN_ENV, token_from_env
 from services.runtime.eventlog.jetstream import JetStreamEventStore
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.server import EmbeddedNatsServer
+from services.runtime.settings.errors import ConfigError
 from tests.support.clirun import cli, restore_logging_after
 
 pytestmark = pytest.mark.reliability

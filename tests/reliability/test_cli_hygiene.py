@@ -32,7 +32,7 @@ from events.schemas import (
 from events.store import NewEvent
 from services.cli.pure.render import clean
 from services.runtime.eventlog.jetstream import JetStreamEventStore
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.server import EmbeddedNatsServer
 from tests.support.clirun import cli, restore_logging_after
 from tests.support.discovery import discovery, ready_proxy
 from tests.support.httpthread import serving

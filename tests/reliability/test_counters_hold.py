@@ -25,7 +25,7 @@ from services.discovery.pure.clients import hash_token
 from services.discovery.service import DiscoveryService
 from services.pools.pure.autoscale import wanted
 from services.runtime.eventlog.jetstream import JetStreamEventStore
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.server import EmbeddedNatsServer
 from tests.support.discovery import bearer_client, discovery, ready_proxy
 from tests.support.discovery_pools import declare_pool, member, member_proxy
 from tests.support.waiting import until

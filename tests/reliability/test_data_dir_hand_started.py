@@ -16,7 +16,7 @@ from pathlib import Path
 import nats
 import pytest
 
-from services.runtime.natsserver import CONFIG_FILE, PID_FILE, EmbeddedNatsServer, find_binary
+from services.runtime.nats.server import CONFIG_FILE, PID_FILE, EmbeddedNatsServer, find_binary
 from tests.reliability.test_data_dir_lock import second_up
 from tests.support.system import processes_mentioning
 from tests.support.waiting import until

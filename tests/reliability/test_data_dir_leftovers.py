@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from services.runtime.natsregistry import registry_dir, registry_entry
-from services.runtime.natsserver import CONFIG_FILE, PID_FILE, EmbeddedNatsServer, find_binary
-from services.runtime.natsstale import announced_credentials
+from services.runtime.nats.registry import registry_dir, registry_entry
+from services.runtime.nats.server import CONFIG_FILE, PID_FILE, EmbeddedNatsServer, find_binary
+from services.runtime.nats.stale import announced_credentials
 from services.runtime.ports import free_port
 from tests.support.cli_process import alive, read_line
 from tests.support.system import ROOT, base_env, processes_mentioning, running_up

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from services.runtime.datadir import LOCK_FILE
-from services.runtime.natsregistry import registry_dir
-from services.runtime.natsserver import CONFIG_FILE
+from services.runtime.nats.registry import registry_dir
+from services.runtime.nats.server import CONFIG_FILE
 from services.runtime.ports import free_port
 from tests.support.system import ROOT, base_env, processes_mentioning, running_up
 

@@ -22,9 +22,9 @@ import pytest
 from events import codec, subjects
 from events.schemas import LeaseAcquired
 from projections import lease as lease_fold
-from services.runtime.connection import connect
 from services.runtime.eventlog.jetstream import JetStreamEventStore
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.connection import connect
+from services.runtime.nats.server import EmbeddedNatsServer
 from tests.support.discovery import discovery, grant_seq, ready_proxy
 from tests.support.waiting import until
 

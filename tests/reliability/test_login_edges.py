@@ -16,10 +16,10 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from services.discovery.limits import IDLE_PER_ADDRESS
+from services.discovery.http.limits import IDLE_PER_ADDRESS
 from services.discovery.pure.clients import hash_token
 from services.runtime.eventlog.jetstream import JetStreamEventStore
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.server import EmbeddedNatsServer
 from tests.support.discovery import discovery, ready_proxy
 from tests.support.waiting import until
 

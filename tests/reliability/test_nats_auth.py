@@ -1,7 +1,7 @@
 """Only the system writes the log: NATS users and permissions, against real nats-servers.
 
 Every service logs in as its own user, which may publish only the subjects that service writes.
-The table in ``services.runtime.natsusers`` is checked three ways: against the code (which events
+The table in ``services.runtime.nats.users`` is checked three ways: against the code (which events
 each service constructs), against a real server (what each user is refused, and that each can still
 do its whole job), and, in tests/unit/test_deploy.py and test_nats_credentials.py, against the
 bundled configurations.
@@ -28,14 +28,14 @@ from services.gc.lock import LOCK_BUCKET, SweepLock
 from services.health.assign import BUCKET, Membership
 from services.reconciler.cache import STATES_BUCKET
 from services.reconciler.pure.view import ProxyState
-from services.runtime.connection import Connection, connect
-from services.runtime.consumer import ConsumerLoop, ConsumerSpec, Delivery, GiveUp, Outcome
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.eventlog.ordered import OrderedPull
 from services.runtime.eventlog.snapshots import SnapshotStore
 from services.runtime.eventlog.streams import STREAMS, ensure_streams
-from services.runtime.natsserver import EmbeddedNatsServer
-from services.runtime.natsusers import (
+from services.runtime.nats.connection import Connection, connect
+from services.runtime.nats.consumer import ConsumerLoop, ConsumerSpec, Delivery, GiveUp, Outcome
+from services.runtime.nats.server import EmbeddedNatsServer
+from services.runtime.nats.users import (
     CHECKPOINT_BUCKETS,
     CONSUMERS,
     KV_BUCKETS,

@@ -46,16 +46,16 @@ from events.schemas import HealthChanged, Phase
 from events.store import NewEvent
 from events.subjects import LEASE_STREAM, PROXY_STREAM
 from projections.proxy import ProxyView
-from services.cli.manifests import parse_resources
+from services.cli.fleet.manifests import parse_resources
 from services.discovery.service import DiscoveryService
 from services.executor.service import ExecutorService
 from services.reconciler.service import ReconcilerService
-from services.runtime.config import Settings
-from services.runtime.connection import Connection, connect
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.eventlog.streams import STREAMS, ensure_streams
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.connection import Connection, connect
+from services.runtime.nats.server import EmbeddedNatsServer
 from services.runtime.service import run_services
+from services.runtime.settings.shared import Settings
 from services.testing.provider import FakeProvider
 from tests.support import markers
 from tests.support.lifecycle import FAST, phases

@@ -18,13 +18,13 @@ from pathlib import Path
 import nats.errors
 import pytest
 
-from services.runtime import natsserver
-from services.runtime.config import Credentials
-from services.runtime.connection import Connection, connect, credentials_for
 from services.runtime.eventlog.streams import STREAMS, ensure_streams
-from services.runtime.natsserver import EmbeddedNatsServer
-from services.runtime.natsusers import USERS, password_variable
+from services.runtime.nats import server as natsserver
+from services.runtime.nats.connection import Connection, connect, credentials_for
+from services.runtime.nats.server import EmbeddedNatsServer
+from services.runtime.nats.users import USERS, password_variable
 from services.runtime.ports import free_port
+from services.runtime.settings.shared import Credentials
 from tests.support.natsclient import client
 from tests.support.waiting import until
 

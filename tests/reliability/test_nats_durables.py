@@ -15,12 +15,12 @@ import pytest
 from nats.aio.msg import Msg
 
 from events import subjects
-from services.runtime.connection import Connection, connect
-from services.runtime.consumer import ConsumerSpec
 from services.runtime.eventlog.ordered import OrderedPull
 from services.runtime.eventlog.push import OrderedPush
-from services.runtime.natsserver import EmbeddedNatsServer
-from services.runtime.natsusers import CONSUMERS, READS, WRITES, durable_denies, permissions
+from services.runtime.nats.connection import Connection, connect
+from services.runtime.nats.consumer import ConsumerSpec
+from services.runtime.nats.server import EmbeddedNatsServer
+from services.runtime.nats.users import CONSUMERS, READS, WRITES, durable_denies, permissions
 from tests.support.natsclient import client
 from tests.support.waiting import until
 

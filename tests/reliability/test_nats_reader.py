@@ -13,10 +13,10 @@ import pytest
 from nats.js.api import AckPolicy, ConsumerConfig, KeyValueConfig
 from nats.js.errors import KeyNotFoundError
 
-from services.runtime.connection import Connection
 from services.runtime.eventlog.streams import STREAMS
-from services.runtime.natsserver import EmbeddedNatsServer
-from services.runtime.natsusers import CONSUMERS, READER, permissions
+from services.runtime.nats.connection import Connection
+from services.runtime.nats.server import EmbeddedNatsServer
+from services.runtime.nats.users import CONSUMERS, READER, permissions
 from tests.support.natscli import NatsCli
 from tests.support.natsclient import client
 from tests.support.waiting import until

@@ -18,7 +18,7 @@ from typing import Any
 import nats
 import pytest
 
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.server import EmbeddedNatsServer
 from tests.support.system import Up, fetch_via, hello_target, running_up
 from tests.support.waiting import until
 

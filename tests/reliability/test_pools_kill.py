@@ -18,9 +18,9 @@ from events.schemas import ProxySpec
 from events.store import NewEvent, derive_msg_id
 from projections import pool as pool_fold
 from projections.pool import PoolView
-from services.runtime.connection import Connection
 from services.runtime.eventlog.jetstream import JetStreamEventStore
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.connection import Connection
+from services.runtime.nats.server import EmbeddedNatsServer
 from services.testing.provider import FakeProvider
 from tests.support.cli_process import ROOT, clean_env
 from tests.support.lifecycle import fleet, view

@@ -21,7 +21,7 @@ import pytest
 
 from services.reconciler.service import ReconcilerService
 from services.runtime.eventlog.jetstream import JetStreamEventStore
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.server import EmbeddedNatsServer
 from services.testing.provider import FakeProvider
 from tests.support.file_provider import FileProvider
 from tests.support.lifecycle import fleet, start, view

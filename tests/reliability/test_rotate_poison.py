@@ -13,7 +13,7 @@ from events import codec, subjects
 from events.schemas import DeadLettered, Event, LeaseSwitched, ReplacementPromoted, RotationEnded
 from projections import lease
 from services.runtime.eventlog.jetstream import JetStreamEventStore
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.server import EmbeddedNatsServer
 from services.testing.provider import FakeProvider
 from tests.support.lifecycle import fleet, view
 from tests.support.natsclient import client

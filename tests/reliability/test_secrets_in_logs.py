@@ -19,9 +19,9 @@ import httpx
 import pytest
 
 from events.subjects import LEASE_STREAM
-from services.runtime.connection import Connection
 from services.runtime.eventlog.jetstream import JetStreamEventStore
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.connection import Connection
+from services.runtime.nats.server import EmbeddedNatsServer
 from services.runtime.ports import free_port
 from tests.support.clirun import cli, restore_logging_after
 from tests.support.discovery import ready_proxy

@@ -9,9 +9,9 @@ import pytest
 from events import subjects
 from events.schemas import ProxyDeclared, ProxySpec
 from events.store import NewEvent
-from services.runtime.connection import Connection
 from services.runtime.eventlog.jetstream import JetStreamEventStore
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.connection import Connection
+from services.runtime.nats.server import EmbeddedNatsServer
 from tests.support.system import base_env, cli
 
 pytestmark = pytest.mark.reliability

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from services.runtime.natscredentials import CREDENTIALS_FILE
-from services.runtime.natsserver import PID_FILE
+from services.runtime.nats.credentials import CREDENTIALS_FILE
+from services.runtime.nats.server import PID_FILE
 from services.runtime.ports import free_port
 from tests.support.cli_process import alive
 from tests.support.waiting import until

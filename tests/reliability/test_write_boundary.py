@@ -19,13 +19,13 @@ import pytest
 
 from events import subjects
 from services.discovery.service import DiscoveryService
-from services.runtime.config import Settings
-from services.runtime.connection import Connection, connect
-from services.runtime.errors import ConfigError
 from services.runtime.eventlog.jetstream import JetStreamEventStore
-from services.runtime.metrics import Metrics
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.connection import Connection, connect
+from services.runtime.nats.server import EmbeddedNatsServer
+from services.runtime.observability.metrics import Metrics
 from services.runtime.service import ServiceContext
+from services.runtime.settings.errors import ConfigError
+from services.runtime.settings.shared import Settings
 from tests.support.clirun import cli, restore_logging_after
 from tests.support.discovery import discovery, grant_seq, ready_proxy
 from tests.support.waiting import until

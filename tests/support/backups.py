@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from services.runtime.connection import Connection, connect
 from services.runtime.eventlog.streams import ensure_streams
-from services.runtime.natsserver import EmbeddedNatsServer
+from services.runtime.nats.connection import Connection, connect
+from services.runtime.nats.server import EmbeddedNatsServer
 from tests.support import markers
 from tests.support.system import base_env, cli
 

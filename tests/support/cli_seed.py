@@ -18,8 +18,8 @@ from events.schemas import (
     ProxySpec,
 )
 from events.store import NewEvent
-from services.runtime.connection import Connection
 from services.runtime.eventlog.jetstream import JetStreamEventStore
+from services.runtime.nats.connection import Connection
 
 
 async def seed_proxy(store: JetStreamEventStore, uid: str) -> None:

@@ -17,10 +17,10 @@ from events import subjects
 from events.errors import EventStoreError
 from events.schemas import HealthChanged
 from events.store import NewEvent
-from services.cli import registry
-from services.runtime.config import Settings
+from services.cli.run import registry
 from services.runtime.service import ServiceContext
-from services.runtime.settingspec import setting
+from services.runtime.settings.shared import Settings
+from services.runtime.settings.spec import setting
 
 
 class AppenderSettings(msgspec.Struct, frozen=True, kw_only=True):

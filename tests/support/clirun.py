@@ -15,9 +15,9 @@ import pytest
 import structlog
 from click.testing import CliRunner, Result
 
-from services.cli import up_cmd as up
 from services.cli.main import main
-from services.runtime.config import Settings
+from services.cli.run import up_cmd as up
+from services.runtime.settings.shared import Settings
 
 
 def restore_logging_after() -> Iterator[None]:

@@ -8,9 +8,9 @@ from __future__ import annotations
 import asyncio
 import sys
 
-from services.runtime.connection import connect
-from services.runtime.consumer import ConsumerLoop, Handler
 from services.runtime.eventlog.jetstream import JetStreamEventStore
+from services.runtime.nats.connection import connect
+from services.runtime.nats.consumer import ConsumerLoop, Handler
 from tests.support.workload import effect_handler, spec
 
 

@@ -25,13 +25,13 @@ from events.schemas import (
 )
 from events.store import EventStore, NewEvent
 from projections.egress import EgressPolicy
-from services.discovery.access import Clients
+from services.discovery.http.access import Clients
 from services.discovery.service import DiscoveryService, parse_trusted_proxies
-from services.runtime.config import Settings
-from services.runtime.connection import connect
 from services.runtime.eventlog.jetstream import JetStreamEventStore
-from services.runtime.metrics import Metrics
+from services.runtime.nats.connection import connect
+from services.runtime.observability.metrics import Metrics
 from services.runtime.service import ServiceContext
+from services.runtime.settings.shared import Settings
 
 
 async def ready_proxy(

@@ -11,9 +11,9 @@ import asyncio
 import sys
 
 from services.discovery.service import DiscoveryService
-from services.runtime.config import Settings
-from services.runtime.logs import configure_logging
+from services.runtime.observability.logs import configure_logging
 from services.runtime.service import Started, run_services
+from services.runtime.settings.shared import Settings
 
 
 async def main(url: str, cooldown: float) -> None:

@@ -34,9 +34,9 @@ from events.schemas import (
     PoolEvent,
     ProxyEvent,
 )
-from services.cli.registry import SERVICES
-from services.runtime.metrics import metric_set
-from services.runtime.settingspec import SettingField, setting_fields
+from services.cli.run.registry import SERVICES
+from services.runtime.observability.metrics import metric_set
+from services.runtime.settings.spec import SettingField, setting_fields
 
 ROOT = Path(__file__).resolve().parents[2]
 ARCHITECTURE = ROOT / "docs" / "architecture.md"

@@ -30,9 +30,9 @@ from services.executor.pure.answers import observed
 from services.executor.pure.policy import CommandPolicy
 from services.executor.service import consumer_spec
 from services.providers.base import CreateRequest, Provider
-from services.runtime.connection import Connection
-from services.runtime.consumer import ConsumerLoop
-from services.runtime.metrics import Metrics
+from services.runtime.nats.connection import Connection
+from services.runtime.nats.consumer import ConsumerLoop
+from services.runtime.observability.metrics import Metrics
 from tests.support.waiting import until
 
 FAST = CommandPolicy(

@@ -13,9 +13,9 @@ from pathlib import Path
 
 from services.executor.pure.policy import CommandPolicy
 from services.executor.service import ExecutorService
-from services.runtime.config import Settings
-from services.runtime.logs import configure_logging
+from services.runtime.observability.logs import configure_logging
 from services.runtime.service import Started, run_services
+from services.runtime.settings.shared import Settings
 from tests.support.file_provider import FileProvider
 
 

@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from services.discovery.expiry import ExpirySweep
+from services.discovery.leasing.expiry import ExpirySweep
 
 
 @pytest.fixture(name="sweeps")

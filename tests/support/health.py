@@ -27,11 +27,11 @@ from events.store import EventStore, NewEvent, derive_msg_id
 from services.health.service import HealthService
 from services.providers.local import LocalProvider
 from services.providers.pure.targets import AllowedTarget
-from services.runtime.config import Settings
-from services.runtime.connection import Connection, connect
 from services.runtime.eventlog.jetstream import JetStreamEventStore
-from services.runtime.metrics import Metrics
+from services.runtime.nats.connection import Connection, connect
+from services.runtime.observability.metrics import Metrics
 from services.runtime.service import ServiceContext
+from services.runtime.settings.shared import Settings
 from tests.contract.provider import request_factory
 from tests.support.waiting import until
 

@@ -60,7 +60,7 @@ from typing import Any
 import kmock
 import yaml
 
-from services.runtime.kubeclient import KubeSettings
+from services.runtime.kube.client import KubeSettings
 from tests.support.kube_emulator import ApiServerEmulator, Fault, Obj, ResourceType
 from tests.support.kube_patch import merge_patch
 

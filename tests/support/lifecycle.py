@@ -19,11 +19,11 @@ from services.executor.pure.policy import CommandPolicy
 from services.executor.service import ExecutorService
 from services.providers.base import Provider
 from services.reconciler.service import ReconcilerService
-from services.runtime.config import Settings
-from services.runtime.connection import connect
 from services.runtime.eventlog.jetstream import JetStreamEventStore
-from services.runtime.metrics import Metrics
+from services.runtime.nats.connection import connect
+from services.runtime.observability.metrics import Metrics
 from services.runtime.service import Service, ServiceContext
+from services.runtime.settings.shared import Settings
 
 FAST = CommandPolicy(
     poll_initial=0.05, poll_max=0.2, backoff_base=0.05, backoff_max=0.2, quota_delay=0.5

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from services.runtime.connection import Connection, connect
-from services.runtime.natscredentials import CREDENTIALS_FILE
-from services.runtime.natsserver import EmbeddedNatsServer
-from services.runtime.natsusers import ADMIN
+from services.runtime.nats.connection import Connection, connect
+from services.runtime.nats.credentials import CREDENTIALS_FILE
+from services.runtime.nats.server import EmbeddedNatsServer
+from services.runtime.nats.users import ADMIN
 from services.runtime.ports import free_port
 from tests.support.waiting import until
 

@@ -20,7 +20,7 @@ from events.schemas import HealthChanged, LeaseAcquired, ReplacementPromoted, Ro
 from events.store import EventStore, NewEvent
 from projections import lease
 from projections.proxy import ProxyView
-from services.cli.manifests import parse_resources
+from services.cli.fleet.manifests import parse_resources
 from tests.support.lifecycle import view
 from tests.support.system import Up, fetch_via, hello_target, running_up
 from tests.support.waiting import until

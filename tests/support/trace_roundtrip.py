@@ -33,12 +33,12 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span as SpanProto
 from events import subjects
 from events.schemas import HealthChanged, Phase, PhaseChanged
 from events.store import NewEvent, derive_msg_id
-from services.runtime.connection import connect
-from services.runtime.consumer import ConsumerLoop, ConsumerSpec, Delivery, Outcome
 from services.runtime.eventlog.jetstream import JetStreamEventStore
-from services.runtime.logs import configure_logging
-from services.runtime.metrics import Metrics
-from services.runtime.telemetry import configure_tracing, shutdown_tracing, tracer
+from services.runtime.nats.connection import connect
+from services.runtime.nats.consumer import ConsumerLoop, ConsumerSpec, Delivery, Outcome
+from services.runtime.observability.logs import configure_logging
+from services.runtime.observability.metrics import Metrics
+from services.runtime.observability.telemetry import configure_tracing, shutdown_tracing, tracer
 
 PUBLISHER = "roundtrip-cli"
 CONSUMER = "roundtrip-worker"

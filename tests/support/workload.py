@@ -11,7 +11,7 @@ import asyncio
 from events import subjects
 from events.schemas import HealthChanged, Phase, PhaseChanged
 from events.store import EventStore, NewEvent, derive_msg_id
-from services.runtime.consumer import ConsumerSpec, Delivery, Outcome
+from services.runtime.nats.consumer import ConsumerSpec, Delivery, Outcome
 
 
 def spec(durable: str = "workers", **overrides: object) -> ConsumerSpec:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from services.cli.apiaddress import API_FILE, announce, announced, api_url_for, withdraw
+from services.cli.lease.apiaddress import API_FILE, announce, announced, api_url_for, withdraw
 
 
 def test_an_announcement_is_read_back_and_withdrawn(tmp_path: Path) -> None:

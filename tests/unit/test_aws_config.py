@@ -13,7 +13,7 @@ from events.proxyresource import from_object, validate
 from services.providers.aws.config import DEFAULT_IMAGE, DEFAULT_INSTANCE_TYPE, AwsConfig
 from services.providers.aws.provider import AwsProvider
 from services.providers.config import build_providers, parse_providers_config
-from services.runtime.errors import ConfigError
+from services.runtime.settings.errors import ConfigError
 
 EXAMPLE = Path(__file__).parents[2] / "deploy" / "examples" / "providers-aws.yaml"
 MINIMAL = {"region": "eu-west-1", "allowedClients": ["203.0.113.0/24"]}

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from services.cli.backup_io import Target
+from services.cli.backup.streamio import Target
 from services.cli.main import main
 
 # Nothing listens here: a refusal that reached for the server would say so instead.

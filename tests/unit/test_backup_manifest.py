@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.cli.backup_io import differences_from
+from services.cli.backup.streamio import differences_from
 from services.cli.main import main
 from services.cli.pure.backup_manifest import (
     END,

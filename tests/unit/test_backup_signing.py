@@ -1,5 +1,5 @@
 """A backup's signature and its files as a restore opens them, on real files without a server
-(services/cli/pure/backup_sign.py, services/cli/backup_files.py); the forged backups on real
+(services/cli/pure/backup_sign.py, services/cli/backup/files.py); the forged backups on real
 servers are tests/e2e/test_backup_forgery.py."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from services.cli.backup_files import open_regular, sign_key
+from services.cli.backup.files import open_regular, sign_key
 from services.cli.pure.backup_manifest import BackupDamaged
 from services.cli.pure.backup_sign import SIGNATURE, check_key, sign, verify
-from services.runtime.errors import ConfigError
+from services.runtime.settings.errors import ConfigError
 
 KEY = b"0123456789abcdef" * 4
 MANIFEST = b'{"format": "egress-proxies-backup"}\n'

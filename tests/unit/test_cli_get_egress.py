@@ -12,7 +12,7 @@ from rich.table import Table
 
 from events.egress import EgressObserved
 from projections.egress import EgressPolicy
-from services.cli.get_cmd import LeaseState, egress_cell, item, place_cell, table
+from services.cli.fleet.get_cmd import LeaseState, egress_cell, item, place_cell, table
 from services.discovery.pure.egress_shown import index_of, shown_in
 from tests.support.egress_views import T0, ready, seen, spec
 

@@ -26,6 +26,7 @@ from events.schemas import (
     ProxySpec,
     ProxySpecChanged,
 )
+from services.cli.log.reader import decode_entry
 from services.cli.pure.entries import UNKNOWN_TYPE, LogEntry
 from services.cli.pure.render import (
     MAIN_FIELDS,
@@ -42,7 +43,6 @@ from services.cli.pure.render import (
     streams_table,
     summary,
 )
-from services.cli.reader import decode_entry
 
 STAMP = datetime(2025, 3, 4, 5, 6, 7, 891234, tzinfo=UTC)
 

@@ -8,19 +8,19 @@ from __future__ import annotations
 import re
 
 from events.proxyresource import ProxyResource, from_object
-from services.cli.api_client import (
+from services.cli.admin.providers_cmd import EXIT_WOULD_FAIL
+from services.cli.backup.backup_cmd import EXIT_BACKUP_DAMAGED
+from services.cli.common import EXIT_NOT_DONE, EXIT_SWEEP_INCOMPLETE
+from services.cli.fleet.manifests import unknown_providers
+from services.cli.lease.api_client import (
     EXIT_NO_MATCH,
     EXIT_NO_PROXY,
     EXIT_ROTATION_NOT_DONE,
     EXIT_UNKNOWN_LEASE,
 )
-from services.cli.backup_cmd import EXIT_BACKUP_DAMAGED
-from services.cli.check_cmd import EXIT_UNUSABLE
-from services.cli.common import EXIT_NOT_DONE, EXIT_SWEEP_INCOMPLETE
+from services.cli.log.check_cmd import EXIT_UNUSABLE
 from services.cli.main import EPILOG, EXIT_CODES
-from services.cli.manifests import unknown_providers
-from services.cli.providers_cmd import EXIT_WOULD_FAIL
-from services.runtime.natscredentials import CONTEXT_FILE, READER_CONTEXT_FILE
+from services.runtime.nats.credentials import CONTEXT_FILE, READER_CONTEXT_FILE
 from tests.support.system import ROOT
 
 README = (ROOT / "README.md").read_text()

@@ -3,13 +3,13 @@ from __future__ import annotations
 import pytest
 
 from services.cli.common import env_settings
-from services.runtime.config import (
+from services.runtime.settings.errors import ConfigError
+from services.runtime.settings.shared import (
     Credentials,
     Settings,
     credentials_from_env,
     redact_url,
 )
-from services.runtime.errors import ConfigError
 from tests.support.clirun import run_parsed
 
 

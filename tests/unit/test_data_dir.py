@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from services.runtime.datadir import LOCK_FILE, DataDirBusy, exclusive
-from services.runtime.natsregistry import announce
-from services.runtime.natsstale import announced_credentials, serves
+from services.runtime.nats.registry import announce
+from services.runtime.nats.stale import announced_credentials, serves
 
 
 def no_such_pid() -> int:

@@ -32,7 +32,7 @@ from events.schemas import (
 from events.store import Recorded
 from projections import lease, proxy
 from projections.proxy import probe_target, target_verdict
-from services.discovery.rotation import NotRotatable, checked_proxy
+from services.discovery.leasing.rotation import NotRotatable, checked_proxy
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

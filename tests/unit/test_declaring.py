@@ -9,7 +9,7 @@ from events import subjects
 from events.customresource import ResourceError, cli_uid
 from events.schemas import ProxyDeclared, ProxyRemoved, ProxySpecChanged
 from events.store import NewEvent
-from services.cli.manifests import parse_resources
+from services.cli.fleet.manifests import parse_resources
 from services.runtime.eventlog.memory import InMemoryEventStore
 
 DOC = """

@@ -16,16 +16,16 @@ import pytest
 import yaml
 
 from services.cli.main import main
-from services.cli.registry import SERVICES
+from services.cli.run.registry import SERVICES
 from services.providers.config import build_providers, parse_providers_config
-from services.runtime.config import Settings
-from services.runtime.natsusers import (
+from services.runtime.nats.users import (
     USERS,
     WRITES,
     authorization_conf,
     password_variable,
     permissions,
 )
+from services.runtime.settings.shared import Settings
 from tests.support.clirun import run_parsed, variables_of
 
 ROOT = Path(__file__).resolve().parents[2]

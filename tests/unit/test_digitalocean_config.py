@@ -13,7 +13,7 @@ from events.proxyresource import from_object, validate
 from services.providers.config import ProviderEntry, build_providers, parse_providers_config
 from services.providers.digitalocean.config import DigitalOceanConfig
 from services.providers.digitalocean.provider import DigitalOceanProvider
-from services.runtime.errors import ConfigError
+from services.runtime.settings.errors import ConfigError
 
 EXAMPLES = Path(__file__).parents[2] / "deploy" / "examples"
 CLIENTS = ["203.0.113.0/24"]

@@ -11,12 +11,12 @@ from events import subjects
 from events.errors import StoreUnavailable
 from events.schemas import LeaseAcquired
 from projections.lease import LeaseView
-from services.discovery.leases import Leases
-from services.discovery.metrics import DiscoveryMetrics
+from services.discovery.leasing.leases import Leases
+from services.discovery.observability.metrics import DiscoveryMetrics
 from services.discovery.pure.policy import LeasePolicy
 from services.discovery.views import Views
 from services.runtime.eventlog.memory import InMemoryEventStore
-from services.runtime.metrics import Metrics
+from services.runtime.observability.metrics import Metrics
 from tests.support.hand_views import Fleet
 
 

@@ -8,8 +8,8 @@ from events.egress import EgressObserved
 from events.schemas import InstanceCreated, ProxySpecChanged
 from events.spec import Egress, EgressExpect, ProxySpec
 from projections.egress import EgressPolicy
-from services.discovery.errors import NoProxyAvailable
-from services.discovery.refusals import refusal
+from services.discovery.http.errors import NoProxyAvailable
+from services.discovery.leasing.refusals import refusal
 from services.discovery.views import Views
 from services.runtime.eventlog.memory import InMemoryEventStore
 from tests.support.hand_views import Fleet

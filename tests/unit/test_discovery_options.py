@@ -11,14 +11,13 @@ from click.testing import CliRunner
 from events.schemas import MAX_COOLDOWN_SECONDS, MAX_LEASE_SECONDS, Phase, ProxySpec
 from projections.proxy import ProxyView
 from services.cli.flags import options
-from services.cli.registry import SERVICES
-from services.cli.up_cmd import UpCommand, up
-from services.discovery import leases
-from services.discovery.auth import token_from_env
-from services.discovery.durations import format_duration, seconds_of
-from services.discovery.errors import InvalidRequest
+from services.cli.run.registry import SERVICES
+from services.cli.run.up_cmd import UpCommand, up
+from services.discovery.http.auth import token_from_env
+from services.discovery.http.errors import InvalidRequest
+from services.discovery.http.queries import ProxyFilter, parse_proxy_filter
+from services.discovery.leasing import leases
 from services.discovery.pure.policy import LeasePolicy
-from services.discovery.queries import ProxyFilter, parse_proxy_filter
 from services.discovery.service import (
     DiscoveryService,
     DiscoverySettings,
@@ -26,10 +25,11 @@ from services.discovery.service import (
     parse_trusted_proxies,
 )
 from services.discovery.views import Views
-from services.runtime.config import Settings
-from services.runtime.errors import ConfigError
 from services.runtime.eventlog.memory import InMemoryEventStore
-from services.runtime.settingspec import build_settings
+from services.runtime.settings.durations import format_duration, seconds_of
+from services.runtime.settings.errors import ConfigError
+from services.runtime.settings.shared import Settings
+from services.runtime.settings.spec import build_settings
 
 
 def test_format_duration() -> None:

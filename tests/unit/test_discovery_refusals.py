@@ -17,9 +17,9 @@ from events.schemas import (
     ProxyDeletionRequested,
     ProxyRemoved,
 )
-from services.discovery.errors import NoMatchingProxy, NoProxyAvailable
+from services.discovery.http.errors import NoMatchingProxy, NoProxyAvailable
+from services.discovery.leasing.refusals import refusal
 from services.discovery.pure.policy import Claim, LeasePolicy
-from services.discovery.refusals import refusal
 from tests.support.hand_views import Fleet
 
 

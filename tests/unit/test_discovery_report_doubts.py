@@ -17,13 +17,13 @@ from events.schemas import LeaseAcquired, LeaseReported
 from events.store import AppendResult, NewEvent
 from events.subjects import Aggregate
 from projections.lease import LeaseView
-from services.discovery.errors import Unavailable
-from services.discovery.held_leases import HeldLeases
-from services.discovery.metrics import DiscoveryMetrics
+from services.discovery.http.errors import Unavailable
+from services.discovery.leasing.held_leases import HeldLeases
+from services.discovery.observability.metrics import DiscoveryMetrics
 from services.discovery.pure.policy import LeasePolicy
 from services.discovery.views import Views
 from services.runtime.eventlog.memory import InMemoryEventStore
-from services.runtime.metrics import Metrics
+from services.runtime.observability.metrics import Metrics
 from tests.support.hand_views import Fleet
 
 

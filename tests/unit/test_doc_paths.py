@@ -77,7 +77,7 @@ def test_where_things_happen_names_the_modules_of_each_story() -> None:
         "services/executor/commands.py",
         "services/providers/kubernetes/provider.py",
         "services/providers/pure/squidconf.py",
-        "services/discovery/leases.py",
+        "services/discovery/leasing/leases.py",
         "services/reconciler/pure/decide_rotate.py",
     ):
         assert module in named, module

@@ -19,7 +19,7 @@ from events.subjects import POOL_CATEGORIES, PROXY_CATEGORIES
 from services.cli.main import EPILOG
 from services.providers.config import PROVIDER_TYPES
 from services.runtime.eventlog.streams import STREAMS
-from services.runtime.natsusers import USERS
+from services.runtime.nats.users import USERS
 from tests.support.docgen import ROOT
 
 DOCS = ROOT / "docs"

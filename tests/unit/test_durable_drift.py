@@ -1,4 +1,4 @@
-"""What counts as a durable changed behind the service's back (``services.runtime.durable``):
+"""What counts as a durable changed behind the service's back (``services.runtime.nats.durable``):
 each kind named on its own, and the durable as declared, or restored by a replica, counts as
 none. The restoring runs against a real server in tests/integration/test_consumer_drift.py."""
 
@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 from nats.js.api import AckPolicy, ConsumerConfig, ConsumerInfo, DeliverPolicy, SequenceInfo
 
-from services.runtime.durable import KINDS, RESTORED, drifts, filters
+from services.runtime.nats.durable import KINDS, RESTORED, drifts, filters
 from tests.support.workload import spec
 
 DECLARED = spec("reconciler")

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from services.health.egress_options import EgressFlags, egress_settings
-from services.runtime.errors import ConfigError
-from services.runtime.settingspec import build_settings
+from services.runtime.settings.errors import ConfigError
+from services.runtime.settings.spec import build_settings
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,8 @@ import pytest
 
 from events.egress import EgressChanged, EgressObserved
 from projections.egress import MISMATCH, SHARED, UNCHECKED, EgressPolicy
-from services.discovery.errors import InvalidRequest
+from services.discovery.http.errors import InvalidRequest
+from services.discovery.http.queries import parse_proxy_filter
 from services.discovery.pure.egress_shown import (
     asn_filter,
     country_filter,
@@ -18,7 +19,6 @@ from services.discovery.pure.egress_shown import (
     shown_in,
 )
 from services.discovery.pure.fleet import count_egress, count_fleet
-from services.discovery.queries import parse_proxy_filter
 from tests.support.egress_views import T0, ready, seen, spec
 
 NO_POLICY = EgressPolicy()

@@ -23,7 +23,7 @@ from services.providers.entrycheck import BUG_FIX, check_entries, log_at_start
 from services.providers.local import LocalConfig, LocalProvider
 from services.providers.preflight import Finding
 from services.providers.squidauth.keyed import LeaseKeyed
-from services.runtime.errors import ConfigError
+from services.runtime.settings.errors import ConfigError
 from services.testing.provider import FakeConfig, FakeProvider, FakeProviderWithPreflight
 
 SECRET = b"a lease secret of 32 characters!"

@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from services.cli.envoptions import EnvSetting, env_option, env_values, with_env_option
-from services.runtime.options import env_name
+from services.runtime.settings.envnames import env_name
 
 
 @pytest.mark.parametrize(

@@ -25,15 +25,16 @@ from egress_proxies_client.errors import (
     UnknownProxy,
 )
 from egress_proxies_client.errors import Unavailable as ClientUnavailable
-from services.discovery import access, errors, rotation
-from services.discovery.app import DiscoveryApi, create_app
-from services.discovery.leases import Leases
-from services.discovery.metrics import DiscoveryMetrics
+from services.discovery.http import access, errors
+from services.discovery.http.app import DiscoveryApi, create_app
+from services.discovery.leasing import rotation
+from services.discovery.leasing.leases import Leases
+from services.discovery.observability.metrics import DiscoveryMetrics
 from services.discovery.pure.errorcodes import FOR_STATUS, RETRY_LATER, STATUS, ErrorCode
 from services.discovery.pure.policy import LeasePolicy
 from services.discovery.views import Views
 from services.runtime.eventlog.memory import InMemoryEventStore
-from services.runtime.metrics import Metrics
+from services.runtime.observability.metrics import Metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -17,9 +17,9 @@ from services.providers.base import (
     QuotaExceeded,
     Transient,
 )
-from services.runtime.consumer import Delivery, Retry
 from services.runtime.eventlog.memory import InMemoryEventStore
-from services.runtime.metrics import Metrics
+from services.runtime.nats.consumer import Delivery, Retry
+from services.runtime.observability.metrics import Metrics
 from services.testing.provider import FakeProvider
 from tests.support.executor_harness import FAST, create, declare, history, send
 

@@ -9,14 +9,14 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from services.cli import registry
+from services.cli.run import registry
 from services.executor.service import ExecutorService, ExecutorSettings, build, consumer_spec
 from services.providers.config import ProviderSettings
 from services.providers.instrumented import Instrumented
-from services.runtime.config import Settings
-from services.runtime.errors import ConfigError
-from services.runtime.metrics import Metrics
-from services.runtime.settingspec import build_settings
+from services.runtime.observability.metrics import Metrics
+from services.runtime.settings.errors import ConfigError
+from services.runtime.settings.shared import Settings
+from services.runtime.settings.spec import build_settings
 from services.testing.provider import FakeProvider
 
 

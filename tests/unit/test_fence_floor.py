@@ -23,8 +23,8 @@ from services.providers.kubernetes.pure.mapping import build_pod
 from services.providers.pure.squidconf import SquidAuth, auth_lines
 from services.providers.squidauth import helper
 from services.providers.squidauth.keyed import lease_auth_for, lease_keyed
-from services.runtime.consumer import Delivery
-from services.runtime.metrics import Metrics
+from services.runtime.nats.consumer import Delivery
+from services.runtime.observability.metrics import Metrics
 from services.testing.eventlog import InMemoryEventStore
 from services.testing.provider import FakeProvider
 from tests.unit.test_lease_auth_config import MASTER, UID, Recording, parts, request

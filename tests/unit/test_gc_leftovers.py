@@ -11,7 +11,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind
 
 from events.schemas import OrphanDeleted, OrphanFound, ProxySpec, SweepCompleted
-from services.cli.gc_cmd import as_json, summary, table
+from services.cli.admin.gc_cmd import as_json, summary, table
 from services.gc.pure.report import sweep_events
 from services.gc.sweep import EPOCH, SweepReport, sweep_once
 from services.providers.base import (
@@ -23,7 +23,7 @@ from services.providers.base import (
     Transient,
 )
 from services.providers.instrumented import Instrumented, InstrumentedCleaner, instrument
-from services.runtime.metrics import Metrics
+from services.runtime.observability.metrics import Metrics
 from services.testing.provider import FakeProvider, FakeProviderWithLeftovers
 
 NOW = datetime(2025, 6, 1, 12, 0, tzinfo=UTC)

@@ -12,7 +12,7 @@ from events.proxyresource import from_object, validate
 from services.providers.config import build_providers, parse_providers_config
 from services.providers.gcp.config import GcpConfig
 from services.providers.gcp.provider import GcpProvider
-from services.runtime.errors import ConfigError
+from services.runtime.settings.errors import ConfigError
 
 EXAMPLE = Path(__file__).parents[2] / "deploy" / "examples" / "providers-gcp.yaml"
 

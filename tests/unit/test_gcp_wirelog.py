@@ -12,10 +12,10 @@ import pytest
 from click.testing import CliRunner
 
 from services.cli.flags import options, settings_from
-from services.cli.registry import SERVICES, option_names
+from services.cli.run.registry import SERVICES, option_names
 from services.providers.config import ProviderSettings
 from services.providers.gcp.pure import wirelog
-from services.runtime.config import Settings
+from services.runtime.settings.shared import Settings
 
 JWT = "eyJhbGciOiJSUzI1NiJ9.eyJzdWIiOiJjcmF3bGVyIn0.c2lnbmF0dXJl"
 ACCESS_TOKEN = "ya29.a0AfH6SMB-secret_token.value"

@@ -17,7 +17,7 @@ from events import codec
 from events.schemas import EVENT_TYPES, SCHEMA_VERSION
 from events.subjects import LEASE_STREAM, PROXY_STREAM
 from events.upcasting import UPCASTERS, Upcasters
-from services.cli.reader import FoldCheck, decode_entry
+from services.cli.log.reader import FoldCheck, decode_entry
 from tests.golden import generate, logs
 from tests.golden.logs import Message
 

@@ -28,9 +28,9 @@ from services.health.pure.recheck import (
 )
 from services.health.scheduler import Prober, _Slot
 from services.health.service import HealthService, HealthSettings, build
-from services.runtime.config import Settings
-from services.runtime.errors import ConfigError
-from services.runtime.settingspec import build_settings
+from services.runtime.settings.errors import ConfigError
+from services.runtime.settings.shared import Settings
+from services.runtime.settings.spec import build_settings
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 

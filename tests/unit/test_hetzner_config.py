@@ -13,7 +13,7 @@ from events.proxyresource import from_object, validate
 from services.providers.config import build_providers, parse_providers_config
 from services.providers.hetzner.config import DEFAULT_ENDPOINT, HetznerConfig
 from services.providers.hetzner.provider import HetznerProvider
-from services.runtime.errors import ConfigError
+from services.runtime.settings.errors import ConfigError
 
 EXAMPLE = Path(__file__).parents[2] / "deploy" / "examples" / "providers-hetzner.yaml"
 CLIENTS = ["203.0.113.0/24"]

@@ -19,8 +19,8 @@ from services.providers.base import (
     Transient,
 )
 from services.providers.instrumented import Instrumented
-from services.runtime.metrics import Metrics
-from services.runtime.telemetry import tracer
+from services.runtime.observability.metrics import Metrics
+from services.runtime.observability.telemetry import tracer
 from services.testing.provider import FakeProvider
 from tests.contract.provider import MakeRequest, ProviderContract, Provoke, request_factory
 from tests.support.waiting import until

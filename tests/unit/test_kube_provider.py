@@ -32,7 +32,7 @@ from services.providers.kubernetes.pure.mapping import (
     selector,
     state_of,
 )
-from services.runtime.errors import ConfigError
+from services.runtime.settings.errors import ConfigError
 
 QUOTA = 'pods "px-1" is forbidden: exceeded quota: compute, requested: pods=1, limited: pods=10'
 

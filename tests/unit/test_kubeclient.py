@@ -1,4 +1,4 @@
-"""services.runtime.kubeclient's pure parts: where the cluster is, span names, error classes."""
+"""services.runtime.kube.client's pure parts: where the cluster is, span names, error classes."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from kubernetes_asyncio.client.exceptions import ApiException
 from multidict import CIMultiDict, CIMultiDictProxy
 
-from services.runtime.kubeclient import (
+from services.runtime.kube.client import (
     MAX_RETRY_AFTER,
     KubeConfigError,
     KubeConflict,

@@ -21,7 +21,7 @@ from services.providers.kvm.pure.config import (
     resolve_placement,
     validate_kvm_config,
 )
-from services.runtime.errors import ConfigError
+from services.runtime.settings.errors import ConfigError
 
 SHA = "0123456789abcdef" * 4
 EXAMPLE = f"""

@@ -38,7 +38,7 @@ from services.providers.squidauth.secret import (
     ensure_secret_file,
     master_secret_from_env,
 )
-from services.runtime.errors import ConfigError
+from services.runtime.settings.errors import ConfigError
 
 MASTER = b"unit-test-master-secret-0123456789"
 UID = "owner-uid-1"

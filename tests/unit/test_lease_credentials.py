@@ -11,7 +11,7 @@ from urllib.parse import unquote, urlsplit
 from events.schemas import ProxyMode, ProxySpec
 from projections.lease import LeaseRecord
 from projections.proxy import ProxyView, Replacement
-from services.discovery.credentials import LeaseCredentials
+from services.discovery.leasing.credentials import LeaseCredentials
 from services.health.credentials import ProbeCredentials
 from services.providers.squidauth.pure import scheme
 

@@ -13,7 +13,7 @@ from services.providers.base import Permanent
 from services.providers.config import build_providers, load_providers_config
 from services.providers.local import LocalConfig, LocalProvider
 from services.providers.pure.squidconf import outgoing_address, squid_config
-from services.runtime.errors import ConfigError
+from services.runtime.settings.errors import ConfigError
 
 
 def conf(outgoing: str = "") -> str:

@@ -19,9 +19,8 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
-from services.runtime import logs
-from services.runtime.errors import ConfigError
-from services.runtime.logs import (
+from services.runtime.observability import logs
+from services.runtime.observability.logs import (
     REDACTED,
     add_trace_ids,
     configure_logging,
@@ -30,6 +29,7 @@ from services.runtime.logs import (
     scrub,
 )
 from services.runtime.pure.text import printable
+from services.runtime.settings.errors import ConfigError
 from tests.support.clirun import restore_logging_after
 
 # A local provider: spans become current without installing anything process-wide.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from events.customresource import ResourceError
-from services.cli.manifests import parse_resources
+from services.cli.fleet.manifests import parse_resources
 
 GOOD = "apiVersion: crawl.example.com/v1alpha1\nkind: Proxy\nmetadata: {name: a, namespace: n}\n"
 

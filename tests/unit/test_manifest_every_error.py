@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from events.customresource import ResourceError
-from services.cli.manifests import parse_documents
+from services.cli.fleet.manifests import parse_documents
 from tests.support.clirun import cli, restore_logging_after
 
 restore_logging = pytest.fixture(autouse=True)(restore_logging_after)

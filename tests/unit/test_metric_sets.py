@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter
 
-from services.discovery.metrics import DiscoveryMetrics, discovery_metrics
+from services.discovery.observability.metrics import DiscoveryMetrics, discovery_metrics
 from services.gc.collector import gc_metrics
 from services.health.metrics import health_metrics
-from services.runtime.metrics import metric_set
+from services.runtime.observability.metrics import metric_set
 from services.watcher.metrics import watcher_metrics
 
 

@@ -8,17 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from services.runtime.config import (
+from services.runtime.nats.connection import credentials_for, is_local
+from services.runtime.nats.credentials import write_private
+from services.runtime.nats.registry import announce
+from services.runtime.settings.errors import ConfigError
+from services.runtime.settings.shared import (
     Settings,
     check_nats_urls,
     redact_url,
     split_urls,
     url_has_credentials,
 )
-from services.runtime.connection import credentials_for, is_local
-from services.runtime.errors import ConfigError
-from services.runtime.natscredentials import write_private
-from services.runtime.natsregistry import announce
 from tests.support.clirun import run_parsed
 
 CLUSTER = "nats://10.0.0.1:4222,nats://10.0.0.2:4222,nats://10.0.0.3:4222"

@@ -6,7 +6,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from nats.aio.client import Client as NatsPy
 
-from services.runtime.natsclient import Client
+from services.runtime.nats.client import Client
 
 LINE = st.one_of(
     st.binary(max_size=40),

@@ -7,7 +7,8 @@ import base64
 
 import pytest
 
-from services.discovery.errors import InvalidRequest
+from services.discovery.http.errors import InvalidRequest
+from services.discovery.http.queries import InvalidContinue, parse_paging
 from services.discovery.pure.errorcodes import STATUS, ErrorCode
 from services.discovery.pure.paging import (
     MAX_LIMIT,
@@ -20,7 +21,6 @@ from services.discovery.pure.paging import (
     scope,
     start_after,
 )
-from services.discovery.queries import InvalidContinue, parse_paging
 
 KEYS = [("a", f"n{i:02d}", f"u{i}") for i in range(10)]
 

@@ -1,6 +1,6 @@
-"""The demand on a pool: discovery's reporter (``services.discovery.demand``) and the fold the
-controller reads it with (``projections.pool_demand``): fresh reports summed, stale ones left,
-holders counted once, and every hostile report skipped and counted, never trusted."""
+"""The demand on a pool: discovery's reporter (``services.discovery.leasing.demand``) and the
+fold the controller reads it with (``projections.pool_demand``): fresh reports summed, stale
+ones left, holders counted once, and every hostile report skipped and counted, never trusted."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from events.pool import PoolDemand
 from events.store import Recorded
 from projections import pool_demand
 from projections.pool_demand import MAX_REPLICAS, Demand, DemandView, current
-from services.discovery.demand import MAX_HOLDERS, Asker, DemandReporter
+from services.discovery.leasing.demand import MAX_HOLDERS, Asker, DemandReporter
 from services.runtime.eventlog.memory import InMemoryEventStore
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

@@ -14,9 +14,9 @@ from events.customresource import ResourceError
 from events.pool import MAX_REPLICAS
 from events.poolresource import pool_uid
 from events.proxyresource import ProxyResource
-from services.cli import manifests
+from services.cli.fleet import manifests
+from services.cli.fleet.manifests import PoolDocument, parse_documents
 from services.cli.main import main
-from services.cli.manifests import PoolDocument, parse_documents
 from services.cli.pure.selector import matches, parse_selector
 
 POOL = """\

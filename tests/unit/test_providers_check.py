@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from services.cli.providers_cmd import EXIT_WOULD_FAIL
+from services.cli.admin.providers_cmd import EXIT_WOULD_FAIL
 from services.providers.config import PROVIDER_TYPES, ProviderType
 from services.providers.preflight import Finding
 from services.testing.provider import FakeConfig, FakeProvider, FakeProviderWithPreflight

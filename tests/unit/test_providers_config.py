@@ -20,7 +20,7 @@ from services.providers.config import (
     read_config_file,
 )
 from services.providers.local import LocalConfig, LocalProvider
-from services.runtime.errors import ConfigError
+from services.runtime.settings.errors import ConfigError
 from services.testing.provider import FakeConfig, FakeProvider
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,5 +1,5 @@
 """docs/operations.md's table of NATS users is checked against the code's grants
-(``services.runtime.natsusers.WRITES``): a subject granted and not documented, or documented and
+(``services.runtime.nats.users.WRITES``): a subject granted and not documented, or documented and
 not granted, fails here instead of misleading an operator."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from services.runtime.natsusers import WRITES
+from services.runtime.nats.users import WRITES
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
 

@@ -13,15 +13,15 @@ import msgspec
 import pytest
 from click.testing import CliRunner
 
-from services.cli import registry
 from services.cli.envoptions import EnvSetting
 from services.cli.flags import options, settings_from
 from services.cli.main import main
-from services.cli.up_cmd import up
+from services.cli.run import registry
+from services.cli.run.up_cmd import up
 from services.reconciler.service import ReconcilerService, ReconcilerSettings
-from services.runtime.config import Settings
-from services.runtime.errors import ConfigError
-from services.runtime.settingspec import build_settings, setting, setting_fields
+from services.runtime.settings.errors import ConfigError
+from services.runtime.settings.shared import Settings
+from services.runtime.settings.spec import build_settings, setting, setting_fields
 from tests.support.clirun import run_parsed
 from tests.support.docgen import settings_rows
 

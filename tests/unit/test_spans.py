@@ -1,12 +1,13 @@
-"""Spans skipped only when nothing would record or carry them (services/runtime/spans.py)."""
+"""Spans skipped only when nothing would record or carry them
+(services/runtime/observability/spans.py)."""
 
 from __future__ import annotations
 
 import pytest
 from opentelemetry import trace
 
-from services.runtime import spans
-from services.runtime.telemetry import configure_tracing, shutdown_tracing, tracer
+from services.runtime.observability import spans
+from services.runtime.observability.telemetry import configure_tracing, shutdown_tracing, tracer
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 HEADERS = {"traceparent": f"00-{TRACE_ID}-00f067aa0ba902b7-01"}

@@ -16,9 +16,8 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from services.runtime.errors import ConfigError
-from services.runtime.logs import configure_logging
-from services.runtime.telemetry import (
+from services.runtime.observability.logs import configure_logging
+from services.runtime.observability.telemetry import (
     TracingState,
     configure_tracing,
     current_state,
@@ -27,6 +26,7 @@ from services.runtime.telemetry import (
     shutdown_tracing,
     tracer,
 )
+from services.runtime.settings.errors import ConfigError
 
 ENDPOINT = "OTEL_EXPORTER_OTLP_ENDPOINT"
 TRACES_ENDPOINT = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"

@@ -3,7 +3,7 @@ user, who has no Makefile (docs/decisions/0147-the-cli-as-one-language.md)."""
 
 from __future__ import annotations
 
-from services.cli.uplocal import still_running_note
+from services.cli.run.uplocal import still_running_note
 
 
 def test_the_note_names_commands_every_install_has() -> None:

@@ -13,14 +13,14 @@ import pytest
 from click.testing import CliRunner
 
 from services.cli.main import main
-from services.cli.up_cmd import _print_banner
-from services.discovery.app import DiscoveryApi, create_app
-from services.discovery.leases import Leases
-from services.discovery.metrics import DiscoveryMetrics
+from services.cli.run.up_cmd import _print_banner
+from services.discovery.http.app import DiscoveryApi, create_app
+from services.discovery.leasing.leases import Leases
+from services.discovery.observability.metrics import DiscoveryMetrics
 from services.discovery.pure.policy import LeasePolicy
 from services.discovery.views import Views
 from services.runtime.eventlog.memory import InMemoryEventStore
-from services.runtime.metrics import Metrics
+from services.runtime.observability.metrics import Metrics
 from services.runtime.service import Started
 from services.runtime.version import VERSION
 

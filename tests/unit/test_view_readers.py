@@ -17,7 +17,7 @@ from events.schemas import (
 )
 from events.store import Recorded
 from projections.proxy import ProxyView, apply
-from services.discovery.models import probe_latency
+from services.discovery.http.models import probe_latency
 from services.health.pure.verdict import Known
 from services.health.scheduler import known, probed
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from kubernetes_asyncio.leaderelection import electionconfig
 
-from services.runtime.config import Settings
-from services.runtime.errors import ConfigError
-from services.runtime.kubesettings import KubeFlags
+from services.runtime.kube.settings import KubeFlags
+from services.runtime.settings.errors import ConfigError
+from services.runtime.settings.shared import Settings
 from services.watcher.options import WatcherSettings, build
 
 

@@ -11,7 +11,7 @@ Nothing here trusts the directory. A restore reads every file through these chec
 sends a byte, and a directory that fails one (a truncated, corrupt or altered file, a manifest a
 hand edited) is refused by ``BackupDamaged`` naming the file and what is wrong with it.
 
-Pure: bytes in, values out; the commands (``services.cli.backup_cmd``) do the I/O.
+Pure: bytes in, values out; the commands (``services.cli.backup.backup_cmd``) do the I/O.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from litestar.response import Redirect
 from services.discovery.console.headers import SECURITY_HEADERS
 from services.discovery.console.render import page
 from services.discovery.console.session import Sessions
-from services.discovery.limits import address_group
+from services.discovery.http.limits import address_group
 
 log = structlog.get_logger("egress.discovery.console")
 

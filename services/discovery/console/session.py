@@ -44,10 +44,10 @@ from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
 from events.errors import StoreUnavailable
-from services.discovery.access import Clients
+from services.discovery.http.access import Clients
 from services.discovery.pure.clients import READ, Client
 from services.runtime.eventlog.snapshots import SnapshotStore
-from services.runtime.natsusers import KV_BUCKETS
+from services.runtime.nats.users import KV_BUCKETS
 
 log = structlog.get_logger("egress.discovery.console")
 

@@ -1,9 +1,9 @@
 """The way of one lease request to its answer: claim, catch up, wait, or refuse.
 
-``services.discovery.leases`` claims candidates, brings the views to the log's end, queues the
-request and counts what happened; which of those comes next is decided here, from what it saw:
-whether a claim was granted, the status of the refusal the views give when none was, and the
-queue. The rules:
+``services.discovery.leasing.leases`` claims candidates, brings the views to the log's end,
+queues the request and counts what happened; which of those comes next is decided here, from
+what it saw: whether a claim was granted, the status of the refusal the views give when none
+was, and the queue. The rules:
 
 - A request that may wait (``waitSeconds``) while others already wait on this replica joins
   the queue behind them without claiming first: the proxy that frees up is theirs.

@@ -2,7 +2,7 @@
 
 Pure and written for speed: a scrape runs ``count_fleet`` and ``count_egress`` on the event
 loop, over every proxy (10,000 in about 10 ms), and the event path pays nothing for the metrics
-(docs/decisions/0086-fleet-metrics-are-counted-from.md). ``services.discovery.fleet_metrics``
+(docs/decisions/0086-fleet-metrics-are-counted-from.md). ``services.discovery.observability.fleet``
 reads the views and shows the counts.
 """
 

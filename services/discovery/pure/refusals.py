@@ -15,7 +15,7 @@ A request naming a pool counts only the pool's members, and its answer says what
 doing: a 503 whether it is scaling (members still coming or not Ready: waiting will likely
 help), and a pool whose members do not exist yet is a 503 while it scales, not a 422.
 
-Pure: the choice is made from what ``services.discovery.refusals`` read from the views, in
+Pure: the choice is made from what ``services.discovery.leasing.refusals`` read from the views, in
 steps, so that a read only one answer needs (the attribute values a 422 names) is made only
 for that answer. The answer is a ``Refusal``; the shell raises it as its ``ApiError``.
 """

@@ -44,7 +44,7 @@ from services.providers.digitalocean.pure import mapping
 from services.providers.digitalocean.pure.catalogue import size_problem
 from services.providers.digitalocean.pure.classify import field_of
 from services.providers.preflight import Finding
-from services.runtime.errors import ConfigError
+from services.runtime.settings.errors import ConfigError
 
 __all__ = ["DigitalOceanConfig", "DigitalOceanProvider"]
 

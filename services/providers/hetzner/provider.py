@@ -58,7 +58,7 @@ from services.providers.hetzner.config import HetznerConfig
 from services.providers.hetzner.pure import catalogue, mapping
 from services.providers.hetzner.servers import FirewallGone, NoRoom, Submission
 from services.providers.preflight import Finding
-from services.runtime.errors import ConfigError
+from services.runtime.settings.errors import ConfigError
 
 __all__ = ["HetznerConfig", "HetznerProvider"]
 

@@ -37,14 +37,14 @@ from services.providers.kubernetes.pure.mapping import (
     provider_id,
     selector,
 )
-from services.runtime.errors import ConfigError
-from services.runtime.kubeclient import (
+from services.runtime.kube.client import (
     KubeSettings,
     Sources,
     kubeconfig_path,
     new_api_client,
     status_message,
 )
+from services.runtime.settings.errors import ConfigError
 
 T = TypeVar("T")
 SOURCES = Sources(kubeconfig="kubernetes.kubeconfig", context="kubernetes.context")

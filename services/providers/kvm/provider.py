@@ -59,7 +59,7 @@ from services.providers.kvm.pure.domain import (
 from services.providers.kvm.pure.seed import build_seed_iso, meta_data_for
 from services.providers.kvm.transport import HostLink, HostTransport, SshCredentials
 from services.providers.kvm.volumes import OrphanVolume
-from services.runtime.errors import ConfigError
+from services.runtime.settings.errors import ConfigError
 
 __all__ = ["KvmConfig", "KvmProvider", "OrphanVolume"]
 

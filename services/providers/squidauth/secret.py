@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from services.providers.squidauth.pure.scheme import MIN_SECRET_BYTES
-from services.runtime.errors import ConfigError
+from services.runtime.settings.errors import ConfigError
 
 SECRET_ENV = "EGRESS_LEASE_SECRET"
 SECRET_FILE_ENV = "EGRESS_LEASE_SECRET_FILE"

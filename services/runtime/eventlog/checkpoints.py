@@ -55,7 +55,7 @@ from services.runtime.eventlog.asof import MAX_EVENTS, ByProxy, read_until
 from services.runtime.eventlog.pure import checkpoint as cp
 from services.runtime.eventlog.pure.checkpoint import Head, Unusable
 from services.runtime.eventlog.streams import STREAMS
-from services.runtime.natsusers import CHECKPOINT_BUCKETS
+from services.runtime.nats.users import CHECKPOINT_BUCKETS
 
 log = structlog.get_logger("egress.checkpoints")
 

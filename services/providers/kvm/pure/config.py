@@ -22,7 +22,7 @@ import msgspec
 
 from services.providers.base import Permanent
 from services.providers.pure.targets import AllowedTarget, targets_problem
-from services.runtime.errors import ConfigError
+from services.runtime.settings.errors import ConfigError
 
 DEFAULT_SOCKET = "/var/run/libvirt/libvirt-sock"
 DOMAIN_TYPES = ("kvm", "qemu")

@@ -1,0 +1,1 @@
+"""Tools of an operator: ``gc``, ``providers check``, ``crd``, ``clients``."""

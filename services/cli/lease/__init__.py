@@ -1,0 +1,1 @@
+"""``lease ...``: the discovery API from a shell, and where `up`'s API is found."""

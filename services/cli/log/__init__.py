@@ -1,0 +1,3 @@
+"""The event log for people: ``events``, ``streams``, ``streams check`` and time travel
+(``--at``/``--until``).
+"""

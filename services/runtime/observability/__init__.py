@@ -1,0 +1,3 @@
+"""What an operator sees of every service: structured logs, Prometheus metrics, OpenTelemetry
+spans.
+"""

@@ -1,0 +1,32 @@
+"""Durations on the command line: ``30s``, ``5m``, ``1h``, ``1h30m``, ``250ms`` or plain seconds."""
+
+from __future__ import annotations
+
+import math
+
+from events.durations import EXAMPLES, format_duration, parse_duration
+from services.runtime.settings.errors import ConfigError
+
+__all__ = ["EXAMPLES", "format_duration", "parse_duration", "seconds_of"]
+
+
+def seconds_of(
+    flag: str, value: float | str, *, positive: bool = False, maximum: float | None = None
+) -> float:
+    """A flag's value in seconds, from a number or a duration text; the error names the flag."""
+    try:
+        seconds = parse_duration(value) if isinstance(value, str) else float(value)
+    except ValueError as exc:
+        raise ConfigError(f"{flag}: {exc}") from None
+    if not math.isfinite(seconds):
+        raise ConfigError(f"{flag}: {value!r} is not a duration; use {EXAMPLES}")
+    if seconds < 0 or (positive and seconds == 0):
+        need = "more than 0" if positive else "0 or more"
+        raise ConfigError(f"{flag}: {value!r} must be {need}; use {EXAMPLES}")
+    if maximum is not None and seconds > maximum:
+        raise ConfigError(f"{flag}: {too_long(value, maximum)}")
+    return seconds
+
+
+def too_long(value: object, maximum: float) -> str:
+    return f"{value!r} is longer than the most allowed, {format_duration(maximum)}"
