@@ -3,7 +3,7 @@ without servers."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from events.schemas import (
     Condition,
@@ -15,6 +15,7 @@ from events.schemas import (
     ProxySpec,
 )
 from events.store import Recorded
+from projections.lease import LeaseRecord, LeaseView
 from services.discovery.views import Views
 from services.runtime.eventlog.memory import InMemoryEventStore
 
@@ -50,3 +51,18 @@ class Fleet:
         views = self.views.leases.views
         views[uid] = self.views._on_lease(views.get(uid), self._record(f"lease.{uid}", event, at))
         return self
+
+
+def held_lease(uid: str, now: datetime, *, ends_in: float, cooldown: float = 0.0) -> LeaseView:
+    """A lease view whose lease was taken a minute before ``now`` and ends ``ends_in`` seconds
+    after it (negative: ended), resting ``cooldown`` seconds after its end."""
+    record = LeaseRecord(
+        lease_id=f"lease-{uid}",
+        proxy_uid=uid,
+        acquired_at=now - timedelta(minutes=1),
+        expires_at=now + timedelta(seconds=ends_in),
+        ttl_seconds=60.0 + ends_in,
+        fencing_token=1,
+        cooldown_seconds=cooldown,
+    )
+    return LeaseView(proxy_uid=uid, current=record, fencing_token=1)

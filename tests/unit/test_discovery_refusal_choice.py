@@ -6,13 +6,13 @@ views is tested in test_discovery_refusals and test_discovery_pools."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 import pytest
 
 from events.pool import PoolFigures, PoolSpec
 from events.schemas import HealthChanged, Phase, ProxySpec
-from projections.lease import LeaseRecord, LeaseView
+from projections.lease import LeaseView
 from projections.pool import PoolView
 from projections.proxy import ProxyView
 from services.discovery.pure.errorcodes import ErrorCode
@@ -27,6 +27,7 @@ from services.discovery.pure.refusals import (
     for_pool,
     nothing_has,
 )
+from tests.support.hand_views import held_lease
 
 NOW = datetime(2026, 1, 1, 12, tzinfo=UTC)
 SELECTOR = {"country": "de"}
@@ -46,16 +47,7 @@ def proxy(uid: str, **changes: object) -> ProxyView:
 
 
 def lease(uid: str, *, ends_in: float, cooldown: float = 0.0) -> LeaseView:
-    record = LeaseRecord(
-        lease_id=f"l-{uid}",
-        proxy_uid=uid,
-        acquired_at=NOW - timedelta(minutes=1),
-        expires_at=NOW + timedelta(seconds=ends_in),
-        ttl_seconds=60.0 + ends_in,
-        fencing_token=1,
-        cooldown_seconds=cooldown,
-    )
-    return LeaseView(proxy_uid=uid, current=record, fencing_token=1)
+    return held_lease(uid, NOW, ends_in=ends_in, cooldown=cooldown)
 
 
 # ----------------------------------------------------------------------- before counting

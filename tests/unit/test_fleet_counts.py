@@ -7,10 +7,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from events.schemas import Phase, ProxySpec
-from projections.lease import LeaseRecord, LeaseView
+from projections.lease import LeaseView
 from projections.outcomes import Backoff, Reports
 from projections.proxy import ProxyView
 from services.discovery.pure.fleet import PROXY_GAUGES, count_fleet
+from tests.support.hand_views import held_lease
 
 NOW = datetime(2026, 1, 1, 12, tzinfo=UTC)
 
@@ -34,16 +35,7 @@ def proxy(
 
 
 def held(uid: str, *, expires_in: float, cooldown: float = 0.0) -> LeaseView:
-    record = LeaseRecord(
-        lease_id=f"lease-{uid}",
-        proxy_uid=uid,
-        acquired_at=NOW - timedelta(minutes=1),
-        expires_at=NOW + timedelta(seconds=expires_in),
-        ttl_seconds=60.0 + expires_in,
-        fencing_token=7,
-        cooldown_seconds=cooldown,
-    )
-    return LeaseView(proxy_uid=uid, current=record, fencing_token=7)
+    return held_lease(uid, NOW, ends_in=expires_in, cooldown=cooldown)
 
 
 def backed_off(uid: str, *, until_in: float) -> LeaseView:
