@@ -28,6 +28,15 @@ pytest_plugins = ["tests.support.leftovers", "tests.support.parallel"]
 # the product's external default.
 os.environ["HEALTH_CHECK_URL"] = "http://127.0.0.1:9/no-external-checks-in-tests"
 
+# A pytest-xdist worker starts with COLUMNS=80 and LINES=24 where the run that started it had
+# none, so the CLI's piped output (wide when nothing names a width) would be cut at 80 columns
+# under workers alone. The controller leaves its own value for the workers, which put it back.
+if os.environ.get("PYTEST_XDIST_WORKER") is None:
+    os.environ.setdefault("EGRESS_TESTS_COLUMNS", os.environ.get("COLUMNS", ""))
+elif os.environ.get("EGRESS_TESTS_COLUMNS") == "":
+    os.environ.pop("COLUMNS", None)
+    os.environ.pop("LINES", None)
+
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -152,7 +152,7 @@ def test_each_user_may_write_what_its_service_appends(service: str) -> None:
     loops = any("ConsumerLoop(" in p.read_text() for p in package)
     assert loops == (service in CONSUMERS)
     if loops:
-        extra.append(runtime / "consumer.py")  # dead-letters under the durable's name
+        extra.append(runtime / "nats" / "consumer.py")  # dead-letters under the durable's name
         assert any(
             f'durable="{service}"' in p.read_text() or f'DURABLE = "{service}"' in p.read_text()
             for p in package

@@ -77,7 +77,9 @@ class Registered:
 def register_test_services(monkeypatch: pytest.MonkeyPatch) -> Registered:
     """Only the test services in the registry, for as long as ``monkeypatch`` lasts."""
     record = Registered()
-    for name in list(registry.SERVICES):
+    # Deleted last to first: monkeypatch puts them back in the reverse order of its calls, so the
+    # registry's order (the order `up` starts services and the docs list them) comes back as it was.
+    for name in reversed(list(registry.SERVICES)):
         monkeypatch.delitem(registry.SERVICES, name)
 
     def appender(settings: Settings, config: AppenderSettings) -> Appender:

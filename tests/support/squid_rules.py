@@ -9,6 +9,7 @@ request reaches it with exactly the headers the client sent.
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import re
 import shutil
@@ -72,6 +73,9 @@ def recording(host: str = "127.0.0.1") -> Iterator[Listener]:
         yield listener
     finally:
         stop.set()
+        # close() alone leaves the thread blocked in accept(); shutdown() wakes it at once.
+        with contextlib.suppress(OSError):
+            server.shutdown(socket.SHUT_RDWR)
         server.close()
         thread.join(5)
 
