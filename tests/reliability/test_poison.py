@@ -167,8 +167,10 @@ async def test_poison_on_every_subject_leaves_every_proxy_working(
             nats_url=nats_server.url,
             health_check_url=target,
         ) as up:
-            for category in CATEGORIES:
-                applied = await up.cli("apply", "-f", str(files[category]), "--wait")
+            # Declared side by side: each proxy's start is its own (a Squid per proxy).
+            for applied in await asyncio.gather(
+                *(up.cli("apply", "-f", str(files[c]), "--wait") for c in CATEGORIES)
+            ):
                 assert applied.returncode == 0, applied.stdout + applied.stderr
             proxies = await by_name(up)
             for category in CATEGORIES:
