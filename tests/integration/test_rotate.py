@@ -99,7 +99,12 @@ async def test_a_rotation_moves_the_lease_without_a_failed_request(tmp_path: Pat
             "POST", "/v1/leases", {"selector": {"country": "de"}, "ttlSeconds": 1}
         )
         assert status == 201, short
-        await asyncio.sleep(1.2)
+
+        async def expired() -> bool:
+            status, _ = await up.api_call("GET", f"/v1/leases/{short['id']}")
+            return status == 404  # docs/api.md: an expired lease is unknown_lease
+
+        await until(expired, timeout=10, what="the one-second lease expired")
         status, error = await up.api_call("POST", f"/v1/leases/{short['id']}/rotate")
         assert (status, error["error"]) == (404, "unknown_lease")  # expired
         deleted = await up.cli("delete", "crawl/rot-1", "--wait")
