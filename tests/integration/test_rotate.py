@@ -60,7 +60,10 @@ async def test_a_rotation_moves_the_lease_without_a_failed_request(tmp_path: Pat
             assert status == 200, now
             return now if now["fencingToken"] > lease["fencingToken"] else None
 
-        await until(switched, timeout=90)
+        try:
+            await until(switched, timeout=90, what="the lease switched")
+        except AssertionError as exc:  # seen once on two busy workers: keep what up said
+            raise AssertionError(f"{exc}; up said:\n{up.output.decode()[-8000:]}") from exc
         after = await switched()
         assert after is not None
         assert after["proxy"]["url"] != lease["proxy"]["url"]
