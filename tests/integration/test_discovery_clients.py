@@ -198,13 +198,14 @@ async def test_a_revoked_token_is_refused_within_a_second_on_every_replica(fleet
         # A file that no longer parses keeps the clients in force; a mended one is taken.
         fleet.file.write_text("clients: [oops")
 
-        async def broken_read(c: httpx.AsyncClient) -> bool:
-            name = "egress_api_clients_file_errors_total "
-            text = (await c.get("/metrics")).text
-            return any(float(x[len(name) :]) >= 1 for x in text.splitlines() if x.startswith(name))
+        for client in clients:  # each replica has read the broken file (its error counted)
 
-        for client in clients:  # each replica has read the broken file
-            await until(lambda c=client: broken_read(c), timeout=5, what="the broken file read")
+            async def broken_read(c: httpx.AsyncClient = client) -> bool:
+                name = "egress_api_clients_file_errors_total "
+                lines = (await c.get("/metrics")).text.splitlines()
+                return any(float(x[len(name) :]) >= 1 for x in lines if x.startswith(name))
+
+            await until(broken_read, timeout=5, what="the broken file read")
         async with fleet.as_("crawler-b", 1) as b:
             assert (await b.get("/v1/proxies")).status_code == 200
         fleet.file.write_text(clients_yaml())
