@@ -71,6 +71,8 @@ class Config:
     rss_proxies: int = 10_000
     rss_services: tuple[str, ...] = scale_rss.SERVICES
     health_interval: float = 30.0
+    idle_window: float = 2.0
+    """The rss section's settle check: a service is idle below 10% of a core over this window."""
     read_sizes: tuple[int, ...] = (10_000, 1_000_000)
     reads: int = 2_000
     read_rounds: int = 3
@@ -140,6 +142,7 @@ async def rss(tmp: Path, config: Config, say: Callable[[str], None]) -> dict[str
         health_interval=config.health_interval,
         timeout=config.timeout,
         services=config.rss_services,
+        idle_window=config.idle_window,
         say=say,
     )
     return report.as_json()

@@ -203,6 +203,7 @@ async def measure_service(
     proxies: int,
     origin_port: int,
     timeout: float,
+    idle_window: float = 2.0,
 ) -> Measured:
     api_port, metrics_port = free_port(), free_port()
     argv = service_argv(name, server.url, metrics_port, *flags(name, tmp, api_port, origin_port))
@@ -211,7 +212,7 @@ async def measure_service(
     note = ""
     async with running(name, argv, tmp / f"rss-{name}.log") as child:
         caught_up = await wait_for(child, signal, timeout)
-        share = 0.0 if name == "health" else await idle(child.pid, limit=60.0)
+        share = 0.0 if name == "health" else await idle(child.pid, window=idle_window, limit=60.0)
         mem = memory(child.pid)
         cpu = cpu_seconds(child.pid)
         load = load1()
@@ -241,7 +242,7 @@ async def wait_for(child: Child, signal: Signal, timeout: float) -> float:
             return time.perf_counter() - child.started
         if time.perf_counter() > deadline:
             raise TimeoutError(f"{child.name} did not catch up in {timeout:.0f} s; see {child.log}")
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(0.1)
 
 
 async def measure(
@@ -252,6 +253,7 @@ async def measure(
     timeout: float,
     services: tuple[str, ...] = SERVICES,
     say: Callable[[str], None] = print,
+    idle_window: float = 2.0,
 ) -> RssReport:
     origin_port = free_port()
     proxy_spec = spec(health_interval)
@@ -279,6 +281,7 @@ async def measure(
                     proxies=proxies,
                     origin_port=origin_port,
                     timeout=timeout,
+                    idle_window=idle_window,
                 )
                 report.measured.append(m)
                 say(

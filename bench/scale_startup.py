@@ -170,7 +170,7 @@ async def write_pass(
             child.check_alive()
             if time.perf_counter() > deadline:
                 raise TimeoutError(f"no snapshot pass within {timeout:.0f} s; see {log}")
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(0.1)
         return time.perf_counter() - child.started
     finally:
         await child.stop()

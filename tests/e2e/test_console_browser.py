@@ -156,7 +156,9 @@ async def test_console_in_a_browser(tmp_path: Path, browser: WebDriver) -> None:
             assert "crawler-7" in _cell(browser, fr["uid"], "lease")
 
             healthy_then = datetime.now(UTC)
-            await asyncio.sleep(1.1)  # the time control has whole seconds
+            # Kept as a sleep: the time control has whole seconds, so the kill below must come
+            # a whole second after the instant recorded here; the clock is the condition.
+            await asyncio.sleep(1.1)
             browser.execute_script(RECORD_HEALTH, de["uid"])
 
             # A killed Squid turns its row unhealthy, without a reload.

@@ -28,6 +28,7 @@ TINY = scale.Config(
     reconciles=4,
     rss_proxies=30,
     health_interval=1.0,
+    idle_window=0.5,
     read_sizes=(600, 1_200),
     reads=20,
     read_rounds=1,

@@ -18,7 +18,7 @@ import pytest
 
 from events import codec
 from events.schemas import HealthChanged
-from services.discovery.console.history import PER_CLIENT, QUEUE
+from services.discovery.console.history import PER_CLIENT, QUEUE, Admission
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.nats.connection import Connection
 from services.runtime.nats.server import EmbeddedNatsServer
@@ -51,8 +51,26 @@ async def _client(base: str, address: str) -> AsyncIterator[httpx.AsyncClient]:
 
 
 @pytest.fixture
+def admissions(monkeypatch: pytest.MonkeyPatch) -> list[Admission]:
+    """Every ``Admission`` the replica makes (its one): what it admitted, read instead of
+    guessed with a sleep."""
+    made: list[Admission] = []
+    init = Admission.__init__
+
+    def recording(self: Admission, **kwargs: int) -> None:
+        init(self, **kwargs)
+        made.append(self)
+
+    monkeypatch.setattr(Admission, "__init__", recording)
+    return made
+
+
+@pytest.fixture
 async def travel(
-    nats_server: EmbeddedNatsServer, conn: Connection, jetstream_store: JetStreamEventStore
+    nats_server: EmbeddedNatsServer,
+    conn: Connection,
+    jetstream_store: JetStreamEventStore,
+    admissions: list[Admission],
 ) -> AsyncIterator[tuple[str, dict[str, str]]]:
     """The replica's base URL and the query of a fleet travel to just after the log was filled."""
     for n in range(4):
@@ -71,11 +89,18 @@ def _busy(response: httpx.Response) -> None:
     assert "text/html" in response.headers["content-type"]
 
 
-async def test_one_client_has_a_bounded_share(travel: tuple[str, dict[str, str]]) -> None:
+async def test_one_client_has_a_bounded_share(
+    travel: tuple[str, dict[str, str]], admissions: list[Admission]
+) -> None:
     base, at = travel
+    [admission] = admissions
     async with _client(base, "127.0.0.1") as one, _client(base, "127.0.0.2") as other:
         running = [asyncio.create_task(one.get("/ui", params=at)) for _ in range(PER_CLIENT)]
-        await asyncio.sleep(0.5)  # both admitted; folding takes seconds
+
+        def both_admitted() -> bool:  # folding takes seconds: both are still under way
+            return sum(admission.by_client.values()) == PER_CLIENT
+
+        await until(both_admitted, timeout=30, what="both reads admitted")
         refused = await one.get("/ui/live", params=at)
         _busy(refused)
         assert "reads of the event log under way" in refused.text
@@ -88,16 +113,19 @@ async def test_one_client_has_a_bounded_share(travel: tuple[str, dict[str, str]]
 
 
 async def test_the_queue_is_bounded_and_left_by_clients_that_go_away(
-    travel: tuple[str, dict[str, str]], captured_logs: pytest.CaptureFixture[str]
+    travel: tuple[str, dict[str, str]],
+    admissions: list[Admission],
+    captured_logs: pytest.CaptureFixture[str],
 ) -> None:
     base, at = travel
+    [admission] = admissions
     async with contextlib.AsyncExitStack() as stack:
         clients = [
             await stack.enter_async_context(_client(base, f"127.0.0.{10 + n}"))
             for n in range(QUEUE + 2)
         ]
         held = [asyncio.create_task(c.get("/ui/live", params=at)) for c in clients[:QUEUE]]
-        await asyncio.sleep(0.5)
+        await until(lambda: admission.travels == QUEUE, timeout=30, what="the queue full")
         for late in clients[QUEUE:]:
             refused = await late.get("/ui/live", params=at)
             _busy(refused)

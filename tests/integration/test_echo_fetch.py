@@ -68,7 +68,7 @@ async def test_any_answer_is_an_outcome_with_a_bounded_body(
 
 async def test_a_proxy_that_never_answers_is_a_timeout() -> None:
     async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await asyncio.sleep(30)
+        await asyncio.sleep(30)  # the proxy that never answers: what the test is about
 
     async with serving(silent) as proxy:
         got = await ProbeClient().fetch(proxy, ECHO, 0.5, limit=LIMIT)

@@ -304,7 +304,9 @@ async def test_a_proxy_someone_applied_under_a_members_name_is_never_taken_over(
         return len(await c.members("sq")) == 1  # the member whose name is free
 
     await until(other_member_shown, timeout=60, what="the free member's mirror")
-    await asyncio.sleep(1.0)  # a few more watcher passes, which must leave theirs alone
+    # Kept as a sleep: the claim is that a few more watcher passes leave theirs alone, and a
+    # pass that changes nothing leaves no mark to wait for.
+    await asyncio.sleep(1.0)
     after = await c.get("proxy", name)
     assert after is not None
     assert after["metadata"]["uid"] == before["metadata"]["uid"]

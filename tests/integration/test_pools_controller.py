@@ -190,7 +190,9 @@ async def test_a_deleted_pool_takes_its_members_and_ends(
 
 
 async def test_a_proxy_someone_else_declared_under_a_members_name_is_not_taken_over(
-    nats_server: object, jetstream_store: JetStreamEventStore
+    nats_server: object,
+    jetstream_store: JetStreamEventStore,
+    captured_logs: pytest.CaptureFixture[str],
 ) -> None:
     """Another party's Proxy that happens to hold a member's name (and so its uid) keeps its
     spec and its source: the pool refuses it and stays short, nothing of it changed."""
@@ -212,7 +214,13 @@ async def test_a_proxy_someone_else_declared_under_a_members_name_is_not_taken_o
             return len(pool.active()) == 2 and len(await members(jetstream_store, uid)) == 2
 
         await until(planned, timeout=30.0, what="both members planned")
-        await asyncio.sleep(0.5)  # several evaluations over the squatted name
+        logged: list[str] = []
+
+        def refused_again() -> bool:  # each evaluation over the squatted name says so
+            logged.append(captured_logs.readouterr().out)
+            return "".join(logged).count("does not own; not taken over") >= 5
+
+        await until(refused_again, timeout=30, what="five evaluations over the squatted name")
     theirs = await view(jetstream_store, cli_uid(NS, squatted))
     assert theirs is not None
     assert (theirs.source, theirs.spec, theirs.generation) == ("cli", mine, 1)

@@ -22,6 +22,7 @@ from services.discovery.http.limits import BODY_TIMEOUT, HEAD_TIMEOUT
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.nats.server import EmbeddedNatsServer
 from tests.support.discovery import discovery, ready_proxy
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.reliability
 
@@ -41,22 +42,28 @@ async def _open(base: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
     return await asyncio.open_connection(url.hostname, url.port)
 
 
-async def _trickle(writer: asyncio.StreamWriter, start: bytes, byte: bytes) -> None:
-    """``start``, then one ``byte`` a second, until the server closes the connection."""
+async def _trickle(
+    writer: asyncio.StreamWriter, start: bytes, byte: bytes, sending: list[bytes]
+) -> None:
+    """``start`` (then noted in ``sending``), then one ``byte`` a second, until the server
+    closes the connection."""
     with contextlib.suppress(ConnectionError, OSError):
         writer.write(start)
         await writer.drain()
+        sending.append(start)
         while not writer.is_closing():
-            await asyncio.sleep(1)
+            await asyncio.sleep(1)  # the slow client's pace: what the server must bound
             writer.write(byte)
             await writer.drain()
 
 
-async def _slow(base: str, start: bytes, byte: bytes, bound: float) -> tuple[float, bytes]:
+async def _slow(
+    base: str, start: bytes, byte: bytes, bound: float, sending: list[bytes]
+) -> tuple[float, bytes]:
     """Seconds until the server closed the connection, and what it answered."""
     reader, writer = await _open(base)
     opened = time.monotonic()
-    sender = asyncio.create_task(_trickle(writer, start, byte))
+    sender = asyncio.create_task(_trickle(writer, start, byte, sending))
     try:
         async with asyncio.timeout(bound + MARGIN + 30):  # never hang the suite
             answer = b""
@@ -91,16 +98,23 @@ async def test_slow_and_vanishing_clients_are_bounded_and_logged_once(
         httpx.AsyncClient(base_url=base, timeout=10) as client,
     ):
         captured_logs.readouterr()  # the start-up lines
+        sending: list[bytes] = []
         heads = [
-            _slow(base, b"GET /v1/proxies HTTP/1.1\r\nHost: test\r\nX-Slow: ", b"a", HEAD_TIMEOUT)
+            _slow(
+                base,
+                b"GET /v1/proxies HTTP/1.1\r\nHost: test\r\nX-Slow: ",
+                b"a",
+                HEAD_TIMEOUT,
+                sending,
+            )
             for _ in range(SLOW)
         ]
         bodies = [
-            _slow(base, HEAD + b"Content-Length: 1000\r\n\r\n{", b" ", BODY_TIMEOUT)
+            _slow(base, HEAD + b"Content-Length: 1000\r\n\r\n{", b" ", BODY_TIMEOUT, sending)
             for _ in range(SLOW)
         ]
         slow = asyncio.gather(*heads, *bodies)
-        await asyncio.sleep(1)  # all of them connected and sending
+        await until(lambda: len(sending) == 2 * SLOW, timeout=30, what="all connected and sending")
         answered = await client.get("/v1/proxies")
         assert answered.status_code == 200
         assert [p["uid"] for p in answered.json()["items"]] == ["p1"]

@@ -195,7 +195,15 @@ async def test_a_pools_demand_counts_a_client_at_most_its_limit(
                 )
                 for i in range(40)
             ]
-            await asyncio.sleep(1.0)
+            assert service.api is not None
+
+            def all_in() -> bool:
+                """Every request waits or was answered (over the limit: 429 at once)."""
+                assert service.api is not None
+                answered = sum(task.done() for task in waiting)
+                return service.api.leases.queue.waiting + answered == len(waiting)
+
+            await until(all_in, timeout=10, what="every request waiting or answered")
             assert (await ops.delete(f"/v1/leases/{theirs.json()['id']}")).status_code == 204
 
             async def holds_both() -> bool:
@@ -203,7 +211,6 @@ async def test_a_pools_demand_counts_a_client_at_most_its_limit(
                 return bool(page["leased"] == 2)
 
             await until(holds_both, timeout=10, what="the crawler to hold both members")
-            assert service.api is not None
             await service.api.leases.demand.report_once()
             # Nothing reported is a demand of nothing.
             history = await jetstream_store.read(subjects.demand(DE))

@@ -152,7 +152,9 @@ async def test_helpers_killed_again_and_again_leave_squid_serving_the_holder(
         # nothing yet, the case Squid 5 ends itself for below ``startup=``.
         await until(replaced, 10, what=f"round {round_}: a new helper")
         assert squid_pid(proxy) == before
-    await asyncio.sleep(1.5)  # past credentialsttl: the holder is checked by a new helper
+    # Kept as a sleep: the time passing is the condition. Past credentialsttl, the holder is
+    # checked by a new helper; nothing marks Squid's cached answer expiring.
+    await asyncio.sleep(1.5)
     await holder_served(holder, target, 20)
     assert squid_pid(proxy) == before
     assert "FATAL" not in squid_log(proxy)

@@ -46,6 +46,32 @@ class NatsCli:
             check=False,
         )
 
+    async def run_all(
+        self, commands: list[tuple[str, ...]]
+    ) -> list[subprocess.CompletedProcess[str]]:
+        """Every command at once, the answers in their order: for commands that each wait out
+        the timeout (a refused request), which one after another would add up."""
+
+        async def one(args: tuple[str, ...]) -> subprocess.CompletedProcess[str]:
+            process = await asyncio.create_subprocess_exec(
+                *self.argv(*args),
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
+            try:
+                out, err = await asyncio.wait_for(process.communicate(), 30)
+            except TimeoutError:
+                process.kill()
+                await process.wait()
+                raise
+            code = process.returncode
+            assert code is not None
+            return subprocess.CompletedProcess(list(args), code, out.decode(), err.decode())
+
+        return list(await asyncio.gather(*(one(args) for args in commands)))
+
     async def ok(self, *args: str) -> str:
         done = await self.run(*args)
         assert done.returncode == 0, (args, done.stdout, done.stderr)

@@ -92,6 +92,25 @@ def test_the_old_instance_is_deleted_after_the_drain_and_then_all_is_quiet() -> 
     assert story.decide().events == ()
 
 
+def test_a_start_appended_in_half_issues_its_create_and_goes_on() -> None:
+    """The store appends a decision's events one by one; another writer's append between them
+    refuses the second. A ReplacementStarted without its CreateInstance is not a changed spec:
+    the create is issued again, with the started command's id, and the rotation carries on."""
+    story, old = ready()
+    story.add(RotationRequested(uid=UID, rotation_id="rot-1", lease_id="lease-1"))
+    started, whole = story.decide().events
+    assert isinstance(started, ReplacementStarted)
+    assert isinstance(whole, CreateInstance)
+    story.add(started)  # the CreateInstance was refused
+    story.healthy(old)  # another writer's event in between
+    decision = story.step()
+    assert decision.outcome == "rotate"
+    assert decision.events == (whole,)
+    new = story.run(whole, ip="10.0.0.2")
+    story.healthy(new)
+    assert story.step().outcome == "promote"
+
+
 def test_deciding_twice_on_one_state_gives_the_same_events() -> None:
     story, _, _ = requested()
     assert story.decide() == story.decide()

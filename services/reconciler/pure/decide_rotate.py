@@ -78,7 +78,11 @@ def start_rotation(state: ProxyState, current: str, rotation_id: str, reason: st
         reason=reason,
         lease_id=state.rotation_lease if reason == "Requested" else "",
     )
-    command = CreateInstance(
+    return Decision((started, _create(state, current, rotation_id, cid)), "rotate")
+
+
+def _create(state: ProxyState, current: str, rotation_id: str, cid: str) -> CreateInstance:
+    return CreateInstance(
         command_id=cid,
         provider=state.spec.provider,
         instance_name=rotated_name(state.uid, current, rotation_id),
@@ -86,12 +90,15 @@ def start_rotation(state: ProxyState, current: str, rotation_id: str, reason: st
         spec_hash=current,
         cloud_init=state.cloud_init,
     )
-    return Decision((started, command), "rotate")
 
 
 def rotating(state: ProxyState, r: Replacement, current: str) -> Decision:
     if state.spec.mode is ProxyMode.EXTERNAL:
         return cancel(state, r, "cancelled", "the proxy became External")
+    if not r.instance_hash and not r.provider_id:
+        # Started in half: the store appends a decision's events one by one, and another
+        # writer's append between them refused the CreateInstance. Issue it now.
+        return Decision((_create(state, current, r.rotation_id, r.command_id),), "rotate")
     if r.instance_hash != current:
         return cancel(state, r, "cancelled", "the spec changed during the rotation")
     if r.failure:
