@@ -30,11 +30,10 @@ $(DEV_STAMP): $(STAMP) clients/python/pyproject.toml
 demo: $(STAMP)
 	$(BIN)/egress-proxies up $(ARGS)
 
-## Run the test suite (unit, integration against real servers, reliability, end to end); the 15
-## slowest are listed at the end. PYTEST_ARGS="-n auto --dist loadgroup --durations=15" runs it
-## on every core, the kvm tests on one worker (docs/decisions/0145-parallel-tests.md; not yet the
-## default: docs/benchmarks.md, "The test suite", lists the tests that still fail there).
-PYTEST_ARGS ?= --durations=15
+## Run the test suite (unit, integration against real servers, reliability, end to end) on every
+## core, the kvm tests on one worker (docs/decisions/0145-parallel-tests.md); the 15 slowest are
+## listed at the end. PYTEST_ARGS="--durations=15 -p no:xdist" runs it in one process.
+PYTEST_ARGS ?= -n auto --dist loadgroup --durations=15
 ## pytest exits 5 when it collected nothing: that is a broken suite, reported as a failure.
 ## The peers (kube-apiserver, kubectl, etcd, the nats CLI, helm) are built first, or found built.
 test: $(DEV_STAMP)
