@@ -30,10 +30,12 @@ $(DEV_STAMP): $(STAMP) clients/python/pyproject.toml
 demo: $(STAMP)
 	$(BIN)/egress-proxies up $(ARGS)
 
-## Run the test suite (unit, integration against real servers, reliability, end to end) on every
-## core, the kvm tests on one worker (docs/decisions/0145-parallel-tests.md); the 15 slowest are
-## listed at the end. PYTEST_ARGS="--durations=15 -p no:xdist" runs it in one process.
-PYTEST_ARGS ?= -n auto --dist loadgroup --durations=15
+## Run the test suite (unit, integration against real servers, reliability, end to end) on one
+## pytest-xdist worker per core and one more (the tests wait on servers more than they compute),
+## the kvm tests on one worker (docs/decisions/0145-parallel-tests.md); the 15 slowest are listed
+## at the end. TEST_WORKERS=N sets the workers; PYTEST_ARGS="-p no:xdist" runs it in one process.
+TEST_WORKERS ?= $(shell expr $$(nproc) + 1)
+PYTEST_ARGS ?= -n $(TEST_WORKERS) --dist loadgroup --durations=15
 ## pytest exits 5 when it collected nothing: that is a broken suite, reported as a failure.
 ## The peers (kube-apiserver, kubectl, etcd, the nats CLI, helm) are built first, or found built.
 test: $(DEV_STAMP)

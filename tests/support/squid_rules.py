@@ -63,7 +63,12 @@ def recording(host: str = "127.0.0.1") -> Iterator[Listener]:
                     while b"\r\n\r\n" not in head and (more := conn.recv(65536)):
                         head += more
                     listener.heads.append(head)
-                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                    # It closes after each answer, so it says so: a proxy that kept the
+                    # connection for the next request could send it there before it saw the
+                    # close, and answer 502 (ERR_READ_ERROR) on a busy machine.
+                    conn.sendall(
+                        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"
+                    )
                 except OSError:
                     pass
 
