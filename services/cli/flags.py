@@ -10,7 +10,6 @@ ends with it. A setting only its variable sets is an ``EnvSetting``.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +17,9 @@ import click
 import msgspec
 import msgspec.inspect as mi
 
-from events.durations import EXAMPLES, format_duration, parse_duration
+from events.durations import format_duration
 from services.cli.envoptions import EnvSetting, env_values
+from services.runtime.settings.durations import duration_seconds
 from services.runtime.settings.envnames import env_help
 from services.runtime.settings.spec import SettingField, build_settings, setting_fields
 
@@ -37,24 +37,13 @@ class Duration(click.ParamType[float]):
     def convert(
         self, value: Any, param: click.Parameter | None, ctx: click.Context | None
     ) -> float:
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            seconds = float(value)
-        else:
-            try:
-                seconds = parse_duration(str(value))
-            except ValueError as exc:
-                self.fail(str(exc), param, ctx)
-        if not math.isfinite(seconds) or seconds < 0:
-            self.fail(f"{value!r} is not a duration; use {EXAMPLES}", param, ctx)
-        if self.positive and seconds == 0:
-            self.fail(f"{value!r} must be more than 0; use {EXAMPLES}", param, ctx)
-        if self.maximum is not None and seconds > self.maximum:
-            self.fail(
-                f"{value!r} is longer than the most allowed, {format_duration(self.maximum)}",
-                param,
-                ctx,
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        try:
+            return duration_seconds(
+                value if number else str(value), positive=self.positive, maximum=self.maximum
             )
-        return seconds
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
 
 
 class SettingOption(click.Option):
