@@ -43,6 +43,12 @@ HOSTILE_TOKEN = secrets.token_hex(32)
 HOSTILE_HOLDER = "hostile-"
 """The holder names of the hostile client's own leases start so."""
 PAUSE = 0.05
+KINDS = ("proxy", "lease", "travel", "forge", "escape")
+AFTER_STOP = 30.0
+"""How long the hostile client goes on after the load stops, trying only the kinds it has not
+tried yet: on a loaded machine with few proxies the crawlers can hold every proxy for the whole
+soak, and its own lease (the escapes) comes only once they let go. A kind never tried is a check
+that proved nothing."""
 """Between two hostile actions: about 20 a second, beside the crawlers' load."""
 
 BAD_CREDENTIALS: tuple[bytes, ...] = (
@@ -76,6 +82,17 @@ class Hostile:
     escapes: Counter[str] = field(default_factory=Counter)
     taken: list[str] = field(default_factory=list)
     """Attempts that were not refused: each one is evidence against the system."""
+
+    def untried(self) -> tuple[str, ...]:
+        """The kinds of attempt (``KINDS``) that have no answer yet."""
+        answered = {
+            "proxy": self.proxy_answers,
+            "lease": self.lease_answers,
+            "travel": self.travels,
+            "forge": self.forged,
+            "escape": self.escapes,
+        }
+        return tuple(kind for kind in KINDS if not answered[kind])
 
 
 async def proxy_attempt(url: str, credential: bytes, origin_port: int) -> str:
@@ -120,16 +137,24 @@ async def run_hostile(
     seed: int,
     selector: Mapping[str, str] | None = None,
 ) -> Hostile:
-    """Until ``stop``: one hostile action every ``PAUSE``. ``proxies()`` gives the Ready
-    proxies' URLs (uid -> url) as the soak currently sees them; ``selector`` is what the
-    hostile client's own leases ask for."""
+    """Until ``stop``: one hostile action every ``PAUSE``; then, for at most ``AFTER_STOP``,
+    only the kinds not tried yet. ``proxies()`` gives the Ready proxies' URLs (uid -> url) as
+    the soak currently sees them; ``selector`` is what the hostile client's own leases ask
+    for."""
     attacker = Attacker(
         port, origin_port, proxies, record, random.Random(f"{seed}-hostile"), Hostile()
     )
     own = OwnLease(port, dict(selector or {}), record)
+    stopped_at: float | None = None
     try:
-        while not stop.is_set():
-            await attacker.step(own)
+        while True:
+            kinds: tuple[str, ...] = KINDS
+            if stop.is_set():
+                stopped_at = stopped_at or time.monotonic()
+                kinds = attacker.seen.untried()
+                if not kinds or time.monotonic() - stopped_at > AFTER_STOP:
+                    break
+            await attacker.step(own, kinds)
             await asyncio.sleep(PAUSE)
     finally:
         await own.release()
@@ -148,9 +173,9 @@ class Attacker:
     rng: random.Random
     seen: Hostile
 
-    async def step(self, own: OwnLease) -> None:
+    async def step(self, own: OwnLease, kinds: tuple[str, ...] = KINDS) -> None:
         rng, seen = self.rng, self.seen
-        kind = rng.choice(("proxy", "lease", "travel", "forge", "escape"))
+        kind = rng.choice(kinds)
         if kind == "forge" and (held := _held(self.record)):
             await self.forge(rng.choice(held))
         elif kind == "escape" and (endpoint := await own.endpoint()) is not None:

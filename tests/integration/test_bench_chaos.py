@@ -38,6 +38,7 @@ from bench.chaos_check import (
 )
 from bench.chaos_fleet import KINDS
 from bench.chaos_hostile import CRAWLER_TOKEN, Hostile, check_hostile
+from bench.chaos_hostile import KINDS as HOSTILE_KINDS
 from bench.chaos_load import LoadOptions
 from events.schemas import LeaseAcquired, LeaseReleased, LeaseReported
 from events.store import Recorded
@@ -286,6 +287,15 @@ def test_the_hostile_check_flags_an_attempt_that_took_effect_and_a_run_without_a
     idle = check_hostile(Hostile())
     assert not idle.ok
     assert idle.evidence == ("the hostile client made no attempt",)
+
+
+def test_the_hostile_client_knows_which_kinds_it_has_not_tried() -> None:
+    """After the load stops it goes on with only these (``AFTER_STOP``)."""
+    seen = Hostile()
+    assert seen.untried() == HOSTILE_KINDS
+    seen.escapes["metadata name: 403"] += 1
+    seen.travels["abandoned"] += 1
+    assert seen.untried() == ("proxy", "lease", "forge")
 
 
 # ------------------------------------------------------------------------------ a real run

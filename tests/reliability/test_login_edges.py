@@ -57,6 +57,20 @@ async def login(ui: httpx.AsyncClient, base: str, token: str, **headers: str) ->
     return await ui.post("/ui/login", data=form, headers={"Origin": base, **headers})
 
 
+async def login_once_signing(ui: httpx.AsyncClient, base: str, token: str) -> httpx.Response:
+    """Log in as a browser user would: a 503 "sessions cannot be signed yet" (the replica has
+    not read the shared key from the log, which takes longer on a loaded machine) is tried
+    again; any other answer is the answer."""
+    answers: list[httpx.Response] = []
+
+    async def answered() -> bool:
+        answers.append(await login(ui, base, token))
+        return answers[-1].status_code != 503
+
+    await until(answered, timeout=20, every=0.2, what="a login answer other than 503")
+    return answers[-1]
+
+
 def write(file: Path, text: str) -> None:
     file.write_text(text)
 
@@ -109,7 +123,7 @@ async def test_the_owner_logs_in_while_an_attacker_at_its_address_is_throttled(
                 await login(attacker, base, f"guess-{i}")
             assert (await login(attacker, base, "guess-again")).status_code == 429
         async with httpx.AsyncClient(base_url=base, timeout=20) as owner:
-            answer = await login(owner, base, TOKENS["owner"])
+            answer = await login_once_signing(owner, base, TOKENS["owner"])
             assert answer.status_code == 303, answer.text
             assert (await owner.get("/ui")).status_code == 200
 
