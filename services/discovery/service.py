@@ -57,6 +57,7 @@ from services.providers.squidauth.secret import (
 from services.runtime.aio import raise_if_cancelled
 from services.runtime.eventlog.checkpoint_writer import write_checkpoints
 from services.runtime.eventlog.jetstream import JetStreamEventStore
+from services.runtime.ports import listening_socket
 from services.runtime.service import ServiceContext
 from services.runtime.settings.durations import format_duration, seconds_of
 from services.runtime.settings.egress import PolicySettings
@@ -164,22 +165,10 @@ class _Server(uvicorn.Server):
 
 
 def listen(host: str, port: int) -> socket.socket:
-    """A listening TCP socket. Made with ``IPPROTO_TCP`` spelled out: asyncio switches Nagle off
-    only on sockets whose protocol says TCP, and with Nagle on every small answer waits for the
-    client's delayed ACK (about 40 ms)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-        sock.listen(2048)
-    except OSError as exc:
-        sock.close()
-        raise ConfigError(
-            f"--port / --host: cannot listen on {host}:{port} ({exc.strerror or exc}); "
-            "choose a free port (`up --api-port`, `run discovery --port`)"
-        ) from exc
-    return sock
+    """The API's listening socket (``services.runtime.ports.listening_socket``)."""
+    return listening_socket(
+        host, port, "--port / --host (`up --api-port`, `run discovery --port`)"
+    )
 
 
 @dataclass

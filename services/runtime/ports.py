@@ -13,6 +13,8 @@ import random
 import socket
 from pathlib import Path
 
+from services.runtime.settings.errors import ConfigError
+
 EPHEMERAL = Path("/proc/sys/net/ipv4/ip_local_port_range")
 LISTEN_PORTS = (20000, 32767)
 """Where a free port for a server is looked for: below Linux's default ephemeral range, so no
@@ -40,3 +42,22 @@ def free_port(host: str = "127.0.0.1") -> int:
         sock.bind((host, 0))
         fallback: int = sock.getsockname()[1]
         return fallback
+
+
+def listening_socket(host: str, port: int, flags: str) -> socket.socket:
+    """A listening TCP socket for a service's port; ``flags`` name the options that chose it, for
+    the error. Made with ``IPPROTO_TCP`` spelled out: asyncio switches Nagle off only on sockets
+    whose protocol says TCP, and with Nagle on every small answer waits for the client's delayed
+    ACK (about 40 ms)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(
+            f"{flags}: cannot listen on {host}:{port} ({exc.strerror or exc}); choose a free port"
+        ) from exc
+    return sock
