@@ -36,7 +36,7 @@ from urllib.parse import urlsplit
 from bench.chaos_check import Acquisition, Check
 from bench.chaos_edge import Endpoint, escape, escapes, exchange, forge, get
 from bench.chaos_load import LoadOptions, Record, acquisition, call, release
-from services.discovery.pure.clients import hash_token
+from services.runtime.pure.clients import hash_token
 
 CRAWLER_TOKEN = secrets.token_hex(32)
 HOSTILE_TOKEN = secrets.token_hex(32)

@@ -26,14 +26,14 @@ import httpx
 from events import subjects
 from events.schemas import Condition, HealthChanged, Phase, PhaseChanged, ProxyDeclared, ProxySpec
 from events.store import NewEvent
-from services.discovery.http.access import Clients
-from services.discovery.pure.clients import hash_token
 from services.discovery.service import DiscoveryService
+from services.runtime.clients import Clients
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.eventlog.streams import ensure_streams
 from services.runtime.nats.connection import connect
 from services.runtime.nats.server import EmbeddedNatsServer
 from services.runtime.observability.metrics import Metrics
+from services.runtime.pure.clients import hash_token
 from services.runtime.service import ServiceContext
 from services.runtime.settings.shared import Settings
 

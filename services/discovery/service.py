@@ -25,7 +25,7 @@ from litestar import Litestar
 
 from events.schemas import MAX_BLOCK_BACKOFF_SECONDS, MAX_COOLDOWN_SECONDS, MAX_LEASE_SECONDS
 from projections.egress import EgressPolicy
-from services.discovery.http.access import CLIENTS_ENV, Clients
+from services.discovery.http.access import CLIENTS_ENV
 from services.discovery.http.app import MAX_BODY_BYTES, DiscoveryApi, create_app
 from services.discovery.http.auth import TOKEN_ENV, token_from_env
 from services.discovery.http.badrequest import json_bad_request
@@ -55,6 +55,7 @@ from services.providers.squidauth.secret import (
     master_secret_from_env,
 )
 from services.runtime.aio import raise_if_cancelled
+from services.runtime.clients import Clients
 from services.runtime.eventlog.checkpoint_writer import write_checkpoints
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.ports import listening_socket
@@ -352,7 +353,7 @@ def build(settings: Settings, config: DiscoverySettings) -> DiscoveryService:
         block_backoff=config.block_backoff,
         token=token,
         lease_secret=master_secret_from_env(),
-        clients=Clients(Path(config.clients_file) if config.clients_file else None, token),
+        clients=Clients(Path(config.clients_file) if config.clients_file else None, token, log=log),
         egress=config.policy.policy(),
         trusted_proxies=parse_trusted_proxies(config.trusted_proxies),
     )

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from egress_proxies_client import AsyncClient, Forbidden, LeaseLimit, NoProxyAvailable
-from services.discovery.pure.clients import hash_token
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.nats.server import EmbeddedNatsServer
+from services.runtime.pure.clients import hash_token
 from tests.client.conftest import ATTRIBUTES, fleet
 from tests.support.discovery import discovery
 

@@ -14,9 +14,9 @@ import pytest
 
 from events import subjects
 from events.schemas import LeaseAcquired, LeaseReleased, LeaseRenewed, LeaseReported
-from services.discovery.pure.clients import hash_token
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.nats.server import EmbeddedNatsServer
+from services.runtime.pure.clients import hash_token
 from tests.support.discovery import bearer_client, discovery, ready_proxy
 from tests.support.waiting import until
 

@@ -16,9 +16,9 @@ from events import subjects
 from events.poolresource import pool_uid
 from events.schemas import Condition, HealthChanged, Phase, PhaseChanged
 from events.store import EventStore, NewEvent
-from services.discovery.pure.clients import hash_token
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.nats.server import EmbeddedNatsServer
+from services.runtime.pure.clients import hash_token
 from tests.support.discovery import bearer_client, discovery, ready_proxy
 from tests.support.discovery_pools import declare_pool, member, member_proxy
 from tests.support.waiting import until

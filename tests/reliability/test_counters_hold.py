@@ -21,11 +21,11 @@ from events.poolresource import pool_uid
 from events.store import EventStore
 from projections import lease as lease_fold
 from projections import pool_demand
-from services.discovery.pure.clients import hash_token
 from services.discovery.service import DiscoveryService
 from services.pools.pure.autoscale import wanted
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.nats.server import EmbeddedNatsServer
+from services.runtime.pure.clients import hash_token
 from tests.support.discovery import bearer_client, discovery, ready_proxy
 from tests.support.discovery_pools import declare_pool, member, member_proxy
 from tests.support.waiting import until

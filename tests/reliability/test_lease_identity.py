@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from services.discovery.pure.clients import hash_token
+from services.runtime.pure.clients import hash_token
 from tests.support.system import fetch_via, hello_target, running_up
 from tests.support.waiting import until
 

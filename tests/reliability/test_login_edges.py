@@ -17,9 +17,9 @@ import httpx
 import pytest
 
 from services.discovery.http.limits import IDLE_PER_ADDRESS
-from services.discovery.pure.clients import hash_token
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.nats.server import EmbeddedNatsServer
+from services.runtime.pure.clients import hash_token
 from tests.support.discovery import discovery, ready_proxy
 from tests.support.waiting import until
 

@@ -25,8 +25,8 @@ from events.schemas import (
 )
 from events.store import EventStore, NewEvent
 from projections.egress import EgressPolicy
-from services.discovery.http.access import Clients
 from services.discovery.service import DiscoveryService, parse_trusted_proxies
+from services.runtime.clients import Clients
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.nats.connection import connect
 from services.runtime.observability.metrics import Metrics
@@ -89,9 +89,9 @@ async def discovery(
     trusted_proxies: str = "",
 ) -> AsyncIterator[tuple[DiscoveryService, str]]:
     """A discovery replica with its own NATS connection, listening on a free loopback port;
-    yields the service and its base URL. ``clients_file``: the API's clients (``access``);
-    ``egress``: how it judges egress findings (``--egress-*``); ``trusted_proxies``: whose
-    forwarded headers it believes (``--trusted-proxies``)."""
+    yields the service and its base URL. ``clients_file``: the API's clients
+    (``services.runtime.clients``); ``egress``: how it judges egress findings (``--egress-*``);
+    ``trusted_proxies``: whose forwarded headers it believes (``--trusted-proxies``)."""
     conn = await connect(url)
     service = DiscoveryService(
         host="127.0.0.1",

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from services.cli.main import main
 from services.discovery.console.session import LoginThrottle
-from services.discovery.pure.clients import (
+from services.runtime.pure.clients import (
     ADMIN,
     DEFAULT_CLIENT,
     LEASE,

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from services.discovery.pure.clients import ClientsError, hash_token, parse_clients
-from services.discovery.pure.pools import PoolRef, bound_selector
+from services.discovery.pure.pools import bound_selector
+from services.runtime.pure.clients import ClientsError, hash_token, parse_clients
+from services.runtime.pure.poolref import PoolRef
 
 TOKEN = hash_token("t" * 40)
 

@@ -13,15 +13,8 @@ from events.store import Recorded
 from projections import pool_members
 from projections.pool import PoolView, fold
 from projections.pool_members import MemberState
-from services.discovery.pure.pools import (
-    MAX_POOL_REF,
-    PoolRef,
-    conditions,
-    parse_pool_ref,
-    pool_selector,
-    summarize,
-    template_misses,
-)
+from services.discovery.pure.pools import conditions, pool_selector, summarize, template_misses
+from services.runtime.pure.poolref import MAX_POOL_REF, PoolRef, parse_pool_ref
 from tests.support.hand_views import Fleet
 
 AT = datetime(2026, 1, 1, tzinfo=UTC)

@@ -16,7 +16,7 @@ from projections.lease import LeaseView
 from projections.pool import PoolView
 from projections.proxy import ProxyView
 from services.discovery.pure.errorcodes import ErrorCode
-from services.discovery.pure.pools import PoolRef, PoolSummary
+from services.discovery.pure.pools import PoolSummary
 from services.discovery.pure.refusals import (
     UNKNOWN_WAIT,
     Asked,
@@ -27,6 +27,7 @@ from services.discovery.pure.refusals import (
     for_pool,
     nothing_has,
 )
+from services.runtime.pure.poolref import PoolRef
 from tests.support.hand_views import held_lease
 
 NOW = datetime(2026, 1, 1, 12, tzinfo=UTC)

@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from services.discovery.http.auth import check_token
-from services.discovery.pure.clients import ClientsError, hash_token, parse_clients
+from services.runtime.pure.clients import ClientsError, hash_token, parse_clients
 from services.runtime.settings.errors import ConfigError
 
 

@@ -34,9 +34,10 @@ from services.cli.pure.pool_render import (
     pools_table,
 )
 from services.cli.pure.render import clean, format_time, inert, json_text
-from services.discovery.pure.pools import PoolRef, unknown_pool_hint
+from services.discovery.pure.pools import unknown_pool_hint
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.nats.connection import Connection
+from services.runtime.pure.poolref import PoolRef
 from services.runtime.settings.errors import ConfigError
 
 DEFAULT_NAMESPACE = "default"

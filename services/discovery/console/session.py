@@ -44,10 +44,10 @@ from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
 from events.errors import StoreUnavailable
-from services.discovery.http.access import Clients
-from services.discovery.pure.clients import READ, Client
+from services.runtime.clients import Clients
 from services.runtime.eventlog.snapshots import SnapshotStore
 from services.runtime.nats.users import KV_BUCKETS
+from services.runtime.pure.clients import READ, Client
 
 log = structlog.get_logger("egress.discovery.console")
 

@@ -39,12 +39,12 @@ from projections.proxy import ProxyView
 from services.discovery.console import console_router
 from services.discovery.console.session import Sessions
 from services.discovery.http.access import (
-    Clients,
     LeaseLimit,
     access_metrics,
     caller,
     check_acquire,
     check_owner,
+    guard,
 )
 from services.discovery.http.bodies import strict_body
 from services.discovery.http.errors import (
@@ -93,11 +93,12 @@ from services.discovery.leasing.leases import Leases, eligible
 from services.discovery.leasing.quota import Limit as LeaseQuota
 from services.discovery.leasing.renewal import renew
 from services.discovery.leasing.rotation import RotationOut, latest, rotate, rotation_out
-from services.discovery.pure.clients import LEASE, READ, Client
 from services.discovery.pure.policy import Granted
 from services.discovery.pure.pools import bound_selector
 from services.discovery.views import Views
+from services.runtime.clients import Clients
 from services.runtime.observability.metrics import Metrics
+from services.runtime.pure.clients import LEASE, READ, Client
 from services.runtime.version import VERSION
 
 MAX_BODY_BYTES = 64 * 1024
@@ -439,10 +440,10 @@ def create_app(
     clients: Clients | None = None,
     max_body_size: int = MAX_BODY_BYTES,
 ) -> Litestar:
-    """``clients``: who may call (``access``); without it, ``token`` alone is one admin client
-    and no token at all leaves the API open."""
+    """``clients``: who may call (``services.runtime.clients``); without it, ``token`` alone is
+    one admin client and no token at all leaves the API open."""
     clients = clients if clients is not None else Clients(token=token)
-    guards: list[Guard] = [clients.guard(access_metrics(api.metrics.registry))]
+    guards: list[Guard] = [guard(clients, access_metrics(api.metrics.registry))]
     sessions = Sessions(clients, api.views.js)
 
     @contextlib.asynccontextmanager

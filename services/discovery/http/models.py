@@ -20,8 +20,8 @@ from projections.proxy import ProxyView
 from services.discovery.leasing.credentials import LeaseCredentials
 from services.discovery.pure.candidates import CandidateIndex
 from services.discovery.pure.egress_shown import EgressShown, shown_in
-from services.discovery.pure.pools import MAX_POOL_REF
 from services.discovery.pure.targets import check_target
+from services.runtime.pure.poolref import MAX_POOL_REF
 
 AttributeKey = Annotated[str, Meta(min_length=1, max_length=63)]
 AttributeValue = Annotated[str, Meta(max_length=256)]

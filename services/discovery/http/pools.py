@@ -22,18 +22,17 @@ from projections.pool import PoolView
 from projections.pool_members import available_members, member_states
 from services.discovery.http.errors import InvalidRequest, UnknownPool, error_responses
 from services.discovery.http.models import ConditionOut
-from services.discovery.pure.clients import READ
 from services.discovery.pure.pools import (
-    PoolRef,
     PoolSummary,
     check_namespace,
     conditions,
-    parse_pool_ref,
     pool_selector,
     summarize,
     unknown_pool_hint,
 )
 from services.discovery.views import Views
+from services.runtime.pure.clients import READ
+from services.runtime.pure.poolref import PoolRef, parse_pool_ref
 
 ViewsDep = NamedDependency[Views]
 POOL_QUERY = frozenset({"namespace"})

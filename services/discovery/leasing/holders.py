@@ -18,8 +18,8 @@ import asyncio
 from projections.lease_queries import active
 from services.discovery.http.errors import InvalidRequest, UnknownLease
 from services.discovery.leasing.leases import Leases
-from services.discovery.pure.clients import Client
 from services.discovery.pure.policy import Granted
+from services.runtime.pure.clients import Client
 
 MAX_HOLDER = 256
 """As on ``POST /v1/leases``."""

@@ -42,8 +42,8 @@ from services.discovery.observability.metrics import DiscoveryMetrics
 from services.discovery.pure.acquiring import Acquisition, Move
 from services.discovery.pure.candidates import narrowed, normalized, pairs_of, random_order
 from services.discovery.pure.policy import Claim, Granted, LeasePolicy, Stored
-from services.discovery.pure.pools import PoolRef
 from services.discovery.views import Views
+from services.runtime.pure.poolref import PoolRef
 
 log = structlog.get_logger("egress.discovery")
 

@@ -19,7 +19,6 @@ from services.discovery.http.errors import (
 )
 from services.discovery.http.pools import members_only, summary, unknown
 from services.discovery.pure.errorcodes import ErrorCode
-from services.discovery.pure.pools import PoolRef
 from services.discovery.pure.refusals import (
     Asked,
     Refusal,
@@ -30,6 +29,7 @@ from services.discovery.pure.refusals import (
     nothing_has,
 )
 from services.discovery.views import Views
+from services.runtime.pure.poolref import PoolRef
 
 _ERRORS: dict[ErrorCode, type[ApiError]] = {
     ErrorCode.UNKNOWN_PROXY: UnknownProxy,

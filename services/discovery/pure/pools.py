@@ -4,40 +4,22 @@
 A pool's figures are counted as the pool controller counts them (``projections.pool_members``),
 off the same shared views, so ``GET /v1/pools`` and the controller's decisions agree. A lease
 request naming a pool asks for a proxy carrying the pool's attribute in the pool's namespace:
-the members, and nothing of the same name elsewhere. Pure: the caller passes the member states.
+the members, and nothing of the same name elsewhere (how a pool is named:
+``services.runtime.pure.poolref``). Pure: the caller passes the member states.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
+from events.customresource import DNS_LABEL
 from events.pool import PoolFigures
-from events.poolresource import MAX_POOL_NAME, POOL_ATTRIBUTE
+from events.poolresource import POOL_ATTRIBUTE
 from events.schemas import Condition
 from projections.pool import PoolView
 from projections.pool_members import MemberState, figures
-
-DEFAULT_NAMESPACE = "default"
-"""The namespace of a ``pool`` written without one: a ProxyPool applied without
-``metadata.namespace`` is in it (``events.customresource.ObjectMeta``)."""
-MAX_NAMESPACE = 63
-MAX_POOL_REF = MAX_NAMESPACE + 1 + MAX_POOL_NAME
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
-SHOWN = 100
-"""Characters of a refused value quoted back in a message at most."""
-HOW = f"write NAMESPACE/NAME (crawl/de), or NAME for a pool in the namespace {DEFAULT_NAMESPACE}"
-
-
-@dataclass(frozen=True, slots=True)
-class PoolRef:
-    namespace: str
-    name: str
-
-    def __str__(self) -> str:
-        return f"{self.namespace}/{self.name}"
-
+from services.runtime.pure.poolref import SHOWN, PoolRef
 
 LISTED = 10
 """Pools an unknown pool's message names at most."""
@@ -57,31 +39,9 @@ def unknown_pool_hint(ref: PoolRef, known: Collection[PoolRef]) -> str:
     return "there are no pools; declare one (`egress-proxies apply -f FILE`)"
 
 
-def parse_pool_ref(text: str) -> PoolRef:
-    """``crawl/de`` -> the pool ``de`` of ``crawl``; ``de`` -> ``default/de``. ValueError, with
-    the rule, for anything that cannot name a pool (more than one ``/``, an empty part, a part
-    that is no DNS label): the request would otherwise match no proxy and look like a busy pool.
-    """
-    shown = repr(text[:SHOWN]) + ("..." if len(text) > SHOWN else "")
-    namespace, slash, name = text.rpartition("/")
-    if not slash:
-        namespace = DEFAULT_NAMESPACE
-    if "/" in namespace:
-        raise ValueError(f"{shown} has more than one '/'; {HOW}")
-    if not _DNS_LABEL.fullmatch(namespace):
-        raise ValueError(
-            f"{shown}: the namespace is 1-{MAX_NAMESPACE} lowercase letters, digits or '-'; {HOW}"
-        )
-    if not _DNS_LABEL.fullmatch(name) or len(name) > MAX_POOL_NAME:
-        raise ValueError(
-            f"{shown}: the name is 1-{MAX_POOL_NAME} lowercase letters, digits or '-'; {HOW}"
-        )
-    return PoolRef(namespace, name)
-
-
 def check_namespace(text: str) -> str:
     """A namespace of a query, or ValueError with the rule."""
-    if not _DNS_LABEL.fullmatch(text):
+    if not DNS_LABEL.fullmatch(text):
         shown = repr(text[:SHOWN])
         raise ValueError(f"{shown} is no namespace: use 1-63 lowercase letters, digits or '-'")
     return text
@@ -108,9 +68,9 @@ every namespace. No client's binding is written with it, so none allows it."""
 def bound_selector(selector: Mapping[str, str], pool: PoolRef | None) -> dict[str, str]:
     """The selector a client's allowed selectors are checked against: its ``pool`` as the
     ``NAMESPACE/NAME`` the request leases from, since a client's binding names the namespace
-    (``pure.clients``, docs/decisions/0139-the-discovery-api-s-edges.md). A ``pool`` attribute
-    sent without the request's ``pool`` matches members of every namespace, so it becomes
-    ``*/NAME``, which no binding allows."""
+    (``services.runtime.pure.clients``, docs/decisions/0139-the-discovery-api-s-edges.md). A
+    ``pool`` attribute sent without the request's ``pool`` matches members of every namespace,
+    so it becomes ``*/NAME``, which no binding allows."""
     if pool is not None:
         return {**selector, POOL_ATTRIBUTE: str(pool)}
     named = selector.get(POOL_ATTRIBUTE)

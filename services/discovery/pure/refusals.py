@@ -36,7 +36,8 @@ from projections.lease_queries import available_at, is_available, is_free, leasa
 from projections.pool import PoolView
 from projections.proxy import ProxyView
 from services.discovery.pure.errorcodes import STATUS, ErrorCode
-from services.discovery.pure.pools import PoolRef, PoolSummary, scaling_note, template_misses
+from services.discovery.pure.pools import PoolSummary, scaling_note, template_misses
+from services.runtime.pure.poolref import PoolRef
 
 UNKNOWN_WAIT = 5
 """``Retry-After`` when no matching proxy has a known time at which it frees up."""

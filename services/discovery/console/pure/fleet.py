@@ -28,7 +28,7 @@ from services.discovery.pure.egress_shown import (
     index_of,
     shown_in,
 )
-from services.discovery.pure.pools import parse_pool_ref
+from services.runtime.pure.poolref import parse_pool_ref
 
 HEALTHY = "healthy"
 UNHEALTHY = "unhealthy"

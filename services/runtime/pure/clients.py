@@ -1,4 +1,6 @@
 """Who may call the discovery API: the clients file, parsed strictly (docs/api.md, "Clients").
+It lives below the services, so every service that authenticates with the same file reads it
+alike (docs/decisions/0154-the-clients-table-below-the-services.md).
 
 A bearer token shared by every crawler separates the crawlers from everyone else, not one
 crawler from another. So each client is named, with its own token, the scopes it may use and its
@@ -34,7 +36,7 @@ from typing import Any
 import yaml
 
 from events.poolresource import POOL_ATTRIBUTE
-from services.discovery.pure.pools import parse_pool_ref
+from services.runtime.pure.poolref import parse_pool_ref
 
 LEASE = "lease"
 """Acquire leases, and get, renew, report on, rotate and release the client's own."""
