@@ -27,7 +27,6 @@ from events.schemas import MAX_BLOCK_BACKOFF_SECONDS, MAX_COOLDOWN_SECONDS, MAX_
 from projections.egress import EgressPolicy
 from services.discovery.http.access import CLIENTS_ENV
 from services.discovery.http.app import MAX_BODY_BYTES, DiscoveryApi, create_app
-from services.discovery.http.auth import TOKEN_ENV, token_from_env
 from services.discovery.http.badrequest import json_bad_request
 from services.discovery.http.limits import (
     BODY_TIMEOUT,
@@ -55,6 +54,7 @@ from services.providers.squidauth.secret import (
     master_secret_from_env,
 )
 from services.runtime.aio import raise_if_cancelled
+from services.runtime.bearer import TOKEN_ENV, token_from_env
 from services.runtime.clients import Clients
 from services.runtime.eventlog.checkpoint_writer import write_checkpoints
 from services.runtime.eventlog.jetstream import JetStreamEventStore

@@ -18,7 +18,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from services.cli.main import main
-from services.discovery.http.auth import TOKEN_ENV, token_from_env
+from services.runtime.bearer import TOKEN_ENV, token_from_env
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.nats.server import EmbeddedNatsServer
 from services.runtime.settings.errors import ConfigError

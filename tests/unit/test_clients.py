@@ -11,7 +11,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from services.cli.main import main
-from services.discovery.console.session import LoginThrottle
 from services.runtime.pure.clients import (
     ADMIN,
     DEFAULT_CLIENT,
@@ -22,6 +21,7 @@ from services.runtime.pure.clients import (
     hash_token,
     parse_clients,
 )
+from services.runtime.pure.throttle import LoginThrottle
 
 A = hash_token("token-a" * 6)
 B = hash_token("token-b" * 6)

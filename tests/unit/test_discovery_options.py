@@ -13,7 +13,6 @@ from projections.proxy import ProxyView
 from services.cli.flags import options
 from services.cli.run.registry import SERVICES
 from services.cli.run.up_cmd import UpCommand, up
-from services.discovery.http.auth import token_from_env
 from services.discovery.http.errors import InvalidRequest
 from services.discovery.http.queries import ProxyFilter, parse_proxy_filter
 from services.discovery.leasing import leases
@@ -25,6 +24,7 @@ from services.discovery.service import (
     parse_trusted_proxies,
 )
 from services.discovery.views import Views
+from services.runtime.bearer import token_from_env
 from services.runtime.eventlog.memory import InMemoryEventStore
 from services.runtime.settings.durations import format_duration, seconds_of
 from services.runtime.settings.errors import ConfigError

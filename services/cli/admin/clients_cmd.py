@@ -13,7 +13,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from services.discovery.http.auth import check_token
+from services.runtime.bearer import check_token
 from services.runtime.pure.clients import ClientsError, hash_token, parse_clients
 from services.runtime.settings.errors import ConfigError
 

@@ -18,8 +18,8 @@ from opentelemetry import propagate
 from rich.console import Console
 
 from services.cli.pure.render import clean, inert
-from services.discovery.http.auth import TOKEN_ENV
 from services.discovery.pure.errorcodes import ErrorCode
+from services.runtime.bearer import TOKEN_ENV
 from services.runtime.nats.connection import ConnectError
 from services.runtime.settings.errors import ConfigError
 

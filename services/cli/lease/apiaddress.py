@@ -26,7 +26,7 @@ import click
 from services.cli.envoptions import with_env_option
 from services.cli.lease.api_client import DEFAULT_API_URL
 from services.cli.pure.render import clean
-from services.discovery.http.auth import TOKEN_ENV
+from services.runtime.bearer import TOKEN_ENV
 from services.runtime.datadir import alive
 
 F = TypeVar("F", bound=Callable[..., Any])

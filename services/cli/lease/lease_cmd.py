@@ -35,8 +35,8 @@ from services.cli.lease.api_client import (
 )
 from services.cli.lease.apiaddress import api_options
 from services.cli.pure.render import clean, format_time, inert
-from services.discovery.http.auth import token_from_env
 from services.discovery.http.models import MAX_WAIT_SECONDS
+from services.runtime.bearer import token_from_env
 from services.runtime.settings.durations import EXAMPLES, parse_duration
 
 OUTCOMES = ("success", "blocked", "failed")

@@ -19,6 +19,7 @@ from services.cli.envoptions import EnvSetting
 from services.cli.flags import options
 from services.discovery import service as discovery
 from services.executor import service as executor
+from services.gateway import service as gateway
 from services.gc import service as gc
 from services.health import service as health
 from services.pools import service as pools
@@ -107,6 +108,12 @@ SERVICES: dict[str, ServiceEntry] = entries(
         "Keep every ProxyPool's members as many, where and as fresh as it asks.",
         pools.build,
         pools.PoolsSettings,
+    ),
+    ServiceEntry(
+        "gateway",
+        "Serve one proxy endpoint for the whole fleet: lease, relay, report (docs/gateway.md).",
+        gateway.build,
+        gateway.GatewaySettings,
     ),
     ServiceEntry(
         "watcher",

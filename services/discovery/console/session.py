@@ -31,8 +31,6 @@ import hashlib
 import hmac
 import secrets
 import time
-from collections import OrderedDict
-from dataclasses import dataclass, field
 from typing import Any
 
 import nats.errors
@@ -48,6 +46,7 @@ from services.runtime.clients import Clients
 from services.runtime.eventlog.snapshots import SnapshotStore
 from services.runtime.nats.users import KV_BUCKETS
 from services.runtime.pure.clients import READ, Client
+from services.runtime.pure.throttle import LoginThrottle
 
 log = structlog.get_logger("egress.discovery.console")
 
@@ -64,31 +63,6 @@ FAILURES_PER_ADDRESS = 5.0
 """Failed logins a minute one address may make before they are answered 429."""
 FAILURES_IN_ALL = 60.0
 """Failed logins a minute over all addresses before they are answered 429 (and not logged)."""
-
-
-@dataclass
-class LoginThrottle:
-    """At most ``per_minute`` failed logins per client address (a token bucket each); the
-    addresses are bounded, the oldest forgotten first."""
-
-    per_minute: float = 5.0
-    max_addresses: int = 10_000
-    _buckets: OrderedDict[str, tuple[float, float]] = field(default_factory=OrderedDict)
-
-    def retry_after(self, address: str, now: float) -> float:
-        """Seconds until ``address`` may try again (0: now)."""
-        tokens = self._tokens(address, now)
-        return 0.0 if tokens >= 1 else (1 - tokens) * 60 / self.per_minute
-
-    def failed(self, address: str, now: float) -> None:
-        self._buckets[address] = (max(self._tokens(address, now) - 1, 0.0), now)
-        self._buckets.move_to_end(address)
-        while len(self._buckets) > self.max_addresses:
-            self._buckets.popitem(last=False)
-
-    def _tokens(self, address: str, now: float) -> float:
-        tokens, at = self._buckets.get(address, (self.per_minute, now))
-        return min(self.per_minute, tokens + (now - at) * self.per_minute / 60)
 
 
 class Sessions:

@@ -44,6 +44,9 @@ WRITES: Mapping[str, tuple[str, ...]] = {
     # and their rotations (a fresh instance for an aged or blocked member) on theirs
     # (docs/architecture.md, "Pools").
     "pools": ("pool.*.decision", "pool.*.declared", "proxy.*.declared", "proxy.*.rotate"),
+    # Nothing: it leases through the discovery API with each crawler's token
+    # (docs/gateway.md).
+    "gateway": (),
 }
 """The subjects of the log each service appends to; a service's user is named after it."""
 

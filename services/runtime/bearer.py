@@ -1,4 +1,5 @@
-"""``DISCOVERY_TOKEN``: the token of one admin client (``access``; the clients file names more).
+"""``DISCOVERY_TOKEN``: the token of one admin client, for the discovery API and the gateway
+(``services.runtime.clients``; the clients file names more).
 
 With a token or a clients file, every ``/v1`` request must carry ``Authorization: Bearer
 <token>`` of a client. Without either, the API serves everyone, and the service says so loudly at

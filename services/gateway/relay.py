@@ -1,0 +1,176 @@
+"""One request through a leased proxy: a plain HTTP exchange, or a CONNECT tunnel
+(docs/gateway.md, "How a request goes").
+
+The upstream connections are the leased proxies' (Squid's) ports. A plain request is sent with
+the lease's login in place of the crawler's and its response read until the head, which decides
+(``pure.outcomes``) whether the crawler gets it or the request goes once more through another
+proxy; then the rest streams through. Connections to a proxy are kept for the next request
+(``Upstreams``), whichever lease of that proxy it is for: the login rides on each request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import defaultdict
+from dataclasses import dataclass
+
+from services.gateway.pure.heads import HeadError, Target, connect_head
+from services.gateway.reading import CHUNK, MAX_HEAD, Response
+
+Conn = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+
+
+class UpstreamError(Exception):
+    """The leased proxy could not be reached, or answered nothing usable."""
+
+
+@dataclass
+class Traffic:
+    """What one exchange moved: counted per client, per proxy and per lease."""
+
+    up: int = 0
+    down: int = 0
+
+
+class Upstreams:
+    """Idle keep-alive connections per proxy address, bounded."""
+
+    def __init__(self, *, connect_timeout: float, per_proxy: int = 32) -> None:
+        self.connect_timeout = connect_timeout
+        self.per_proxy = per_proxy
+        self._idle: defaultdict[tuple[str, int], list[Conn]] = defaultdict(list)
+
+    async def open(self, host: str, port: int, *, fresh: bool = False) -> Conn:
+        idle = self._idle.get((host, port), [])
+        while idle and not fresh:
+            reader, writer = idle.pop()
+            if not reader.at_eof() and not writer.is_closing():
+                return reader, writer
+            writer.close()
+        try:
+            async with asyncio.timeout(self.connect_timeout):
+                return await asyncio.open_connection(host, port, limit=MAX_HEAD)
+        except (OSError, TimeoutError) as exc:
+            raise UpstreamError(f"the proxy {host}:{port} cannot be reached: {exc!r}") from exc
+
+    def give_back(self, host: str, port: int, conn: Conn) -> None:
+        idle = self._idle[(host, port)]
+        if len(idle) >= self.per_proxy or conn[1].is_closing():
+            conn[1].close()
+            return
+        idle.append(conn)
+
+    def close(self) -> None:
+        for conns in self._idle.values():
+            for _, writer in conns:
+                writer.close()
+        self._idle.clear()
+
+
+async def exchange_head(
+    conn: Conn, head: bytes, body: bytes | None, timeout: float, *, head_only: bool
+) -> tuple[Response, bytes]:
+    """Send a request whose body is whole (or absent) and read its response up to the end of
+    the head: the response so far and the bytes read."""
+    reader, writer = conn
+    try:
+        writer.write(head + (body or b""))
+        await writer.drain()
+        return await read_head(reader, timeout, head_only=head_only)
+    except (OSError, asyncio.IncompleteReadError) as exc:
+        raise UpstreamError(f"the proxy closed the connection: {exc!r}") from exc
+
+
+async def read_head(
+    reader: asyncio.StreamReader, timeout: float, *, head_only: bool
+) -> tuple[Response, bytes]:
+    response = Response(head_only)
+    seen = bytearray()
+    async with asyncio.timeout(timeout):
+        while not response.headers_done:
+            data = await reader.read(CHUNK)
+            if not data:
+                raise UpstreamError("the proxy closed the connection before answering")
+            seen += data
+            if len(seen) > MAX_HEAD * 4 and not response.headers_done:
+                raise UpstreamError("the proxy's answer head is too long")
+            response.feed(data)
+    return response, bytes(seen)
+
+
+async def stream_rest(
+    reader: asyncio.StreamReader,
+    client: asyncio.StreamWriter,
+    response: Response,
+    traffic: Traffic,
+    idle_timeout: float,
+) -> bool:
+    """Pass the rest of the response on; whether it ended as its framing says (the upstream
+    connection may then be kept). A response that ends with its connection ends the crawler's
+    too."""
+    while not response.complete:
+        try:
+            async with asyncio.timeout(idle_timeout):
+                data = await reader.read(CHUNK)
+        except TimeoutError:
+            return False
+        if not data:
+            return False
+        response.feed(data)
+        traffic.down += len(data)
+        client.write(data)
+        await client.drain()
+    return True
+
+
+async def open_tunnel(
+    upstreams: Upstreams,
+    host: str,
+    port: int,
+    login: bytes | None,
+    *,
+    target: Target,
+    timeout: float,
+) -> tuple[Conn, Response]:
+    """A CONNECT through the proxy; the connection and the proxy's answer (200: open)."""
+    conn = await upstreams.open(host, port, fresh=True)
+    reader, writer = conn
+    response = Response(head_only=True)
+    try:
+        writer.write(connect_head(target, login))
+        await writer.drain()
+        # Exactly the head: what follows it is the tunnel's (a server that speaks first).
+        async with asyncio.timeout(timeout):
+            response.feed(await reader.readuntil(b"\r\n\r\n"))
+    except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
+        writer.close()
+        raise UpstreamError(f"the proxy did not answer the CONNECT: {exc!r}") from exc
+    except (TimeoutError, HeadError):
+        writer.close()
+        raise
+    return conn, response
+
+
+async def pipe(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    count: list[int],
+    idle_timeout: float,
+) -> None:
+    """Copy until end of file or ``idle_timeout`` without a byte; ``count[0]`` grows."""
+    try:
+        while True:
+            async with asyncio.timeout(idle_timeout):
+                data = await reader.read(CHUNK)
+            if not data:
+                break
+            count[0] += len(data)
+            writer.write(data)
+            await writer.drain()
+    except (OSError, TimeoutError, asyncio.IncompleteReadError):
+        pass
+    finally:
+        with contextlib.suppress(OSError, RuntimeError):
+            if writer.can_write_eof():
+                writer.write_eof()

@@ -1,0 +1,462 @@
+"""The gateway's port: every connection from a crawler, request by request (docs/gateway.md).
+
+A request is authenticated (the proxy login: the client's name with parameters, and its token),
+given a lease (``leases.Keeper``) and relayed (``relay``). Whatever reaches the port gets an
+answer of its own or the site's, never a crash: a bad head is a 400, a bad login a 407 with the
+reason in ``X-Egress-Error``, a client over its connections a 429. A slow or hostile client costs
+only its own connections: heads are bounded in size and time, connections per address and in all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import time
+from collections import Counter as Tally
+from dataclasses import dataclass, field
+
+import structlog
+
+from services.gateway.leases import Caller, Held, Keeper, NoLease
+from services.gateway.metrics import GatewayMetrics
+from services.gateway.pure import heads
+from services.gateway.pure.heads import HeadError, Target
+from services.gateway.pure.outcomes import MAX_RETRY_BODY, Outcome, judge
+from services.gateway.pure.username import Ask, UserNameError, parse, parse_params
+from services.gateway.reading import CHUNK, Request, Response, read_request
+from services.gateway.relay import (
+    Conn,
+    Traffic,
+    UpstreamError,
+    Upstreams,
+    open_tunnel,
+    pipe,
+    read_head,
+    stream_rest,
+)
+from services.runtime.clients import Clients
+from services.runtime.pure.clients import LEASE
+from services.runtime.pure.throttle import LoginThrottle
+
+log = structlog.get_logger("egress.gateway")
+
+OPEN_CLIENT = "open"
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    head_timeout: float = 10.0
+    idle_timeout: float = 60.0
+    connect_timeout: float = 5.0
+    answer_timeout: float = 60.0
+    """How long the leased proxy may take to answer a request's head."""
+    per_address: int = 256
+    connections: int = 20_000
+
+
+@dataclass
+class Gateway:
+    keeper: Keeper
+    clients: Clients
+    metrics: GatewayMetrics
+    limits: Limits = field(default_factory=Limits)
+    block_codes: tuple[int, ...] = (403, 429)
+    own_ports: tuple[int, ...] = ()
+    throttle: LoginThrottle = field(default_factory=LoginThrottle)
+    upstreams: Upstreams = field(init=False)
+    _per_address: Tally[str] = field(default_factory=Tally)
+    _open: int = 0
+
+    def __post_init__(self) -> None:
+        self.upstreams = Upstreams(connect_timeout=self.limits.connect_timeout)
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
+        address = str(peer[0]) if peer else "unknown"
+        if (
+            self._per_address[address] >= self.limits.per_address
+            or self._open >= self.limits.connections
+        ):
+            self.metrics.refusals.labels("connections").inc()
+            with contextlib.suppress(OSError):
+                writer.write(heads.answer(429, "too many connections from this address"))
+                await writer.drain()
+            writer.close()
+            return
+        self._per_address[address] += 1
+        self._open += 1
+        self.metrics.connections.inc()
+        try:
+            await self._requests(reader, writer, address)
+        except (OSError, asyncio.IncompleteReadError, TimeoutError):
+            pass
+        finally:
+            self._per_address[address] -= 1
+            if not self._per_address[address]:
+                del self._per_address[address]
+            self._open -= 1
+            self.metrics.connections.dec()
+            writer.close()
+
+    async def _requests(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, address: str
+    ) -> None:
+        first = True
+        while True:
+            timeout = self.limits.head_timeout if first else self.limits.idle_timeout
+            try:
+                request = await read_request(reader, timeout)
+            except HeadError as exc:
+                if exc.status == 408 and not first:
+                    return  # an idle keep-alive connection, closed quietly
+                self.metrics.refusals.labels("head").inc()
+                writer.write(heads.answer(exc.status, str(exc)))
+                await writer.drain()
+                return
+            if request is None:
+                return
+            first = False
+            if not await self._request(request, reader, writer, address):
+                return
+
+    async def _request(
+        self,
+        request: Request,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        address: str,
+    ) -> bool:
+        """Answer one request; whether the connection may carry another."""
+        refusal = self._who(request, address)
+        if isinstance(refusal, bytes):
+            writer.write(refusal)
+            await writer.drain()
+            return False
+        caller, ask = refusal
+        try:
+            target = heads.target(request.method, request.url)
+        except HeadError as exc:
+            return await self._refuse(writer, exc.status, str(exc), "target")
+        why = heads.denied(target, self.own_ports)
+        if why is not None:
+            return await self._refuse(
+                writer, 403, f"the gateway does not go there: {why}", "target"
+            )
+        if request.method == "CONNECT":
+            await self._tunnel(caller, ask, target, reader, writer)
+            return False
+        if request.chunked:
+            return await self._refuse(
+                writer,
+                411,
+                "send the request body with a Content-Length (chunked bodies are not relayed)",
+                "body",
+            )
+        return await self._forward(caller, ask, target, request, reader=reader, writer=writer)
+
+    def _who(self, request: Request, address: str) -> tuple[Caller, Ask] | bytes:
+        """The caller and what it asks, or the answer refusing it."""
+        given = heads.login(request.headers)
+        extra = heads.params(request.headers)
+        now = time.monotonic()
+        if self.clients.open:
+            user = given[0] if given else OPEN_CLIENT
+            try:
+                label, ask = parse(user, None)
+                ask = _with_header(ask, extra)
+            except UserNameError as exc:
+                return self._login_refusal(str(exc), "user_name")
+            return Caller(label, None), ask
+        if given is None:
+            return self._login_refusal(
+                "this gateway needs a proxy login: your client name "
+                "(with parameters) and your token",
+                "unauthorized",
+            )
+        wait = self.throttle.retry_after(address, now)
+        if wait > 0:
+            self.metrics.refusals.labels("throttled").inc()
+            return heads.answer(
+                429,
+                "too many failed logins from this address",
+                extra=[(b"Retry-After", str(int(wait) + 1).encode())],
+            )
+        user, token = given
+        client = self.clients.identify(token)
+        if client is None:
+            self.throttle.failed(address, now)
+            return self._login_refusal(
+                "the token (the proxy password) is not valid", "unauthorized"
+            )
+        if not client.may(LEASE):
+            self.metrics.refusals.labels("scope").inc()
+            return heads.answer(
+                403, f"client {client.name!r} may not lease (it lacks the lease scope)"
+            )
+        try:
+            _, ask = parse(user, client.name)
+            ask = _with_header(ask, extra)
+        except UserNameError as exc:
+            return self._login_refusal(str(exc), "user_name")
+        return Caller(client.name, token), ask
+
+    def _login_refusal(self, reason: str, kind: str) -> bytes:
+        self.metrics.refusals.labels(kind).inc()
+        return heads.answer(407, reason, extra=[heads.CHALLENGE])
+
+    async def _refuse(
+        self, writer: asyncio.StreamWriter, status: int, reason: str, kind: str
+    ) -> bool:
+        self.metrics.refusals.labels(kind).inc()
+        writer.write(heads.answer(status, reason))
+        await writer.drain()
+        return False
+
+    async def _lease(
+        self,
+        writer: asyncio.StreamWriter,
+        caller: Caller,
+        ask: Ask,
+        *,
+        exclude: frozenset[str],
+        host: str,
+    ) -> Held | None:
+        try:
+            return await self.keeper.lease(caller, ask, exclude=exclude, target=host)
+        except NoLease as exc:
+            wait = str(max(math.ceil(exc.retry_after), 1)).encode()
+            extra = [(b"Retry-After", wait)] if exc.retry_after else []
+            self.metrics.refusals.labels("no_lease").inc()
+            writer.write(heads.answer(exc.status, f"no proxy for this request: {exc}", extra=extra))
+            await writer.drain()
+            return None
+
+    # ------------------------------------------------------------------ plain HTTP
+
+    async def _forward(
+        self,
+        caller: Caller,
+        ask: Ask,
+        target: Target,
+        request: Request,
+        *,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+    ) -> bool:
+        body: bytes | None = None
+        if request.length <= MAX_RETRY_BODY:
+            body = await reader.readexactly(request.length) if request.length else b""
+        exclude: frozenset[str] = frozenset()
+        for attempt in range(2):
+            held = await self._lease(writer, caller, ask, exclude=exclude, host=target.host)
+            if held is None:
+                return False
+            held.in_flight += 1
+            try:
+                sent = await self._send(held, request, body, reader)
+            finally:
+                held.in_flight -= 1
+            if isinstance(sent, str):
+                self.keeper.report(held, "failed", target.host, sent)
+                self._count(caller, held, "failed", Traffic())
+                if attempt == 0 and body is not None and ask.session is None:
+                    exclude |= {held.granted.proxy_uid}
+                    continue
+                writer.write(heads.answer(502, f"the proxy {held.proxy} failed: {sent}"))
+                await writer.drain()
+                return False
+            (conn, response, seen), (host, port) = sent, held.upstream()[:2]
+            verdict = judge(
+                response.status,
+                response.squid_error,
+                request.method,
+                block_codes=self.block_codes,
+                attempt=attempt,
+                replayable=body is not None,
+                sticky=ask.session is not None,
+            )
+            if verdict.outcome != "success":
+                self.keeper.report(held, verdict.outcome, target.host, f"HTTP {response.status}")
+            if verdict.retry:
+                conn[1].close()
+                self._count(caller, held, verdict.outcome, Traffic(len(seen)))
+                exclude |= {held.granted.proxy_uid}
+                continue
+            traffic = Traffic(up=request.length, down=len(seen))
+            writer.write(_marked(seen, held))
+            await writer.drain()
+            whole = response.complete or await stream_rest(
+                conn[0], writer, response, traffic, self.limits.idle_timeout
+            )
+            if whole and response.keep_alive:
+                self.upstreams.give_back(host, port, conn)
+            else:
+                conn[1].close()
+            self._count(caller, held, verdict.outcome, traffic)
+            return whole and request.keep_alive and response.keep_alive
+        return False
+
+    async def _send(
+        self, held: Held, request: Request, body: bytes | None, reader: asyncio.StreamReader
+    ) -> tuple[Conn, Response, bytes] | str:
+        """Send the request through the lease's proxy; the connection, the response so far and
+        its bytes, or why it could not be sent. A kept connection the proxy closed meanwhile, or
+        a login the proxy refuses (the lease moved: renewed or rotated), is tried once more."""
+        for again in range(3):
+            host, port, login = held.upstream()
+            head = heads.upstream_head(
+                request.method.encode(), request.url, request.version, request.headers, login
+            )
+            try:
+                conn = await self.upstreams.open(host, port, fresh=again > 0)
+            except UpstreamError as exc:
+                if again == 0:
+                    await self.keeper.reread(held)
+                    continue
+                return str(exc)
+            try:
+                conn[1].write(head + (body or b""))
+                if body is None:
+                    await _copy_exactly(reader, conn[1], request.length)
+                await conn[1].drain()
+                response, seen = await read_head(
+                    conn[0], self.limits.answer_timeout, head_only=request.method == "HEAD"
+                )
+            except (UpstreamError, OSError, asyncio.IncompleteReadError) as exc:
+                conn[1].close()
+                if body is None:
+                    return f"the proxy closed the connection: {exc}"
+                continue
+            except TimeoutError:
+                conn[1].close()
+                return "the proxy did not answer in time"
+            except HeadError as exc:
+                conn[1].close()
+                return str(exc)
+            if response.status == 407 and again < 2 and body is not None:
+                conn[1].close()
+                await self.keeper.reread(held)
+                continue
+            return conn, response, seen
+        return "the proxy refused the lease's login"
+
+    # ------------------------------------------------------------------ CONNECT
+
+    async def _tunnel(
+        self,
+        caller: Caller,
+        ask: Ask,
+        target: Target,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+    ) -> None:
+        exclude: frozenset[str] = frozenset()
+        for attempt in range(2):
+            held = await self._lease(writer, caller, ask, exclude=exclude, host=target.host)
+            if held is None:
+                return
+            opened = await self._connect(held, target)
+            if isinstance(opened, str) or opened[1].status != 200:
+                status = 0 if isinstance(opened, str) else opened[1].status
+                why = opened if isinstance(opened, str) else f"the proxy answered {status}"
+                if not isinstance(opened, str):
+                    opened[0][1].close()
+                outcome: Outcome = "blocked" if status in self.block_codes else "failed"
+                self.keeper.report(held, outcome, target.host, why)
+                self._count(caller, held, outcome, Traffic(), tunnel=True)
+                if attempt == 0 and ask.session is None:
+                    exclude |= {held.granted.proxy_uid}
+                    continue
+                answer = 403 if status == 403 else 502
+                writer.write(heads.answer(answer, f"the tunnel through {held.proxy} failed: {why}"))
+                await writer.drain()
+                return
+            (up_reader, up_writer), _ = opened
+            writer.write(_established(held))
+            await writer.drain()
+            held.in_flight += 1
+            up, down = [0], [0]
+            try:
+                await asyncio.gather(
+                    pipe(reader, up_writer, up, self.limits.idle_timeout),
+                    pipe(up_reader, writer, down, self.limits.idle_timeout),
+                )
+            finally:
+                held.in_flight -= 1
+                up_writer.close()
+            self._count(caller, held, "success", Traffic(up[0], down[0]), tunnel=True)
+            return
+
+    async def _connect(self, held: Held, target: Target) -> tuple[Conn, Response] | str:
+        for again in range(2):
+            host, port, login = held.upstream()
+            try:
+                conn, response = await open_tunnel(
+                    self.upstreams,
+                    host,
+                    port,
+                    login,
+                    target=target,
+                    timeout=self.limits.answer_timeout,
+                )
+            except (UpstreamError, TimeoutError, HeadError) as exc:
+                if again == 0:
+                    await self.keeper.reread(held)
+                    continue
+                return str(exc) or "the proxy did not answer in time"
+            if response.status == 407 and again == 0:
+                conn[1].close()
+                await self.keeper.reread(held)
+                continue
+            return conn, response
+        return "the proxy refused the lease's login"
+
+    def _count(
+        self, caller: Caller, held: Held, outcome: str, traffic: Traffic, *, tunnel: bool = False
+    ) -> None:
+        kind = "tunnel" if tunnel else "http"
+        self.metrics.requests.labels(caller.name, kind, outcome).inc()
+        self.metrics.bytes.labels(caller.name, "up").inc(traffic.up)
+        self.metrics.bytes.labels(caller.name, "down").inc(traffic.down)
+
+    def close(self) -> None:
+        self.upstreams.close()
+
+
+def _with_header(ask: Ask, extra: str) -> Ask:
+    """``X-Egress-Params`` stands for the user name's parameters when the login has none."""
+    if not extra:
+        return ask
+    if ask != Ask():
+        raise UserNameError("parameters in both the user name and X-Egress-Params; use one")
+    return parse_params(extra)
+
+
+def _marked(seen: bytes, held: Held) -> bytes:
+    """The response head with the proxy and lease it came through, after the status line."""
+    end = seen.find(b"\r\n")
+    if end < 0:
+        return seen
+    return seen[: end + 2] + _ours(held) + seen[end + 2 :]
+
+
+def _established(held: Held) -> bytes:
+    return b"HTTP/1.1 200 Connection established\r\n" + _ours(held) + b"\r\n"
+
+
+def _ours(held: Held) -> bytes:
+    return (
+        b"X-Egress-Proxy: " + held.proxy.encode("ascii", "replace") + b"\r\n"
+        b"X-Egress-Lease: " + held.lease_id.encode("ascii", "replace") + b"\r\n"
+    )
+
+
+async def _copy_exactly(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
+    while n > 0:
+        data = await reader.read(min(n, CHUNK))
+        if not data:
+            raise asyncio.IncompleteReadError(b"", n)
+        writer.write(data)
+        await writer.drain()
+        n -= len(data)

@@ -1,0 +1,78 @@
+"""The gateway under test: the real service on a free loopback port, leasing through a discovery
+replica of ``tests.support.discovery``, with tagged Squids (``crawl_squid``) as its proxies, so a
+site can tell which proxy a request came through."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from services.gateway.service import GatewayService, GatewaySettings, build
+from services.runtime.eventlog.jetstream import JetStreamEventStore
+from services.runtime.nats.connection import connect
+from services.runtime.observability.metrics import Metrics
+from services.runtime.ports import free_port
+from services.runtime.pure.clients import hash_token
+from services.runtime.service import ServiceContext
+from services.runtime.settings.shared import Settings
+
+TOKENS = {"crawler-a": "a" * 40, "crawler-b": "b" * 40, "reader": "r" * 40}
+
+
+def gateway_clients(path: Path, *, max_leases: int | None = None) -> Path:
+    """Two crawlers that may lease, and one that may only read."""
+    limit = f", maxLeases: {max_leases}" if max_leases is not None else ""
+    lines = ["clients:"]
+    for name in ("crawler-a", "crawler-b"):
+        token = hash_token(TOKENS[name])
+        lines.append(f"  - {{name: {name}, token: '{token}', scopes: [lease, read]{limit}}}")
+    lines.append(f"  - {{name: reader, token: '{hash_token(TOKENS['reader'])}', scopes: [read]}}")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def proxy_url(port: int, user: str = "crawler-a", *, client: str = "crawler-a") -> str:
+    """The proxy URL a crawler gives its HTTP client: ``user`` (the client's name and
+    parameters) and the client's token."""
+    return f"http://{user}:{TOKENS[client]}@127.0.0.1:{port}"
+
+
+def basic(user: str, token: str) -> str:
+    return "Basic " + base64.b64encode(f"{user}:{token}".encode()).decode()
+
+
+@contextlib.asynccontextmanager
+async def gateway(
+    nats_url: str, api_url: str, clients_file: Path | None, **settings: object
+) -> AsyncIterator[GatewayService]:
+    """A gateway replica; ``settings`` are ``GatewaySettings`` fields."""
+    config = GatewaySettings(
+        gateway_port=free_port(),
+        api_url=api_url,
+        clients_file=str(clients_file) if clients_file else None,
+        **settings,  # type: ignore[arg-type]
+    )
+    service = build(Settings(nats_url=nats_url), config)
+    conn = await connect(nats_url)
+    ctx = ServiceContext(
+        settings=Settings(nats_url=nats_url),
+        conn=conn,
+        store=JetStreamEventStore(conn.nc, conn.js),
+        metrics=Metrics(),
+    )
+    task = asyncio.create_task(service.run(ctx))
+    try:
+        async with asyncio.timeout(20):
+            waiter = asyncio.create_task(service.listening.wait())
+            await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+            waiter.cancel()
+            if task.done():
+                await task
+        yield service
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await conn.close()
