@@ -12,10 +12,11 @@ demo="make python3-venv squid curl jq"
 # virt-xml-validate. prometheus provides promtool, which checks the services' /metrics output
 # and the alert rules in deploy/monitoring/ (the tests start no Prometheus server). chromium and
 # chromium-driver run the console's browser test headless (docs/console.md); nothing is
-# downloaded when it runs.
+# downloaded when it runs. apache2-utils gives ab, which bench/gateway.py (and its tiny run in
+# the tests) loads the gateway with.
 test="$demo gcc python3-dev pkg-config libvirt-daemon-system libvirt-daemon-driver-qemu \
 libvirt-clients libvirt-dev qemu-system-x86 qemu-utils iproute2 genisoimage prometheus \
-chromium chromium-driver"
+chromium chromium-driver apache2-utils"
 
 case "${1:-}" in
 demo) wanted=$demo ;;

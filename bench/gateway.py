@@ -1,0 +1,196 @@
+"""The gateway's cost: through the gateway against straight to the proxy it leases, same run.
+
+One local Squid (the local provider's, told it may reach the bench's site), a discovery replica
+leasing it, and the gateway as its own process (`egress-proxies run gateway`, with a clients
+file), so its CPU is its own. Alternated in rounds, each arm on the same machine:
+
+- **small**: ApacheBench, keep-alive, ``--concurrency`` at once, GET of 1 KiB: straight to the
+  Squid, and through the gateway (a proxy per request: no session). Targets (issue 38): the
+  gateway's requests/s >= 0.8x the direct, added p50 <= 1 ms.
+- **tunnel**: a ``--megabytes`` download through a CONNECT tunnel, straight and through the
+  gateway. Target: >= 0.9x the bytes/s.
+- the gateway's CPU per request and per MB, and its RSS with ``--connections`` open (idle
+  keep-alive connections that each made one request).
+
+    python -m bench.gateway --requests 20000 --concurrency 32 --megabytes 100 --rounds 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import sys
+import tempfile
+from dataclasses import asdict
+from pathlib import Path
+from statistics import median
+from typing import Any
+
+from bench.gateway_parts import (
+    Ab,
+    Site,
+    ab,
+    cpu_seconds,
+    hold_connections,
+    rss_mb,
+    site,
+    squid,
+    tunnel_download,
+)
+from services.runtime.eventlog.jetstream import JetStreamEventStore
+from services.runtime.eventlog.streams import ensure_streams
+from services.runtime.nats.connection import connect
+from services.runtime.nats.server import EmbeddedNatsServer
+from services.runtime.ports import free_port
+from services.runtime.pure.clients import hash_token
+from tests.support.discovery import discovery, ready_proxy
+from tests.support.waiting import until
+
+ROOT = Path(__file__).resolve().parent.parent
+TOKEN = "bench-gateway-token-" + "0" * 24
+CLIENT = "bench"
+RPS_TARGET = 0.8
+P50_TARGET_MS = 1.0
+TUNNEL_TARGET = 0.9
+
+
+async def start_gateway(
+    work: Path, nats_url: str, api: str
+) -> tuple[asyncio.subprocess.Process, int]:
+    clients = work / "clients.yaml"
+    clients.write_text(
+        f"clients:\n  - {{name: {CLIENT}, token: '{hash_token(TOKEN)}', scopes: [lease, read]}}\n"
+    )
+    port = free_port()
+    command = [sys.executable, "-m", "services.cli.main", "run", "gateway"]
+    command += ["--gateway-port", str(port), "--api-url", api, "--clients-file", str(clients)]
+    command += ["--nats-url", nats_url, "--metrics-port", "0"]
+    process = await asyncio.create_subprocess_exec(
+        *command,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+
+    async def listening() -> bool:
+        try:
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+        except OSError:
+            return False
+        writer.close()
+        return True
+
+    await until(listening, timeout=60, what="the gateway listening")
+    return process, port
+
+
+async def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    server = EmbeddedNatsServer(data_dir=work / "nats")
+    await server.start()
+    try:
+        conn = await connect(server.url)
+        try:
+            await ensure_streams(conn.js)
+            store = JetStreamEventStore(conn.nc, conn.js)
+            clients = work / "api-clients.yaml"
+            clients.write_text(
+                f"clients:\n  - {{name: {CLIENT}, token: '{hash_token(TOKEN)}', "
+                "scopes: [lease, read]}\n"
+            )
+            async with (
+                site(args.megabytes) as origin,
+                squid(work / "squid", origin.port) as proxy,
+                discovery(server.url, lease_cooldown=0.0, clients_file=clients) as (_, api),
+            ):
+                await ready_proxy(store, "bench-gw", port=proxy.port)
+                gateway, port = await start_gateway(work, server.url, api)
+                try:
+                    return await rounds(args, origin, proxy.port, port, gateway.pid)
+                finally:
+                    gateway.terminate()
+                    await gateway.wait()
+        finally:
+            await conn.close()
+    finally:
+        await server.stop()
+
+
+async def rounds(
+    args: argparse.Namespace, origin: Site, squid_port: int, port: int, pid: int
+) -> dict[str, Any]:
+    small = f"http://127.0.0.1:{origin.port}/1k"
+    login = f"{CLIENT}:{TOKEN}"
+    await ab(port, small, 200, 4, login)  # leases taken, connections warm
+    direct: list[Ab] = []
+    through: list[Ab] = []
+    tunnel_direct: list[float] = []
+    tunnel_through: list[float] = []
+    cpu_per_request: list[float] = []
+    cpu_per_mb: list[float] = []
+    for _ in range(args.rounds):
+        direct.append(await ab(squid_port, small, args.requests, args.concurrency))
+        before = cpu_seconds(pid)
+        through.append(await ab(port, small, args.requests, args.concurrency, login))
+        cpu_per_request.append((cpu_seconds(pid) - before) / args.requests)
+        tunnel_direct.append(await tunnel_download(squid_port, origin))
+        before = cpu_seconds(pid)
+        tunnel_through.append(await tunnel_download(port, origin, login))
+        cpu_per_mb.append((cpu_seconds(pid) - before) / args.megabytes)
+    rss_before = rss_mb(pid)
+    held = await hold_connections(port, args.connections, small, login)
+    rss_held = rss_mb(pid)
+    for _, writer in held:
+        writer.close()
+    rps = median(t.requests_per_second for t in through) / median(
+        d.requests_per_second for d in direct
+    )
+    added_p50 = median(t.p50_ms for t in through) - median(d.p50_ms for d in direct)
+    tunnel = median(tunnel_direct) / median(tunnel_through)
+    return {
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores, "
+        f"Python {platform.python_version()}",
+        "arguments": vars(args),
+        "direct": [asdict(a) for a in direct],
+        "through_gateway": [asdict(a) for a in through],
+        "requests_per_second_ratio": round(rps, 3),
+        "added_p50_ms": added_p50,
+        "tunnel_mb_per_second": {
+            "direct": [round(args.megabytes / s, 1) for s in tunnel_direct],
+            "through_gateway": [round(args.megabytes / s, 1) for s in tunnel_through],
+        },
+        "tunnel_ratio": round(tunnel, 3),
+        "gateway_cpu_us_per_request": [round(c * 1e6, 1) for c in cpu_per_request],
+        "gateway_cpu_ms_per_mb": [round(c * 1e3, 2) for c in cpu_per_mb],
+        "gateway_rss_mb": {"idle": round(rss_before, 1), "connections_open": round(rss_held, 1)},
+        "targets": {
+            "requests_per_second_ratio": f">= {RPS_TARGET}",
+            "added_p50_ms": f"<= {P50_TARGET_MS}",
+            "tunnel_ratio": f">= {TUNNEL_TARGET}",
+        },
+        "met": {
+            "requests_per_second_ratio": rps >= RPS_TARGET,
+            "added_p50_ms": added_p50 <= P50_TARGET_MS,
+            "tunnel_ratio": tunnel >= TUNNEL_TARGET,
+        },
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=20_000)
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--megabytes", type=int, default=100)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--connections", type=int, default=10_000)
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="bench-gateway-") as work:
+        result = asyncio.run(measure(args, Path(work)))
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
