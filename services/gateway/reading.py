@@ -31,8 +31,16 @@ class Request:
     chunked: bool = False
     length: int = 0
 
+    parser: httptools.HttpRequestParser | None = None
+
     def on_url(self, url: bytes) -> None:
         self.url += url
+
+    def on_headers_complete(self) -> None:
+        # Read here: llhttp forgets a message's flags once it completes, which a bodiless
+        # request does with its head.
+        if self.parser is not None:
+            self.keep_alive = self.parser.should_keep_alive()
 
     def on_header(self, name: bytes, value: bytes) -> None:
         if len(self.headers) >= MAX_HEADERS:
@@ -55,6 +63,7 @@ async def read_request(reader: asyncio.StreamReader, timeout: float) -> Request 
         raise HeadError(f"no whole request head within {timeout:g} s", 408) from None
     request = Request()
     parser = httptools.HttpRequestParser(request)
+    request.parser = parser
     try:
         parser.feed_data(raw)
     except httptools.HttpParserUpgrade:
@@ -63,7 +72,6 @@ async def read_request(reader: asyncio.StreamReader, timeout: float) -> Request 
         raise HeadError(f"this is not a request the gateway can read: {exc}") from None
     request.method = parser.get_method().decode("ascii", "replace")
     request.version = parser.get_http_version().encode("ascii")
-    request.keep_alive = parser.should_keep_alive()
     lengths = [v for k, v in request.headers if k.lower() == b"content-length"]
     codings = b",".join(v for k, v in request.headers if k.lower() == b"transfer-encoding")
     request.chunked = b"chunked" in codings.lower()

@@ -306,7 +306,12 @@ class Gateway:
         for again in range(3):
             host, port, login = held.upstream()
             head = heads.upstream_head(
-                request.method.encode(), request.url, request.version, request.headers, login
+                request.method.encode(),
+                request.url,
+                request.version,
+                request.headers,
+                login,
+                keep_alive=request.keep_alive,
             )
             try:
                 conn = await self.upstreams.open(host, port, fresh=again > 0)

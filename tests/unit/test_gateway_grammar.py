@@ -194,9 +194,12 @@ def test_the_head_sent_on_carries_the_lease_login_and_none_of_the_hop_by_hop_hea
     assert b"Host: shop.example" in lines
     assert b"Accept: */*" in lines
     assert b"Proxy-Authorization: Basic " + base64.b64encode(b"lease:login") in lines
-    for gone in (b"secret", b"Proxy-Connection", b"X-Private", b"X-Egress", b"Connection:"):
+    for gone in (b"secret", b"Proxy-Connection", b"X-Private", b"X-Egress", b"x-private"):
         assert gone not in sent
+    assert [line for line in lines if line.startswith(b"Connection")] == [b"Connection: keep-alive"]
     assert sent.endswith(b"\r\n\r\n")
+    closing = heads.upstream_head(b"GET", b"http://a/", b"1.0", [], None, keep_alive=False)
+    assert b"\r\nConnection: close\r\n" in closing
 
 
 def test_an_answer_of_the_gateway_names_its_reason_in_a_clean_header() -> None:

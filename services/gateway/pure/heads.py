@@ -123,10 +123,18 @@ def denied(target: Target, own_ports: Iterable[int]) -> str | None:
 
 
 def upstream_head(
-    method: bytes, url: bytes, version: bytes, headers: Iterable[Header], proxy_login: bytes | None
+    method: bytes,
+    url: bytes,
+    version: bytes,
+    headers: Iterable[Header],
+    proxy_login: bytes | None,
+    *,
+    keep_alive: bool = True,
 ) -> bytes:
     """The request head for the leased proxy: the crawler's headers without the hop-by-hop
-    ones, those ``Connection`` names, and ours; the lease's login instead of the crawler's."""
+    ones, those ``Connection`` names, and ours; the lease's login instead of the crawler's.
+    ``Connection`` says what the crawler asked (``keep_alive``): an HTTP/1.0 crawler's
+    keep-alive must be asked for again, or the proxy closes after each answer."""
     headers = list(headers)
     named = {
         token.strip().lower()
@@ -141,6 +149,7 @@ def upstream_head(
         lines.append(key + b": " + value)
     if proxy_login is not None:
         lines.append(b"Proxy-Authorization: Basic " + base64.b64encode(proxy_login))
+    lines.append(b"Connection: keep-alive" if keep_alive else b"Connection: close")
     return b"\r\n".join(lines) + b"\r\n\r\n"
 
 
