@@ -24,6 +24,7 @@ import os
 import platform
 import sys
 import tempfile
+import time
 from dataclasses import asdict
 from pathlib import Path
 from statistics import median
@@ -32,6 +33,7 @@ from typing import Any
 from bench.gateway_parts import (
     Ab,
     Site,
+    Squid,
     ab,
     cpu_seconds,
     hold_connections,
@@ -109,7 +111,7 @@ async def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                 await ready_proxy(store, "bench-gw", port=proxy.port)
                 gateway, port = await start_gateway(work, server.url, api)
                 try:
-                    return await rounds(args, origin, proxy.port, port, gateway.pid)
+                    return await rounds(args, origin, proxy, port, gateway.pid)
                 finally:
                     gateway.terminate()
                     await gateway.wait()
@@ -120,8 +122,11 @@ async def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 
 
 async def rounds(
-    args: argparse.Namespace, origin: Site, squid_port: int, port: int, pid: int
+    args: argparse.Namespace, origin: Site, proxy: Squid, port: int, pid: int
 ) -> dict[str, Any]:
+    """The arms, alternated; each arm's CPU per request is the gateway's, Squid's and this
+    process's (the site): where the cores go decides what a second hop can reach."""
+    squid_port = proxy.port
     small = f"http://127.0.0.1:{origin.port}/1k"
     login = f"{CLIENT}:{TOKEN}"
     await ab(port, small, 200, 4, login)  # leases taken, connections warm
@@ -131,11 +136,21 @@ async def rounds(
     tunnel_through: list[float] = []
     cpu_per_request: list[float] = []
     cpu_per_mb: list[float] = []
+    squid_direct: list[float] = []
+    squid_through: list[float] = []
+    site_direct: list[float] = []
+    site_through: list[float] = []
     for _ in range(args.rounds):
+        squid_before, site_before = cpu_seconds(proxy.pid), time.process_time()
         direct.append(await ab(squid_port, small, args.requests, args.concurrency))
-        before = cpu_seconds(pid)
+        squid_direct.append((cpu_seconds(proxy.pid) - squid_before) / args.requests)
+        site_direct.append((time.process_time() - site_before) / args.requests)
+        before, squid_before = cpu_seconds(pid), cpu_seconds(proxy.pid)
+        site_before = time.process_time()
         through.append(await ab(port, small, args.requests, args.concurrency, login))
         cpu_per_request.append((cpu_seconds(pid) - before) / args.requests)
+        squid_through.append((cpu_seconds(proxy.pid) - squid_before) / args.requests)
+        site_through.append((time.process_time() - site_before) / args.requests)
         tunnel_direct.append(await tunnel_download(squid_port, origin))
         before = cpu_seconds(pid)
         tunnel_through.append(await tunnel_download(port, origin, login))
@@ -164,6 +179,14 @@ async def rounds(
         },
         "tunnel_ratio": round(tunnel, 3),
         "gateway_cpu_us_per_request": [round(c * 1e6, 1) for c in cpu_per_request],
+        "squid_cpu_us_per_request": {
+            "direct": [round(c * 1e6, 1) for c in squid_direct],
+            "through_gateway": [round(c * 1e6, 1) for c in squid_through],
+        },
+        "site_cpu_us_per_request": {
+            "direct": [round(c * 1e6, 1) for c in site_direct],
+            "through_gateway": [round(c * 1e6, 1) for c in site_through],
+        },
         "gateway_cpu_ms_per_mb": [round(c * 1e3, 2) for c in cpu_per_mb],
         "gateway_rss_mb": {"idle": round(rss_before, 1), "connections_open": round(rss_held, 1)},
         "targets": {

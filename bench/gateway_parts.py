@@ -165,14 +165,16 @@ def rss_mb(pid: int) -> float:
 async def hold_connections(
     port: int, count: int, url: str, login: str
 ) -> list[tuple[asyncio.StreamReader, asyncio.StreamWriter]]:
-    """``count`` keep-alive connections, each after one request through the gateway."""
+    """``count`` keep-alive connections, each after one request through the gateway, from
+    127.0.0.2 on, 1,000 per address (the gateway bounds connections per address)."""
     auth = base64.b64encode(login.encode()).decode()
     request = (
         f"GET {url} HTTP/1.1\r\nHost: site\r\nProxy-Authorization: Basic {auth}\r\n\r\n"
     ).encode()
     held = []
-    for _ in range(count):
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    for n in range(count):
+        source = (f"127.0.{2 + n // 250_000}.{2 + (n // 1000) % 250}", 0)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=source)
         writer.write(request)
         await reader.readuntil(b"\r\n\r\n")
         await reader.readexactly(1024)

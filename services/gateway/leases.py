@@ -72,6 +72,8 @@ class Held:
     in_flight: int = 0
     gone: bool = False
     """Ended (released, expired, revoked): not to be used again."""
+    _parsed: tuple[str, tuple[str, int, bytes | None]] = ("", ("", 0, None))
+    """The URL last parsed, and what it gave: a request reads it, a renewal changes it."""
 
     @property
     def proxy(self) -> str:
@@ -83,11 +85,14 @@ class Held:
 
     def upstream(self) -> tuple[str, int, bytes | None]:
         """The proxy's host, port and the lease's login (``user:password``), if any."""
-        parts = urlsplit(self.granted.url)
-        login = None
-        if parts.username is not None:
-            login = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
-        return parts.hostname or "", parts.port or 3128, login
+        url = self.granted.url
+        if self._parsed[0] != url:
+            parts = urlsplit(url)
+            login = None
+            if parts.username is not None:
+                login = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
+            self._parsed = (url, (parts.hostname or "", parts.port or 3128, login))
+        return self._parsed[1]
 
 
 @dataclass(eq=False)
@@ -312,10 +317,18 @@ class Keeper:
         for lock_key in [k for k, lock in self._locks.items() if not lock.locked()]:
             del self._locks[lock_key]
 
-    async def run(self, interval: float = 1.0) -> None:
+    def counts(self) -> tuple[int, int]:
+        """Leases held now: sessions, rotating."""
+        return len(self.sessions), sum(len(ring.held) for ring in self.rings.values())
+
+    async def run(
+        self, interval: float = 1.0, show: Callable[[int, int], None] | None = None
+    ) -> None:
         while True:
             await asyncio.sleep(interval)
             await self.sweep()
+            if show is not None:
+                show(*self.counts())
 
     async def close(self) -> None:
         """Release the rotating leases; sessions stay for the other replicas to adopt."""

@@ -190,7 +190,15 @@ class GatewayService:
             api=self.api_url,
             clients="open" if self.clients.open else "clients file",
         )
-        tasks = [asyncio.create_task(keeper.run()), asyncio.create_task(self.clients.run())]
+
+        def show(sessions: int, rotating: int) -> None:
+            metrics.leases.labels("session").set(sessions)
+            metrics.leases.labels("rotating").set(rotating)
+
+        tasks = [
+            asyncio.create_task(keeper.run(show=show)),
+            asyncio.create_task(self.clients.run()),
+        ]
         try:
             await server.serve_forever()
         finally:
