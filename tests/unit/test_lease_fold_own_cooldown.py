@@ -218,13 +218,13 @@ def test_a_held_lease_is_free_to_its_client_at_its_end_and_to_others_after_the_r
     assert available_at(view, who=Claimant(client="crawler-b")) == at(15)
 
 
-def test_views_folded_before_the_rule_read_as_nobody_s_rest() -> None:
-    """A view restored without the new fields (a snapshot is ignored across versions, but a
-    view built by hand or decoded from an older shape takes the defaults) rests for everyone
-    but an anonymous caller naming no holder, which ``follows`` refuses too."""
+def test_a_rest_that_names_nobody_is_nobody_s_own() -> None:
+    """A view in an older shape (the new fields at their defaults) rests for every caller."""
     view = LeaseView(proxy_uid="p1", cooldown_until=at(10))
     assert not is_available(view, at(5), who=Claimant(client=""))
+    assert not is_available(view, at(5), who=Claimant(client="", holder="h1"))
     assert not is_available(view, at(5), who=Claimant(client="crawler-a", holder="h1"))
+    assert is_available(view, at(10), who=Claimant(client=""))
 
 
 @pytest.mark.parametrize(
