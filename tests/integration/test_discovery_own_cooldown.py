@@ -4,7 +4,6 @@ default cooldown, a clients file and a real nats-server; the open mode on one re
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,7 +56,8 @@ def refused_for_the_cooldown(answer: httpx.Response) -> None:
     assert answer.status_code == 503, answer.text
     assert answer.json()["error"] == "no_proxy_available"
     assert "1 cooling down" in answer.json()["message"]
-    assert COOLDOWN - 3 <= int(answer.headers["Retry-After"]) <= COOLDOWN
+    # The rest's end, not the 5 s of a proxy without a known end (pure.refusals.UNKNOWN_WAIT).
+    assert COOLDOWN - 4 <= int(answer.headers["Retry-After"]) <= COOLDOWN
 
 
 async def test_a_client_takes_back_what_it_released_and_another_waits(
@@ -129,7 +129,11 @@ async def test_after_an_expiry_too(fleet: Fleet) -> None:
     async with fleet.as_("crawler-a", 0) as a, fleet.as_("crawler-b", 1) as b:
         first = await a.post("/v1/leases", json=sticky("crawl-1", ttlSeconds=1))
         assert first.status_code == 201, first.text
-        await asyncio.sleep(1.2)
+
+        async def expired() -> bool:
+            return (await a.get(f"/v1/leases/{first.json()['id']}")).status_code == 404
+
+        await until(expired, what="the one-second lease to expire")
         refused_for_the_cooldown(await b.post("/v1/leases", json=sticky("crawl-1")))
         again = await a.post("/v1/leases", json=sticky("crawl-1"))
         assert again.status_code == 201, again.text
@@ -138,15 +142,13 @@ async def test_after_an_expiry_too(fleet: Fleet) -> None:
 async def test_a_waiting_request_of_the_client_gets_its_proxy_when_its_lease_ends(
     fleet: Fleet,
 ) -> None:
-    """The queue wakes a request at the end of its own client's lease, not after the rest."""
+    """The queue wakes a request at the end of its own client's lease, not after the rest
+    (which would end after its wait: a 503)."""
     async with fleet.as_("crawler-a", 0) as a:
         first = await a.post("/v1/leases", json=sticky("crawl-1", ttlSeconds=1))
         assert first.status_code == 201, first.text
-        loop = asyncio.get_running_loop()
-        started = loop.time()
         waited = await a.post("/v1/leases", json=sticky("crawl-2", waitSeconds=5))
         assert waited.status_code == 201, waited.text
-        assert loop.time() - started < 5
 
 
 async def test_open_mode_tells_anonymous_crawlers_apart_by_holder(
