@@ -13,6 +13,13 @@ Reported: pages/s of each, the ratio egress/rotating (target >= 0.95, docs/bench
 whether every page was fetched exactly once::
 
     python -m bench.scrapy_pool --pages 400 --latency 0.05
+
+The API runs without a cooldown and the site blocks no proxy, unless told: ``--cooldown`` (the
+API's ``--lease-cooldown``), ``--blocks N`` (the site refuses the first N proxies it sees),
+``--modes`` (which crawls) and ``--egress-crawls K`` (the middleware's crawl K times back to
+back, as a crawl that re-leases the proxies it just released: D153)::
+
+    python -m bench.scrapy_pool --modes egress --egress-crawls 3 --cooldown 10 --blocks 2
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ import platform
 import sys
 import tempfile
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +52,16 @@ ROOT = Path(__file__).resolve().parent.parent
 MODES = ("direct", "rotating", "egress")
 PROXIES = 4
 TARGET = 0.95
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    """What the run varies beyond pages and latency (the module's docstring)."""
+
+    cooldown: float = 0.0
+    blocks: int = 0
+    modes: tuple[str, ...] = MODES
+    egress_crawls: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +99,7 @@ async def crawl(mode: str, site: Any, pages: int, api: str, proxies: list[str]) 
     result = json.loads(out)
     counts = Counter(v.path for v in site.visits if v.status == 200)
     once = counts == Counter(f"/page/{i}" for i in range(pages)) and all(
-        v.status == 200 for v in site.visits
+        v.status == 200 or v.proxy in site.refused for v in site.visits
     )
     scraped = int(result["stats"].get("item_scraped_count", 0))
     times = [v.at for v in site.visits]
@@ -90,7 +107,10 @@ async def crawl(mode: str, site: Any, pages: int, api: str, proxies: list[str]) 
     return Run(mode, scraped, float(result["seconds"]), once and scraped == pages, span)
 
 
-async def measure(pages: int, latency: float, work: Path) -> list[Run]:
+async def measure(
+    pages: int, latency: float, work: Path, options: Options | None = None
+) -> list[Run]:
+    options = options or Options()
     server = EmbeddedNatsServer(data_dir=work / "nats")
     await server.start()
     try:
@@ -101,27 +121,40 @@ async def measure(pages: int, latency: float, work: Path) -> list[Run]:
             uids = [f"bench-px{i}" for i in range(PROXIES)]
             async with (
                 tagged_squids(work / "squids", uids) as squids,
-                discovery(server.url, lease_cooldown=0.0) as (_, api),
+                discovery(server.url, lease_cooldown=options.cooldown) as (_, api),
             ):
                 for squid in squids:
                     await ready_proxy(store, squid.uid, port=squid.port)
                 await until(lambda: _available(api), what="every proxy available")
-                with crawl_site(pages, block=False, latency=latency, proxied=False) as site:
-                    runs = [await crawl("direct", site, pages, api, [])]
-                    async with AsyncClient(api, holder="bench-rotating") as client:
-                        held = [client.lease({}, 300) for _ in squids]
-                        for lease in held:
-                            await lease.open()
-                        urls = [lease.url for lease in held]
-                        runs.append(await crawl("rotating", site, pages, api, urls))
-                        for lease in held:
-                            await lease.close()
-                    runs.append(await crawl("egress", site, pages, api, []))
+                blocks = options.blocks
+                with crawl_site(
+                    pages, block=blocks > 0, blocks=blocks, latency=latency, proxied=False
+                ) as site:
+                    runs = []
+                    if "direct" in options.modes:
+                        runs.append(await crawl("direct", site, pages, api, []))
+                    if "rotating" in options.modes:
+                        runs.append(await _rotating(site, pages, api, len(squids)))
+                    for n in range(options.egress_crawls if "egress" in options.modes else 0):
+                        run = await crawl("egress", site, pages, api, [])
+                        runs.append(replace(run, mode="egress" + (f" {n + 1}" if n else "")))
                 return runs
         finally:
             await conn.close()
     finally:
         await server.stop()
+
+
+async def _rotating(site: Any, pages: int, api: str, proxies: int) -> Run:
+    """scrapy-rotating-proxies over the URLs of ``proxies`` leases held for the crawl."""
+    async with AsyncClient(api, holder="bench-rotating") as client:
+        held = [client.lease({}, 300) for _ in range(proxies)]
+        for lease in held:
+            await lease.open()
+        run = await crawl("rotating", site, pages, api, [lease.url for lease in held])
+        for lease in held:
+            await lease.close()
+    return run
 
 
 async def _available(api: str) -> bool:
@@ -132,9 +165,10 @@ async def _available(api: str) -> bool:
 
 def report(runs: list[Run]) -> dict[str, Any]:
     by = {run.mode: run for run in runs}
-    rotating = by["rotating"].pages_per_second
-    ratio = by["egress"].pages_per_second / rotating if rotating else 0.0
-    paced = by["egress"].span and by["rotating"].span / by["egress"].span
+    rotating = by["rotating"].pages_per_second if "rotating" in by else 0.0
+    egress = by.get("egress")
+    ratio = egress.pages_per_second / rotating if rotating and egress else 0.0
+    paced = egress.span and by["rotating"].span / egress.span if rotating and egress else 0.0
     return {
         "machine": f"{platform.machine()}, {os.cpu_count()} cores, "
         f"Python {platform.python_version()}",
@@ -157,9 +191,17 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pages", type=int, default=400)
     parser.add_argument("--latency", type=float, default=0.05, help="seconds per answer")
+    parser.add_argument("--cooldown", type=float, default=0.0, help="the API's lease cooldown")
+    parser.add_argument("--blocks", type=int, default=0, help="proxies the site refuses")
+    parser.add_argument("--modes", default=",".join(MODES), help="crawls, comma-separated")
+    parser.add_argument("--egress-crawls", type=int, default=1, help="middleware crawls")
     args = parser.parse_args(argv)
+    modes = tuple(m for m in args.modes.split(",") if m)
+    if not set(modes) <= set(MODES):
+        parser.error(f"--modes: each one of {', '.join(MODES)}")
+    options = Options(args.cooldown, args.blocks, modes, args.egress_crawls)
     with tempfile.TemporaryDirectory(prefix="bench-scrapy-") as work:
-        runs = asyncio.run(measure(args.pages, args.latency, Path(work)))
+        runs = asyncio.run(measure(args.pages, args.latency, Path(work), options))
     print(json.dumps(report(runs), indent=2))
 
 

@@ -5,10 +5,11 @@ no clock: every time is the JetStream timestamp of an event, and "now" is always
 argument, so every replica (and a rebuild from sequence 1) agrees on the view.
 
 The fold is also the arbiter of time. A ``LeaseAcquired`` holds only if, at its own timestamp, no
-other lease of the proxy is active and the proxy's cooldown is over; otherwise it is counted as
-``rejected`` and changes nothing. A writer whose clock runs ahead can therefore append a claim too
-early, but never create a second holder. ``LeaseExpired`` before the lease's end, and releases of
-leases that are no longer current, are ignored the same way.
+other lease of the proxy is active and the proxy's cooldown is over, or the cooldown is the
+claim's own (``projections.cooldown``: it follows a lease of the same client, D153); otherwise
+it is counted as ``rejected`` and changes nothing. A writer whose clock runs ahead can
+therefore append a claim too early, but never create a second holder. ``LeaseExpired`` before
+the lease's end, and releases of leases that are no longer current, are ignored the same way.
 
 A lease whose ``expires_at`` has passed is over even when no ``LeaseExpired`` was recorded (yet):
 ``is_free(view, now)`` says so, and the next event settles it as expired at ``expires_at``. That
@@ -55,6 +56,7 @@ from events.schemas import (
 )
 from events.store import Recorded
 from events.subjects import proxy_uid_of
+from projections.cooldown import Claimant, follows
 from projections.outcomes import Reports, blocked_until, record, target_key, usable_base
 
 HISTORY = 20
@@ -117,7 +119,12 @@ class LeaseView(msgspec.Struct, frozen=True, kw_only=True):
     than the previous token + 1), so strictly increasing per proxy, but not consecutive; 0 while
     the view has seen no grant."""
     cooldown_until: datetime | None = None
-    """Set when a lease ends; the proxy is not leased again before it."""
+    """Set when a lease ends; the proxy is not leased again before it, except by the client
+    whose lease it follows (``projections.cooldown``)."""
+    cooldown_client: str = ""
+    """The client of the lease the cooldown follows (its ``LeaseRecord.client``)."""
+    cooldown_holder: str = ""
+    """Its holder: the open mode's clients are told apart by it (``projections.cooldown``)."""
     recent: tuple[LeaseRecord, ...] = ()
     """Ended leases, oldest first, at most ``HISTORY``."""
     outcomes: tuple[Outcome, ...] = ()
@@ -207,8 +214,20 @@ def _ended(
     assert view.current is not None
     ended = msgspec.structs.replace(view.current, end=how, ended_at=at, reason=reason)
     return msgspec.structs.replace(
-        view, current=None, recent=(*view.recent, ended)[-HISTORY:], cooldown_until=cooldown_until
+        view,
+        current=None,
+        recent=(*view.recent, ended)[-HISTORY:],
+        cooldown_until=cooldown_until,
+        cooldown_client=ended.client,
+        cooldown_holder=ended.holder,
     )
+
+
+def _resting(view: LeaseView, at: datetime, claimant: Claimant) -> bool:
+    """The proxy rests at ``at`` from a lease that is not ``claimant``'s own (D153)."""
+    if view.cooldown_until is None or at >= view.cooldown_until:
+        return False
+    return not follows(claimant, view.cooldown_client, view.cooldown_holder)
 
 
 def _settle(view: LeaseView, at: datetime) -> LeaseView:
@@ -233,7 +252,7 @@ def _acquire(view: LeaseView, event: LeaseAcquired, recorded: Recorded) -> Lease
     blocked = blocked_until(view.reports, target_key(event.target))
     if (
         view.current is not None
-        or (view.cooldown_until is not None and at < view.cooldown_until)
+        or _resting(view, at, Claimant(client=event.client, holder=event.holder))
         or (blocked is not None and at < blocked)
     ):
         return msgspec.structs.replace(view, rejected=view.rejected + 1)

@@ -1,6 +1,11 @@
 """The questions asked of a lease view (``projections.lease``): is the proxy free or available,
 when will it be, which lease holds it; and the index by lease id that lets ``find`` be asked
 of the right proxy's view. Pure: "now" is always the caller's argument.
+
+Whether a proxy is available depends on who asks: the rest after a lease is not its own
+client's (``projections.cooldown``, D153). Asked with a ``who``, the answers are that
+claimant's, as the fold will judge its claim; without one, anybody else's (the fleet's counts
+and listings).
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from datetime import datetime
 
 from events.schemas import Phase
 from events.store import Recorded
+from projections.cooldown import Claimant, follows
 from projections.lease import ACTIVE, EXPIRED, LeaseRecord, LeaseView, apply, plus_seconds
 from projections.outcomes import blocked_until
 from projections.proxy import ProxyView
@@ -36,13 +42,21 @@ def is_free(view: LeaseView | None, now: datetime) -> bool:
     return view is None or view.current is None or now >= view.current.expires_at
 
 
-def available_at(view: LeaseView | None, target: str = "") -> datetime | None:
+def available_at(
+    view: LeaseView | None, target: str = "", who: Claimant | None = None
+) -> datetime | None:
     """The earliest time the proxy can be leased again (for ``target``, a ``target_key``, if
-    given: past its back-off for it too); None when nothing stands in the way."""
+    given: past its back-off for it too; by ``who``, if given: without a rest of its own);
+    None when nothing stands in the way."""
     if view is None:
         return None
-    if view.current is not None:
-        when: datetime | None = plus_seconds(view.current.expires_at, view.current.cooldown_seconds)
+    current = view.current
+    if current is not None:
+        own = follows(who, current.client, current.holder)
+        rest = 0.0 if own else current.cooldown_seconds
+        when: datetime | None = plus_seconds(current.expires_at, rest)
+    elif follows(who, view.cooldown_client, view.cooldown_holder):
+        when = None
     else:
         when = view.cooldown_until
     blocked = blocked_until(view.reports, target)
@@ -51,10 +65,12 @@ def available_at(view: LeaseView | None, target: str = "") -> datetime | None:
     return when
 
 
-def is_available(view: LeaseView | None, now: datetime, target: str = "") -> bool:
-    """Free, past its cooldown and (for ``target``) its back-off at ``now``: a claim stamped
-    ``now`` would hold."""
-    when = available_at(view, target)
+def is_available(
+    view: LeaseView | None, now: datetime, target: str = "", who: Claimant | None = None
+) -> bool:
+    """Free, past its cooldown (one not ``who``'s own) and (for ``target``) its back-off at
+    ``now``: a claim stamped ``now`` (by ``who``) would hold."""
+    when = available_at(view, target, who)
     return when is None or now >= when
 
 

@@ -13,7 +13,7 @@ PROXY = 6
 """``projections.proxy.ProxyView``. Its rotation structs (``projections.rotation``) are in the
 reconciler's state too: a change to them takes a new number here and in
 ``services.reconciler.pure.view.VERSION``."""
-LEASE = 4
+LEASE = 5
 """``projections.lease.LeaseView``."""
 POOL = 1
 """``projections.pool.PoolView``: stored only in time-travel checkpoints."""

@@ -126,7 +126,8 @@ class DiscoverySettings(msgspec.Struct, frozen=True, kw_only=True):
     lease_cooldown: Annotated[
         float,
         setting(
-            "How long a proxy rests after a lease ends before it is leased again, at most 24h.",
+            "How long a proxy rests after a lease ends before another client leases it (the "
+            "lease's own client may take it back at once), at most 24h.",
             ge=0,
             le=MAX_COOLDOWN_SECONDS,
             duration=True,

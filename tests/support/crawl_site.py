@@ -3,8 +3,8 @@
 Page ``i`` (``/page/i``) links to pages ``2i+1`` and ``2i+2``, so a crawl from ``/page/0`` reaches
 every page. Unless told not to, the site blocks the first proxy a request comes through (named by
 ``crawl_squid.PROXY_HEADER``): that request and every later one through it are answered 403, as a
-site answers an address it has banned, whichever proxy a crawl happens to lease first. A request
-through no proxy at all gets 400. Every
+site answers an address it has banned, whichever proxy a crawl happens to lease first (the first
+``blocks`` proxies, if told more). A request through no proxy at all gets 400. Every
 request is recorded with the proxy it came through and the status it got.
 """
 
@@ -44,6 +44,10 @@ class Site:
     """Whether a request through no proxy is refused."""
     blocked: str = ""
     """The uid of the proxy the site refuses: the first one it saw."""
+    blocks: int = 1
+    """How many proxies it refuses when it blocks: the first ones it sees."""
+    refused: set[str] = field(default_factory=set)
+    """Their uids."""
     port: int = 0
     visits: list[Visit] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -56,9 +60,11 @@ class Site:
         found = _PAGE.match(path)
         with self._lock:
             self.blocked = self.blocked or (proxy if self.block else "")
+            if self.block and proxy and len(self.refused) < self.blocks:
+                self.refused.add(proxy)
         if not proxy and self.proxied:
             status, body = 400, "come through a proxy"
-        elif proxy and proxy == self.blocked:
+        elif proxy and proxy in self.refused:
             status, body = 403, "your address is blocked"
         elif found is None or int(found[1]) >= self.pages:
             status, body = 404, "no such page"
@@ -84,10 +90,10 @@ class _Server(ThreadingHTTPServer):
 
 @contextlib.contextmanager
 def crawl_site(
-    pages: int, *, block: bool = True, latency: float = 0.0, proxied: bool = True
+    pages: int, *, block: bool = True, latency: float = 0.0, proxied: bool = True, blocks: int = 1
 ) -> Iterator[Site]:
     """The site on a free loopback port, served from a thread while the block runs."""
-    site = Site(pages, block, latency, proxied)
+    site = Site(pages, block, latency, proxied, blocks=blocks)
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:

@@ -8,10 +8,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+import msgspec
 import pytest
 
 from events.pool import PoolFigures, PoolSpec
 from events.schemas import HealthChanged, Phase, ProxySpec
+from projections.cooldown import Claimant
 from projections.lease import LeaseView
 from projections.pool import PoolView
 from projections.proxy import ProxyView
@@ -47,8 +49,12 @@ def proxy(uid: str, **changes: object) -> ProxyView:
     return ProxyView(**values)  # type: ignore[arg-type]
 
 
-def lease(uid: str, *, ends_in: float, cooldown: float = 0.0) -> LeaseView:
-    return held_lease(uid, NOW, ends_in=ends_in, cooldown=cooldown)
+def lease(uid: str, *, ends_in: float, cooldown: float = 0.0, client: str = "") -> LeaseView:
+    view = held_lease(uid, NOW, ends_in=ends_in, cooldown=cooldown)
+    assert view.current is not None
+    return msgspec.structs.replace(
+        view, current=msgspec.structs.replace(view.current, client=client)
+    )
 
 
 # ----------------------------------------------------------------------- before counting
@@ -109,6 +115,7 @@ class Busy:
     counted: str
     retry_after: int
     target: str = ""
+    who: Claimant | None = None
 
 
 def up(uid: str, view: LeaseView | None = None, egress: tuple[str, str] = ("", "")) -> Standing:
@@ -123,6 +130,9 @@ SICK = down(proxy("s", healthy=False, verdict=HealthChanged(healthy=False, messa
 LATER = UNKNOWN_WAIT
 HELD, SOON = up("a", lease("a", ends_in=30)), up("b", lease("b", ends_in=8))
 NEW = down(proxy("p", phase=Phase.PROVISIONING))
+A, B = Claimant(client="crawler-a"), Claimant(client="crawler-b")
+A_RESTS = up("a", lease("a", ends_in=-1, cooldown=20, client="crawler-a"))
+A_HOLDS = up("a", lease("a", ends_in=8, cooldown=20, client="crawler-a"))
 MISMATCH = up("e", egress=("egress mismatch", "seen fr"))
 BUSY = [
     Busy("leased", [HELD], "1 leased", 30),
@@ -134,12 +144,17 @@ BUSY = [
     Busy("not-ready", [NEW], "1 not Ready (Provisioning)", LATER),
     Busy("deleting", [down(proxy("d", deleting=True))], "1 being deleted", LATER),
     Busy("egress", [MISMATCH], "1 egress mismatch (seen fr)", LATER),
+    # A rest after the asking client's own lease is no obstacle to it, only to others (D153).
+    Busy("own-rest", [A_RESTS], "1 claimed by other requests meanwhile", 1, who=A),
+    Busy("other-s-rest", [A_RESTS], "1 cooling down", 19, who=B),
+    Busy("own-lease-ends", [A_HOLDS], "1 leased", 8, who=A),
+    Busy("other-s-lease-ends-and-rests", [A_HOLDS], "1 leased", 28, who=B),
 ]  # fmt: skip
 
 
 @pytest.mark.parametrize("row", BUSY, ids=lambda r: r.name)
 def test_a_503_counts_each_reason_and_says_when_to_come_back(row: Busy) -> None:
-    refusal = busy(Asked(SELECTOR, target=row.target), row.standings, NOW)
+    refusal = busy(Asked(SELECTOR, target=row.target, who=row.who), row.standings, NOW)
     assert (refusal.code, refusal.status, refusal.scaling) == (NO_PROXY, 503, None)
     assert refusal.message.endswith(f"but none can be leased now: {row.counted}"), refusal.message
     assert refusal.retry_after == row.retry_after

@@ -21,7 +21,7 @@ from services.reconciler.pure import view
 
 RECORDED = {
     "ProxyView": (6, "f59df582c346b19e"),
-    "LeaseView": (4, "62115b92d5d2ab02"),
+    "LeaseView": (5, "6966bbcb7a3f77f8"),
     "PoolView": (1, "8f17628cb7959200"),
     "ProxyState": (5, "a6f858d1bfbd678a"),
 }

@@ -256,7 +256,8 @@ def _granted_rows(answer: Any) -> list[tuple[str, str]]:
 )
 @api_options
 def release(*, lease_id: str | None, holder: str | None, api_url: str, output: str) -> None:
-    """End a lease now (or all of a holder's); each proxy rests for the server's cooldown."""
+    """End a lease now (or all of a holder's); each proxy rests for the server's cooldown
+    before another client leases it (this client may take it back at once)."""
     if (lease_id is None) == (holder is None):
         raise click.UsageError("name a LEASE_ID or --holder NAME (one of them)")
     if holder is not None:

@@ -159,6 +159,7 @@ class Leases(HeldLeases):
                 only=request.proxy_uid,
                 target=claim.target,
                 pool=pool,
+                who=claim.claimant,
             )
 
         async def attempt() -> Granted | None:
@@ -206,7 +207,7 @@ class Leases(HeldLeases):
         if pool_uid:
             self.demand.waiting(pool_uid, asker, 1)
         try:
-            return await self._wait(candidates, attempt, claim.target, request.wait)
+            return await self._wait(candidates, attempt, claim, request.wait)
         finally:
             if pool_uid:
                 self.demand.waiting(pool_uid, asker, -1)
@@ -236,11 +237,11 @@ class Leases(HeldLeases):
         self,
         candidates: Callable[[], list[str]],
         attempt: Callable[[], Awaitable[Granted | None]],
-        target: str,
+        claim: Claim,
         seconds: float,
     ) -> Granted | None:
         started = time.monotonic()
-        waiter: Waiter[Granted] = Waiter(candidates, target, attempt)
+        waiter: Waiter[Granted] = Waiter(candidates, claim.target, attempt, claim.claimant)
         self.metrics.waiting.inc()
         try:
             granted = await self.queue.wait(waiter, seconds)
@@ -297,7 +298,7 @@ class Leases(HeldLeases):
                 view = self.views.lease_view(uid)
             else:
                 break
-            if self._trying[uid] or not is_available(view, now, claim.target):
+            if self._trying[uid] or not is_available(view, now, claim.target, claim.claimant):
                 # Another request of this replica is claiming it: one claim per replica is
                 # enough to race with the other replicas; more would only lose to it.
                 continue

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 
+from projections.cooldown import Claimant
 from services.discovery.http.errors import (
     ApiError,
     InvalidRequest,
@@ -48,11 +49,13 @@ def refusal(
     only: str | None = None,
     target: str = "",
     pool: PoolRef | None = None,
+    who: Claimant | None = None,
 ) -> ApiError:
     """The error for a request that got no proxy. Proxies in ``exclude`` do not count; with
     ``only`` (a sticky request) nothing else does. With a ``pool`` (whose attribute
-    ``selector`` holds), only its members count."""
-    asked = Asked(selector, exclude, only, target, pool)
+    ``selector`` holds), only its members count. ``who``: the claimant, whose own rests are
+    no obstacle (D153)."""
+    asked = Asked(selector, exclude, only, target, pool, who)
     existing = members_only(views, views.candidates.existing(selector), pool)
     chosen = choose(asked, existing, views.proxy(only) if only is not None else None)
     if isinstance(chosen, list):

@@ -27,6 +27,7 @@ from typing import Generic, TypeVar
 
 import structlog
 
+from projections.cooldown import Claimant
 from projections.lease_queries import available_at
 from services.discovery.views import Views
 
@@ -43,11 +44,13 @@ G = TypeVar("G")
 
 @dataclass(eq=False)
 class Waiter(Generic[G]):
-    """One waiting request: its candidates (uids, target) and the future of its grant."""
+    """One waiting request: its candidates (uids, target), the future of its grant, and who
+    asks (a proxy resting after its own lease is free to it, D153)."""
 
     candidates: Callable[[], list[str]]
     target: str
     claim: Callable[[], Awaitable[G | None]]
+    who: Claimant | None = None
     future: asyncio.Future[G] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
@@ -139,7 +142,7 @@ class Queue(Generic[G]):
 
     def _has_free(self, waiter: Waiter[G], now: datetime) -> bool:
         for uid in waiter.candidates():
-            when = available_at(self.views.lease_view(uid), waiter.target)
+            when = available_at(self.views.lease_view(uid), waiter.target, waiter.who)
             if when is None or when <= now:
                 return True
         return False
@@ -151,7 +154,7 @@ class Queue(Generic[G]):
         soonest = SAFETY_INTERVAL
         for waiter in self._waiters:
             for uid in waiter.candidates():
-                when = available_at(self.views.lease_view(uid), waiter.target)
+                when = available_at(self.views.lease_view(uid), waiter.target, waiter.who)
                 if when is not None and when > now:
                     soonest = min(soonest, (when - now).total_seconds())
         return max(soonest, 0.001)

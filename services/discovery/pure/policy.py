@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from events.store import derive_msg_id
+from projections.cooldown import Claimant
 from projections.lease import LeaseRecord, LeaseView
 
 DEFAULT_TTL = 300.0
@@ -62,6 +63,11 @@ class Claim:
     client: str = ""
     """The API client asking ("" when the API has no clients). Keys are the client's own: the
     same key sent by two clients names two leases, so one cannot fetch the other's by it."""
+
+    @property
+    def claimant(self) -> Claimant:
+        """Who asks: a proxy resting after this claimant's own lease is free to it (D153)."""
+        return Claimant(client=self.client, holder=self.holder)
 
     @property
     def _keyed(self) -> tuple[str, ...]:

@@ -31,6 +31,7 @@ from datetime import datetime
 
 from events.poolresource import POOL_ATTRIBUTE
 from events.schemas import Phase
+from projections.cooldown import Claimant
 from projections.lease import LeaseView
 from projections.lease_queries import available_at, is_available, is_free, leasable
 from projections.pool import PoolView
@@ -89,6 +90,8 @@ class Asked:
     target: str = ""
     pool: PoolRef | None = None
     """The pool named (whose attribute ``selector`` holds)."""
+    who: Claimant | None = None
+    """Who asked: a proxy resting after its own lease is not cooling down for it (D153)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +142,7 @@ def busy(asked: Asked, standings: Sequence[Standing], now: datetime) -> Refusal:
     """The 503 for proxies that match but cannot be leased now, counted by reason. With a
     ``target``, ``Retry-After`` counts its back-offs too: it is the time until the earliest
     of them can be leased for it, as far as the log knows (an early release makes it sooner)."""
-    reasons, seen, soonest = _tally(standings, now, asked.target)
+    reasons, seen, soonest = _tally(standings, now, asked.target, asked.who)
     counts = ", ".join(
         f"{n} {reason}" + (f" ({seen[reason]})" if seen.get(reason) else "")
         for reason, n in reasons.most_common()
@@ -240,11 +243,11 @@ def _rest(selector: Mapping[str, str]) -> str:
 
 
 def _tally(
-    standings: Sequence[Standing], now: datetime, target: str
+    standings: Sequence[Standing], now: datetime, target: str, who: Claimant | None
 ) -> tuple[Counter[str], dict[str, str], datetime | None]:
     """Why each proxy cannot be leased, what was seen for a reason that has a finding (the
     last failed probe, the egress that did not match), and the earliest time one of them can
-    be leased (for ``target``)."""
+    be leased (for ``target``, by ``who``)."""
     reasons: Counter[str] = Counter()
     seen: dict[str, str] = {}
     soonest: datetime | None = None
@@ -259,13 +262,13 @@ def _tally(
             view = standing.lease
             if not is_free(view, now):
                 reason = LEASED
-            elif not is_available(view, now):
+            elif not is_available(view, now, who=who):
                 reason = COOLING
-            elif not is_available(view, now, target):
+            elif not is_available(view, now, target, who):
                 reason = BACKED_OFF
             else:
                 reason = CLAIMED
-            when = available_at(view, target)
+            when = available_at(view, target, who)
             if when is not None and when > now and (soonest is None or when < soonest):
                 soonest = when
         else:
