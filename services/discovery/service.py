@@ -168,9 +168,7 @@ class _Server(uvicorn.Server):
 
 def listen(host: str, port: int) -> socket.socket:
     """The API's listening socket (``services.runtime.ports.listening_socket``)."""
-    return listening_socket(
-        host, port, "--port / --host (`up --api-port`, `run discovery --port`)"
-    )
+    return listening_socket(host, port, "--port / --host (`up --api-port`, `run discovery --port`)")
 
 
 @dataclass

@@ -2,7 +2,8 @@
 render the kustomize base's objects in substance (``tests.support.helm``), the files it shares
 with deploy/ are copies of them, the schema names a wrong value's field, and each NetworkPolicy
 admits exactly what its service needs, derived from the rendered objects themselves (its
-ServiceAccount's grants, the NATS URL, the providers' proxy port, the discovery Service).
+ServiceAccount's grants, the NATS URL, the providers' proxy port, the Services); the gateway
+knows the clients discovery knows and leases through the discovery Service.
 
 No server: ``helm`` and ``kubectl kustomize`` only render. The install is test_helm_install.py.
 """
@@ -128,6 +129,7 @@ def test_the_image_defaults_to_the_projects_release() -> None:
         ("log.level=verbose", "/log/level"),
         ("secrets.nats=Not_A_Name", "/secrets/nats"),
         ("networkPolicy.kubeApi.cidrs[0]=anywhere", "/networkPolicy/kubeApi/cidrs/0"),
+        ("services.gateway.service.type=Ingress", "/services/gateway/service/type"),
     ],
 )
 def test_a_wrong_value_is_refused_naming_its_field(helm: Helm, setting: str, named: str) -> None:
@@ -171,17 +173,52 @@ def test_the_release_namespace_reaches_every_object_and_binding(helm: Helm) -> N
             assert subject["namespace"] == "egress-system"
 
 
-def test_the_clients_file_option_mounts_the_file_discovery_reads(helm: Helm) -> None:
+def test_the_clients_file_option_mounts_the_file_discovery_and_the_gateway_read(
+    helm: Helm,
+) -> None:
     docs = by_key(helm.template("services.discovery.clientsFile.enabled=true"))
-    deployment = docs[("Deployment", "egress-proxies", "egress-discovery")]
-    pod = deployment["spec"]["template"]["spec"]
-    (container,) = pod["containers"]
-    env = {e["name"]: e.get("value") for e in container["env"]}
-    path = Path(env[CLIENTS_ENV])
-    (mount,) = [m for m in container["volumeMounts"] if Path(m["mountPath"]) == path.parent]
-    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
-    assert volume["secret"]["secretName"] == "egress-proxies-discovery"
-    assert volume["secret"]["items"] == [{"key": "clients.yaml", "path": path.name}]
+    for service in ("discovery", "gateway"):
+        deployment = docs[("Deployment", "egress-proxies", f"egress-{service}")]
+        pod = deployment["spec"]["template"]["spec"]
+        (container,) = pod["containers"]
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        path = Path(env[CLIENTS_ENV])
+        (mount,) = [m for m in container["volumeMounts"] if Path(m["mountPath"]) == path.parent]
+        (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+        assert volume["secret"]["secretName"] == "egress-proxies-discovery", service
+        assert volume["secret"]["items"] == [{"key": "clients.yaml", "path": path.name}]
+
+
+def _env(deployment: Doc) -> dict[str, Doc]:
+    return {e["name"]: e for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
+
+
+def test_the_gateway_follows_the_discovery_service_and_its_clients(helm: Helm) -> None:
+    docs = by_key(
+        helm.template(
+            "services.discovery.service.port=8081",
+            "services.gateway.port=3128",
+            "services.gateway.service.type=LoadBalancer",
+            "services.gateway.service.port=8888",
+            "services.gateway.replicas=3",
+        )
+    )
+    gateway = docs[("Deployment", "egress-proxies", "egress-gateway")]
+    discovery = docs[("Deployment", "egress-proxies", "egress-discovery")]
+    env = _env(gateway)
+    assert env["GATEWAY_API_URL"]["value"] == "http://egress-discovery:8081"
+    assert env["GATEWAY_PORT"]["value"] == "3128"
+    assert env["GATEWAY_HOST"]["value"] == "0.0.0.0"
+    # The token discovery takes, so the gateway is never open; the chart never opens it.
+    assert env["DISCOVERY_TOKEN"] == _env(discovery)["DISCOVERY_TOKEN"]
+    assert "GATEWAY_INSECURE_OPEN" not in env
+    assert gateway["spec"]["replicas"] == 3
+    (container,) = gateway["spec"]["template"]["spec"]["containers"]
+    assert {"name": "proxy", "containerPort": 3128} in container["ports"]
+    assert container["readinessProbe"]["tcpSocket"] == {"port": "proxy"}
+    service = docs[("Service", "egress-proxies", "egress-gateway")]
+    assert service["spec"]["type"] == "LoadBalancer"
+    assert {"name": "proxy", "port": 8888, "targetPort": "proxy"} in service["spec"]["ports"]
 
 
 # ------------------------------------------------------------------------------ NetworkPolicy
@@ -206,7 +243,19 @@ def test_each_service_is_admitted_only_what_it_needs(defaults: list[Doc]) -> Non
     }
     assert proxy_ports
     bound = {s["name"] for b in defaults if b["kind"].endswith("Binding") for s in b["subjects"]}
-    (service,) = of_kind(defaults, "Service")
+    services = of_kind(defaults, "Service")
+    deployments = {d["metadata"]["name"]: d for d in of_kind(defaults, "Deployment")}
+    # The discovery API as the gateway reaches it: the pods' port behind the Service's.
+    (discovery,) = [s for s in services if s["metadata"]["name"] == "egress-discovery"]
+    (api_port,) = [
+        p["containerPort"]
+        for p in deployments["egress-discovery"]["spec"]["template"]["spec"]["containers"][0][
+            "ports"
+        ]
+        for s in discovery["spec"]["ports"]
+        if p["name"] == s["targetPort"] != "metrics"
+    ]
+    gateway_labels = deployments["egress-gateway"]["spec"]["template"]["metadata"]["labels"]
     dns = {(53, "UDP"), (53, "TCP")}
     api = {(443, "TCP"), (6443, "TCP")}
     for deployment in of_kind(defaults, "Deployment"):
@@ -221,8 +270,9 @@ def test_each_service_is_admitted_only_what_it_needs(defaults: list[Doc]) -> Non
 
         served = {p["name"] for p in pod["containers"][0]["ports"]}
         ingress = {("metrics", "TCP")}
-        if service["spec"]["selector"].items() <= labels.items():
-            ingress |= {(p["targetPort"], "TCP") for p in service["spec"]["ports"]}
+        for service in services:
+            if service["spec"]["selector"].items() <= labels.items():
+                ingress |= {(p["targetPort"], "TCP") for p in service["spec"]["ports"]}
         assert _ports(spec["ingress"]) == ingress, name
         assert {port for port, _ in ingress} <= served, name
 
@@ -232,10 +282,29 @@ def test_each_service_is_admitted_only_what_it_needs(defaults: list[Doc]) -> Non
         egress = dns | {(nats, "TCP")} | (api if calls_api else set())
         if name == "egress-health":  # it probes each proxy through the proxy itself
             egress |= proxy_ports
+        if name == "egress-gateway":  # it leases from discovery and relays through the proxies
+            egress |= proxy_ports | {(api_port, "TCP")}
         assert _ports(spec["egress"]) == egress, name
         for rule in spec["egress"]:
             if _ports([rule]) <= api | proxy_ports:
                 assert all(set(peer) == {"ipBlock"} for peer in rule["to"]), name
+            if _ports([rule]) == {(api_port, "TCP")}:
+                (peer,) = rule["to"]
+                selected = peer["podSelector"]["matchLabels"].items()
+                assert selected <= deployments["egress-discovery"]["metadata"]["labels"].items()
+        if name == "egress-discovery":  # the gateway's leases, whatever discoveryFrom says
+            admitted = [
+                rule
+                for rule in spec["ingress"]
+                if _ports([rule]) == {("http", "TCP")}
+                and any(
+                    set(peer) == {"podSelector"}
+                    and peer["podSelector"]["matchLabels"]
+                    and peer["podSelector"]["matchLabels"].items() <= gateway_labels.items()
+                    for peer in rule.get("from", [])
+                )
+            ]
+            assert admitted, "discovery's policy does not admit the gateway"
 
 
 def test_provider_and_extra_egress_reach_the_services_they_are_for(helm: Helm) -> None:

@@ -10,6 +10,7 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import click
 import pytest
@@ -266,6 +267,9 @@ def test_probes_and_services_point_at_declared_ports() -> None:
         ports = {p["name"]: p["containerPort"] for p in container["ports"]}
         assert ports["metrics"] == int(env["METRICS_PORT"])
         for probe in ("readinessProbe", "livenessProbe"):
+            if "tcpSocket" in container[probe]:  # the gateway's: its proxy port accepts
+                assert container[probe]["tcpSocket"]["port"] in ports
+                continue
             target = container[probe]["httpGet"]
             assert target["path"] == "/healthz"
             assert target["port"] in ports
@@ -274,15 +278,55 @@ def test_probes_and_services_point_at_declared_ports() -> None:
             deployment["spec"]["selector"]["matchLabels"].items()
             <= template["metadata"]["labels"].items()
         )
-    (service,) = of_kind("Service")
-    (discovery,) = [c for d, c in containers() if c["args"][1] == "discovery"]
-    names = {p["name"] for p in discovery["ports"]}
-    assert {p["targetPort"] for p in service["spec"]["ports"]} <= names
+    # Each Service selects one Deployment's pods and forwards to ports its container names.
+    fronted = set()
+    for service in of_kind("Service"):
+        (pod,) = [
+            d
+            for d in of_kind("Deployment")
+            if service["spec"]["selector"].items()
+            <= d["spec"]["template"]["metadata"]["labels"].items()
+        ]
+        (container,) = pod["spec"]["template"]["spec"]["containers"]
+        names = {p["name"] for p in container["ports"]}
+        assert {p["targetPort"] for p in service["spec"]["ports"]} <= names
+        fronted.add(container["args"][1])
+    assert fronted == {"discovery", "gateway"}
+    discovery = container_of("discovery")
     value = {e["name"]: e.get("value") for e in discovery["env"]}
-    assert int(value["DISCOVERY_PORT"]) == next(
-        p["containerPort"] for p in discovery["ports"] if p["name"] == "http"
-    )
+    assert int(value["DISCOVERY_PORT"]) == port_of(discovery, "http")
     assert value["DISCOVERY_HOST"] == "0.0.0.0"
+
+
+def container_of(service: str) -> Doc:
+    (container,) = [c for _, c in containers() if c["args"][1] == service]
+    return container
+
+
+def port_of(container: Doc, name: str) -> int:
+    (port,) = [p["containerPort"] for p in container["ports"] if p["name"] == name]
+    return int(port)
+
+
+def test_the_gateway_serves_the_cluster_and_leases_through_the_discovery_service() -> None:
+    gateway = container_of("gateway")
+    value = {e["name"]: e.get("value") for e in gateway["env"]}
+    assert value["GATEWAY_HOST"] == "0.0.0.0"
+    assert int(value["GATEWAY_PORT"]) == port_of(gateway, "proxy")
+    (front,) = [s for s in of_kind("Service") if s["metadata"]["name"] == "egress-gateway"]
+    assert {p["port"] for p in front["spec"]["ports"] if p["targetPort"] == "proxy"} == {8000}
+    # --api-url names the discovery Service on the port that reaches the API.
+    api = urlsplit(value["GATEWAY_API_URL"])
+    (service,) = [s for s in of_kind("Service") if s["metadata"]["name"] == api.hostname]
+    (http,) = [p for p in service["spec"]["ports"] if p["port"] == (api.port or 80)]
+    assert http["targetPort"] == "http"
+    assert service["spec"]["selector"] == {"app.kubernetes.io/name": "egress-discovery"}
+    # Never an open proxy: the clients discovery knows, DISCOVERY_TOKEN's at least, and no
+    # --insecure-open (test_deployments_run_real_commands_with_real_settings builds it so).
+    assert "GATEWAY_INSECURE_OPEN" not in value
+    (token,) = [e for e in gateway["env"] if e["name"] == "DISCOVERY_TOKEN"]
+    (same,) = [e for e in container_of("discovery")["env"] if e["name"] == "DISCOVERY_TOKEN"]
+    assert token == same
 
 
 def test_each_service_logs_in_to_nats_as_its_own_user() -> None:

@@ -6,7 +6,7 @@ ran the kustomize base can adopt the same objects under Helm (docs/kubernetes.md
 
 {{/* The services, in the order of deploy/kustomization.yaml. */}}
 {{- define "egress-proxies.services" -}}
-watcher reconciler executor health gc discovery pools
+watcher reconciler executor health gc discovery pools gateway
 {{- end }}
 
 {{/* The ServiceAccount a service runs as: those with Kubernetes API access have their own. */}}
