@@ -22,7 +22,6 @@ import asyncio
 import json
 import os
 import platform
-import sys
 import tempfile
 import time
 from dataclasses import asdict
@@ -46,10 +45,9 @@ from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.eventlog.streams import ensure_streams
 from services.runtime.nats.connection import connect
 from services.runtime.nats.server import EmbeddedNatsServer
-from services.runtime.ports import free_port
 from services.runtime.pure.clients import hash_token
 from tests.support.discovery import discovery, ready_proxy
-from tests.support.waiting import until
+from tests.support.gateway import gateway_process
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "bench-gateway-token-" + "0" * 24
@@ -59,35 +57,12 @@ P50_TARGET_MS = 1.0
 TUNNEL_TARGET = 0.9
 
 
-async def start_gateway(
-    work: Path, nats_url: str, api: str
-) -> tuple[asyncio.subprocess.Process, int]:
-    clients = work / "clients.yaml"
-    clients.write_text(
+def clients_file(work: Path) -> Path:
+    path = work / "clients.yaml"
+    path.write_text(
         f"clients:\n  - {{name: {CLIENT}, token: '{hash_token(TOKEN)}', scopes: [lease, read]}}\n"
     )
-    port = free_port()
-    command = [sys.executable, "-m", "services.cli.main", "run", "gateway"]
-    command += ["--gateway-port", str(port), "--api-url", api, "--clients-file", str(clients)]
-    command += ["--nats-url", nats_url, "--metrics-port", "0"]
-    process = await asyncio.create_subprocess_exec(
-        *command,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
-
-    async def listening() -> bool:
-        try:
-            _, writer = await asyncio.open_connection("127.0.0.1", port)
-        except OSError:
-            return False
-        writer.close()
-        return True
-
-    await until(listening, timeout=60, what="the gateway listening")
-    return process, port
+    return path
 
 
 async def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
@@ -98,23 +73,15 @@ async def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         try:
             await ensure_streams(conn.js)
             store = JetStreamEventStore(conn.nc, conn.js)
-            clients = work / "api-clients.yaml"
-            clients.write_text(
-                f"clients:\n  - {{name: {CLIENT}, token: '{hash_token(TOKEN)}', "
-                "scopes: [lease, read]}\n"
-            )
+            clients = clients_file(work)
             async with (
                 site(args.megabytes) as origin,
                 squid(work / "squid", origin.port) as proxy,
                 discovery(server.url, lease_cooldown=0.0, clients_file=clients) as (_, api),
             ):
                 await ready_proxy(store, "bench-gw", port=proxy.port)
-                gateway, port = await start_gateway(work, server.url, api)
-                try:
-                    return await rounds(args, origin, proxy, port, gateway.pid)
-                finally:
-                    gateway.terminate()
-                    await gateway.wait()
+                async with gateway_process(server.url, api, clients) as (pid, port):
+                    return await rounds(args, origin, proxy, port, pid)
         finally:
             await conn.close()
     finally:

@@ -5,11 +5,8 @@ lives on as its lease, and the other replica adopts it, on the same proxy (docs/
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import signal
-import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
@@ -17,49 +14,14 @@ import pytest
 
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.nats.server import EmbeddedNatsServer
-from services.runtime.ports import free_port
-from tests.support.cli_process import ROOT, clean_env
 from tests.support.crawl_site import crawl_site
 from tests.support.crawl_squid import tagged_squids
 from tests.support.discovery import discovery, ready_proxy
-from tests.support.gateway import gateway_clients, proxy_url
-from tests.support.waiting import until
+from tests.support.gateway import gateway_clients, gateway_process, proxy_url
 
 pytestmark = pytest.mark.reliability
 
 UIDS = ["k1", "k2", "k3"]
-
-
-@contextlib.asynccontextmanager
-async def replica(nats_url: str, api: str, clients: Path) -> AsyncIterator[tuple[int, int]]:
-    """A gateway process; yields its pid and port."""
-    port = free_port()
-    command = [sys.executable, "-m", "services.cli.main", "run", "gateway"]
-    command += ["--gateway-port", str(port), "--api-url", api, "--clients-file", str(clients)]
-    command += ["--nats-url", nats_url, "--metrics-port", "0"]
-    process = await asyncio.create_subprocess_exec(
-        *command,
-        cwd=ROOT,
-        env=clean_env(),
-        stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.DEVNULL,
-    )
-    try:
-
-        async def listening() -> bool:
-            try:
-                _, writer = await asyncio.open_connection("127.0.0.1", port)
-            except OSError:
-                return False
-            writer.close()
-            return True
-
-        await until(listening, timeout=60, what="the gateway replica listening")
-        yield process.pid, port
-    finally:
-        if process.returncode is None:
-            process.kill()
-        await process.wait()
 
 
 async def test_a_killed_replica_loses_only_its_requests_in_flight(
@@ -75,8 +37,8 @@ async def test_a_killed_replica_loses_only_its_requests_in_flight(
             for squid in squids:
                 await ready_proxy(jetstream_store, squid.uid, port=squid.port)
             async with (
-                replica(nats_server.url, api, clients) as (first_pid, first),
-                replica(nats_server.url, api, clients) as (_, second),
+                gateway_process(nats_server.url, api, clients) as (first_pid, first),
+                gateway_process(nats_server.url, api, clients) as (_, second),
             ):
                 to_first = httpx.AsyncClient(proxy=proxy_url(first, user), timeout=10)
                 to_second = httpx.AsyncClient(proxy=proxy_url(second, user), timeout=10)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -18,6 +19,8 @@ from services.runtime.ports import free_port
 from services.runtime.pure.clients import hash_token
 from services.runtime.service import ServiceContext
 from services.runtime.settings.shared import Settings
+from tests.support.cli_process import ROOT, clean_env
+from tests.support.waiting import until
 
 TOKENS = {"crawler-a": "a" * 40, "crawler-b": "b" * 40, "reader": "r" * 40}
 
@@ -76,3 +79,39 @@ async def gateway(
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         await conn.close()
+
+
+@contextlib.asynccontextmanager
+async def gateway_process(
+    nats_url: str, api_url: str, clients_file: Path, *extra: str
+) -> AsyncIterator[tuple[int, int]]:
+    """``egress-proxies run gateway`` as a process of its own (its CPU its own, kill -9 real);
+    yields its pid and port once it listens, and kills it after."""
+    port = free_port()
+    command = [sys.executable, "-m", "services.cli.main", "run", "gateway"]
+    command += ["--gateway-port", str(port), "--api-url", api_url]
+    command += ["--clients-file", str(clients_file), "--nats-url", nats_url, "--metrics-port", "0"]
+    process = await asyncio.create_subprocess_exec(
+        *command,
+        *extra,
+        cwd=ROOT,
+        env=clean_env(PYTHONPATH=str(ROOT)),
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    try:
+
+        async def listening() -> bool:
+            try:
+                _, writer = await asyncio.open_connection("127.0.0.1", port)
+            except OSError:
+                return False
+            writer.close()
+            return True
+
+        await until(listening, timeout=60, what="the gateway process listening")
+        yield process.pid, port
+    finally:
+        if process.returncode is None:
+            process.kill()
+        await process.wait()
