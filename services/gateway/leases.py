@@ -12,7 +12,10 @@ and lapses by itself when it is not, which is the session's idle expiry.
 
 A request **without a session** leaves through one of a few leases the replica holds for that
 client and selector (``gateway/rotating``), taken in turn: a proxy per request. They are released
-after ``idle`` seconds unused, so a gateway does not sit on proxies a crawler stopped using.
+after ``idle`` seconds unused, so a gateway does not sit on proxies a crawler stopped using. A
+lease whose proxy a host blocked (``report``) takes no more of the client's requests to that
+host: they leave through its other leases, or a new one, which the API gives only from proxies
+the host has not blocked.
 
 Whatever a lease's proxy becomes (a rotation, a replacement: make-before-break), the gateway
 reads the lease again at most ``refresh`` seconds after its last look, in the background, and at
@@ -47,6 +50,8 @@ MAX_GENERATIONS = 64
 MAX_BACKGROUND = 1024
 """Renewals, re-reads and reports under way at once; beyond, a re-read waits for the next use
 and a report is dropped (and counted)."""
+MAX_BLOCKED = 1024
+"""Blocked hosts remembered per lease; beyond, the API's back-off still applies to new leases."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +77,9 @@ class Held:
     in_flight: int = 0
     gone: bool = False
     """Ended (released, expired, revoked): not to be used again."""
+    blocked: set[str] = field(default_factory=set)
+    """Target hosts that answered this lease's proxy with a block: a rotating request for one
+    of them takes another lease, as the API keeps the proxy from the host for a new one."""
     _parsed: tuple[str, tuple[str, int, bytes | None]] = ("", ("", 0, None))
     """The URL last parsed, and what it gave: a request reads it, a renewal changes it."""
 
@@ -228,7 +236,7 @@ class Keeper:
     ) -> Held:
         ring = self.rings.setdefault((caller.name, ask.key()), Ring())
         ring.held = [h for h in ring.held if self._live(h)]
-        usable = [h for h in ring.held if h.granted.proxy_uid not in exclude]
+        usable = _usable(ring, exclude, target)
         now = self.clock()
         room = len(ring.held) < self.rotating and now >= ring.full_until
         if not usable or (room and not exclude):
@@ -238,7 +246,7 @@ class Keeper:
             else:
                 async with lock:
                     ring.held = [h for h in ring.held if self._live(h)]
-                    usable = [h for h in ring.held if h.granted.proxy_uid not in exclude]
+                    usable = _usable(ring, exclude, target)
                     if not usable or (len(ring.held) < self.rotating and not exclude):
                         try:
                             usable.append(await self._add(ring, caller, ask, exclude, target))
@@ -292,6 +300,9 @@ class Keeper:
         held.expires = now + _left(granted)
 
     def report(self, held: Held, outcome: Outcome, target: str, detail: str) -> None:
+        if outcome == "blocked" and len(held.blocked) < MAX_BLOCKED:
+            held.blocked.add(target)
+
         async def send() -> None:
             with contextlib.suppress(NoLease):
                 await self._api(
@@ -369,6 +380,11 @@ class Keeper:
             return await call
         except ApiError as exc:
             raise _no_lease(exc) from exc
+
+
+def _usable(ring: Ring, exclude: frozenset[str], target: str) -> list[Held]:
+    """The ring's leases a request for ``target`` may take: not excluded, not blocked there."""
+    return [h for h in ring.held if h.granted.proxy_uid not in exclude and target not in h.blocked]
 
 
 def session_key(client: str, session: str, generation: int) -> str:

@@ -65,7 +65,7 @@ async def up_on(data_dir: Path, nats_port: int, target: str) -> AsyncIterator[Up
     api_port, env = free_port(), base_env()
     args = ["--data-dir", str(data_dir), "--nats-port", str(nats_port), "--api-port", str(api_port)]
     args += ["--metrics-port", "0", "--health-check-url", target, "--lease-cooldown", "0s"]
-    args += ["--observe-interval", "1"]
+    args += ["--observe-interval", "1", "--gateway-port", str(free_port())]
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "services.cli.main", "up", *args,
         env=env, cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,

@@ -57,6 +57,8 @@ async def test_up_apply_traffic_delete(tmp_path: Path, target: str) -> None:
         "0",
         "--api-port",
         str(api_port := free_port()),
+        "--gateway-port",
+        str(free_port()),
         "--observe-interval",
         "1",
         "--health-check-url",

@@ -22,7 +22,8 @@ from tests.support.system import ROOT, base_env, processes_mentioning
 
 pytestmark = pytest.mark.e2e
 
-DEFAULT_PORTS = (4222, 8080)
+DEFAULT_PORTS = (4222, 8080, 8000)
+"""NATS, the discovery API and the gateway, where `up` without flags listens."""
 
 
 def readme_block(heading: str) -> str:

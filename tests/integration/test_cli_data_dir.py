@@ -37,7 +37,7 @@ async def test_lease_commands_find_the_api_of_up_on_the_data_dir(tmp_path: Path)
             sys.executable,
             *("-m", "services.cli.main", "up", "--data-dir", str(data)),
             *("--nats-port", str(free_port()), "--metrics-port", "0"),
-            *("--api-port", str(api_port)),
+            *("--api-port", str(api_port), "--gateway-port", str(free_port())),
             cwd=ROOT,
             env=clean_env(),
             stdout=asyncio.subprocess.PIPE,

@@ -91,7 +91,9 @@ async def test_up_reports_a_busy_metrics_port(nats_server: EmbeddedNatsServer) -
     assert "choose a free port" in result.stderr
 
 
-@pytest.mark.parametrize(("flag", "extra"), [("--api-port", True), ("--nats-port", False)])
+@pytest.mark.parametrize(
+    ("flag", "extra"), [("--api-port", True), ("--gateway-port", True), ("--nats-port", False)]
+)
 async def test_up_names_the_flag_of_a_busy_port(
     nats_server: EmbeddedNatsServer, tmp_path: Path, flag: str, extra: bool
 ) -> None:
@@ -100,6 +102,9 @@ async def test_up_names_the_flag_of_a_busy_port(
         busy.listen()
         port = str(busy.getsockname()[1])
         where = ["--nats-url", nats_server.url] if extra else ["--data-dir", str(tmp_path)]
+        for other in ("--api-port", "--gateway-port"):  # free, so only the busy one is named
+            if other != flag:
+                where += [other, str(free_port())]
         result = await cli("up", flag, port, "--metrics-port", "0", *where)
     assert result.exit_code == 2, result.output
     assert flag in result.output
@@ -119,14 +124,14 @@ def children_of(pid: int) -> list[int]:
 
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
 async def test_up_runs_the_system_and_stops_cleanly(tmp_path: Path, stop: signal.Signals) -> None:
-    nats_port, metrics_port, api_port = free_port(), free_port(), free_port()
+    nats_port, metrics_port, api_port, gateway_port = (free_port() for _ in range(4))
     data = tmp_path / "data"
     with (tmp_path / "up.log").open("wb") as log:
         process = await asyncio.create_subprocess_exec(
             sys.executable,
             *("-m", "services.cli.main", "up", "--data-dir", str(data)),
             *("--nats-port", str(nats_port), "--metrics-port", str(metrics_port)),
-            *("--api-port", str(api_port)),
+            *("--api-port", str(api_port), "--gateway-port", str(gateway_port)),
             cwd=ROOT,
             # Wide enough for the data dir whole, however deep the run's temporary folder is.
             env=clean_env(COLUMNS="240"),
@@ -143,6 +148,7 @@ async def test_up_runs_the_system_and_stops_cleanly(tmp_path: Path, stop: signal
         assert f"{url}  (embedded)" in banner
         assert f"http://127.0.0.1:{metrics_port}/metrics" in banner
         assert re.search(rf"discovery +http://127\.0\.0\.1:{api_port}", banner)
+        assert re.search(rf"gateway +http://127\.0\.0\.1:{gateway_port}", banner)
         # The tests name a check URL (conftest), so `up` serves no probe target of its own.
         assert re.search(r"health check +http://127\.0\.0\.1:9/", banner)
         running = re.search(r"services\s+(.*?)\s*│", banner)

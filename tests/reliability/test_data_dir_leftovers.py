@@ -40,6 +40,7 @@ async def test_a_killed_up_takes_its_nats_server_along(tmp_path: Path) -> None:
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "services.cli.main", "up", "--data-dir", str(data_dir),
         "--nats-port", str(port), "--api-port", str(free_port()), "--metrics-port", "0",
+        "--gateway-port", str(free_port()),
         env=base_env(), cwd=ROOT,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
     )  # fmt: skip

@@ -39,7 +39,8 @@ async def second_up(data_dir: Path, *extra: str) -> tuple[int, str]:
     """Its exit code and output; one that comes up serving is stopped, and the test fails."""
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "services.cli.main", "up", "--data-dir", str(data_dir),
-        "--api-port", str(free_port()), "--metrics-port", "0", *extra,
+        "--api-port", str(free_port()), "--gateway-port", str(free_port()), "--metrics-port", "0",
+        *extra,
         env=base_env(), cwd=ROOT,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
     )  # fmt: skip

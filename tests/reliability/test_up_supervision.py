@@ -93,6 +93,7 @@ async def running_up(tmp_path: Path) -> AsyncIterator[Up]:
         sys.executable, "-m", "services.cli.main", "up",
         "--data-dir", str(data_dir), "--nats-port", str(nats_port),
         "--api-port", str(api_port), "--metrics-port", "0", "--observe-interval", "1",
+        "--gateway-port", str(free_port()),
         env=base_env(), cwd=ROOT,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
     )  # fmt: skip

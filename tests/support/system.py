@@ -94,6 +94,8 @@ class Up:
     api: str
     data_dir: Path
     output: bytearray
+    gateway_port: int = 0
+    """Where its gateway listens (docs/gateway.md); 0 when the test chose none."""
 
     async def cli(self, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
         return await asyncio.to_thread(cli, *args, env=self.env, timeout=timeout)
@@ -144,14 +146,16 @@ async def running_up(
     up_env: Mapping[str, str] | None = None,
     local_dirs: Sequence[Path] = (),
 ) -> AsyncIterator[Up]:
-    """`up` with its own data dir and ports; stopped with SIGINT, which must end it with 0.
+    """`up` with its own data dir and ports (its gateway's too, so parallel tests never meet on
+    8000); stopped with SIGINT, which must end it with 0.
     ``up_env`` adds variables for `up` alone (e.g. ``OTEL_*``), not for the CLI commands;
     ``local_dirs`` are the ``dataDir`` of local providers a ``--providers-config`` names, whose
     proxies are stopped at the end too."""
     data_dir = tmp_path / "data"
-    api_port = free_port()
+    api_port, gateway_port = free_port(), free_port()
     env = base_env()
     args = ["--data-dir", str(data_dir), "--metrics-port", "0", "--api-port", str(api_port)]
+    args += ["--gateway-port", str(gateway_port)]
     if nats_url:
         args += ["--nats-url", nats_url]
         url = nats_url
@@ -174,7 +178,12 @@ async def running_up(
         stderr=asyncio.subprocess.STDOUT,
     )
     up = Up(
-        process, {**env, "NATS_URL": url}, f"http://127.0.0.1:{api_port}", data_dir, bytearray()
+        process,
+        {**env, "NATS_URL": url},
+        f"http://127.0.0.1:{api_port}",
+        data_dir,
+        bytearray(),
+        gateway_port,
     )
     try:
         async with supervised(up):

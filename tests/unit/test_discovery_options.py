@@ -144,6 +144,10 @@ def test_registered_for_run_and_up() -> None:
     assert "api_port" in names
     assert "port" not in names  # fed by --api-port, never shown twice
     assert {"max_lease_ttl", "lease_cooldown", "host"} <= set(names)
+    # The gateway's own options, once each; the API's port and clients file are shared with
+    # discovery, so the gateway leases from the API `up` runs, with the same clients.
+    assert {"gateway_port", "gateway_host", "insecure_open"} <= set(names)
+    assert names.count("api_port") == names.count("clients_file") == 1
 
 
 def test_parse_proxy_filter() -> None:

@@ -56,6 +56,7 @@ DEFAULT_METRICS_PORT = 9464
 DEFAULT_API_PORT = 8080
 DISCOVERY = "discovery"
 EXECUTOR = "executor"
+GATEWAY = "gateway"
 LEASE_SERVICES = (EXECUTOR, DISCOVERY, "health")
 """The services that need the lease secret."""
 
@@ -308,6 +309,11 @@ def _api_url(values: dict[str, Any]) -> str:
     return apiaddress.api_url_for(str(values.get("host") or "127.0.0.1"), values["api_port"])
 
 
+def _gateway_url(values: dict[str, Any]) -> str:
+    """Where crawlers point their HTTP client's proxy (docs/gateway.md)."""
+    return apiaddress.api_url_for(str(values["gateway_host"]), values["gateway_port"])
+
+
 def _port_free(host: str, port: int) -> bool:
     with socket.socket() as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -343,6 +349,7 @@ def _print_banner(
     grid.add_row("metrics", Text(started.metrics_url or "off"))
     api = _api_url(values) if DISCOVERY in SERVICES else "not installed"
     grid.add_row("discovery", Text(api))
+    grid.add_row("gateway", Text(_gateway_url(values) if GATEWAY in SERVICES else "not installed"))
     providers = values["providers_config"]
     grid.add_row("providers", inert(str(providers) if providers else "built-in defaults (local)"))
     target: socket.socket | None = values["probe_target"]
