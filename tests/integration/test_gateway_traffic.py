@@ -9,13 +9,14 @@ import asyncio
 import base64
 import contextlib
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
 
 from events import subjects
-from events.errors import StoreUnavailable
+from events.errors import StoreUnavailable, StreamConfigMismatch
 from events.store import AppendResult, History, NewEvent
 from events.subjects import Aggregate
 from projections import traffic
@@ -23,6 +24,8 @@ from services.gateway.pure.traffic import Exchange
 from services.gateway.traffic import TrafficRecorder, traffic_metrics
 from services.providers.pure.targets import AllowedTarget
 from services.runtime.eventlog.jetstream import JetStreamEventStore
+from services.runtime.eventlog.streams import DAY, GIB, STREAMS, ensure_streams
+from services.runtime.nats.connection import connect
 from services.runtime.nats.server import EmbeddedNatsServer
 from tests.integration.test_gateway import UIDS, Fleet
 from tests.support.crawl_site import crawl_site
@@ -191,3 +194,27 @@ async def test_a_flush_retried_after_a_lost_acknowledgement_is_stored_once(
     assert len(history.events) == 3  # the first record once, the second and the new one
     view = traffic.fold(history.events)
     assert (view.total.requests, view.total.bytes_up, view.total.bytes_down) == (3, 201, 2010)
+
+
+async def test_the_traffic_stream_is_made_with_its_limits_and_a_different_one_is_reported(
+    nats_server: EmbeddedNatsServer,
+) -> None:
+    conn = await connect(nats_server.url)
+    try:
+        await ensure_streams(conn.js)
+        made = (await conn.js.stream_info(subjects.TRAFFIC_STREAM)).config
+        assert (made.subjects, made.max_bytes, made.max_age) == (
+            ["traffic.*"],
+            2 * GIB,
+            7 * DAY,
+        )
+        await conn.js.delete_stream(subjects.TRAFFIC_STREAM)
+        unbounded = replace(
+            next(s for s in STREAMS if s.name == subjects.TRAFFIC_STREAM), max_bytes=-1
+        )
+        await conn.js.add_stream(unbounded.config(replicas=1))
+        with pytest.raises(StreamConfigMismatch) as refused:
+            await ensure_streams(conn.js)
+        assert "max_bytes" in str(refused.value)
+    finally:
+        await conn.close()

@@ -85,7 +85,7 @@ STREAMS: tuple[StreamSpec, ...] = (
         TRAFFIC_STREAM,
         ("traffic.*",),
         max_age=7 * DAY,
-        max_bytes=8 * GIB,
+        max_bytes=2 * GIB,
         description="What the gateway relayed per client, proxy, lease and host, per interval",
     ),
     StreamSpec(
