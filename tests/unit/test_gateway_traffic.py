@@ -239,3 +239,13 @@ async def test_a_flush_without_the_log_keeps_the_records_for_the_next() -> None:
     (stored,) = history.decoded()
     assert isinstance(stored, TrafficRecorded)
     assert (stored.client, stored.rows[0].bytes_down) == ("crawler.a", 5)
+
+
+def test_a_host_or_name_in_any_form_meets_its_kept_form_in_one_row() -> None:
+    counts = Counts()
+    for host in ("Shop.Example.", "shop.example", "SHOP.EXAMPLE"):
+        counts.add(exchange(host, client="open label"))
+    counts.add(exchange("shop.example", client="*"))
+    (event,) = taken(counts)
+    assert event.client == OTHER
+    assert [(row.host, row.requests) for row in event.rows] == [("shop.example", 4)]
