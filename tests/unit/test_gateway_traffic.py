@@ -9,9 +9,11 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
-from events import subjects
+from events import codec, subjects
 from events.errors import StoreUnavailable
 from events.store import AppendResult, NewEvent
 from events.subjects import Aggregate
@@ -249,3 +251,35 @@ def test_a_host_or_name_in_any_form_meets_its_kept_form_in_one_row() -> None:
     (event,) = taken(counts)
     assert event.client == OTHER
     assert [(row.host, row.requests) for row in event.rows] == [("shop.example", 4)]
+
+
+names = st.text(max_size=200)
+exchanges = st.builds(
+    Exchange,
+    client=names,
+    proxy_uid=names,
+    proxy=st.text(max_size=300),
+    lease_id=names,
+    host=st.one_of(names, st.sampled_from(["shop.example", "10.0.0.1", "::1", "B\u00fccher.de"])),
+    outcome=st.sampled_from(["success", "blocked", "failed"]),
+    status=st.integers(min_value=0, max_value=999),
+    up=st.integers(min_value=0, max_value=2**40),
+    down=st.integers(min_value=0, max_value=2**40),
+    tunnel=st.booleans(),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(exchanges, max_size=40))
+def test_whatever_crawlers_send_the_records_are_ones_the_codec_writes(
+    sent: list[Exchange],
+) -> None:
+    counts = Counts()
+    for one in sent:
+        counts.add(one)
+    events = taken(counts)
+    for event in events:
+        assert problem(event) is None, event
+        codec.encode(event)
+    assert sum(row.requests for e in events for row in e.rows) == len(sent)
+    assert sum(row.bytes_down for e in events for row in e.rows) == sum(s.down for s in sent)

@@ -47,6 +47,9 @@ MAX_PENDING_AGE = 300.0
 """Seconds a kept record may wait: half the stream's duplicate window (600 s), so that an
 append retried after a failure that did store it is still recognised as a repeat."""
 
+MAX_PROXY = 253
+"""A proxy's ``namespace/name`` as a record holds it, at most."""
+
 Key = tuple[str, str, str]
 """(client, proxy uid, lease id)."""
 
@@ -165,6 +168,8 @@ class Counts:
                     self.overflow += 1
             if record is None:
                 proxy = exchange.proxy if key[1] != OTHER else ""
+                if len(proxy) > MAX_PROXY or not proxy.isprintable():
+                    proxy = ""  # a name the record may not hold: the uid still says which
                 record = self.records[key] = _Record(proxy)
         host = exchange.host
         row = record.hosts.get(host)
