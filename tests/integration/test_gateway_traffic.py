@@ -44,7 +44,10 @@ LOGIN = (
 
 @contextlib.asynccontextmanager
 async def fleet(
-    nats_server: EmbeddedNatsServer, store: JetStreamEventStore, tmp_path: Path
+    nats_server: EmbeddedNatsServer,
+    store: JetStreamEventStore,
+    tmp_path: Path,
+    interval: float = 1.0,
 ) -> AsyncIterator[Fleet]:
     """``test_gateway``'s fleet, whose Squids may also open tunnels to the site's port."""
     clients_file = gateway_clients(tmp_path / "clients.yaml")
@@ -56,7 +59,7 @@ async def fleet(
         ):
             for squid in squids:
                 await ready_proxy(store, squid.uid, {"country": "de"}, port=squid.port)
-            async with gateway(nats_server.url, api, clients_file, traffic_interval=1.0) as gw:
+            async with gateway(nats_server.url, api, clients_file, traffic_interval=interval) as gw:
                 yield Fleet(site, api, gw.bound_port, nats_server.url, clients_file)
 
 
@@ -128,6 +131,24 @@ async def test_the_traffic_of_requests_and_a_tunnel_folds_back_to_the_exact_byte
     assert view.hosts["127.0.0.1"].bytes_down == down
     assert sum(t.requests for t in view.leases.values()) == 4
     assert set(view.proxy_names.values()) <= {f"crawl/px-{uid}" for uid in ("g1", "g2", "g3")}
+
+
+async def test_a_graceful_stop_records_the_interval_it_cut_short(
+    nats_server: EmbeddedNatsServer, jetstream_store: JetStreamEventStore, tmp_path: Path
+) -> None:
+    async with fleet(nats_server, jetstream_store, tmp_path, interval=3600.0) as f:
+        site = f"127.0.0.1:{f.site.port}"
+        head = (
+            f"GET http://{site}/page/1 HTTP/1.1\r\nHost: {site}\r\n{LOGIN}\r\n"
+            "Connection: close\r\n\r\n"
+        ).encode()
+        received, _ = await exchange(f.gateway_port, head)
+        assert received.startswith(b"HTTP/1.1 200"), received[:200]
+        history = await jetstream_store.read(subjects.traffic("crawler-a"))
+        assert history.events == []  # an hour to go before the next flush
+    history = await jetstream_store.read(subjects.traffic("crawler-a"))
+    view = traffic.fold(history.events)
+    assert (view.total.requests, view.total.bytes_down) == (1, without_marks(received))
 
 
 class LosingAcks:
