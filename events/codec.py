@@ -20,7 +20,7 @@ input like the payload:
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Annotated, Any, Literal, cast
 
@@ -43,6 +43,8 @@ from events.schemas import (
     LeaseSwitched,
     RotationRequested,
 )
+from events.traffic import TrafficRecorded
+from events.traffic import problem as traffic_problem
 from events.upcasting import MAX_SCHEMA_DIGITS, UPCASTERS, Upcasters
 
 HDR_EVENT_TYPE = "Egress-Event-Type"
@@ -139,6 +141,13 @@ reading side stays as lenient as the types, so events written before a bound exi
 decode, and the lease fold judges every value it uses on its own (``projections.lease``)."""
 
 
+WRITE_CHECKS: dict[type[Event], Callable[[Any], str | None]] = {
+    TrafficRecorded: traffic_problem,
+}
+"""Checks beyond field bounds, for events whose rules span fields or nested rows: what makes the
+event one its fold would skip, or None. On the way out only, like ``WRITE_BOUNDS``."""
+
+
 def event_type(event: Event) -> str:
     return type(event).__name__
 
@@ -172,6 +181,10 @@ def encode(event: Event) -> bytes:
             msgspec.convert(value, type=kind)
         except msgspec.ValidationError as exc:
             raise InvalidEvent(f"{name}.{field}: {exc}") from None
+    check = WRITE_CHECKS.get(type(event))
+    why = check(event) if check is not None else None
+    if why is not None:
+        raise InvalidEvent(f"{name}: {why}")
     return payload
 
 

@@ -1,7 +1,8 @@
 """Event schemas: every fact and decision the system records, as one union (``AnyEvent``) and the
 registry derived from it (``EVENT_TYPES``). The events of each aggregate live in a module of their
 own (``events.proxy``, ``events.lease``, ``events.pool``, ``events.gc``, ``events.rotation``,
-``events.egress``); every type is named from here too, and the dead-letter record is here.
+``events.egress``, ``events.traffic``); every type is named from here too, and the dead-letter
+record is here.
 
 Events are frozen msgspec Structs in one tagged union, so a single Decoder turns any payload into
 the right type and services dispatch with ``match``. The tag (the class name) is also sent in the
@@ -80,6 +81,7 @@ from events.spec import (
     ProxySpec,
     SecretRef,
 )
+from events.traffic import TrafficRecorded, TrafficRow
 
 # The proxy, lease, gc, pool and rotation events and the spec live in modules of their own;
 # importers name them from here.
@@ -144,6 +146,9 @@ __all__ = [
     "RotationRequested",
     "SecretRef",
     "SweepCompleted",
+    "TrafficEvent",
+    "TrafficRecorded",
+    "TrafficRow",
 ]
 
 SCHEMA_VERSION = 1
@@ -187,7 +192,8 @@ PoolEvent = (
     | PoolPressure
 )
 DemandEvent = PoolDemand
-AnyEvent = ProxyEvent | LeaseEvent | GcEvent | PoolEvent | DemandEvent | DeadLettered
+TrafficEvent = TrafficRecorded
+AnyEvent = ProxyEvent | LeaseEvent | GcEvent | PoolEvent | DemandEvent | TrafficEvent | DeadLettered
 
 # Derived from the union, never listed beside it: an event added to the union is known to every
 # reader the day it is written (tests/unit/test_event_registry.py holds the rest to it).

@@ -18,6 +18,7 @@ LEASE_STREAM = "LEASE"
 GC_STREAM = "GC"
 POOL_STREAM = "POOL"
 DEMAND_STREAM = "DEMAND"
+TRAFFIC_STREAM = "TRAFFIC"
 DEADLETTER_STREAM = "DEADLETTER"
 
 # The subjects of a proxy's stream, one per category its events name, in the union's order.
@@ -96,6 +97,13 @@ def demand(pool_uid: str) -> Aggregate:
     """One pool's unserved lease requests, as discovery replicas report them."""
     check_token("pool uid", pool_uid)
     return Aggregate(DEMAND_STREAM, pool_uid, f"demand.{pool_uid}", per_category=False)
+
+
+def traffic(client_key: str) -> Aggregate:
+    """One client's traffic records, from every gateway replica (``client_key``: the client's
+    name as a subject token, ``events.traffic`` and ``services.gateway.pure.traffic``)."""
+    check_token("client key", client_key)
+    return Aggregate(TRAFFIC_STREAM, client_key, f"traffic.{client_key}", per_category=False)
 
 
 def lease(proxy_uid: str) -> Aggregate:

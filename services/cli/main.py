@@ -32,6 +32,7 @@ from services.cli.lease.lease_cmd import lease
 from services.cli.log.check_cmd import check
 from services.cli.log.events_cmd import events
 from services.cli.log.streams_cmd import streams
+from services.cli.log.traffic_cmd import traffic_cmd
 from services.cli.pure.render import clean
 from services.cli.run.local_cmd import local
 from services.cli.run.up_cmd import run, up
@@ -151,6 +152,7 @@ def main(ctx: click.Context, log_level: str, log_format: str) -> None:
 main.add_command(up)
 main.add_command(run)
 main.add_command(events)
+main.add_command(traffic_cmd)
 streams.add_command(check)
 main.add_command(streams)
 main.add_command(apply_cmd)

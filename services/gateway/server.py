@@ -23,6 +23,7 @@ from services.gateway.metrics import GatewayMetrics
 from services.gateway.pure import heads
 from services.gateway.pure.heads import HeadError, Target
 from services.gateway.pure.outcomes import MAX_RETRY_BODY, Outcome, judge
+from services.gateway.pure.traffic import Exchange
 from services.gateway.pure.username import Ask, UserNameError, parse, parse_params
 from services.gateway.reading import CHUNK, Request, Response, read_request
 from services.gateway.relay import (
@@ -35,6 +36,7 @@ from services.gateway.relay import (
     read_head,
     stream_rest,
 )
+from services.gateway.traffic import TrafficRecorder
 from services.runtime.clients import Clients
 from services.runtime.pure.clients import LEASE
 from services.runtime.pure.throttle import LoginThrottle
@@ -64,6 +66,7 @@ class Gateway:
     block_codes: tuple[int, ...] = (403, 429)
     own_ports: tuple[int, ...] = ()
     throttle: LoginThrottle = field(default_factory=LoginThrottle)
+    traffic: TrafficRecorder | None = None
     upstreams: Upstreams = field(init=False)
     _per_address: Tally[str] = field(default_factory=Tally)
     _open: int = 0
@@ -259,7 +262,7 @@ class Gateway:
                 held.in_flight -= 1
             if isinstance(sent, str):
                 self.keeper.report(held, "failed", target.host, sent)
-                self._count(caller, held, "failed", Traffic())
+                self._count(caller, held, "failed", Traffic(), host=target.host)
                 if attempt == 0 and body is not None and ask.session is None:
                     exclude |= {held.granted.proxy_uid}
                     continue
@@ -280,7 +283,14 @@ class Gateway:
                 self.keeper.report(held, verdict.outcome, target.host, f"HTTP {response.status}")
             if verdict.retry:
                 conn[1].close()
-                self._count(caller, held, verdict.outcome, Traffic(len(seen)))
+                self._count(
+                    caller,
+                    held,
+                    verdict.outcome,
+                    Traffic(len(seen)),
+                    host=target.host,
+                    status=response.status,
+                )
                 exclude |= {held.granted.proxy_uid}
                 continue
             traffic = Traffic(up=request.length, down=len(seen))
@@ -293,7 +303,9 @@ class Gateway:
                 self.upstreams.give_back(host, port, conn)
             else:
                 conn[1].close()
-            self._count(caller, held, verdict.outcome, traffic)
+            self._count(
+                caller, held, verdict.outcome, traffic, host=target.host, status=response.status
+            )
             return whole and request.keep_alive and response.keep_alive
         return False
 
@@ -369,7 +381,9 @@ class Gateway:
                     opened[0][1].close()
                 outcome: Outcome = "blocked" if status in self.block_codes else "failed"
                 self.keeper.report(held, outcome, target.host, why)
-                self._count(caller, held, outcome, Traffic(), tunnel=True)
+                self._count(
+                    caller, held, outcome, Traffic(), tunnel=True, host=target.host, status=status
+                )
                 if attempt == 0 and ask.session is None:
                     exclude |= {held.granted.proxy_uid}
                     continue
@@ -390,7 +404,15 @@ class Gateway:
             finally:
                 held.in_flight -= 1
                 up_writer.close()
-            self._count(caller, held, "success", Traffic(up[0], down[0]), tunnel=True)
+            self._count(
+                caller,
+                held,
+                "success",
+                Traffic(up[0], down[0]),
+                tunnel=True,
+                host=target.host,
+                status=200,
+            )
             return
 
     async def _connect(self, held: Held, target: Target) -> tuple[Conn, Response] | str:
@@ -418,12 +440,36 @@ class Gateway:
         return "the proxy refused the lease's login"
 
     def _count(
-        self, caller: Caller, held: Held, outcome: str, traffic: Traffic, *, tunnel: bool = False
+        self,
+        caller: Caller,
+        held: Held,
+        outcome: str,
+        traffic: Traffic,
+        *,
+        tunnel: bool = False,
+        host: str = "",
+        status: int = 0,
     ) -> None:
         kind = "tunnel" if tunnel else "http"
         self.metrics.requests.labels(caller.name, kind, outcome).inc()
         self.metrics.bytes.labels(caller.name, "up").inc(traffic.up)
         self.metrics.bytes.labels(caller.name, "down").inc(traffic.down)
+        if self.traffic is not None:
+            g = held.granted
+            self.traffic.count(
+                Exchange(
+                    caller.name,
+                    g.proxy_uid,
+                    g.proxy,
+                    g.lease_id,
+                    host,
+                    outcome,
+                    status,
+                    traffic.up,
+                    traffic.down,
+                    tunnel,
+                )
+            )
 
     def close(self) -> None:
         self.upstreams.close()

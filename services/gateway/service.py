@@ -24,6 +24,7 @@ from services.gateway.leases import Keeper
 from services.gateway.metrics import gateway_metrics
 from services.gateway.pure.outcomes import parse_block_codes
 from services.gateway.server import Gateway, Limits
+from services.gateway.traffic import TrafficRecorder, traffic_metrics
 from services.runtime.bearer import token_from_env
 from services.runtime.clients import Clients
 from services.runtime.ports import listening_socket
@@ -129,6 +130,18 @@ class GatewaySettings(msgspec.Struct, frozen=True, kw_only=True):
             env="GATEWAY_ROTATING_IDLE",
         ),
     ] = 30.0
+    traffic_interval: Annotated[
+        float,
+        setting(
+            "How often the traffic counted per client, proxy, lease and host is appended to the "
+            "TRAFFIC stream (docs/decisions/0158-traffic-records.md).",
+            ge=1,
+            le=3600,
+            duration=True,
+            metavar="DURATION",
+            env="GATEWAY_TRAFFIC_INTERVAL",
+        ),
+    ] = 10.0
     max_connections_per_address: Annotated[
         int,
         setting(
@@ -167,6 +180,9 @@ class GatewayService:
         sock = listening_socket(config.gateway_host, config.gateway_port, "--gateway-port")
         self.bound_port = sock.getsockname()[1]
         metrics = gateway_metrics(ctx.metrics.registry)
+        recorder = TrafficRecorder(
+            ctx.store, traffic_metrics(ctx.metrics.registry), interval=config.traffic_interval
+        )
         self.clients.file_error = metrics.file_errors.inc
         gateway = Gateway(
             keeper,
@@ -174,6 +190,7 @@ class GatewayService:
             metrics,
             limits=Limits(per_address=config.max_connections_per_address),
             block_codes=parse_block_codes(config.block_codes),
+            traffic=recorder,
             own_ports=(
                 self.bound_port,
                 urlsplit(self.api_url).port or 80,
@@ -198,6 +215,7 @@ class GatewayService:
         tasks = [
             asyncio.create_task(keeper.run(show=show)),
             asyncio.create_task(self.clients.run()),
+            asyncio.create_task(recorder.run()),
         ]
         try:
             await server.serve_forever()

@@ -18,8 +18,11 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
+
+from prometheus_client import CollectorRegistry
 
 from commands import declaring
 from events import codec, subjects
@@ -50,6 +53,8 @@ from events.schemas import (
 from events.store import NewEvent, derive_msg_id
 from projections import proxy as proxy_fold
 from services.executor.pure.answers import observed
+from services.gateway.pure.traffic import Exchange
+from services.gateway.traffic import TrafficRecorder, traffic_metrics
 from services.gc.pure.report import ProviderReport, sweep_events
 from services.health.egress import finding_msg_id
 from services.providers.base import Instance
@@ -332,6 +337,33 @@ def the_egress_of_de_1(log: GoldenLog) -> None:
     log.store(subjects.proxy(uid), NewEvent(asked, msg_id), after=0.1)
 
 
+def the_traffic_of_crawler_a(log: GoldenLog) -> None:
+    """The gateway relays for crawler-a through de-1's second lease: a page, a block and a
+    tunnel to two hosts, recorded at the end of the interval (``TrafficRecorded``), as the
+    gateway's recorder writes it."""
+    uid = cli_uid("golden", "de-1")
+    clock = [log.later(0.5).timestamp()]
+    recorder = TrafficRecorder(
+        log,
+        traffic_metrics(CollectorRegistry()),
+        interval=10.0,
+        replica="gw-golden",
+        clock=lambda: clock[0],
+    )
+    lease_id = "0c7e2a91-3b64-4f18-8d25-9e1a7b4c6f02"
+
+    def seen(host: str, outcome: str, status: int, up: int, down: int, *, tunnel: bool) -> None:
+        exchange = Exchange("crawler-a", uid, "golden/de-1", lease_id, host, outcome, status)
+        recorder.count(replace(exchange, up=up, down=down, tunnel=tunnel))
+
+    seen("shop.example", "success", 200, 0, 5120, tunnel=False)
+    seen("shop.example", "blocked", 403, 0, 310, tunnel=False)
+    seen("cdn.example", "success", 200, 517, 40960, tunnel=True)
+    clock[0] += 10.0
+    log.later(10.0)
+    assert asyncio.run(recorder.flush()) == 1
+
+
 def golden_log() -> list[Message]:
     log = GoldenLog()
     the_life_of_de_1(log)
@@ -341,6 +373,7 @@ def golden_log() -> list[Message]:
     the_life_of_pool_de(log)  # added in schema 1 with the pool events: appended (README)
     the_autoscaled_pool_busy(log)  # added with the autoscaler's events: appended
     the_egress_of_de_1(log)  # added with verified egress: appended
+    the_traffic_of_crawler_a(log)  # added with the gateway's traffic records: appended
     return log.messages
 
 

@@ -30,11 +30,19 @@ from events.reading import apply_tolerantly
 from events.schemas import Event
 from events.skips import Skip
 from events.store import Recorded, Unreadable
-from events.subjects import DEMAND_STREAM, LEASE_STREAM, POOL_STREAM, PROXY_STREAM, proxy_uid_of
+from events.subjects import (
+    DEMAND_STREAM,
+    LEASE_STREAM,
+    POOL_STREAM,
+    PROXY_STREAM,
+    TRAFFIC_STREAM,
+    proxy_uid_of,
+)
 from projections import lease as lease_fold
 from projections import pool as pool_fold
 from projections import pool_demand
 from projections import proxy as proxy_fold
+from projections import traffic as traffic_fold
 from services.reconciler.pure import view as reconciler_state
 
 HERE = Path(__file__).resolve().parent
@@ -127,13 +135,15 @@ def views(messages: Iterable[Message]) -> dict[str, Any]:
     (``projections.proxy``: the CLI, discovery, health, GC, the watcher), the reconciler's own
     state, the lease view (``projections.lease``: discovery, health), the pool view
     (``projections.pool``: the pool controller, the CLI, discovery) and the pool's demand
-    (``projections.pool_demand``: the pool controller); plus every event a fold
+    (``projections.pool_demand``: the pool controller) and the traffic per client
+    (``projections.traffic``: the ``traffic`` command); plus every event a fold
     could not use."""
     folds: dict[str, tuple[str, Callable[[Any, Recorded], Any]]] = {
         PROXY_STREAM: ("proxies", proxy_fold.apply),
         LEASE_STREAM: ("leases", lease_fold.apply),
         POOL_STREAM: ("pools", pool_fold.apply),
         DEMAND_STREAM: ("demand", pool_demand.apply),
+        TRAFFIC_STREAM: ("traffic", traffic_fold.apply),
     }
     found: dict[str, dict[str, Any]] = {name: {} for name, _ in folds.values()}
     states: dict[str, reconciler_state.ProxyState] = {}

@@ -57,6 +57,7 @@ PROBES = (
     *(f"pool.p1.{category}" for category in subjects.POOL_CATEGORIES),
     "lease.p1",
     "demand.p1",
+    "traffic.p1",
     "gc.local",
     *(f"deadletter.{service}" for service in SERVICES),
     *(f"$KV.{bucket}.k" for bucket in KV_BUCKETS.values()),

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Collection
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
 from services.providers import local_process as proc
+from services.providers.pure.targets import AllowedTarget
 from services.runtime.ports import free_port
 from tests.support.waiting import until
 
@@ -34,10 +35,10 @@ class TaggedSquid:
         return f"http://{proc.HOST}:{self.port}"
 
 
-def _start(directory: Path, uid: str) -> TaggedSquid:
+def _start(directory: Path, uid: str, targets: Collection[AllowedTarget]) -> TaggedSquid:
     directory.mkdir(parents=True)
     port = free_port()
-    command = proc.prepare(proc.SQUID, directory, port, uid)
+    command = proc.prepare(proc.SQUID, directory, port, uid, targets=targets)
     with (directory / "squid.conf").open("a") as config:
         config.write(f'request_header_add {PROXY_HEADER} "{uid}" all\n')
     return TaggedSquid(uid, port, proc.spawn(command, directory), directory)
@@ -49,12 +50,15 @@ async def _stop(squid: TaggedSquid) -> None:
 
 
 @contextlib.asynccontextmanager
-async def tagged_squids(data_dir: Path, uids: list[str]) -> AsyncIterator[list[TaggedSquid]]:
-    """One Squid per uid, each accepting connections once this yields; all stopped after."""
+async def tagged_squids(
+    data_dir: Path, uids: list[str], *, targets: Collection[AllowedTarget] = ()
+) -> AsyncIterator[list[TaggedSquid]]:
+    """One Squid per uid, each accepting connections once this yields; all stopped after.
+    ``targets``: what each may reach beyond its defaults (a local site's port for CONNECT)."""
     squids: list[TaggedSquid] = []
     try:
         for uid in uids:
-            squids.append(_start(data_dir / uid, uid))
+            squids.append(_start(data_dir / uid, uid, targets))
         for squid in squids:
             await until(
                 partial(proc.accepts, squid.port), timeout=30, what=f"{squid.uid} on {squid.port}"

@@ -33,6 +33,7 @@ from events.schemas import (
     LeaseEvent,
     PoolEvent,
     ProxyEvent,
+    TrafficEvent,
 )
 from services.cli.run.registry import SERVICES
 from services.runtime.observability.metrics import metric_set
@@ -82,6 +83,7 @@ def families() -> list[Family]:
         Family(subjects.GC_STREAM, get_args(GcEvent), "gc.<provider>"),
         Family(subjects.POOL_STREAM, get_args(PoolEvent), "pool.<uid>.{category}"),
         Family(subjects.DEMAND_STREAM, (DemandEvent,), "demand.<pool uid>"),
+        Family(subjects.TRAFFIC_STREAM, (TrafficEvent,), "traffic.<client>"),
         Family(subjects.DEADLETTER_STREAM, (DeadLettered,), "deadletter.<consumer>"),
     ]
     listed = [cls.__name__ for family in found for cls in family.members]

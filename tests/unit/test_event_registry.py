@@ -20,6 +20,7 @@ from events.schemas import (
     LeaseEvent,
     PoolEvent,
     ProxyEvent,
+    TrafficEvent,
 )
 
 
@@ -54,6 +55,7 @@ def test_the_families_partition_the_union() -> None:
         *get_args(GcEvent),
         *get_args(PoolEvent),
         DemandEvent,
+        TrafficEvent,
         DeadLettered,
     ]
     assert sorted(c.__name__ for c in families) == sorted(EVENT_TYPES)
@@ -64,6 +66,8 @@ def test_each_family_names_the_category_of_its_stream() -> None:
     assert {cls.category for cls in get_args(GcEvent)} == {"gc"}
     assert DemandEvent.category == "demand"
     assert subjects.demand("p1").literal_subjects == ("demand.p1",)
+    assert TrafficEvent.category == "traffic"
+    assert subjects.traffic("crawler-a").literal_subjects == ("traffic.crawler-a",)
     assert set(subjects.POOL_CATEGORIES) == {cls.category for cls in get_args(PoolEvent)}
     pool = subjects.pool("p1")
     for cls in get_args(PoolEvent):

@@ -142,6 +142,11 @@ def test_the_golden_log_of_this_schema_tells_the_story_it_claims() -> None:
     assert lease["recent"][0]["rotation_id"] != ""  # switched to the replacement
     assert lease["current"] is None
     assert (lease["reports"]["blocked"], lease["reports"]["success"]) == (1, 1)
+    traffic = views["traffic"]["crawler-a"]
+    hosts = {host: (t["requests"], t["bytes_down"]) for host, t in traffic["hosts"].items()}
+    assert hosts == {"shop.example": (2, 5120 + 310), "cdn.example": (1, 40960)}
+    assert traffic["proxies"][DE_1]["tunnels"] == 1
+    assert (traffic["records"], traffic["unusable"]) == (1, 0)
 
 
 def test_the_events_command_reads_every_golden_message_and_no_fold_refuses_one() -> None:

@@ -24,11 +24,19 @@ from events import codec, reading
 from events.errors import StoreUnavailable
 from events.skips import UNDECODABLE
 from events.store import Recorded, Unreadable
-from events.subjects import DEMAND_STREAM, LEASE_STREAM, POOL_STREAM, PROXY_STREAM, proxy_uid_of
+from events.subjects import (
+    DEMAND_STREAM,
+    LEASE_STREAM,
+    POOL_STREAM,
+    PROXY_STREAM,
+    TRAFFIC_STREAM,
+    proxy_uid_of,
+)
 from projections import lease as lease_fold
 from projections import pool as pool_fold
 from projections import pool_demand
 from projections import proxy as proxy_fold
+from projections import traffic as traffic_fold
 from services.cli.pure.entries import UNKNOWN_TYPE, LogEntry
 from services.runtime.eventlog.ordered import OrderedPull
 from services.runtime.nats.connection import Connection
@@ -52,6 +60,7 @@ FOLDS: dict[str, Callable[[Any, Recorded], Any]] = {
     LEASE_STREAM: lease_fold.apply,
     POOL_STREAM: pool_fold.apply,
     DEMAND_STREAM: pool_demand.apply,
+    TRAFFIC_STREAM: traffic_fold.apply,
 }
 """The folds every service builds its views with, per stream: an event one of them cannot apply
 is one no service can use."""

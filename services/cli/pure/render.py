@@ -65,6 +65,7 @@ MAIN_FIELDS: Mapping[str, tuple[str, ...]] = {
     "PoolDecided": ("reason", "message", "figures.members", "figures.ready", "figures.leased"),
     "PoolPressure": ("pressure", "wanted", "figures.leased", "figures.unserved"),
     "PoolDemand": ("replica", "waiting", "unserved", "refused"),
+    "TrafficRecorded": ("client", "proxy", "lease_id", "interval_seconds", "replica"),
 }
 
 

@@ -20,9 +20,11 @@ from events.subjects import (
     LEASE_STREAM,
     POOL_STREAM,
     PROXY_STREAM,
+    TRAFFIC_STREAM,
 )
 
 DAY = 86_400.0
+GIB = 1024**3
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +36,8 @@ class StreamSpec:
     deny_purge: bool = True
     duplicate_window: float = 600.0
     description: str = ""
+    max_bytes: int = -1
+    """The stream's size at most (-1: no limit); beyond it the oldest messages go."""
 
     def config(self, replicas: int) -> StreamConfig:
         return StreamConfig(
@@ -44,6 +48,7 @@ class StreamSpec:
             storage=StorageType.FILE,
             discard=DiscardPolicy.OLD,
             max_age=self.max_age,
+            max_bytes=self.max_bytes,
             num_replicas=replicas,
             duplicate_window=self.duplicate_window,
             deny_delete=self.deny_delete,
@@ -77,6 +82,13 @@ STREAMS: tuple[StreamSpec, ...] = (
         description="Lease requests naming a pool that discovery could not serve, per replica",
     ),
     StreamSpec(
+        TRAFFIC_STREAM,
+        ("traffic.*",),
+        max_age=7 * DAY,
+        max_bytes=2 * GIB,
+        description="What the gateway relayed per client, proxy, lease and host, per interval",
+    ),
+    StreamSpec(
         DEADLETTER_STREAM,
         ("deadletter.>",),
         deny_delete=False,
@@ -92,6 +104,7 @@ def differences(have: StreamConfig, want: StreamConfig) -> dict[str, tuple[objec
         "retention",
         "storage",
         "max_age",
+        "max_bytes",
         "num_replicas",
         "duplicate_window",
         "deny_delete",
@@ -105,6 +118,8 @@ def differences(have: StreamConfig, want: StreamConfig) -> dict[str, tuple[objec
             a, b = sorted(a or []), sorted(b or [])
         elif name in ("max_age", "duplicate_window"):
             a, b = float(a or 0), float(b or 0)
+        elif name == "max_bytes":
+            a, b = a if a and a > 0 else -1, b if b and b > 0 else -1
         elif name in ("deny_delete", "deny_purge", "allow_direct"):
             a, b = bool(a), bool(b)
         if a != b:

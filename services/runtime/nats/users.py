@@ -44,9 +44,9 @@ WRITES: Mapping[str, tuple[str, ...]] = {
     # and their rotations (a fresh instance for an aged or blocked member) on theirs
     # (docs/architecture.md, "Pools").
     "pools": ("pool.*.decision", "pool.*.declared", "proxy.*.declared", "proxy.*.rotate"),
-    # Nothing: it leases through the discovery API with each crawler's token
-    # (docs/gateway.md).
-    "gateway": (),
+    # Its traffic records (docs/decisions/0158-traffic-records.md); it leases through the
+    # discovery API with each crawler's token (docs/gateway.md), never on the lease stream.
+    "gateway": ("traffic.*",),
 }
 """The subjects of the log each service appends to; a service's user is named after it."""
 
