@@ -1,16 +1,20 @@
-"""Reading an HTTP/1.1 message with httptools, bounded (docs/gateway.md, "Limits").
+"""Reading an HTTP/1.1 message with httptools, bounded (docs/gateway.md, "Limits";
+docs/decisions/0156-the-gateway-s-edges.md).
 
-The request head is read whole (at most ``MAX_HEAD`` bytes, within ``head_timeout``: a slowloris
-costs its own connection, nothing more) and parsed by llhttp, which refuses what a proxy must not
-guess about: ``Content-Length`` with ``Transfer-Encoding``, two different ``Content-Length``\\ s,
-bytes that are not HTTP. A response is fed to the parser as it arrives, only to learn its status
-and where it ends; its bytes go on to the crawler as they came.
+The request head is read line by line (at most ``MAX_HEAD`` bytes and ``MAX_HEADERS`` fields,
+within ``head_timeout``: a slowloris costs its own connection, nothing more), each line ending in
+CRLF: a bare LF is refused at once, not waited on until the timeout. The whole head is then parsed
+by llhttp, which refuses what a proxy must not guess about: ``Content-Length`` with
+``Transfer-Encoding``, two ``Content-Length``\\ s, a length that is not a number, obs-fold, bytes
+that are not HTTP. A response is fed to the parser as it arrives, only to learn its status and
+where it ends; its bytes go on to the crawler as they came.
 """
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from typing import Any
 
 import httptools
 
@@ -19,6 +23,8 @@ from services.gateway.pure.heads import Header, HeadError
 MAX_HEAD = 32 * 1024
 MAX_HEADERS = 128
 CHUNK = 64 * 1024
+MAX_BLANK = 4
+VERSIONS = (b"1.1", b"1.0")
 
 
 @dataclass
@@ -30,6 +36,7 @@ class Request:
     keep_alive: bool = True
     chunked: bool = False
     length: int = 0
+    parser: Any = None
 
     def on_url(self, url: bytes) -> None:
         self.url += url
@@ -39,12 +46,18 @@ class Request:
             raise HeadError(f"more than {MAX_HEADERS} header fields", 431)
         self.headers.append((name, value))
 
+    def on_headers_complete(self) -> None:
+        # Asked here, not after feed_data: once a request without a body is complete, llhttp
+        # has reset its flags for the next one and ``Connection: close`` is forgotten.
+        self.keep_alive = self.parser.should_keep_alive()
+        self.version = self.parser.get_http_version().encode("ascii", "replace")
+
 
 async def read_request(reader: asyncio.StreamReader, timeout: float) -> Request | None:
     """The next request's head; ``None`` when the client closed between requests."""
     try:
         async with asyncio.timeout(timeout):
-            raw = await reader.readuntil(b"\r\n\r\n")
+            raw = await _head(reader)
     except asyncio.IncompleteReadError as exc:
         if not exc.partial.strip():
             return None
@@ -54,22 +67,59 @@ async def read_request(reader: asyncio.StreamReader, timeout: float) -> Request 
     except TimeoutError:
         raise HeadError(f"no whole request head within {timeout:g} s", 408) from None
     request = Request()
-    parser = httptools.HttpRequestParser(request)
+    parser = request.parser = httptools.HttpRequestParser(request)
     try:
         parser.feed_data(raw)
     except httptools.HttpParserUpgrade:
         pass  # CONNECT: the head is whole, what follows is the tunnel's
+    except httptools.HttpParserCallbackError as exc:
+        cause = exc.__context__
+        if isinstance(cause, HeadError):
+            raise cause from None
+        raise HeadError(f"this is not a request the gateway can read: {exc}") from None
     except httptools.HttpParserError as exc:
         raise HeadError(f"this is not a request the gateway can read: {exc}") from None
+    if request.version not in VERSIONS:
+        version = request.version.decode("ascii", "replace")
+        raise HeadError(f"HTTP/{version} is not spoken here: HTTP/1.1 or HTTP/1.0", 505)
     request.method = parser.get_method().decode("ascii", "replace")
-    request.version = parser.get_http_version().encode("ascii")
-    request.keep_alive = parser.should_keep_alive()
     lengths = [v for k, v in request.headers if k.lower() == b"content-length"]
     codings = b",".join(v for k, v in request.headers if k.lower() == b"transfer-encoding")
     request.chunked = b"chunked" in codings.lower()
     if lengths and not request.chunked:
-        request.length = int(lengths[0].strip())
+        request.length = int(lengths[0].strip())  # llhttp let only one plain number through
     return request
+
+
+async def _head(reader: asyncio.StreamReader) -> bytes:
+    """The head's bytes up to its blank line, read a line at a time, so that a head is refused
+    on its first line without CRLF, its ``MAX_HEADERS + 1``\\ th field or its ``MAX_HEAD``\\ th
+    byte, without waiting for an end that may never come. Empty lines before a request line are
+    skipped (RFC 9112, 2.2), a few of them."""
+    lines: list[bytes] = []
+    size = 0
+    skipped = 0
+    while True:
+        try:
+            line = await reader.readuntil(b"\n")
+        except asyncio.IncompleteReadError as exc:
+            raise asyncio.IncompleteReadError(b"".join(lines) + exc.partial, None) from None
+        size += len(line)
+        if size > MAX_HEAD:
+            raise HeadError(f"the request head is longer than {MAX_HEAD} bytes", 431)
+        if not line.endswith(b"\r\n"):
+            raise HeadError("a line of the request head ends in a bare LF; end each with CRLF")
+        if line == b"\r\n":
+            if lines:
+                lines.append(line)
+                return b"".join(lines)
+            skipped += 1
+            if skipped > MAX_BLANK:
+                raise HeadError("only empty lines where a request line belongs")
+            continue
+        lines.append(line)
+        if len(lines) > MAX_HEADERS + 1:
+            raise HeadError(f"more than {MAX_HEADERS} header fields", 431)
 
 
 class Response:

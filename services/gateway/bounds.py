@@ -1,0 +1,116 @@
+"""What one connection may cost the gateway, and how a refused one ends
+(docs/decisions/0156-the-gateway-s-edges.md; docs/gateway.md, "Limits").
+
+Every wait has a bound: a request head within ``head_timeout``, a request body and every byte
+relayed either way within ``idle_timeout`` of the one before, the leased proxy's connect within
+``connect_timeout`` and its answer head within ``answer_timeout``. Connections are bounded per
+address and in all, and the total is kept below what the process's file descriptor limit allows
+(a relayed connection holds two descriptors, one per side), so that a flood of connections is
+answered 429 by the gateway instead of meeting ``EMFILE``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import resource
+from dataclasses import dataclass
+
+from services.gateway.reading import CHUNK
+
+FD_RESERVE = 64
+"""Descriptors kept for everything but crawler connections: the listening socket, NATS, the
+discovery API's connections, the log, the clients file."""
+MAX_IDLE_UPSTREAM = 1024
+"""Kept-alive connections to the leased proxies, all proxies together (at most an eighth of the
+descriptor limit)."""
+LINGER = 2.0
+"""Seconds a refused connection is still read (and what it sends dropped) after the refusal is
+written, so that the crawler reads the refusal instead of a reset."""
+LINGER_BYTES = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    head_timeout: float = 10.0
+    """How long a request head may take to arrive whole; then 408."""
+    idle_timeout: float = 60.0
+    """How long a request body, a response or a tunnel may go without a byte moving; a
+    keep-alive connection without a next request is closed after it too."""
+    connect_timeout: float = 5.0
+    answer_timeout: float = 60.0
+    """How long the leased proxy may take to answer a request's head."""
+    per_address: int = 256
+    connections: int = 20_000
+    """Crawler connections in all; lowered to what the descriptor limit allows (``fitted``)."""
+
+    def fitted(self, descriptors: int | None = None) -> Limits:
+        """These limits within ``descriptors`` (the process's soft ``RLIMIT_NOFILE`` when not
+        given): each crawler connection may hold one to a proxy as well."""
+        soft = descriptors if descriptors is not None else _soft_limit()
+        if soft is None:
+            return self
+        room = max((soft - FD_RESERVE - idle_upstream(soft)) // 2, 1)
+        if self.connections <= room:
+            return self
+        return Limits(
+            head_timeout=self.head_timeout,
+            idle_timeout=self.idle_timeout,
+            connect_timeout=self.connect_timeout,
+            answer_timeout=self.answer_timeout,
+            per_address=self.per_address,
+            connections=room,
+        )
+
+
+def idle_upstream(descriptors: int | None = None) -> int:
+    """How many idle connections to proxies the gateway keeps, all proxies together."""
+    soft = descriptors if descriptors is not None else _soft_limit()
+    return MAX_IDLE_UPSTREAM if soft is None else max(min(MAX_IDLE_UPSTREAM, soft // 8), 1)
+
+
+def _soft_limit() -> int | None:
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
+class Refusal(Exception):
+    """An answer of the gateway's own that ends the connection."""
+
+    def __init__(self, answer: bytes) -> None:
+        super().__init__("refused")
+        self.answer = answer
+
+
+async def drain(writer: asyncio.StreamWriter, timeout: float) -> None:
+    """``writer.drain()`` within ``timeout``: a crawler that stops reading is a slow client
+    like one that stops sending (``TimeoutError``)."""
+    async with asyncio.timeout(timeout):
+        await writer.drain()
+
+
+async def close_refused(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, answer: bytes
+) -> None:
+    """Write ``answer``, end the gateway's side, and read what the crawler still sends for at
+    most ``LINGER`` seconds: closing a socket with unread bytes resets it, and a reset can
+    overtake the answer on its way to the crawler."""
+    with contextlib.suppress(OSError, TimeoutError, RuntimeError, asyncio.IncompleteReadError):
+        async with asyncio.timeout(LINGER):
+            writer.write(answer)
+            await writer.drain()
+            if writer.can_write_eof():
+                writer.write_eof()
+            left = LINGER_BYTES
+            while left > 0 and (data := await reader.read(CHUNK)):
+                left -= len(data)
+
+
+def close(writer: asyncio.StreamWriter, timeout: float) -> None:
+    """Close ``writer``; what it still has to send gets ``timeout`` seconds, then the connection
+    is reset. A plain close waits for the peer to take the rest, for ever if it never reads, and
+    holds the descriptor meanwhile."""
+    writer.close()
+    transport = writer.transport
+    if transport.get_write_buffer_size():
+        asyncio.get_running_loop().call_later(timeout, transport.abort)
