@@ -4,9 +4,9 @@
 Every wait has a bound: a request head within ``head_timeout``, a request body and every byte
 relayed either way within ``idle_timeout`` of the one before, the leased proxy's connect within
 ``connect_timeout`` and its answer head within ``answer_timeout``. Connections are bounded per
-address and in all, and the total is kept below what the process's file descriptor limit allows
-(a relayed connection holds two descriptors, one per side), so that a flood of connections is
-answered 429 by the gateway instead of meeting ``EMFILE``.
+address and in all, and so are the connections to proxies: together they stay below the
+process's file descriptor limit, so that a flood is answered 429 (or 503, when the proxies'
+share is spent) by the gateway instead of meeting ``EMFILE``.
 """
 
 from __future__ import annotations
@@ -14,11 +14,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import resource
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from services.gateway.reading import CHUNK
 
 FD_RESERVE = 64
+UPSTREAM_SHARE = 4
+"""Connections to proxies get a quarter of the descriptors (``Limits.fitted``)."""
 """Descriptors kept for everything but crawler connections: the listening socket, NATS, the
 discovery API's connections, the log, the clients file."""
 MAX_IDLE_UPSTREAM = 1024
@@ -43,24 +45,21 @@ class Limits:
     per_address: int = 256
     connections: int = 20_000
     """Crawler connections in all; lowered to what the descriptor limit allows (``fitted``)."""
+    upstreams: int = 10_000
+    """Connections to proxies in all, idle ones included; ``fitted`` too."""
 
     def fitted(self, descriptors: int | None = None) -> Limits:
         """These limits within ``descriptors`` (the process's soft ``RLIMIT_NOFILE`` when not
-        given): each crawler connection may hold one to a proxy as well."""
+        given), less ``FD_RESERVE``: a quarter for connections to proxies, the rest for
+        crawlers. A crawler's connection holds one to a proxy only while a request or a tunnel
+        is under way, so idle keep-alive crawlers (a crawl's sessions) get most of the room."""
         soft = descriptors if descriptors is not None else _soft_limit()
         if soft is None:
             return self
-        room = max((soft - FD_RESERVE - idle_upstream(soft)) // 2, 1)
-        if self.connections <= room:
-            return self
-        return Limits(
-            head_timeout=self.head_timeout,
-            idle_timeout=self.idle_timeout,
-            connect_timeout=self.connect_timeout,
-            answer_timeout=self.answer_timeout,
-            per_address=self.per_address,
-            connections=room,
-        )
+        room = max(soft - FD_RESERVE, 4)
+        upstreams = min(self.upstreams, room // UPSTREAM_SHARE)
+        connections = min(self.connections, room - room // UPSTREAM_SHARE)
+        return replace(self, connections=connections, upstreams=upstreams)
 
 
 def idle_upstream(descriptors: int | None = None) -> int:
@@ -75,11 +74,13 @@ def _soft_limit() -> int | None:
 
 
 class Refusal(Exception):
-    """An answer of the gateway's own that ends the connection."""
+    """An answer of the gateway's own that ends the connection; ``kind`` is counted in
+    ``egress_gateway_refusals_total`` when the raiser could not count it."""
 
-    def __init__(self, answer: bytes) -> None:
+    def __init__(self, answer: bytes, kind: str = "") -> None:
         super().__init__("refused")
         self.answer = answer
+        self.kind = kind
 
 
 async def drain(writer: asyncio.StreamWriter, timeout: float) -> None:

@@ -15,6 +15,8 @@ import contextlib
 from collections import defaultdict
 from dataclasses import dataclass
 
+from services.gateway.bounds import Refusal
+from services.gateway.pure import heads
 from services.gateway.pure.heads import HeadError, Target, connect_head
 from services.gateway.reading import CHUNK, MAX_HEAD, Response
 
@@ -39,13 +41,22 @@ class Upstreams:
     connections has no entry, so the proxies a gateway once used do not accumulate."""
 
     def __init__(
-        self, *, connect_timeout: float, per_proxy: int = 32, max_idle: int = 1024
+        self,
+        *,
+        connect_timeout: float,
+        per_proxy: int = 32,
+        max_idle: int = 1024,
+        max_open: int = 10_000,
     ) -> None:
         self.connect_timeout = connect_timeout
         self.per_proxy = per_proxy
         self.max_idle = max_idle
+        self.max_open = max_open
         self.idle = 0
+        self.open_now = 0
+        """Connections to proxies whose descriptor is not closed yet, idle ones included."""
         self._idle: defaultdict[tuple[str, int], list[Conn]] = defaultdict(list)
+        self._watching: set[asyncio.Task[None]] = set()
 
     async def open(self, host: str, port: int, *, fresh: bool = False) -> Conn:
         idle = self._idle.get((host, port), [])
@@ -57,11 +68,25 @@ class Upstreams:
             if not reader.at_eof() and not writer.is_closing():
                 return reader, writer
             writer.close()
+        if self.open_now >= self.max_open:
+            # The gateway's own bound, not the proxy's fault: nothing is reported against it.
+            reason = "the gateway holds as many connections to proxies as it may; try again"
+            answer = heads.answer(503, reason, extra=[(b"Retry-After", b"1")])
+            raise Refusal(answer, "upstreams")
         try:
             async with asyncio.timeout(self.connect_timeout):
-                return await asyncio.open_connection(host, port, limit=MAX_HEAD)
+                conn = await asyncio.open_connection(host, port, limit=MAX_HEAD)
         except (OSError, TimeoutError) as exc:
             raise UpstreamError(f"the proxy {host}:{port} cannot be reached: {exc!r}") from exc
+        self.open_now += 1
+        watch = asyncio.create_task(_closed(conn[1]))
+        self._watching.add(watch)
+        watch.add_done_callback(self._forget)
+        return conn
+
+    def _forget(self, watch: asyncio.Task[None]) -> None:
+        self._watching.discard(watch)
+        self.open_now -= 1
 
     def give_back(self, host: str, port: int, conn: Conn) -> None:
         idle = self._idle.get((host, port), [])
@@ -77,6 +102,14 @@ class Upstreams:
                 writer.close()
         self._idle.clear()
         self.idle = 0
+        for watch in self._watching:
+            watch.cancel()
+
+
+async def _closed(writer: asyncio.StreamWriter) -> None:
+    """Until the connection's descriptor is closed, however it ends."""
+    with contextlib.suppress(Exception):
+        await writer.wait_closed()
 
 
 async def read_head(

@@ -64,7 +64,9 @@ class Gateway:
     def __post_init__(self) -> None:
         self.limits = self.limits.fitted()
         self.upstreams = Upstreams(
-            connect_timeout=self.limits.connect_timeout, max_idle=idle_upstream()
+            connect_timeout=self.limits.connect_timeout,
+            max_idle=min(idle_upstream(), self.limits.upstreams // 2),
+            max_open=self.limits.upstreams,
         )
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -92,6 +94,8 @@ class Gateway:
         try:
             await self._requests(reader, writer, address)
         except Refusal as refusal:
+            if refusal.kind:
+                self.metrics.refusals.labels(refusal.kind).inc()
             await close_refused(reader, writer, refusal.answer)
         except (OSError, asyncio.IncompleteReadError, TimeoutError, HeadError, UpstreamError):
             pass  # the crawler or the proxy went away, stalled or spoke nonsense mid-answer
@@ -264,11 +268,15 @@ class Gateway:
                 exclude |= {held.granted.proxy_uid}
                 continue
             traffic = Traffic(up=request.length, down=len(seen))
-            writer.write(_marked(seen, held))
-            await drain(writer, self.limits.idle_timeout)
-            whole = response.complete or await stream_rest(
-                conn[0], writer, response, traffic, self.limits.idle_timeout
-            )
+            try:
+                writer.write(_marked(seen, held))
+                await drain(writer, self.limits.idle_timeout)
+                whole = response.complete or await stream_rest(
+                    conn[0], writer, response, traffic, self.limits.idle_timeout
+                )
+            except BaseException:
+                conn[1].close()  # the crawler left or stalled mid-answer: the proxy's goes too
+                raise
             if whole and response.keep_alive:
                 self.upstreams.give_back(host, port, conn)
             else:

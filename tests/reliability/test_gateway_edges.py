@@ -6,7 +6,8 @@ would send.
 Before D156 a head of bare LFs waited out the head timeout and was answered 408; more than 128
 header fields were a 400 instead of a 431; ``CONNECT host:99999`` ended the connection with a
 traceback; ``127.1`` and ``[::ffff:127.0.0.1]`` reached the gateway's own ports through a Squid;
-and a crawler that stopped reading held its connection (and the proxy's) for ever.
+``Connection: close`` was not honoured; a crawler that stopped reading held its connection (and
+the proxy's) for ever, and one that left mid-answer left the proxy's open.
 """
 
 from __future__ import annotations
@@ -347,6 +348,35 @@ async def test_a_crawler_that_stops_reading_is_let_go_after_the_idle_timeout(
             assert time.monotonic() - started >= idle
         finally:
             sock.close()
+
+
+async def test_connections_to_proxies_are_bounded_and_their_slots_come_back(
+    nats_server: EmbeddedNatsServer, jetstream_store: JetStreamEventStore, tmp_path: Path
+) -> None:
+    """With room for one connection to a proxy, a second request while the first streams is
+    answered 503 by the gateway (no proxy blamed, no site reached); once the first ends, the
+    slot is free again."""
+    server = await asyncio.start_server(_flood, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    limits = Limits(upstreams=1, idle_timeout=2.0)
+    async with server, fleet(nats_server, jetstream_store, tmp_path, limits=limits) as f:
+        endless = f"GET http://127.0.0.1:{port}/ HTTP/1.1\r\n{A_AUTH}\r\n".encode()
+        reader, writer = await asyncio.open_connection("127.0.0.1", f.gateway_port)
+        writer.write(endless)
+        assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 200 ")
+        page = f"GET {f.page(1)} HTTP/1.1\r\nConnection: close\r\n{A_AUTH}\r\n".encode()
+        busy = await _ask(f.gateway_port, page)
+        assert _status(busy) == 503
+        assert _header(busy, "Retry-After") == "1"
+        assert "connections to proxies" in _header(busy, "X-Egress-Error")
+        assert not f.site.visits
+        writer.close()  # the endless answer ends with its crawler
+
+        async def served() -> bool:
+            return _status(await _ask(f.gateway_port, page)) == 200
+
+        await until(served, MARGIN + 10, 0.5, what="the proxy's slot back")
+        assert len(f.site.visits) == 1
 
 
 async def _flood(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

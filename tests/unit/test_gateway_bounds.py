@@ -12,14 +12,18 @@ from services.gateway.pure.heads import HeadError, Target, denied, target
 from services.gateway.reading import MAX_HEAD, read_request
 
 
-def test_the_connection_total_fits_under_the_descriptor_limit() -> None:
-    assert (
-        Limits(connections=20_000).fitted(20_000).connections == (20_000 - FD_RESERVE - 1024) // 2
-    )
-    assert Limits().fitted(1024).connections == (1024 - FD_RESERVE - 128) // 2
+def test_crawlers_and_proxies_share_the_descriptor_limit() -> None:
+    fitted = Limits().fitted(20_000)
+    assert fitted.upstreams == (20_000 - FD_RESERVE) // 4
+    assert fitted.connections == 20_000 - FD_RESERVE - fitted.upstreams
+    assert fitted.connections >= 10_000  # a crawl's 10,000 idle sessions fit under ulimit -n
+    small = Limits().fitted(1024)
+    assert small.connections + small.upstreams + FD_RESERVE == 1024
     assert idle_upstream(1024) == 128
-    assert Limits(connections=100).fitted(20_000).connections == 100
-    assert Limits(per_address=7).fitted(1024).per_address == 7
+    assert Limits(connections=100, upstreams=50).fitted(20_000) == Limits(
+        connections=100, upstreams=50
+    )
+    assert Limits(per_address=7, head_timeout=1).fitted(1024).per_address == 7
 
 
 @pytest.mark.parametrize(
