@@ -272,9 +272,9 @@ async def test_header_floods_are_answered_431(
 # ---------------------------------------------------------------------------------- slow ones
 
 
-async def _trickle(port: int, data: bytes, pace: float) -> tuple[float, bytes]:
-    """Send ``data`` a byte per ``pace`` seconds until the gateway answers and closes; the
-    seconds it took and the answer."""
+async def _trickle(port: int, data: bytes, pace: float, sent: list[int]) -> tuple[float, bytes]:
+    """Send ``data`` a byte per ``pace`` seconds (``sent`` counts the bytes) until the gateway
+    answers and closes; the seconds it took and the answer."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     opened = time.monotonic()
 
@@ -283,6 +283,7 @@ async def _trickle(port: int, data: bytes, pace: float) -> tuple[float, bytes]:
             for byte in data:
                 writer.write(bytes([byte]))
                 await writer.drain()
+                sent.append(byte)
                 await asyncio.sleep(pace)  # the slowloris's pace: what the gateway bounds
 
     sender = asyncio.create_task(send())
@@ -307,10 +308,12 @@ async def test_a_head_that_never_ends_is_answered_408_and_closed_while_others_ar
         nats_server, jetstream_store, tmp_path, limits=Limits(head_timeout=bound)
     ) as f:
         head = f"GET {f.page(1)} HTTP/1.1\r\nHost: x\r\n{A_AUTH}X-Slow: {'z' * 200}\r\n\r\n"
+        sent: list[int] = []
         slow = [
-            asyncio.create_task(_trickle(f.gateway_port, head.encode(), 0.1)) for _ in range(20)
+            asyncio.create_task(_trickle(f.gateway_port, head.encode(), 0.1, sent))
+            for _ in range(20)
         ]
-        await asyncio.sleep(0.5)
+        await until(lambda: len(sent) >= 20 * 3, 10, what="every slow client sending")
         async with f.client() as http:
             assert (await http.get(f.page(2))).status_code == 200
         for took, answer in await asyncio.gather(*slow):
