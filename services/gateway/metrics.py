@@ -31,7 +31,7 @@ class GatewayMetrics:
         self.refusals = Counter(
             "egress_gateway_refusals_total",
             "Requests the gateway answered itself, by reason (unauthorized, user_name, scope, "
-            "throttled, head, target, body, connections, no_lease)",
+            "throttled, head, target, body, connections, upstreams, no_lease)",
             ["reason"],
             registry=r,
         )

@@ -1,16 +1,20 @@
-"""Reading an HTTP/1.1 message with httptools, bounded (docs/gateway.md, "Limits").
+"""Reading an HTTP/1.1 message with httptools, bounded (docs/gateway.md, "Limits";
+docs/decisions/0156-the-gateway-s-edges.md).
 
-The request head is read whole (at most ``MAX_HEAD`` bytes, within ``head_timeout``: a slowloris
-costs its own connection, nothing more) and parsed by llhttp, which refuses what a proxy must not
-guess about: ``Content-Length`` with ``Transfer-Encoding``, two different ``Content-Length``\\ s,
-bytes that are not HTTP. A response is fed to the parser as it arrives, only to learn its status
-and where it ends; its bytes go on to the crawler as they came.
+The request head is read whole (at most ``MAX_HEAD`` bytes and ``MAX_HEADERS`` fields, within
+``head_timeout``: a slowloris costs its own connection, nothing more), its request line first:
+one ending in a bare LF is refused at once, not waited on until the timeout. The whole head is
+then parsed by llhttp, which refuses what a proxy must not guess about: ``Content-Length`` with
+``Transfer-Encoding``, two ``Content-Length``\\ s, a length that is not a number, obs-fold, bytes
+that are not HTTP. A response is fed to the parser as it arrives, only to learn its status and
+where it ends; its bytes go on to the crawler as they came.
 """
 
 from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from typing import Any
 
 import httptools
 
@@ -19,6 +23,8 @@ from services.gateway.pure.heads import Header, HeadError
 MAX_HEAD = 32 * 1024
 MAX_HEADERS = 128
 CHUNK = 64 * 1024
+MAX_BLANK = 4
+VERSIONS = (b"1.1", b"1.0")
 
 
 @dataclass
@@ -30,29 +36,28 @@ class Request:
     keep_alive: bool = True
     chunked: bool = False
     length: int = 0
-
-    parser: httptools.HttpRequestParser | None = None
+    parser: Any = None
 
     def on_url(self, url: bytes) -> None:
         self.url += url
-
-    def on_headers_complete(self) -> None:
-        # Read here: llhttp forgets a message's flags once it completes, which a bodiless
-        # request does with its head.
-        if self.parser is not None:
-            self.keep_alive = self.parser.should_keep_alive()
 
     def on_header(self, name: bytes, value: bytes) -> None:
         if len(self.headers) >= MAX_HEADERS:
             raise HeadError(f"more than {MAX_HEADERS} header fields", 431)
         self.headers.append((name, value))
 
+    def on_headers_complete(self) -> None:
+        # Asked here, not after feed_data: once a request without a body is complete, llhttp
+        # has reset its flags for the next one and ``Connection: close`` is forgotten.
+        self.keep_alive = self.parser.should_keep_alive()
+        self.version = self.parser.get_http_version().encode("ascii", "replace")
+
 
 async def read_request(reader: asyncio.StreamReader, timeout: float) -> Request | None:
     """The next request's head; ``None`` when the client closed between requests."""
     try:
         async with asyncio.timeout(timeout):
-            raw = await reader.readuntil(b"\r\n\r\n")
+            raw = await _head(reader)
     except asyncio.IncompleteReadError as exc:
         if not exc.partial.strip():
             return None
@@ -62,22 +67,62 @@ async def read_request(reader: asyncio.StreamReader, timeout: float) -> Request 
     except TimeoutError:
         raise HeadError(f"no whole request head within {timeout:g} s", 408) from None
     request = Request()
-    parser = httptools.HttpRequestParser(request)
-    request.parser = parser
+    parser = request.parser = httptools.HttpRequestParser(request)
     try:
         parser.feed_data(raw)
     except httptools.HttpParserUpgrade:
         pass  # CONNECT: the head is whole, what follows is the tunnel's
+    except httptools.HttpParserCallbackError as exc:
+        cause = exc.__context__
+        if isinstance(cause, HeadError):
+            raise cause from None
+        raise HeadError(f"this is not a request the gateway can read: {exc}") from None
     except httptools.HttpParserError as exc:
         raise HeadError(f"this is not a request the gateway can read: {exc}") from None
+    if request.version not in VERSIONS:
+        version = request.version.decode("ascii", "replace")
+        raise HeadError(f"HTTP/{version} is not spoken here: HTTP/1.1 or HTTP/1.0", 505)
     request.method = parser.get_method().decode("ascii", "replace")
-    request.version = parser.get_http_version().encode("ascii")
     lengths = [v for k, v in request.headers if k.lower() == b"content-length"]
     codings = b",".join(v for k, v in request.headers if k.lower() == b"transfer-encoding")
     request.chunked = b"chunked" in codings.lower()
     if lengths and not request.chunked:
-        request.length = int(lengths[0].strip())
+        request.length = int(lengths[0].strip())  # llhttp let only one plain number through
     return request
+
+
+async def _head(reader: asyncio.StreamReader) -> bytes:
+    """The head's bytes up to its blank line: the request line read alone, so that one ending in
+    a bare LF is refused at once instead of waited on (a CRLFCRLF that never comes), then the
+    fields in one read, the cheap way a head is read thousands of times a second. A few empty
+    lines before a request line are skipped (RFC 9112, 2.2). A client that closed mid-head is
+    told apart from one that closed between requests by what came before
+    (``IncompleteReadError.partial``)."""
+    before = b""
+    try:
+        for _ in range(MAX_BLANK + 1):
+            line = await reader.readuntil(b"\n")
+            if line != b"\r\n":
+                break
+        else:
+            raise HeadError("only empty lines where a request line belongs")
+        if not line.endswith(b"\r\n"):
+            raise HeadError(
+                "the request line ends in a bare LF; end each line of the head with CRLF"
+            )
+        before = line
+        start = await reader.readexactly(2)
+        if start == b"\r\n":
+            return line + start
+        if b"\n" in start or start.endswith(b"\r"):
+            raise HeadError("a header field line ends too soon; end each line with CRLF")
+        before = line + start
+        head = before + await reader.readuntil(b"\r\n\r\n")
+    except asyncio.IncompleteReadError as exc:
+        raise asyncio.IncompleteReadError(before + exc.partial, None) from None
+    if len(head) > MAX_HEAD:
+        raise HeadError(f"the request head is longer than {MAX_HEAD} bytes", 431)
+    return head
 
 
 class Response:

@@ -15,6 +15,8 @@ import contextlib
 from collections import defaultdict
 from dataclasses import dataclass
 
+from services.gateway.bounds import Refusal
+from services.gateway.pure import heads
 from services.gateway.pure.heads import HeadError, Target, connect_head
 from services.gateway.reading import CHUNK, MAX_HEAD, Response
 
@@ -34,52 +36,80 @@ class Traffic:
 
 
 class Upstreams:
-    """Idle keep-alive connections per proxy address, bounded."""
+    """Idle keep-alive connections per proxy address, bounded per proxy (``per_proxy``) and in
+    all (``max_idle``): beyond, a connection given back is closed. A proxy without idle
+    connections has no entry, so the proxies a gateway once used do not accumulate."""
 
-    def __init__(self, *, connect_timeout: float, per_proxy: int = 32) -> None:
+    def __init__(
+        self,
+        *,
+        connect_timeout: float,
+        per_proxy: int = 32,
+        max_idle: int = 1024,
+        max_open: int = 10_000,
+    ) -> None:
         self.connect_timeout = connect_timeout
         self.per_proxy = per_proxy
+        self.max_idle = max_idle
+        self.max_open = max_open
+        self.idle = 0
+        self.open_now = 0
+        """Connections to proxies whose descriptor is not closed yet, idle ones included."""
         self._idle: defaultdict[tuple[str, int], list[Conn]] = defaultdict(list)
+        self._watching: set[asyncio.Task[None]] = set()
 
     async def open(self, host: str, port: int, *, fresh: bool = False) -> Conn:
         idle = self._idle.get((host, port), [])
         while idle and not fresh:
             reader, writer = idle.pop()
+            self.idle -= 1
+            if not idle:
+                del self._idle[(host, port)]
             if not reader.at_eof() and not writer.is_closing():
                 return reader, writer
             writer.close()
+        if self.open_now >= self.max_open:
+            # The gateway's own bound, not the proxy's fault: nothing is reported against it.
+            reason = "the gateway holds as many connections to proxies as it may; try again"
+            answer = heads.answer(503, reason, extra=[(b"Retry-After", b"1")])
+            raise Refusal(answer, "upstreams")
         try:
             async with asyncio.timeout(self.connect_timeout):
-                return await asyncio.open_connection(host, port, limit=MAX_HEAD)
+                conn = await asyncio.open_connection(host, port, limit=MAX_HEAD)
         except (OSError, TimeoutError) as exc:
             raise UpstreamError(f"the proxy {host}:{port} cannot be reached: {exc!r}") from exc
+        self.open_now += 1
+        watch = asyncio.create_task(_closed(conn[1]))
+        self._watching.add(watch)
+        watch.add_done_callback(self._forget)
+        return conn
+
+    def _forget(self, watch: asyncio.Task[None]) -> None:
+        self._watching.discard(watch)
+        self.open_now -= 1
 
     def give_back(self, host: str, port: int, conn: Conn) -> None:
-        idle = self._idle[(host, port)]
-        if len(idle) >= self.per_proxy or conn[1].is_closing():
+        idle = self._idle.get((host, port), [])
+        if len(idle) >= self.per_proxy or self.idle >= self.max_idle or conn[1].is_closing():
             conn[1].close()
             return
-        idle.append(conn)
+        self._idle[(host, port)].append(conn)
+        self.idle += 1
 
     def close(self) -> None:
         for conns in self._idle.values():
             for _, writer in conns:
                 writer.close()
         self._idle.clear()
+        self.idle = 0
+        for watch in self._watching:
+            watch.cancel()
 
 
-async def exchange_head(
-    conn: Conn, head: bytes, body: bytes | None, timeout: float, *, head_only: bool
-) -> tuple[Response, bytes]:
-    """Send a request whose body is whole (or absent) and read its response up to the end of
-    the head: the response so far and the bytes read."""
-    reader, writer = conn
-    try:
-        writer.write(head + (body or b""))
-        await writer.drain()
-        return await read_head(reader, timeout, head_only=head_only)
-    except (OSError, asyncio.IncompleteReadError) as exc:
-        raise UpstreamError(f"the proxy closed the connection: {exc!r}") from exc
+async def _closed(writer: asyncio.StreamWriter) -> None:
+    """Until the connection's descriptor is closed, however it ends."""
+    with contextlib.suppress(Exception):
+        await writer.wait_closed()
 
 
 async def read_head(
@@ -113,14 +143,14 @@ async def stream_rest(
         try:
             async with asyncio.timeout(idle_timeout):
                 data = await reader.read(CHUNK)
+                if not data:
+                    return False
+                response.feed(data)
+                traffic.down += len(data)
+                client.write(data)
+                await client.drain()  # a crawler that stops reading is bounded too
         except TimeoutError:
             return False
-        if not data:
-            return False
-        response.feed(data)
-        traffic.down += len(data)
-        client.write(data)
-        await client.drain()
     return True
 
 
@@ -158,16 +188,18 @@ async def pipe(
     count: list[int],
     idle_timeout: float,
 ) -> None:
-    """Copy until end of file or ``idle_timeout`` without a byte; ``count[0]`` grows."""
+    """Copy until end of file or ``idle_timeout`` without a byte moving, read or written (a
+    side that stops reading holds the tunnel no longer than one that stops sending);
+    ``count[0]`` grows."""
     try:
         while True:
             async with asyncio.timeout(idle_timeout):
                 data = await reader.read(CHUNK)
-            if not data:
-                break
-            count[0] += len(data)
-            writer.write(data)
-            await writer.drain()
+                if not data:
+                    break
+                count[0] += len(data)
+                writer.write(data)
+                await writer.drain()
     except (OSError, TimeoutError, asyncio.IncompleteReadError):
         pass
     finally:

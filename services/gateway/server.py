@@ -2,9 +2,11 @@
 
 A request is authenticated (the proxy login: the client's name with parameters, and its token),
 given a lease (``leases.Keeper``) and relayed (``relay``). Whatever reaches the port gets an
-answer of its own or the site's, never a crash: a bad head is a 400, a bad login a 407 with the
-reason in ``X-Egress-Error``, a client over its connections a 429. A slow or hostile client costs
-only its own connections: heads are bounded in size and time, connections per address and in all.
+answer of its own or the site's, never a crash: a bad head is a 400 (before any login is looked
+at: a head that is not a proxy request says so), a bad login a 407 with the reason in
+``X-Egress-Error``, a client over its connections a 429. A slow or hostile client costs only its
+own connections: every wait is bounded (``bounds``), connections per address and in all
+(docs/decisions/0156-the-gateway-s-edges.md).
 """
 
 from __future__ import annotations
@@ -15,9 +17,11 @@ import math
 import time
 from collections import Counter as Tally
 from dataclasses import dataclass, field
+from typing import NoReturn
 
 import structlog
 
+from services.gateway.bounds import Limits, Refusal, close, close_refused, drain, idle_upstream
 from services.gateway.leases import Caller, Held, Keeper, NoLease
 from services.gateway.metrics import GatewayMetrics
 from services.gateway.pure import heads
@@ -46,17 +50,6 @@ log = structlog.get_logger("egress.gateway")
 OPEN_CLIENT = "open"
 
 
-@dataclass(frozen=True, slots=True)
-class Limits:
-    head_timeout: float = 10.0
-    idle_timeout: float = 60.0
-    connect_timeout: float = 5.0
-    answer_timeout: float = 60.0
-    """How long the leased proxy may take to answer a request's head."""
-    per_address: int = 256
-    connections: int = 20_000
-
-
 @dataclass
 class Gateway:
     keeper: Keeper
@@ -72,7 +65,12 @@ class Gateway:
     _open: int = 0
 
     def __post_init__(self) -> None:
-        self.upstreams = Upstreams(connect_timeout=self.limits.connect_timeout)
+        self.limits = self.limits.fitted()
+        self.upstreams = Upstreams(
+            connect_timeout=self.limits.connect_timeout,
+            max_idle=min(idle_upstream(), self.limits.upstreams // 2),
+            max_open=self.limits.upstreams,
+        )
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
@@ -81,10 +79,16 @@ class Gateway:
             self._per_address[address] >= self.limits.per_address
             or self._open >= self.limits.connections
         ):
+            # Answered and closed at once, not lingered on: the excess of a flood must not hold
+            # descriptors (what it sent, if anything, is not read; a reset may overtake the 429).
             self.metrics.refusals.labels("connections").inc()
+            which = "from this address" if self._open < self.limits.connections else "in all"
             with contextlib.suppress(OSError):
-                writer.write(heads.answer(429, "too many connections from this address"))
-                await writer.drain()
+                writer.write(
+                    heads.answer(
+                        429, f"too many connections {which}", extra=[(b"Retry-After", b"1")]
+                    )
+                )
             writer.close()
             return
         self._per_address[address] += 1
@@ -92,15 +96,19 @@ class Gateway:
         self.metrics.connections.inc()
         try:
             await self._requests(reader, writer, address)
-        except (OSError, asyncio.IncompleteReadError, TimeoutError):
-            pass
+        except Refusal as refusal:
+            if refusal.kind:
+                self.metrics.refusals.labels(refusal.kind).inc()
+            await close_refused(reader, writer, refusal.answer)
+        except (OSError, asyncio.IncompleteReadError, TimeoutError, HeadError, UpstreamError):
+            pass  # the crawler or the proxy went away, stalled or spoke nonsense mid-answer
         finally:
             self._per_address[address] -= 1
             if not self._per_address[address]:
                 del self._per_address[address]
             self._open -= 1
             self.metrics.connections.dec()
-            writer.close()
+            close(writer, self.limits.idle_timeout)
 
     async def _requests(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, address: str
@@ -114,9 +122,7 @@ class Gateway:
                 if exc.status == 408 and not first:
                     return  # an idle keep-alive connection, closed quietly
                 self.metrics.refusals.labels("head").inc()
-                writer.write(heads.answer(exc.status, str(exc)))
-                await writer.drain()
-                return
+                raise Refusal(heads.answer(exc.status, str(exc))) from None
             if request is None:
                 return
             first = False
@@ -131,27 +137,22 @@ class Gateway:
         address: str,
     ) -> bool:
         """Answer one request; whether the connection may carry another."""
-        refusal = self._who(request, address)
-        if isinstance(refusal, bytes):
-            writer.write(refusal)
-            await writer.drain()
-            return False
-        caller, ask = refusal
         try:
             target = heads.target(request.method, request.url)
         except HeadError as exc:
-            return await self._refuse(writer, exc.status, str(exc), "target")
+            self._refuse(exc.status, str(exc), "target")
+        refusal = self._who(request, address)
+        if isinstance(refusal, bytes):
+            raise Refusal(refusal)
+        caller, ask = refusal
         why = heads.denied(target, self.own_ports)
         if why is not None:
-            return await self._refuse(
-                writer, 403, f"the gateway does not go there: {why}", "target"
-            )
+            self._refuse(403, f"the gateway does not go there: {why}", "target")
         if request.method == "CONNECT":
             await self._tunnel(caller, ask, target, reader, writer)
             return False
         if request.chunked:
-            return await self._refuse(
-                writer,
+            self._refuse(
                 411,
                 "send the request body with a Content-Length (chunked bodies are not relayed)",
                 "body",
@@ -208,32 +209,19 @@ class Gateway:
         self.metrics.refusals.labels(kind).inc()
         return heads.answer(407, reason, extra=[heads.CHALLENGE])
 
-    async def _refuse(
-        self, writer: asyncio.StreamWriter, status: int, reason: str, kind: str
-    ) -> bool:
+    def _refuse(self, status: int, reason: str, kind: str) -> NoReturn:
         self.metrics.refusals.labels(kind).inc()
-        writer.write(heads.answer(status, reason))
-        await writer.drain()
-        return False
+        raise Refusal(heads.answer(status, reason))
 
-    async def _lease(
-        self,
-        writer: asyncio.StreamWriter,
-        caller: Caller,
-        ask: Ask,
-        *,
-        exclude: frozenset[str],
-        host: str,
-    ) -> Held | None:
+    async def _lease(self, caller: Caller, ask: Ask, *, exclude: frozenset[str], host: str) -> Held:
         try:
             return await self.keeper.lease(caller, ask, exclude=exclude, target=host)
         except NoLease as exc:
             wait = str(max(math.ceil(exc.retry_after), 1)).encode()
             extra = [(b"Retry-After", wait)] if exc.retry_after else []
             self.metrics.refusals.labels("no_lease").inc()
-            writer.write(heads.answer(exc.status, f"no proxy for this request: {exc}", extra=extra))
-            await writer.drain()
-            return None
+            answer = heads.answer(exc.status, f"no proxy for this request: {exc}", extra=extra)
+            raise Refusal(answer) from None
 
     # ------------------------------------------------------------------ plain HTTP
 
@@ -249,12 +237,10 @@ class Gateway:
     ) -> bool:
         body: bytes | None = None
         if request.length <= MAX_RETRY_BODY:
-            body = await reader.readexactly(request.length) if request.length else b""
+            body = await self._body(reader, request.length)
         exclude: frozenset[str] = frozenset()
         for attempt in range(2):
-            held = await self._lease(writer, caller, ask, exclude=exclude, host=target.host)
-            if held is None:
-                return False
+            held = await self._lease(caller, ask, exclude=exclude, host=target.host)
             held.in_flight += 1
             try:
                 sent = await self._send(held, request, body, reader)
@@ -266,9 +252,7 @@ class Gateway:
                 if attempt == 0 and body is not None and ask.session is None:
                     exclude |= {held.granted.proxy_uid}
                     continue
-                writer.write(heads.answer(502, f"the proxy {held.proxy} failed: {sent}"))
-                await writer.drain()
-                return False
+                raise Refusal(heads.answer(502, f"the proxy {held.proxy} failed: {sent}"))
             (conn, response, seen), (host, port) = sent, held.upstream()[:2]
             verdict = judge(
                 response.status,
@@ -294,11 +278,15 @@ class Gateway:
                 exclude |= {held.granted.proxy_uid}
                 continue
             traffic = Traffic(up=request.length, down=len(seen))
-            writer.write(_marked(seen, held))
-            await writer.drain()
-            whole = response.complete or await stream_rest(
-                conn[0], writer, response, traffic, self.limits.idle_timeout
-            )
+            try:
+                writer.write(_marked(seen, held))
+                await drain(writer, self.limits.idle_timeout)
+                whole = response.complete or await stream_rest(
+                    conn[0], writer, response, traffic, self.limits.idle_timeout
+                )
+            except BaseException:
+                conn[1].close()  # the crawler left or stalled mid-answer: the proxy's goes too
+                raise
             if whole and response.keep_alive:
                 self.upstreams.give_back(host, port, conn)
             else:
@@ -308,6 +296,20 @@ class Gateway:
             )
             return whole and request.keep_alive and response.keep_alive
         return False
+
+    async def _body(self, reader: asyncio.StreamReader, length: int) -> bytes:
+        """A request body small enough to keep for a retry, within ``idle_timeout`` (408)."""
+        if not length:
+            return b""
+        try:
+            async with asyncio.timeout(self.limits.idle_timeout):
+                return await reader.readexactly(length)
+        except TimeoutError:
+            self._refuse(
+                408,
+                f"the request body did not arrive within {self.limits.idle_timeout:g} s",
+                "body",
+            )
 
     async def _send(
         self, held: Held, request: Request, body: bytes | None, reader: asyncio.StreamReader
@@ -335,8 +337,8 @@ class Gateway:
             try:
                 conn[1].write(head + (body or b""))
                 if body is None:
-                    await _copy_exactly(reader, conn[1], request.length)
-                await conn[1].drain()
+                    await _copy_exactly(reader, conn[1], request.length, self.limits.idle_timeout)
+                await drain(conn[1], self.limits.idle_timeout)
                 response, seen = await read_head(
                     conn[0], self.limits.answer_timeout, head_only=request.method == "HEAD"
                 )
@@ -370,9 +372,7 @@ class Gateway:
     ) -> None:
         exclude: frozenset[str] = frozenset()
         for attempt in range(2):
-            held = await self._lease(writer, caller, ask, exclude=exclude, host=target.host)
-            if held is None:
-                return
+            held = await self._lease(caller, ask, exclude=exclude, host=target.host)
             opened = await self._connect(held, target)
             if isinstance(opened, str) or opened[1].status != 200:
                 status = 0 if isinstance(opened, str) else opened[1].status
@@ -388,12 +388,12 @@ class Gateway:
                     exclude |= {held.granted.proxy_uid}
                     continue
                 answer = 403 if status == 403 else 502
-                writer.write(heads.answer(answer, f"the tunnel through {held.proxy} failed: {why}"))
-                await writer.drain()
-                return
+                raise Refusal(
+                    heads.answer(answer, f"the tunnel through {held.proxy} failed: {why}")
+                )
             (up_reader, up_writer), _ = opened
             writer.write(_established(held))
-            await writer.drain()
+            await drain(writer, self.limits.idle_timeout)
             held.in_flight += 1
             up, down = [0], [0]
             try:
@@ -403,7 +403,7 @@ class Gateway:
                 )
             finally:
                 held.in_flight -= 1
-                up_writer.close()
+                close(up_writer, self.limits.idle_timeout)
             self._count(
                 caller,
                 held,
@@ -503,11 +503,15 @@ def _ours(held: Held) -> bytes:
     )
 
 
-async def _copy_exactly(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int) -> None:
+async def _copy_exactly(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int, idle_timeout: float
+) -> None:
+    """A request body too large to keep, streamed on; each piece within ``idle_timeout``."""
     while n > 0:
-        data = await reader.read(min(n, CHUNK))
-        if not data:
-            raise asyncio.IncompleteReadError(b"", n)
-        writer.write(data)
-        await writer.drain()
+        async with asyncio.timeout(idle_timeout):
+            data = await reader.read(min(n, CHUNK))
+            if not data:
+                raise asyncio.IncompleteReadError(b"", n)
+            writer.write(data)
+            await writer.drain()
         n -= len(data)

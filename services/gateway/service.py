@@ -20,10 +20,11 @@ import msgspec
 import structlog
 
 from services.gateway.api import Api
+from services.gateway.bounds import Limits
 from services.gateway.leases import Keeper
 from services.gateway.metrics import gateway_metrics
 from services.gateway.pure.outcomes import parse_block_codes
-from services.gateway.server import Gateway, Limits
+from services.gateway.server import Gateway
 from services.gateway.traffic import TrafficRecorder, traffic_metrics
 from services.runtime.bearer import token_from_env
 from services.runtime.clients import Clients
@@ -161,6 +162,9 @@ class GatewayService:
     listening: asyncio.Event = field(default_factory=asyncio.Event)
     bound_port: int = 0
     own_ports: tuple[int, ...] = ()
+    limits: Limits | None = None
+    """The gateway's bounds (docs/decisions/0156-the-gateway-s-edges.md); from the settings
+    when not given."""
 
     @property
     def api_url(self) -> str:
@@ -188,7 +192,7 @@ class GatewayService:
             keeper,
             self.clients,
             metrics,
-            limits=Limits(per_address=config.max_connections_per_address),
+            limits=self.limits or Limits(per_address=config.max_connections_per_address),
             block_codes=parse_block_codes(config.block_codes),
             traffic=recorder,
             own_ports=(

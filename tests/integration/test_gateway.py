@@ -4,10 +4,7 @@ replica on a real nats-server, real HTTP clients (httpx here; curl and others in
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections import Counter
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -15,53 +12,10 @@ import pytest
 
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.nats.server import EmbeddedNatsServer
-from tests.support.crawl_site import Site, crawl_site
-from tests.support.crawl_squid import tagged_squids
-from tests.support.discovery import discovery, ready_proxy
-from tests.support.gateway import TOKENS, basic, gateway, gateway_clients, proxy_url
+from tests.support.gateway import TOKENS, UIDS, basic, fleet, gateway, proxy_url
 from tests.support.waiting import until
 
 pytestmark = pytest.mark.integration
-
-UIDS = ["g1", "g2", "g3"]
-
-
-@dataclass
-class Fleet:
-    site: Site
-    api: str
-    gateway_port: int
-    nats_url: str
-    clients_file: Path
-
-    def client(self, user: str = "crawler-a", *, client: str = "crawler-a") -> httpx.AsyncClient:
-        return httpx.AsyncClient(
-            proxy=proxy_url(self.gateway_port, user, client=client), timeout=20, trust_env=False
-        )
-
-    def page(self, n: int = 1) -> str:
-        return f"http://127.0.0.1:{self.site.port}/page/{n}"
-
-
-@contextlib.asynccontextmanager
-async def fleet(
-    nats_server: EmbeddedNatsServer,
-    store: JetStreamEventStore,
-    tmp_path: Path,
-    *,
-    block: bool = False,
-    **settings: object,
-) -> AsyncIterator[Fleet]:
-    clients_file = gateway_clients(tmp_path / "clients.yaml")
-    with crawl_site(64, block=block) as site:
-        async with (
-            tagged_squids(tmp_path / "squids", UIDS) as squids,
-            discovery(nats_server.url, clients_file=clients_file) as (_, api),
-        ):
-            for squid in squids:
-                await ready_proxy(store, squid.uid, {"country": "de"}, port=squid.port)
-            async with gateway(nats_server.url, api, clients_file, **settings) as service:
-                yield Fleet(site, api, service.bound_port, nats_server.url, clients_file)
 
 
 async def test_a_crawler_fetches_through_the_gateway_with_its_name_and_token(

@@ -27,11 +27,10 @@ from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.eventlog.streams import DAY, GIB, STREAMS, ensure_streams
 from services.runtime.nats.connection import connect
 from services.runtime.nats.server import EmbeddedNatsServer
-from tests.integration.test_gateway import UIDS, Fleet
 from tests.support.crawl_site import crawl_site
 from tests.support.crawl_squid import tagged_squids
 from tests.support.discovery import discovery, ready_proxy
-from tests.support.gateway import TOKENS, gateway, gateway_clients
+from tests.support.gateway import TOKENS, UIDS, Fleet, gateway, gateway_clients
 from tests.support.waiting import until
 
 pytestmark = pytest.mark.integration

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import ipaddress
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -85,11 +86,16 @@ def target(method: str, url: bytes) -> Target:
     """The target of a proxy request: ``host:port`` for CONNECT, an absolute URL otherwise."""
     text = url.decode("ascii", "replace")
     if method == "CONNECT":
-        parts = urlsplit(f"//{text}")
-        if not parts.hostname or parts.port is None or parts.path or parts.username:
-            raise HeadError(f"CONNECT needs host:port, got {text[:100]!r}")
-        return Target(parts.hostname.lower(), parts.port, "https")
-    if text.startswith("/"):
+        try:
+            parts = urlsplit(f"//{text}")
+            port = parts.port
+        except ValueError:
+            port = None
+            parts = urlsplit("//")
+        if not parts.hostname or not port or parts.path or parts.query or parts.username:
+            raise HeadError(f"CONNECT needs host:port (a port from 1 to 65535), got {text[:100]!r}")
+        return Target(parts.hostname.lower(), port, "https")
+    if text.startswith("/") or text == "*":
         raise HeadError(
             "this is a proxy: send the absolute URL (GET http://host/path), as an HTTP client "
             "configured with a proxy does"
@@ -101,25 +107,60 @@ def target(method: str, url: bytes) -> Target:
         raise HeadError(f"the URL {text[:100]!r} cannot be read: {exc}") from None
     if parts.scheme not in ("http", "https") or not parts.hostname or parts.username:
         raise HeadError(f"only http:// and https:// URLs without a login, got {text[:100]!r}")
+    if port == 0:
+        raise HeadError(f"port 0 cannot be reached, got {text[:100]!r}")
     default = 443 if parts.scheme == "https" else 80
     return Target(parts.hostname.lower(), port or default, parts.scheme)
 
 
 def denied(target: Target, own_ports: Iterable[int]) -> str | None:
     """Why the gateway itself refuses ``target``, whatever the proxy's rules: never to itself,
-    the discovery API or NATS (``own_ports``) on a local address. The proxies' own rules apply
-    on top (docs/operations.md, "Security model")."""
+    the discovery API or NATS (``own_ports``) on a local address, however it is spelled
+    (``localhost.``, ``127.1``, ``0x7f000001``, ``::ffff:127.0.0.1``, ``0``: the forms a
+    resolver reads as an address). A name that resolves to a local address elsewhere is the
+    proxies' to refuse: their own rules apply on top (docs/operations.md, "Security model";
+    docs/decisions/0156-the-gateway-s-edges.md)."""
     if target.port not in set(own_ports):
         return None
-    if target.host == "localhost" or target.host.endswith(".localhost"):
+    host = target.host.removesuffix(".")
+    if host == "localhost" or host.endswith(".localhost"):
         return f"{target.authority} is one of the gateway's own ports"
-    try:
-        address = ipaddress.ip_address(target.host)
-    except ValueError:
+    address = _address(host)
+    if address is None:
         return None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
     if address.is_loopback or address.is_unspecified or address.is_link_local:
         return f"{target.authority} is one of the gateway's own ports"
     return None
+
+
+def _address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """``host`` as an address, in the forms ``inet_aton`` reads too (one to four parts, each
+    decimal, octal with a leading 0 or hex with 0x): a resolver connects to ``127.1``."""
+    with contextlib.suppress(ValueError):
+        return ipaddress.ip_address(host.partition("%")[0])
+    parts = host.split(".")
+    if not 1 <= len(parts) <= 4:
+        return None
+    numbers: list[int] = []
+    for part in parts:
+        try:
+            if part[:2].lower() == "0x":
+                numbers.append(int(part[2:] or "0", 16))
+            elif len(part) > 1 and part.startswith("0"):
+                numbers.append(int(part, 8))
+            else:
+                numbers.append(int(part, 10) if part.isascii() and part.isdigit() else -1)
+        except ValueError:
+            return None
+    *head, last = numbers
+    if any(not 0 <= n <= 255 for n in head) or not 0 <= last < 256 ** (5 - len(numbers)):
+        return None
+    value = last
+    for i, n in enumerate(head):
+        value |= n << (8 * (3 - i))
+    return ipaddress.IPv4Address(value)
 
 
 def upstream_head(
@@ -181,11 +222,14 @@ PHRASES = {
     400: "Bad Request",
     403: "Forbidden",
     407: "Proxy Authentication Required",
+    408: "Request Timeout",
+    411: "Length Required",
     429: "Too Many Requests",
     431: "Request Header Fields Too Large",
     502: "Bad Gateway",
     503: "Service Unavailable",
     504: "Gateway Timeout",
+    505: "HTTP Version Not Supported",
 }
 CHALLENGE: Header = (b"Proxy-Authenticate", b'Basic realm="egress-proxies"')
 
