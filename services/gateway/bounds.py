@@ -19,10 +19,10 @@ from dataclasses import dataclass, replace
 from services.gateway.reading import CHUNK
 
 FD_RESERVE = 64
-UPSTREAM_SHARE = 4
-"""Connections to proxies get a quarter of the descriptors (``Limits.fitted``)."""
 """Descriptors kept for everything but crawler connections: the listening socket, NATS, the
 discovery API's connections, the log, the clients file."""
+UPSTREAM_SHARE = 4
+"""Connections to proxies get a quarter of the descriptors (``Limits.fitted``)."""
 MAX_IDLE_UPSTREAM = 1024
 """Kept-alive connections to the leased proxies, all proxies together (at most an eighth of the
 descriptor limit)."""
