@@ -15,6 +15,7 @@ from services.runtime.observability.metrics import metric_set
 class GatewayMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         r = registry
+        self._children: dict[tuple[str, str, str], tuple[Counter, Counter, Counter]] = {}
         self.requests = Counter(
             "egress_gateway_requests_total",
             "Requests and tunnels relayed, by client, kind (http, tunnel) and outcome (success, "
@@ -49,6 +50,22 @@ class GatewayMetrics:
             ["kind"],
             registry=r,
         )
+
+    def exchange(self, client: str, kind: str, outcome: str, up: int, down: int) -> None:
+        """One request or tunnel relayed; the labelled children are kept, since looking them
+        up is a good part of a small request's cost."""
+        key = (client, kind, outcome)
+        children = self._children.get(key)
+        if children is None:
+            children = (
+                self.requests.labels(client, kind, outcome),
+                self.bytes.labels(client, "up"),
+                self.bytes.labels(client, "down"),
+            )
+            self._children[key] = children
+        children[0].inc()
+        children[1].inc(up)
+        children[2].inc(down)
 
 
 def gateway_metrics(registry: CollectorRegistry) -> GatewayMetrics:

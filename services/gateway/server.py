@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-import time
 from collections import Counter as Tally
 from dataclasses import dataclass, field
 from typing import NoReturn
@@ -22,13 +21,14 @@ from typing import NoReturn
 import structlog
 
 from services.gateway.bounds import Limits, Refusal, close, close_refused, drain, idle_upstream
+from services.gateway.doorman import Doorman
 from services.gateway.leases import Caller, Held, Keeper, NoLease
 from services.gateway.metrics import GatewayMetrics
 from services.gateway.pure import heads
 from services.gateway.pure.heads import HeadError, Target
 from services.gateway.pure.outcomes import MAX_RETRY_BODY, Outcome, judge
 from services.gateway.pure.traffic import Exchange
-from services.gateway.pure.username import Ask, UserNameError, parse, parse_params
+from services.gateway.pure.username import Ask
 from services.gateway.reading import CHUNK, Request, Response, read_request
 from services.gateway.relay import (
     Conn,
@@ -42,12 +42,9 @@ from services.gateway.relay import (
 )
 from services.gateway.traffic import TrafficRecorder
 from services.runtime.clients import Clients
-from services.runtime.pure.clients import LEASE
 from services.runtime.pure.throttle import LoginThrottle
 
 log = structlog.get_logger("egress.gateway")
-
-OPEN_CLIENT = "open"
 
 
 @dataclass
@@ -59,12 +56,14 @@ class Gateway:
     block_codes: tuple[int, ...] = (403, 429)
     own_ports: tuple[int, ...] = ()
     throttle: LoginThrottle = field(default_factory=LoginThrottle)
+    doorman: Doorman = field(init=False)
     traffic: TrafficRecorder | None = None
     upstreams: Upstreams = field(init=False)
     _per_address: Tally[str] = field(default_factory=Tally)
     _open: int = 0
 
     def __post_init__(self) -> None:
+        self.doorman = Doorman(self.clients, self.metrics, self.throttle)
         self.limits = self.limits.fitted()
         self.upstreams = Upstreams(
             connect_timeout=self.limits.connect_timeout,
@@ -141,7 +140,7 @@ class Gateway:
             target = heads.target(request.method, request.url)
         except HeadError as exc:
             self._refuse(exc.status, str(exc), "target")
-        refusal = self._who(request, address)
+        refusal = self.doorman.who(request.headers, address)
         if isinstance(refusal, bytes):
             raise Refusal(refusal)
         caller, ask = refusal
@@ -158,56 +157,6 @@ class Gateway:
                 "body",
             )
         return await self._forward(caller, ask, target, request, reader=reader, writer=writer)
-
-    def _who(self, request: Request, address: str) -> tuple[Caller, Ask] | bytes:
-        """The caller and what it asks, or the answer refusing it."""
-        given = heads.login(request.headers)
-        extra = heads.params(request.headers)
-        now = time.monotonic()
-        if self.clients.open:
-            user = given[0] if given else OPEN_CLIENT
-            try:
-                label, ask = parse(user, None)
-                ask = _with_header(ask, extra)
-            except UserNameError as exc:
-                return self._login_refusal(str(exc), "user_name")
-            return Caller(label, None), ask
-        if given is None:
-            return self._login_refusal(
-                "this gateway needs a proxy login: your client name "
-                "(with parameters) and your token",
-                "unauthorized",
-            )
-        wait = self.throttle.retry_after(address, now)
-        if wait > 0:
-            self.metrics.refusals.labels("throttled").inc()
-            return heads.answer(
-                429,
-                "too many failed logins from this address",
-                extra=[(b"Retry-After", str(int(wait) + 1).encode())],
-            )
-        user, token = given
-        client = self.clients.identify(token)
-        if client is None:
-            self.throttle.failed(address, now)
-            return self._login_refusal(
-                "the token (the proxy password) is not valid", "unauthorized"
-            )
-        if not client.may(LEASE):
-            self.metrics.refusals.labels("scope").inc()
-            return heads.answer(
-                403, f"client {client.name!r} may not lease (it lacks the lease scope)"
-            )
-        try:
-            _, ask = parse(user, client.name)
-            ask = _with_header(ask, extra)
-        except UserNameError as exc:
-            return self._login_refusal(str(exc), "user_name")
-        return Caller(client.name, token), ask
-
-    def _login_refusal(self, reason: str, kind: str) -> bytes:
-        self.metrics.refusals.labels(kind).inc()
-        return heads.answer(407, reason, extra=[heads.CHALLENGE])
 
     def _refuse(self, status: int, reason: str, kind: str) -> NoReturn:
         self.metrics.refusals.labels(kind).inc()
@@ -451,9 +400,7 @@ class Gateway:
         status: int = 0,
     ) -> None:
         kind = "tunnel" if tunnel else "http"
-        self.metrics.requests.labels(caller.name, kind, outcome).inc()
-        self.metrics.bytes.labels(caller.name, "up").inc(traffic.up)
-        self.metrics.bytes.labels(caller.name, "down").inc(traffic.down)
+        self.metrics.exchange(caller.name, kind, outcome, traffic.up, traffic.down)
         if self.traffic is not None:
             g = held.granted
             self.traffic.count(
@@ -473,15 +420,6 @@ class Gateway:
 
     def close(self) -> None:
         self.upstreams.close()
-
-
-def _with_header(ask: Ask, extra: str) -> Ask:
-    """``X-Egress-Params`` stands for the user name's parameters when the login has none."""
-    if not extra:
-        return ask
-    if ask != Ask():
-        raise UserNameError("parameters in both the user name and X-Egress-Params; use one")
-    return parse_params(extra)
 
 
 def _marked(seen: bytes, held: Held) -> bytes:
