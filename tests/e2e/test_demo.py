@@ -12,6 +12,7 @@ import subprocess
 import sys
 import urllib.error
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -124,7 +125,7 @@ async def test_up_apply_traffic_delete(tmp_path: Path, target: str) -> None:
         for proxy, through in ((gateway, "e2e/demo-"), (f"demo-slot-3@{gateway}", "e2e/demo-3")):
             # The proxies were just released: each is free again after the lease cooldown.
             await until(
-                lambda proxy=proxy, through=through: _through_gateway(proxy, target, through),
+                partial(_through_gateway, proxy, target, through),
                 timeout=30,
                 what=f"curl -x http://{proxy} answered through {through}",
             )
