@@ -14,9 +14,9 @@ A request **without a session** leaves through one of a few leases the replica h
 client and selector (``gateway/rotating``), taken in turn: a proxy per request. They are released
 after ``idle`` seconds unused, so a gateway does not sit on proxies a crawler stopped using (a
 request that needs a lease meanwhile waits for the release, not to be refused a proxy its
-client still holds). A lease whose proxy a host blocked (``report``) takes no more of the client's requests to that
-host: they leave through its other leases, or a new one, which the API gives only from proxies
-the host has not blocked.
+client still holds). A lease whose proxy a host blocked (``report``) takes no more of the
+client's requests to that host: they leave through its other leases, or a new one, which the
+API gives only from proxies the host has not blocked.
 
 Whatever a lease's proxy becomes (a rotation, a replacement: make-before-break), the gateway
 reads the lease again at most ``refresh`` seconds after its last look, in the background, and at
