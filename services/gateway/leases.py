@@ -12,10 +12,11 @@ and lapses by itself when it is not, which is the session's idle expiry.
 
 A request **without a session** leaves through one of a few leases the replica holds for that
 client and selector (``gateway/rotating``), taken in turn: a proxy per request. They are released
-after ``idle`` seconds unused, so a gateway does not sit on proxies a crawler stopped using. A
-lease whose proxy a host blocked (``report``) takes no more of the client's requests to that
-host: they leave through its other leases, or a new one, which the API gives only from proxies
-the host has not blocked.
+after ``idle`` seconds unused, so a gateway does not sit on proxies a crawler stopped using (a
+request that needs a lease meanwhile waits for the release, not to be refused a proxy its
+client still holds). A lease whose proxy a host blocked (``report``) takes no more of the
+client's requests to that host: they leave through its other leases, or a new one, which the
+API gives only from proxies the host has not blocked.
 
 Whatever a lease's proxy becomes (a rotation, a replacement: make-before-break), the gateway
 reads the lease again at most ``refresh`` seconds after its last look, in the background, and at
@@ -319,10 +320,15 @@ class Keeper:
                 del self.sessions[session]
         for key, ring in list(self.rings.items()):
             idle = [h for h in ring.held if h.in_flight == 0 and now - h.used > self.idle]
-            for held in idle:
-                ring.held.remove(held)
-                held.gone = True
-                self._background(self._release(held))
+            # The ring's lock is held until the API has the releases: a request that needs a
+            # lease meanwhile waits for them rather than asking for a proxy still leased.
+            lock = self._lock(("ring", key[0], *key[1]))
+            if idle and not lock.locked() and len(self._tasks) < MAX_BACKGROUND:
+                await lock.acquire()
+                for held in idle:
+                    ring.held.remove(held)
+                    held.gone = True
+                self._background(self._release_all(idle, lock))
             if not ring.held:
                 del self.rings[key]
         for lock_key in [k for k, lock in self._locks.items() if not lock.locked()]:
@@ -349,6 +355,12 @@ class Keeper:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _release_all(self, held: list[Held], lock: asyncio.Lock) -> None:
+        try:
+            await asyncio.gather(*(self._release(h) for h in held), return_exceptions=True)
+        finally:
+            lock.release()
 
     async def _release(self, held: Held) -> None:
         with contextlib.suppress(NoLease):

@@ -8,9 +8,11 @@ import asyncio
 import json
 import os
 import signal
+import subprocess
 import sys
 import urllib.error
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -58,7 +60,7 @@ async def test_up_apply_traffic_delete(tmp_path: Path, target: str) -> None:
         "--api-port",
         str(api_port := free_port()),
         "--gateway-port",
-        str(free_port()),
+        str(gateway_port := free_port()),
         "--observe-interval",
         "1",
         "--health-check-url",
@@ -117,6 +119,17 @@ async def test_up_apply_traffic_delete(tmp_path: Path, target: str) -> None:
             released = await asyncio.to_thread(cli, "lease", "release", lease["id"], env=cli_env)
             assert released.returncode == 0, released.stdout + released.stderr
 
+        # `up`'s gateway: without a clients file it serves loopback without a login, so curl
+        # needs no more than the gateway's address; a user name is a label with parameters.
+        gateway = f"127.0.0.1:{gateway_port}"
+        for proxy, through in ((gateway, "e2e/demo-"), (f"demo-slot-3@{gateway}", "e2e/demo-3")):
+            # The proxies were just released: each is free again after the lease cooldown.
+            await until(
+                partial(_through_gateway, proxy, target, through),
+                timeout=30,
+                what=f"curl -x http://{proxy} answered through {through}",
+            )
+
         story = await asyncio.to_thread(
             cli, "events", "--proxy", items[0]["uid"], "-o", "json", env=cli_env
         )
@@ -144,3 +157,24 @@ async def test_up_apply_traffic_delete(tmp_path: Path, target: str) -> None:
             async with asyncio.timeout(30):
                 await up.wait()
     assert up.returncode == 0
+
+
+async def _through_gateway(proxy: str, target: str, through: str) -> bool:
+    """Whether curl through the gateway got the target's page from a proxy named ``through``;
+    a refusal of the gateway's own (no proxy free yet) is an answer to wait past."""
+    env = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}
+    got = await asyncio.to_thread(
+        subprocess.run,
+        ["curl", "-sS", "-i", "--max-time", "10", "-x", f"http://{proxy}", target],
+        capture_output=True,
+        text=True,
+        timeout=20,
+        check=False,
+        env=env,
+    )
+    if "X-Egress-Error" in got.stdout:
+        return False
+    assert got.stdout.startswith("HTTP/1.1 200"), got.stdout + got.stderr
+    assert f"X-Egress-Proxy: {through}" in got.stdout, got.stdout
+    assert got.stdout.endswith("hello through the proxy"), got.stdout
+    return True

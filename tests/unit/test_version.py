@@ -78,7 +78,11 @@ def test_the_banner_shows_it(capsys: pytest.CaptureFixture[str], tmp_path: Path)
         "probe_target": None,
         "local_providers": [],
         "check_url": None,
+        "gateway_host": "0.0.0.0",
+        "gateway_port": 8001,
     }
     _print_banner(started, None, tmp_path, values)
-    title = capsys.readouterr().out.splitlines()[0]
-    assert f"egress-proxies {VERSION} up" in title
+    lines = capsys.readouterr().out.splitlines()
+    assert f"egress-proxies {VERSION} up" in lines[0]
+    # Where a crawler on this machine reaches the gateway, like the discovery API's line.
+    assert any(re.search(r"gateway +http://127\.0\.0\.1:8001 ", line) for line in lines)
