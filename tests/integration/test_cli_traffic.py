@@ -14,8 +14,11 @@ import pytest
 
 from events import subjects
 from events.store import NewEvent
+from events.subjects import TRAFFIC_STREAM
 from events.traffic import TrafficRecorded, TrafficRow, client_key
 from services.runtime.eventlog.jetstream import JetStreamEventStore
+from services.runtime.eventlog.ordered import OrderedPull
+from services.runtime.nats.connection import connect
 from services.runtime.nats.server import EmbeddedNatsServer
 from tests.support.clirun import cli, restore_logging_after
 
@@ -93,3 +96,23 @@ async def test_traffic_refuses_a_range_it_cannot_read(nats_server: EmbeddedNatsS
     endless = await cli("traffic", "--since", "100000h", "--nats-url", nats_server.url)
     assert endless.exit_code == 2
     assert "366 days" in endless.stderr
+
+
+async def test_a_range_is_read_from_its_start_not_from_the_streams(
+    nats_server: EmbeddedNatsServer, jetstream_store: JetStreamEventStore
+) -> None:
+    """``--since`` starts the server's delivery at that time: what came before is not sent."""
+    row = TrafficRow(host="shop.example", requests=1, bytes_down=10, status_2xx=1)
+    for n in range(3):
+        await append(jetstream_store, record("crawler-a", "de-3", f"old{n}", row), f"o{n}")
+    await asyncio.sleep(0.05)
+    since = datetime.now(UTC)
+    await append(jetstream_store, record("crawler-a", "de-3", "new", row), "n1")
+    conn = await connect(nats_server.url)
+    try:
+        pull = OrderedPull(conn.js, TRAFFIC_STREAM, "traffic.*", start_time=since)
+        first = await pull.fetch(5.0)
+        await pull.close()
+    finally:
+        await conn.close()
+    assert [m.metadata.sequence.stream for m in first] == [4]

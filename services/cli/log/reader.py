@@ -101,13 +101,19 @@ class LogReader:
         batch: int = 500,
         idle_timeout: float = 1.0,
         read_timeout: float = 10.0,
+        start_time: datetime | None = None,
     ) -> None:
         self.conn = conn
         self.stream = stream
         self.idle_timeout = idle_timeout
         self.read_timeout = read_timeout
         self._pull = OrderedPull(
-            conn.js, stream, filter_subject, batch=batch, inactive_threshold=60
+            conn.js,
+            stream,
+            filter_subject,
+            batch=batch,
+            inactive_threshold=60,
+            start_time=start_time,
         )
         self._reconnects = conn.reconnects
 

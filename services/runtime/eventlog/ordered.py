@@ -9,6 +9,7 @@ reader both read this way.
 from __future__ import annotations
 
 import contextlib
+from datetime import datetime
 
 import nats.errors
 import structlog
@@ -31,8 +32,12 @@ class OrderedPull:
         *,
         batch: int = 1000,
         inactive_threshold: float = 300.0,
+        start_time: datetime | None = None,
     ) -> None:
         self.js = js
+        self.start_time = start_time
+        """Where the first read starts, by the server's clock, instead of the stream's first
+        message: a reader of a time range skips what came before it on the server."""
         self.stream = stream
         self.filter_subject = filter_subject
         self.batch = batch
@@ -105,10 +110,14 @@ class OrderedPull:
     async def _subscription(self) -> JetStreamContext.PullSubscription:
         if self._sub is not None:
             return self._sub
+        by_time = self.start_time is not None and self.last_seq == 0
         config = ConsumerConfig(
             ack_policy=AckPolicy.NONE,
-            deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
-            opt_start_seq=self.last_seq + 1,
+            deliver_policy=(
+                DeliverPolicy.BY_START_TIME if by_time else DeliverPolicy.BY_START_SEQUENCE
+            ),
+            opt_start_seq=None if by_time else self.last_seq + 1,
+            opt_start_time=self.start_time if by_time else None,
             filter_subject=self.filter_subject,
             inactive_threshold=self.inactive_threshold,
             mem_storage=True,
