@@ -180,6 +180,9 @@ async def test_console_in_a_browser(tmp_path: Path, browser: WebDriver) -> None:
             for expected in ("ProxyDeclared", "CreateInstance", "PhaseChanged", "HealthChanged"):
                 assert expected in types, types
             assert any(text.startswith("unhealthy") for text in summaries), summaries
+            # Its traffic panel: discovery's NATS user reads the TRAFFIC stream `up` made.
+            assert browser.find_elements(By.ID, "traffic-refused") == []
+            assert "No traffic recorded" in browser.find_element(By.ID, "no-traffic").text
             browser.set_window_size(1440, 1400)  # the whole timeline in the screenshot
             _shot(browser, "console-proxy.png", tmp_path)
             browser.set_window_size(1440, 900)

@@ -133,5 +133,10 @@ async def test_no_route_answers_markup_it_was_sent_unescaped(
                     sent += 1
         # The route table, not a hand list: the console's parts and the API are all in it.
         paths = {route.path for route in service.app.routes}
-        assert {"/ui/live", "/ui/proxies/{uid:str}/live", "/v1/proxies/{uid:str}"} <= paths
+        assert {
+            "/ui/live",
+            "/ui/proxies/{uid:str}/live",
+            "/ui/clients/{name:str}",
+            "/v1/proxies/{uid:str}",
+        } <= paths
         assert sent > 500

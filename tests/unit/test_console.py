@@ -207,6 +207,7 @@ def test_hostile_text_is_escaped_on_every_page() -> None:
         live_url="",
         at_query="",
         signed_in=False,
+        traffic={"refused": HOSTILE, "own": HOSTILE},  # the panel's own: test_console_traffic
     )
     login = page("login.html", next=HOSTILE, error=HOSTILE, signed_in=False)
     for text in (html, proxy_html, login):
@@ -277,6 +278,7 @@ def test_the_proxy_page_names_each_back_off_and_its_end() -> None:
         live_url="",
         at_query="",
         signed_in=False,
+        traffic={"refused": "busy", "own": None},
     )
     assert "in back-off for <span" in html
     assert "shop.example</span> until 2026-03-01 12:10:11 (in 8m)" in html

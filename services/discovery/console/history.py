@@ -32,7 +32,10 @@ from projections import proxy as proxy_fold
 from projections.lease import LeaseView
 from projections.pool import PoolView
 from projections.proxy import ProxyView
+from projections.traffic import Scope
+from services.discovery.console import traffic_read
 from services.discovery.console.pure.timeline import Line, line
+from services.discovery.console.pure.traffic import Series
 from services.runtime.eventlog import checkpoints
 from services.runtime.eventlog.asof import MAX_EVENTS, ByProxy, read_until
 from services.runtime.eventlog.checkpoints import fold_at
@@ -237,3 +240,13 @@ class History:
             )
             cost = Cost(sum(read.read for read in got), time.monotonic() - started)
             return PoolHistory(events, cost)
+
+    async def traffic(
+        self, subject: str, scope: Scope, got: Series, client: str = ""
+    ) -> traffic_read.TrafficRead:
+        """The gateway's records of ``subject`` in ``scope``'s range (``traffic_read``): at most
+        ``traffic_read.MAX_RECORDS``; counts in ``client``'s share like a proxy's timeline."""
+        async with self.admission.admit(client, travel=False):
+            return await traffic_read.read(
+                self.js, subject, scope, got, limit=traffic_read.MAX_RECORDS
+            )

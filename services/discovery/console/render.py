@@ -17,6 +17,7 @@ from urllib.parse import quote, urlencode
 from jinja2 import Environment, PackageLoader, StrictUndefined
 
 from services.discovery.console.pure.pools import age
+from services.discovery.console.pure.traffic import human_bytes
 
 TIME = "%Y-%m-%d %H:%M:%S"
 INPUT_TIME = "%Y-%m-%dT%H:%M:%S"
@@ -87,7 +88,14 @@ ENV = Environment(
     lstrip_blocks=True,
 )
 ENV.filters.update(
-    when=when, local_input=local_input, until=until, iso=iso, ms=ms, pool_href=pool_href, age=age
+    when=when,
+    local_input=local_input,
+    until=until,
+    iso=iso,
+    ms=ms,
+    pool_href=pool_href,
+    age=age,
+    bytes=human_bytes,
 )
 ENV.globals.update(query=query, pool_path=pool_path)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from litestar import Router
 from litestar.di import Provide
 
-from services.discovery.console import pool_pages, routes
+from services.discovery.console import pool_pages, routes, traffic_pages
 from services.discovery.console.history import History
 from services.discovery.console.login import login, login_form, logout
 from services.discovery.console.routes import Console
@@ -19,7 +19,14 @@ def console_router(views: Views, sessions: Sessions) -> Router:
     console = Console(views, History(views.js), sessions)
     return Router(
         "/ui",
-        route_handlers=[*routes.ROUTES, *pool_pages.ROUTES, login_form, login, logout],
+        route_handlers=[
+            *routes.ROUTES,
+            *pool_pages.ROUTES,
+            *traffic_pages.ROUTES,
+            login_form,
+            login,
+            logout,
+        ],
         dependencies={
             "console": Provide(lambda: console, sync_to_thread=False),
             "sessions": Provide(lambda: sessions, sync_to_thread=False),

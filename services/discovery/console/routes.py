@@ -4,7 +4,9 @@
   &at=]``: the fleet, a page of it; ``GET /ui/live``: its table alone, which ``console.js``
   fetches every 2 s to update the page without a reload, sending only what changed
   (``pure.fleet_page``)
-- ``GET /ui/proxies/{uid}[?at=]``: one proxy and its timeline; ``.../live``: the same, in part
+- ``GET /ui/proxies/{uid}[?at=&range=]``: one proxy, its timeline and its traffic panel
+  (``traffic_pages``); ``.../live``: the same, in part, without the panel
+- ``GET /ui/clients/{name}[?at=&range=]``: one client's traffic (``traffic_pages``)
 - ``GET /ui/pools...``: the pools pages (``pool_pages``)
 - ``GET|POST /ui/login``, ``POST /ui/logout``: a client's session (``login``, ``session``)
 - ``GET /ui/static/{name}``: the stylesheet and the script, served from the package
@@ -127,6 +129,7 @@ def _html(
 
 HEADINGS = {
     400: "Bad request",
+    403: "Forbidden",
     404: "Not found",
     422: "Too much history",
     429: "Busy",
@@ -355,18 +358,6 @@ async def fleet_live(console: ConsoleDep, request: AnyRequest) -> Response[Any]:
     return _html(page(template, **context, changed=got.changed), headers=headers)
 
 
-@get("/proxies/{uid:str}")
-async def proxy_page(console: ConsoleDep, request: AnyRequest, uid: FromPath[str]) -> Response[Any]:
-    if not console.session.allows(request):
-        return _login_redirect(request)
-    try:
-        return _html(page("proxy.html", **await _proxy(console, request, uid)))
-    except _Refused as exc:
-        return _refused(console, exc)
-    except _Gone:
-        return _html("", GONE)
-
-
 @get("/proxies/{uid:str}/live")
 async def proxy_live(console: ConsoleDep, request: AnyRequest, uid: FromPath[str]) -> Response[Any]:
     if not console.session.allows(request):
@@ -387,4 +378,5 @@ async def static(name: FromPath[str]) -> Response[bytes]:
     return Response(FILES[name], media_type=STATIC[name], headers=headers)
 
 
-ROUTES = [fleet_page, fleet_live, proxy_page, proxy_live, static]
+ROUTES = [fleet_page, fleet_live, proxy_live, static]
+"""With ``traffic_pages.ROUTES`` (the proxy's page, whose traffic panel is theirs)."""
