@@ -43,6 +43,10 @@ class Totals:
         for name in self.__slots__:
             setattr(self, name, getattr(self, name) + getattr(row, name))
 
+    def frozen(self, host: str) -> TrafficRow:
+        """These counts as one host's row of a record (the gateway counts with them too)."""
+        return TrafficRow(host=host, **{name: getattr(self, name) for name in self.__slots__})
+
     @property
     def bytes(self) -> int:
         return self.bytes_up + self.bytes_down

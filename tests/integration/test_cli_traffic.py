@@ -12,37 +12,18 @@ from datetime import UTC, datetime
 
 import pytest
 
-from events import subjects
-from events.store import NewEvent
 from events.subjects import TRAFFIC_STREAM
-from events.traffic import TrafficRecorded, TrafficRow, client_key
+from events.traffic import TrafficRow
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.eventlog.ordered import OrderedPull
 from services.runtime.nats.connection import connect
 from services.runtime.nats.server import EmbeddedNatsServer
 from tests.support.clirun import cli, restore_logging_after
+from tests.support.traffic import append, record
 
 pytestmark = pytest.mark.integration
 
 restore_logging = pytest.fixture(autouse=True)(restore_logging_after)
-
-
-def record(client: str, uid: str, lease: str, *rows: TrafficRow) -> TrafficRecorded:
-    return TrafficRecorded(
-        client=client,
-        replica="gw-1",
-        start=datetime.now(UTC),
-        interval_seconds=10.0,
-        proxy_uid=uid,
-        lease_id=lease,
-        proxy=f"crawl/{uid}",
-        rows=rows,
-    )
-
-
-async def append(store: JetStreamEventStore, event: TrafficRecorded, msg_id: str) -> None:
-    aggregate = subjects.traffic(client_key(event.client))
-    await store.append(aggregate, [NewEvent(event, msg_id)])
 
 
 def lines(output: str) -> list[dict[str, object]]:

@@ -17,14 +17,14 @@ import pytest
 from markupsafe import escape
 
 from events import subjects
-from events.store import NewEvent
-from events.traffic import TrafficRecorded, TrafficRow, client_key
+from events.traffic import TrafficRow
 from services.discovery.console import traffic_read
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.nats.connection import Connection
 from services.runtime.nats.server import EmbeddedNatsServer
 from services.runtime.pure.clients import hash_token
 from tests.support.discovery import discovery, ready_proxy
+from tests.support.traffic import append, record
 
 pytestmark = pytest.mark.integration
 
@@ -34,23 +34,6 @@ name began with. No ``/``: a path cannot carry one to the page."""
 SHOP = TrafficRow(host="shop.example", requests=3, bytes_up=30, bytes_down=3000, status_2xx=3)
 CDN = TrafficRow(host="cdn.example", requests=1, tunnels=1, bytes_up=5, bytes_down=50_000)
 LATE = TrafficRow(host="shop.example", requests=1, bytes_down=7, status_4xx=1, blocked=1)
-
-
-def record(client: str, uid: str, lease: str, *rows: TrafficRow) -> TrafficRecorded:
-    return TrafficRecorded(
-        client=client,
-        replica="gw-1",
-        start=datetime.now(UTC),
-        interval_seconds=10.0,
-        proxy_uid=uid,
-        lease_id=lease,
-        proxy=f"crawl/{uid}",
-        rows=rows,
-    )
-
-
-async def append(store: JetStreamEventStore, event: TrafficRecorded, msg_id: str) -> None:
-    await store.append(subjects.traffic(client_key(event.client)), [NewEvent(event, msg_id)])
 
 
 @pytest.fixture

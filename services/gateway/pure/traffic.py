@@ -30,6 +30,7 @@ from events.traffic import (
     host_problem,
     name_problem,
 )
+from projections.traffic import Totals
 
 MAX_RECORDS = 1000
 """(client, proxy, lease) keys counted apart per interval: the records one flush appends, with
@@ -55,30 +56,9 @@ Key = tuple[str, str, str]
 
 
 @dataclass(slots=True)
-class _Row:
-    requests: int = 0
-    tunnels: int = 0
-    bytes_up: int = 0
-    bytes_down: int = 0
-    status_2xx: int = 0
-    status_3xx: int = 0
-    status_4xx: int = 0
-    status_5xx: int = 0
-    blocked: int = 0
-    failed: int = 0
-
-    def add(self, other: _Row) -> None:
-        for name in self.__slots__:
-            setattr(self, name, getattr(self, name) + getattr(other, name))
-
-    def frozen(self, host: str) -> TrafficRow:
-        return TrafficRow(host=host, **{name: getattr(self, name) for name in self.__slots__})
-
-
-@dataclass(slots=True)
 class _Record:
     proxy: str
-    hosts: dict[str, _Row] = field(default_factory=dict)
+    hosts: dict[str, Totals] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +97,7 @@ def _name(text: str) -> str:
     return OTHER if name_problem(text) is not None else text
 
 
-def _count(row: _Row, exchange: Exchange) -> None:
+def _count(row: Totals, exchange: Exchange) -> None:
     """Field by field: this runs once per request on the gateway's hot path."""
     row.requests += 1
     row.bytes_up += exchange.up
@@ -183,7 +163,7 @@ class Counts:
                 host = OTHER
                 row = record.hosts.get(OTHER)
             if row is None:
-                row = record.hosts[host] = _Row()
+                row = record.hosts[host] = Totals()
                 self.host_rows += 1
         _count(row, exchange)
 
@@ -216,14 +196,14 @@ class Counts:
         return out
 
 
-def _rows(hosts: dict[str, _Row]) -> tuple[TrafficRow, ...]:
+def _rows(hosts: dict[str, Totals]) -> tuple[TrafficRow, ...]:
     """The busiest ``MAX_ROWS`` hosts by bytes (then requests, then name, so the order is the
     same on every replica), and ``OTHER`` summing the rest."""
     named = sorted(
         ((h, r) for h, r in hosts.items() if h != OTHER),
         key=lambda item: (-(item[1].bytes_up + item[1].bytes_down), -item[1].requests, item[0]),
     )
-    other = _Row()
+    other = Totals()
     if OTHER in hosts:
         other.add(hosts[OTHER])
     for _, row in named[MAX_ROWS:]:
