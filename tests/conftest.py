@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
@@ -22,6 +23,12 @@ from tests.support import markers
 from tests.support.apiserver import ApiServer, running_apiserver
 
 pytest_plugins = ["tests.support.leftovers", "tests.support.parallel"]
+
+# No property test has a time limit per example: speed belongs in the benchmarks (bench/), and on
+# a loaded worker Hypothesis's default 200 ms deadline failed a lookup that takes 0.16 ms
+# (test_geoip's, once in a whole run on three workers: the first example paid a file's open).
+settings.register_profile("suite", deadline=None)
+settings.load_profile("suite")
 
 # Tests send traffic to this machine only: every health prober a test starts (in-process, or
 # through `up` / `run health` subprocesses, which inherit this) checks a loopback address, never
