@@ -4,6 +4,8 @@ ones left, holders counted once, and every hostile report skipped and counted, n
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import math
 from datetime import UTC, datetime, timedelta
 
@@ -18,6 +20,7 @@ from projections import pool_demand
 from projections.pool_demand import MAX_REPLICAS, Demand, DemandView, current
 from services.discovery.leasing.demand import MAX_HOLDERS, Asker, DemandReporter
 from services.runtime.eventlog.memory import InMemoryEventStore
+from tests.support.waiting import until
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 POOL = "pool-uid-1"
@@ -228,3 +231,83 @@ def test_a_client_counts_against_its_limit_less_what_it_holds_when_reported() ->
     held["greedy"] = 1
     [got] = reporter.take()
     assert got.unserved == 1
+
+
+async def figures(store: InMemoryEventStore) -> list[tuple[int, int]]:
+    """(waiting, unserved) of every report on the pool's subject, oldest first."""
+    got = []
+    for item in (await store.read(subjects.demand(POOL))).events:
+        assert isinstance(item.event, PoolDemand)
+        got.append((item.event.waiting, item.event.unserved))
+    return got
+
+
+async def test_a_served_waiter_is_reported_at_once_not_at_the_next_interval() -> None:
+    """Counted leased and unserved at once until the next report, it grew a pool by one member
+    that nobody needed (the autoscale e2e test saw 5 crawlers make 6 members)."""
+    store = InMemoryEventStore()
+    reporter = DemandReporter(store, replica="d1", interval=5.0)
+    for holder in ("w1", "w2"):
+        reporter.waiting(POOL, Asker("c", holder), 1)
+    assert await reporter.report_once() == 1
+    assert await reporter.report_moved() == 0  # nothing fell
+    reporter.waiting(POOL, Asker("c", "w1"), -1)  # w1 served
+    assert reporter.moved == {POOL}
+    assert await reporter.report_moved() == 1
+    assert await figures(store) == [(2, 2), (1, 1)]
+    assert await reporter.report_moved() == 0  # restated once
+
+
+async def test_a_refused_holder_granted_later_stops_counting_in_its_interval() -> None:
+    store = InMemoryEventStore()
+    reporter = DemandReporter(store, replica="d1", interval=5.0)
+    reporter.refused(POOL, Asker("c", "r1"), "scaling")
+    reporter.refused(POOL, Asker("c", "r2"), "scaling")
+    assert await reporter.report_once() == 1
+    reporter.refused(POOL, Asker("c", "r1"), "scaling")  # retrying in the next interval
+    reporter.served(POOL, Asker("c", "r1"))
+    reporter.served(POOL, Asker("c", "unknown"))  # never refused: nothing moves for it
+    [early] = reporter.take_moved()
+    assert (early.unserved, early.refused) == (0, {"scaling": 1})  # the interval goes on
+    [regular] = reporter.take()
+    assert (regular.unserved, regular.refused) == (0, {"scaling": 1})
+
+
+async def test_a_waiter_that_never_counted_moves_nothing() -> None:
+    reporter = DemandReporter(InMemoryEventStore(), replica="d1")
+    reporter.waiting(POOL, Asker("c", "w"), 1)
+    reporter.waiting(POOL, Asker("c", "w"), -1)
+    assert reporter.moved == set()
+
+
+async def test_an_early_report_of_something_gets_its_end() -> None:
+    store = InMemoryEventStore()
+    reporter = DemandReporter(store, replica="d1", interval=5.0)
+    for holder in ("w1", "w2"):
+        reporter.waiting(POOL, Asker("c", holder), 1)
+    assert await reporter.report_once() == 1
+    reporter.waiting(POOL, Asker("c", "w1"), -1)
+    assert await reporter.report_moved() == 1
+    reporter.waiting(POOL, Asker("c", "w2"), -1)
+    assert await reporter.report_moved() == 1  # of nothing: the demand ended
+    assert await reporter.report_once() == 0
+    assert await figures(store) == [(2, 2), (1, 1), (0, 0)]
+
+
+async def test_the_reporter_reports_a_served_waiter_within_its_settle_time() -> None:
+    store = InMemoryEventStore()
+    reporter = DemandReporter(store, replica="d1", interval=3600.0)
+    reporter.waiting(POOL, Asker("c", "w1"), 1)
+    assert await reporter.report_once() == 1
+    running = asyncio.create_task(reporter.run())
+    try:
+        reporter.waiting(POOL, Asker("c", "w1"), -1)
+
+        async def reported_twice() -> bool:
+            return await figures(store) == [(1, 1), (0, 0)]
+
+        await until(reported_twice, timeout=10.0, what="the early report")
+    finally:
+        running.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await running

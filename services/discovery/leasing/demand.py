@@ -13,6 +13,12 @@ its leased members and its unserved holders together stay within its limit (D135
 request carried is not enough: a client refused while it held one lease, then granted another,
 counted its refusals against the lease it no longer lacked.
 
+A served crawler must not stay counted until the next report: the controller would see it
+leased and unserved at once, and grow the pool by one it never needed (``scaleUpAfter`` is
+shorter than ``INTERVAL``). So a waiter that ends and a refused holder that is then granted move
+their pool, and the moved pools are reported again at once (``report_moved``, at most every
+``SETTLE`` seconds): the figures of the running interval, restated, when they fell.
+
 Bounded: at most ``MAX_HOLDERS`` holders are remembered per pool and interval (the count
 saturates), and only pools that exist reach here (the route answers 404 for the others).
 A report that fails to append is logged and its figures are folded into the next interval.
@@ -21,6 +27,7 @@ A report that fails to append is logged and its figures are folded into the next
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import socket
@@ -39,6 +46,9 @@ from events.store import EventStore, NewEvent, derive_msg_id
 log = structlog.get_logger("egress.discovery")
 
 INTERVAL = 5.0
+SETTLE = 0.2
+"""How long an early report waits for the others served with the first; the least time between
+two early reports."""
 MAX_HOLDERS = 10_000
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
@@ -110,7 +120,13 @@ class DemandReporter:
         self.pools: dict[str, _Pool] = {}
         self.reported: set[str] = set()
         """Pools whose last report said something: they get one of nothing when it ends."""
+        self.last: dict[str, tuple[int, int]] = {}
+        """pool -> (waiting, unserved) of its last report appended."""
+        self.moved: set[str] = set()
+        """Pools whose figures may have fallen since their last report."""
+        self._wake = asyncio.Event()
         self._round = 0
+        self._early = 0
 
     def _pool(self, uid: str) -> _Pool:
         return self.pools.setdefault(uid, _Pool())
@@ -124,6 +140,21 @@ class DemandReporter:
         pool.waiting[who] += delta
         if pool.waiting[who] <= 0:
             del pool.waiting[who]
+        if delta < 0:
+            self._moved(uid)
+
+    def served(self, uid: str, asker: Asker) -> None:
+        """A holder granted a lease of the pool is no longer short of a member, even if it was
+        refused earlier in the interval."""
+        pool = self.pools.get(uid)
+        if pool is not None and asker.who in pool.holders:
+            pool.holders.discard(asker.who)
+            self._moved(uid)
+
+    def _moved(self, uid: str) -> None:
+        if uid in self.last:
+            self.moved.add(uid)
+            self._wake.set()
 
     def refused(self, uid: str, asker: Asker, reason: str) -> None:
         pool = self._pool(uid)
@@ -136,20 +167,12 @@ class DemandReporter:
         """The reports of the interval that ends now; the refusals start again from nothing
         (waiting requests go on counting until they end)."""
         reports = []
+        self.moved.clear()
         for uid, pool in list(self.pools.items()):
             if pool.empty() and uid not in self.reported:
                 del self.pools[uid]
                 continue
-            reports.append(
-                PoolDemand(
-                    uid=uid,
-                    replica=self.replica,
-                    waiting=sum(pool.waiting.values()),
-                    refused=dict(pool.refused),
-                    unserved=pool.unserved(self.held),
-                    interval_seconds=self.interval,
-                )
-            )
+            reports.append(self._report(uid, pool))
             if pool.empty():
                 self.reported.discard(uid)
                 del self.pools[uid]
@@ -160,12 +183,46 @@ class DemandReporter:
                 pool.limits = {c: pool.limits.get(c) for c, _ in pool.waiting}
         return reports
 
+    def _report(self, uid: str, pool: _Pool) -> PoolDemand:
+        return PoolDemand(
+            uid=uid,
+            replica=self.replica,
+            waiting=sum(pool.waiting.values()),
+            refused=dict(pool.refused),
+            unserved=pool.unserved(self.held),
+            interval_seconds=self.interval,
+        )
+
+    def take_moved(self) -> list[PoolDemand]:
+        """The running interval's figures of the moved pools whose waiting or unserved fell
+        since their last report; nothing starts again (the interval goes on)."""
+        reports = []
+        for uid in sorted(self.moved):
+            pool = self.pools.get(uid)
+            if pool is None:
+                continue
+            report = self._report(uid, pool)
+            waiting, unserved = self.last.get(uid, (0, 0))
+            if report.waiting < waiting or report.unserved < unserved:
+                reports.append(report)
+        self.moved.clear()
+        return reports
+
     async def report_once(self) -> int:
         """Append this interval's reports; the number appended."""
         self._round += 1
+        return await self._append(self.take(), str(self._round))
+
+    async def report_moved(self) -> int:
+        """Append the moved pools' figures now (``take_moved``); the number appended."""
+        self._wake.clear()
+        self._early += 1
+        return await self._append(self.take_moved(), f"{self._round}+{self._early}")
+
+    async def _append(self, reports: list[PoolDemand], round_: str) -> int:
         appended = 0
-        for report in self.take():
-            msg_id = derive_msg_id("pool-demand", self.replica, report.uid, str(self._round))
+        for report in reports:
+            msg_id = derive_msg_id("pool-demand", self.replica, report.uid, round_)
             try:
                 aggregate = subjects.demand(report.uid)
             except subjects.InvalidToken:
@@ -174,6 +231,7 @@ class DemandReporter:
                 log.warning("pool demand not reported: its uid is no subject token")
                 self.reported.discard(report.uid)
                 self.pools.pop(report.uid, None)
+                self.last.pop(report.uid, None)
                 continue
             try:
                 await self.store.append(aggregate, [NewEvent(report, msg_id)])
@@ -182,6 +240,12 @@ class DemandReporter:
                 self._again(report)
                 continue
             appended += 1
+            self.reported.add(report.uid)  # an early report of something gets its end too
+            if report.waiting or report.unserved or report.refused:
+                self.last[report.uid] = (report.waiting, report.unserved)
+            else:
+                self.reported.discard(report.uid)
+                self.last.pop(report.uid, None)
         return appended
 
     def _again(self, report: PoolDemand) -> None:
@@ -191,6 +255,16 @@ class DemandReporter:
         self.reported.add(report.uid)
 
     async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.interval
         while True:
-            await asyncio.sleep(self.interval)
-            await self.report_once()
+            left = deadline - loop.time()
+            if left <= 0:
+                deadline = loop.time() + self.interval
+                await self.report_once()
+                continue
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), left)
+            if self._wake.is_set():
+                await asyncio.sleep(SETTLE)
+                await self.report_moved()

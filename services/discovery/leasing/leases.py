@@ -193,6 +193,8 @@ class Leases(HeldLeases):
             else:
                 granted, error = await self._waited(request, candidates, attempt), None
         self.metrics.acquisitions.labels("acquired").inc()
+        if request.pool_uid:
+            self.demand.served(request.pool_uid, _asker(request))
         return granted
 
     async def _waited(
