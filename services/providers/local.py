@@ -248,6 +248,9 @@ class LocalProvider:
             if found is None:
                 if path.exists():
                     shutil.rmtree(path)  # leftovers of a delete that crashed: no process
+                # What a former life at this path left outside it (a data dir wiped by hand):
+                # its helper's fencing state would refuse this instance's first leases.
+                proc.remove_leftovers(path)
                 path.mkdir(parents=True)
                 meta = _Meta(
                     name=request.name,

@@ -11,7 +11,9 @@ proxy: A's credential is refused there from its very first request, and B is ser
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import shutil
 import signal
 import uuid
 
@@ -27,9 +29,17 @@ from services.providers.local import LocalProvider
 from services.providers.squidauth.keyed import lease_keyed
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.nats.connection import Connection
-from tests.integration.test_proxy_auth import MASTER, Proxy, lease, refused_after, status_via
+from tests.integration.test_proxy_auth import (
+    MASTER,
+    Proxy,
+    lease,
+    refused_after,
+    start,
+    status_via,
+)
 from tests.support.executor_harness import answers, count, create, declare, executor, send
 from tests.support.squid_fixtures import local_squids, origin_url  # noqa: F401  # fixtures `local` and `target`
+from tests.support.system import processes_mentioning
 from tests.support.waiting import until
 
 pytestmark = pytest.mark.integration
@@ -92,3 +102,24 @@ async def test_a_fenced_holder_stays_fenced_on_the_proxys_next_instance(
     assert await asyncio.to_thread(status_via, again_a, target) == 407  # its very first request
     assert await asyncio.to_thread(status_via, again_b, target) == 200
     assert await asyncio.to_thread(status_via, again_a, target) == 407
+
+
+async def test_a_new_instance_never_inherits_the_fencing_state_of_a_former_one_at_its_path(
+    local: LocalProvider, target: str
+) -> None:
+    """A data dir wiped by hand leaves behind what lived outside it: the helper's own directory
+    in the temporary directory, when Squid's user cannot reach the data dir (root, a private
+    home). A new instance at the same path started at the old fencing state and refused its
+    first holders' leases with "fenced" (the autoscale e2e test, run again in the same
+    directory, failed so)."""
+    provider = lease_keyed(local, MASTER)
+    first = await start(provider, local, "px-again")
+    assert await asyncio.to_thread(status_via, lease(first, 7, 300), target) == 200
+    for pid in processes_mentioning(str(first.instance_dir) + os.sep):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    shutil.rmtree(first.instance_dir)
+
+    second = await start(provider, local, "px-again")
+    assert second.instance_dir == first.instance_dir
+    assert await asyncio.to_thread(status_via, lease(second, 1, 300), target) == 200
