@@ -36,6 +36,7 @@ from bench.gateway_parts import (
     ab,
     cpu_seconds,
     hold_connections,
+    relay_floor,
     rss_mb,
     site,
     squid,
@@ -80,8 +81,11 @@ async def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                 discovery(server.url, lease_cooldown=0.0, clients_file=clients) as (_, api),
             ):
                 await ready_proxy(store, "bench-gw", port=proxy.port)
-                async with gateway_process(server.url, api, clients) as (pid, port):
-                    return await rounds(args, origin, proxy, port, pid)
+                async with (
+                    gateway_process(server.url, api, clients) as (pid, port),
+                    relay_floor(proxy.port) as floor,
+                ):
+                    return await rounds(args, origin, proxy, port, pid, floor=floor)
         finally:
             await conn.close()
     finally:
@@ -89,7 +93,13 @@ async def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 
 
 async def rounds(
-    args: argparse.Namespace, origin: Site, proxy: Squid, port: int, pid: int
+    args: argparse.Namespace,
+    origin: Site,
+    proxy: Squid,
+    port: int,
+    pid: int,
+    *,
+    floor: tuple[int, int],
 ) -> dict[str, Any]:
     """The arms, alternated; each arm's CPU per request is the gateway's, Squid's and this
     process's (the site): where the cores go decides what a second hop can reach."""
@@ -107,7 +117,20 @@ async def rounds(
     squid_through: list[float] = []
     site_direct: list[float] = []
     site_through: list[float] = []
+    floor_rps: list[float] = []
+    floor_cpu: list[float] = []
+    floor_tunnel: list[float] = []
+    floor_cpu_mb: list[float] = []
+    floor_pid, floor_port = floor
     for _ in range(args.rounds):
+        before = cpu_seconds(floor_pid)
+        floor_rps.append(
+            (await ab(floor_port, small, args.requests, args.concurrency)).requests_per_second
+        )
+        floor_cpu.append((cpu_seconds(floor_pid) - before) / args.requests)
+        before = cpu_seconds(floor_pid)
+        floor_tunnel.append(await tunnel_download(floor_port, origin))
+        floor_cpu_mb.append((cpu_seconds(floor_pid) - before) / args.megabytes)
         squid_before, site_before = cpu_seconds(proxy.pid), time.process_time()
         direct.append(await ab(squid_port, small, args.requests, args.concurrency))
         squid_direct.append((cpu_seconds(proxy.pid) - squid_before) / args.requests)
@@ -155,6 +178,12 @@ async def rounds(
             "through_gateway": [round(c * 1e6, 1) for c in site_through],
         },
         "gateway_cpu_ms_per_mb": [round(c * 1e3, 2) for c in cpu_per_mb],
+        "relay_floor": {
+            "requests_per_second": [round(r) for r in floor_rps],
+            "cpu_us_per_request": [round(c * 1e6, 1) for c in floor_cpu],
+            "tunnel_mb_per_second": [round(args.megabytes / s, 1) for s in floor_tunnel],
+            "cpu_ms_per_mb": [round(c * 1e3, 2) for c in floor_cpu_mb],
+        },
         "gateway_rss_mb": {"idle": round(rss_before, 1), "connections_open": round(rss_held, 1)},
         "targets": {
             "requests_per_second_ratio": f">= {RPS_TARGET}",

@@ -7,6 +7,7 @@ import asyncio
 import base64
 import contextlib
 import re
+import sys
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -180,3 +181,33 @@ async def hold_connections(
         await reader.readexactly(1024)
         held.append((reader, writer))
     return held
+
+
+@contextlib.asynccontextmanager
+async def relay_floor(upstream_port: int) -> AsyncIterator[tuple[int, int]]:
+    """``bench.relay_floor`` in front of the proxy: its pid and port."""
+    port = free_port()
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bench.relay_floor",
+        "--port",
+        str(port),
+        "--upstream",
+        f"127.0.0.1:{upstream_port}",
+    )
+    try:
+
+        async def listening() -> bool:
+            try:
+                _, writer = await asyncio.open_connection("127.0.0.1", port)
+            except OSError:
+                return False
+            writer.close()
+            return True
+
+        await until(listening, timeout=30, what="the relay floor listening")
+        yield process.pid, port
+    finally:
+        process.kill()
+        await process.wait()
