@@ -180,29 +180,3 @@ async def open_tunnel(
         writer.close()
         raise
     return conn, response
-
-
-async def pipe(
-    reader: asyncio.StreamReader,
-    writer: asyncio.StreamWriter,
-    count: list[int],
-    idle_timeout: float,
-) -> None:
-    """Copy until end of file or ``idle_timeout`` without a byte moving, read or written (a
-    side that stops reading holds the tunnel no longer than one that stops sending);
-    ``count[0]`` grows."""
-    try:
-        while True:
-            async with asyncio.timeout(idle_timeout):
-                data = await reader.read(CHUNK)
-                if not data:
-                    break
-                count[0] += len(data)
-                writer.write(data)
-                await writer.drain()
-    except (OSError, TimeoutError, asyncio.IncompleteReadError):
-        pass
-    finally:
-        with contextlib.suppress(OSError, RuntimeError):
-            if writer.can_write_eof():
-                writer.write_eof()

@@ -24,6 +24,7 @@ from services.gateway.bounds import Limits, Refusal, close, close_refused, drain
 from services.gateway.doorman import Doorman
 from services.gateway.leases import Caller, Held, Keeper, NoLease
 from services.gateway.metrics import GatewayMetrics
+from services.gateway.pump import pump
 from services.gateway.pure import heads
 from services.gateway.pure.heads import HeadError, Target
 from services.gateway.pure.outcomes import MAX_RETRY_BODY, Outcome, judge
@@ -36,7 +37,6 @@ from services.gateway.relay import (
     UpstreamError,
     Upstreams,
     open_tunnel,
-    pipe,
     read_head,
     stream_rest,
 )
@@ -344,11 +344,9 @@ class Gateway:
             writer.write(_established(held))
             await drain(writer, self.limits.idle_timeout)
             held.in_flight += 1
-            up, down = [0], [0]
             try:
-                await asyncio.gather(
-                    pipe(reader, up_writer, up, self.limits.idle_timeout),
-                    pipe(up_reader, writer, down, self.limits.idle_timeout),
+                up, down = await pump(
+                    (reader, writer), (up_reader, up_writer), self.limits.idle_timeout
                 )
             finally:
                 held.in_flight -= 1
@@ -357,7 +355,7 @@ class Gateway:
                 caller,
                 held,
                 "success",
-                Traffic(up[0], down[0]),
+                Traffic(up, down),
                 tunnel=True,
                 host=target.host,
                 status=200,
