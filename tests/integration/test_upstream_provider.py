@@ -307,3 +307,67 @@ async def test_an_unreachable_service_is_an_answer_of_our_squid_not_a_hang(
         assert got.split(b" ")[1] in (b"502", b"503"), got
     finally:
         await delete_all(provider)
+
+
+# ----------------------------------------------------------------------------- preflight
+
+
+ANSWERS = {
+    "taken": b"HTTP/1.1 200 Connection established\r\n\r\n",
+    "bad account": (
+        b"HTTP/1.1 407 Proxy Authentication Required\r\n"
+        b'Proxy-Authenticate: Basic realm="gate"\r\nContent-Length: 0\r\n\r\n'
+    ),
+    "spent": b"HTTP/1.1 402 Payment Required\r\nContent-Length: 0\r\n\r\n",
+    "quota body": (
+        b"HTTP/1.1 403 Forbidden\r\nContent-Length: 27\r\n\r\nTraffic limit reached today"
+    ),
+    "throttled": b"HTTP/1.1 429 Too Many Requests\r\nRetry-After: 30\r\nContent-Length: 0\r\n\r\n",
+    "no http": b"SSH-2.0-OpenSSH_9.6\r\n\r\n",
+}
+
+
+@pytest.mark.parametrize(
+    ("answer", "verdict", "says"),
+    [
+        ("taken", True, "let a session in de CONNECT to example.com:443"),
+        ("bad account", False, "Permanent: provider resi: the proxy service refused the account"),
+        ("spent", False, "QuotaExceeded: provider resi: the proxy service says"),
+        ("quota body", False, "QuotaExceeded"),
+        ("throttled", False, "Transient: provider resi: the proxy service is throttling"),
+        ("no http", False, "Transient"),
+    ],
+)
+async def test_the_preflight_asks_the_gateway_with_a_fresh_sessions_login(
+    tmp_path: Path, answer: str, verdict: bool, says: str
+) -> None:
+    seen: list[str] = []
+
+    async def gateway(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        seen.append((await reader.readuntil(b"\r\n\r\n")).decode())
+        writer.write(ANSWERS[answer])
+        await writer.drain()
+        writer.close()
+
+    async with listening(gateway) as port:
+        provider = upstream(tmp_path / "resi", port, allowed_countries=("de",))
+        [finding] = await provider.preflight()
+    assert (finding.check, finding.ok) == ("login for de", verdict)
+    assert says in finding.detail
+    assert bool(finding.fix) is not verdict
+    assert PASSWORD not in finding.detail + finding.fix
+    [head] = seen
+    assert head.startswith("CONNECT example.com:443 HTTP/1.1\r\n")
+    token = head.split("Proxy-Authorization: Basic ")[1].split("\r\n")[0]
+    user, _, password = base64.b64decode(token).decode().partition(":")
+    assert user.startswith("customer-acme-cc-DE-sessid-")
+    assert password == PASSWORD
+    assert await provider.list_by_tag() == []  # a probe is no instance
+
+
+async def test_the_preflight_of_an_unreachable_gateway_says_so(tmp_path: Path) -> None:
+    provider = upstream(tmp_path / "resi", closed_port(), allowed_countries=("de", "fr"))
+    findings = await provider.preflight()
+    assert [(f.check, f.ok) for f in findings] == [("login for de", False), ("login for fr", False)]
+    assert "did not answer" in findings[0].detail
+    assert "endpoint" in findings[0].fix

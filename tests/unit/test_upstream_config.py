@@ -157,6 +157,8 @@ def block(**changes: str | None) -> str:
         ({"portRange": '"30000-20000"'}, r"portRange '30000-20000'"),
         ({"password": '"{password}"'}, r"are for template generic"),
         ({"apiKey": "x"}, r"unknown field `apiKey`"),
+        ({"probeTarget": "example.com"}, r"probeTarget 'example.com' is not host:port; write a"),
+        ({"probeTarget": '"a b:443"'}, r"probeTarget: 'a b' is not a host name"),
     ],
 )
 def test_mistakes_name_the_entry_the_field_and_the_fix(

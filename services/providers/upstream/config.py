@@ -13,6 +13,7 @@ providers:
       sessionSeconds: 1800
       allowedCountries: [de, fr]
       maxBytesPerDay: 5000000000 # optional; kept, not enforced yet
+      probeTarget: example.com:443  # what the preflight CONNECTs to through the service
       dataDir: ""                # the local Squids' records, as the local provider's
       portRange: "20000-29999"
 ```
@@ -75,6 +76,9 @@ class UpstreamConfig(
     ] = 600
     allowed_countries: tuple[str, ...] = ()
     max_bytes_per_day: Annotated[int, msgspec.Meta(gt=0)] | None = None
+    """Validated and kept; the daily budget itself is not enforced yet (D160)."""
+    probe_target: str = "example.com:443"
+    """The host:port the preflight asks the service to CONNECT to (nothing is sent through)."""
     data_dir: str = ""
     port_range: Annotated[str, msgspec.Meta(pattern=_PORT_RANGE)] = "20000-29999"
     stop_grace_seconds: Annotated[float, msgspec.Meta(ge=0)] = 3.0
@@ -97,18 +101,21 @@ class UpstreamConfig(
         return parent_host(host.removeprefix("[").removesuffix("]")), int(port)
 
 
-def endpoint_problem(endpoint: str) -> str:
-    fix = "write the service's gateway as host:port, e.g. gate.example-proxies.net:7000"
+def endpoint_problem(
+    endpoint: str,
+    field: str = "endpoint",
+    fix: str = "write the service's gateway as host:port, e.g. gate.example-proxies.net:7000",
+) -> str:
     host, sep, port = endpoint.rpartition(":")
     if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
-        return f"endpoint {endpoint[:64]!r} is not host:port; {fix}"
+        return f"{field} {endpoint[:64]!r} is not host:port; {fix}"
     bare = host.removeprefix("[").removesuffix("]")
     if ":" in bare and not (host.startswith("[") and host.endswith("]")):
-        return f"endpoint {endpoint[:64]!r}: an IPv6 address goes in brackets, [2001:db8::1]:7000"
+        return f"{field} {endpoint[:64]!r}: an IPv6 address goes in brackets, [2001:db8::1]:7000"
     try:
         parent_host(bare)
     except ValueError as exc:
-        return f"endpoint: {exc}; {fix}"
+        return f"{field}: {exc}; {fix}"
     return ""
 
 
@@ -180,6 +187,11 @@ def validate(config: UpstreamConfig) -> str:
     """The first problem with ``config``, or ``""``."""
     problem = (
         endpoint_problem(config.endpoint)
+        or endpoint_problem(
+            config.probe_target,
+            "probeTarget",
+            "write a public site's host:443, e.g. example.com:443",
+        )
         or _templates_problem(config)
         or _identity_problem(config)
         or _password_source_problem(config)

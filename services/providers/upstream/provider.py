@@ -15,15 +15,20 @@ from __future__ import annotations
 
 import secrets
 import string
+from datetime import UTC, datetime
 from pathlib import Path
 
 import structlog
 
+from events.schemas import ProxySpec
 from services.providers import local_process as proc
 from services.providers.base import CreateRequest, Permanent
 from services.providers.local import InstanceMeta, LocalProvider, parse_port_range
+from services.providers.preflight import Finding
 from services.providers.pure.squidconf import Parent
+from services.providers.upstream import probe
 from services.providers.upstream.config import UpstreamConfig, read_password
+from services.providers.upstream.pure.refusals import refusal
 from services.providers.upstream.pure.templates import (
     FROM_ATTRIBUTES,
     TemplateError,
@@ -38,6 +43,11 @@ log = structlog.get_logger("egress.provider.upstream")
 SESSION_LABEL = "egress-proxies/upstream-session"
 COUNTRY_LABEL = "egress-proxies/upstream-country"
 _SESSION_ALPHABET = string.ascii_lowercase + string.digits
+_FIXES = {
+    "Permanent": "fix the entry's account, password or template, or allowedCountries",
+    "QuotaExceeded": "top up the account or raise its traffic limit at the service",
+    "Transient": "check that this host reaches the gateway (endpoint), then try again",
+}
 
 
 def mint_session(length: int) -> str:
@@ -63,6 +73,8 @@ class UpstreamProvider(LocalProvider):
         account: str = "",
         zone: str = "",
         session_seconds: int = 600,
+        probe_target: str = "example.com:443",
+        probe_timeout: float = 20.0,
         port_range: tuple[int, int] = (20000, 29999),
         stop_grace: float = 3.0,
         start_grace: float = 10.0,
@@ -87,6 +99,8 @@ class UpstreamProvider(LocalProvider):
         self.zone = zone
         self.session_seconds = session_seconds
         self.allowed_countries = allowed_countries
+        self.probe_target = probe_target
+        self.probe_timeout = probe_timeout
         self._password = password
 
     def __repr__(self) -> str:
@@ -106,6 +120,7 @@ class UpstreamProvider(LocalProvider):
             account=config.account,
             zone=config.zone,
             session_seconds=config.session_seconds,
+            probe_target=config.probe_target,
             port_range=parse_port_range(config.port_range),
             stop_grace=config.stop_grace_seconds,
         )
@@ -117,6 +132,35 @@ class UpstreamProvider(LocalProvider):
         # spec's mistake, and would be the same on every retry.
         self._login(self._values(request, "0" * self.templates.session_length))
         return await super().create(request)
+
+    async def preflight(self) -> list[Finding]:
+        """Whether the service takes this entry's login: one ``CONNECT`` to ``probeTarget``
+        per allowed country, each with a fresh session, answered by the gateway and mapped by
+        ``pure.refusals`` (what an operator sees on each refusal: docs/providers.md)."""
+        host, port = self.endpoint
+        findings = []
+        for country in self.allowed_countries:
+            probe_request = CreateRequest(
+                name="preflight",
+                owner_uid="",
+                namespace="",
+                proxy_name="",
+                spec=ProxySpec(attributes={"country": country}),
+            )
+            values = self._values(probe_request, mint_session(self.templates.session_length))
+            username, password = self._login(values)
+            answer = await probe.ask(
+                host, port, username, password, self.probe_target, timeout=self.probe_timeout
+            )
+            error = refusal(answer, entry=self.name, now=datetime.now(UTC))
+            check = f"login for {country}"
+            if error is None:
+                detail = f"{host}:{port} let a session in {country} CONNECT to {self.probe_target}"
+                findings.append(Finding(check, True, detail))
+            else:
+                fix = _FIXES.get(type(error).__name__, "see the detail")
+                findings.append(Finding(check, False, f"{type(error).__name__}: {error}", fix))
+        return findings
 
     # ---------------------------------------------------------------- hooks
 
