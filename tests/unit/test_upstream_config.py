@@ -220,3 +220,19 @@ def test_the_file_is_read_whole_bar_one_trailing_newline(tmp_path: Path) -> None
     provider = build_unwrapped(entry(tmp_path, passwordEnv=None, passwordFile=str(path)))
     assert isinstance(provider, UpstreamProvider)
     assert provider._password == " spaced pass "
+
+
+EXAMPLE = Path(__file__).parents[2] / "deploy" / "examples" / "providers-upstream.yaml"
+
+
+def test_the_example_loads(tmp_path: Path) -> None:
+    entries = parse_providers_config(
+        yaml.safe_load(EXAMPLE.read_text()),
+        source=str(EXAMPLE),
+        base_dir=tmp_path,
+        default_data_dir=tmp_path,
+    )
+    assert [(e.name, e.type) for e in entries] == [("resi-de", "upstream"), ("isp-us", "upstream")]
+    templates = [e.config.templates for e in entries if isinstance(e.config, UpstreamConfig)]
+    assert templates[1] == NAMED["brightdata"]
+    assert "session" in templates[0].placeholders
