@@ -33,11 +33,14 @@ from tests.contract.provider import (
     request_factory,
 )
 from tests.integration.test_proxy_auth import MASTER, Proxy, lease
+from tests.support.clirun import cli, restore_logging_after
 from tests.support.loopback import listening
 from tests.support.system import processes_mentioning
 from tests.support.waiting import until
 
 pytestmark = pytest.mark.integration
+
+restore_logging = pytest.fixture(autouse=True)(restore_logging_after)
 
 GRACE = 0.5
 WAIT = 30.0
@@ -371,3 +374,28 @@ async def test_the_preflight_of_an_unreachable_gateway_says_so(tmp_path: Path) -
     assert [(f.check, f.ok) for f in findings] == [("login for de", False), ("login for fr", False)]
     assert "did not answer" in findings[0].detail
     assert "endpoint" in findings[0].fix
+
+
+async def test_local_stop_stops_the_squids_an_upstream_entry_left(tmp_path: Path) -> None:
+    """An upstream entry's Squids outlive `up` as local proxies do; ``local stop`` stops them
+    from the providers file alone (no password needed: nothing is built)."""
+    data = tmp_path / "data"
+    config = tmp_path / "providers.yaml"
+    config.write_text(
+        "providers:\n  - name: resi\n    type: upstream\n    upstream:\n"
+        f"      endpoint: 127.0.0.1:{closed_port()}\n      template: oxylabs\n"
+        "      account: acme\n      passwordEnv: NOT_SET_HERE\n      allowedCountries: [de]\n"
+    )
+    provider = upstream(data.resolve() / "resi", closed_port())
+    try:
+        await running(provider, await provider.create(request("left", country="de")))
+        instance_dir = provider.data_dir / "instances" / "left"
+        assert processes_mentioning(str(instance_dir))
+        stopped = await cli(
+            "local", "stop", "--data-dir", str(data), "--providers-config", str(config)
+        )
+        assert stopped.exit_code == 0, stopped.output
+        assert "stopped the local proxy resi/left" in stopped.stdout
+        assert processes_mentioning(str(instance_dir)) == []
+    finally:
+        await delete_all(provider)
