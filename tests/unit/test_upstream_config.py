@@ -236,3 +236,12 @@ def test_the_example_loads(tmp_path: Path) -> None:
     templates = [e.config.templates for e in entries if isinstance(e.config, UpstreamConfig)]
     assert templates[1] == NAMED["brightdata"]
     assert "session" in templates[0].placeholders
+
+
+def test_without_squid_the_entry_says_to_install_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RESI_PASSWORD", PASSWORD)
+    monkeypatch.setenv("PATH", str(tmp_path))  # a PATH without squid
+    with pytest.raises(ConfigError, match=r"resi-de.*`squid` is not on PATH; install Squid"):
+        build_unwrapped(entry(tmp_path))

@@ -14,6 +14,7 @@ instance stops its Squid: the service forgets an unused session by itself.
 from __future__ import annotations
 
 import secrets
+import shutil
 import string
 from datetime import UTC, datetime
 from pathlib import Path
@@ -79,10 +80,11 @@ class UpstreamProvider(LocalProvider):
         stop_grace: float = 3.0,
         start_grace: float = 10.0,
     ) -> None:
-        try:
-            proc.resolve_backend(proc.SQUID)
-        except ValueError as exc:
-            raise ConfigError(f"provider {name!r}: upstream chains through Squid: {exc}") from exc
+        if shutil.which(proc.SQUID) is None:
+            raise ConfigError(
+                f"provider {name!r}: upstream chains each session through a Squid, and `squid` "
+                "is not on PATH; install Squid where the executor runs"
+            )
         super().__init__(
             name,
             data_dir,
