@@ -54,7 +54,9 @@ _OWN_PACKAGES = frozenset({"events", "projections", "commands", "services"})
 AUTH_LEASE = "lease"
 AUTH_NONE = "none"
 AUTH_MODES = (AUTH_LEASE, AUTH_NONE)
-LEASE_TYPES = frozenset({"local", "kubernetes", "gcp", "kvm", "aws", "digitalocean", "hetzner"})
+LEASE_TYPES = frozenset(
+    {"local", "kubernetes", "gcp", "kvm", "aws", "digitalocean", "hetzner", "upstream"}
+)
 """Types whose proxies enforce leases unless their entry says ``auth: none`` (D84)."""
 MAX_FILE_BYTES = 32 * 1024 * 1024
 """Larger than any file a person writes; reading stops there (a device like /dev/zero ends)."""
@@ -195,6 +197,13 @@ def _hetzner() -> Loaded:
     return HetznerConfig, cast(Factory, HetznerProvider.from_config)
 
 
+def _upstream() -> Loaded:
+    from services.providers.upstream.config import UpstreamConfig  # noqa: PLC0415 - on first use
+    from services.providers.upstream.provider import UpstreamProvider  # noqa: PLC0415
+
+    return UpstreamConfig, cast(Factory, UpstreamProvider.from_config)
+
+
 PROVIDER_TYPES: dict[str, ProviderType] = {
     "local": ProviderType(_local),
     "fake": ProviderType(_fake),
@@ -204,6 +213,7 @@ PROVIDER_TYPES: dict[str, ProviderType] = {
     "aws": ProviderType(_aws, extra="aws"),
     "digitalocean": ProviderType(_digitalocean, extra="digitalocean"),
     "hetzner": ProviderType(_hetzner, extra="hetzner"),
+    "upstream": ProviderType(_upstream),
 }
 
 

@@ -100,7 +100,7 @@ PROXYPY_NO_OUTGOING = (
 )
 
 
-class _Meta(msgspec.Struct, kw_only=True, rename="camel"):
+class InstanceMeta(msgspec.Struct, kw_only=True, rename="camel"):
     """``meta.json``: what survives an executor restart."""
 
     name: str
@@ -113,12 +113,14 @@ class _Meta(msgspec.Struct, kw_only=True, rename="camel"):
     proxy_name: str = ""
     spec_hash: str = ""
     pid: int = 0
+    extra: dict[str, str] = msgspec.field(default_factory=dict)
+    """What a type built on this one records of an instance (an upstream session's id)."""
 
 
 @dataclass(frozen=True, slots=True)
 class _Found:
     path: Path
-    meta: _Meta
+    meta: InstanceMeta
 
 
 class LocalProvider:
@@ -251,8 +253,9 @@ class LocalProvider:
                 # What a former life at this path left outside it (a data dir wiped by hand):
                 # its helper's fencing state would refuse this instance's first leases.
                 proc.remove_leftovers(path)
+                extra = self._new_extra(request)
                 path.mkdir(parents=True)
-                meta = _Meta(
+                meta = InstanceMeta(
                     name=request.name,
                     owner_uid=request.owner_uid,
                     created_at=datetime.now(UTC),
@@ -262,34 +265,40 @@ class LocalProvider:
                     namespace=request.namespace,
                     proxy_name=request.proxy_name,
                     spec_hash=request.spec_hash,
+                    extra=extra,
                 )
-                command = proc.prepare(
-                    meta.backend,
-                    path,
-                    meta.port,
-                    meta.name,
-                    lease_auth=request.lease_auth,
-                    outgoing=self.outgoing,
-                    targets=self.targets,
-                )
+                command = self._prepare(path, meta, request)
                 self._write(path, meta)  # the record first: see the module docstring
             elif self._pid(path):
                 return request.name
             else:
                 meta = found.meta  # recorded, then the creator crashed before spawning
-                command = proc.prepare(
-                    meta.backend,
-                    path,
-                    meta.port,
-                    meta.name,
-                    lease_auth=request.lease_auth,
-                    outgoing=self.outgoing,
-                    targets=self.targets,
-                )
+                command = self._prepare(path, meta, request)
             meta.pid = proc.spawn(command, path)
             self._write(path, meta)
             log.info("instance started", provider=self.name, name=meta.name, port=meta.port)
         return request.name
+
+    def _new_extra(self, request: CreateRequest) -> dict[str, str]:
+        """What a new record keeps beside the instance's basics; a type built on this one
+        (``upstream``) mints its session here, under the lock, before anything is written."""
+        return {}
+
+    def _prepare(self, path: Path, meta: InstanceMeta, request: CreateRequest) -> list[str]:
+        """The proxy's files and command line, for a new record or one never spawned."""
+        return proc.prepare(
+            meta.backend,
+            path,
+            meta.port,
+            meta.name,
+            lease_auth=request.lease_auth,
+            outgoing=self.outgoing,
+            targets=self.targets,
+        )
+
+    def _extra_labels(self, meta: InstanceMeta) -> dict[str, str]:
+        """Labels a type built on this one derives from its record's ``extra``."""
+        return {}
 
     def _remove(self, path: Path) -> bool:
         """Remove the record, unless a racing create has spawned a process meanwhile."""
@@ -328,7 +337,7 @@ class LocalProvider:
         except OSError as exc:
             raise proc.classify_os_error(f"{self.name}: read {name}", exc) from exc
         try:
-            return _Found(path, msgspec.json.decode(data, type=_Meta))
+            return _Found(path, msgspec.json.decode(data, type=InstanceMeta))
         except msgspec.DecodeError as exc:
             raise Permanent(
                 f"{self.name}: record {path / META_FILE} is unreadable ({exc}); delete the "
@@ -359,7 +368,7 @@ class LocalProvider:
         return ports
 
     @staticmethod
-    def _write(path: Path, meta: _Meta) -> None:
+    def _write(path: Path, meta: InstanceMeta) -> None:
         proc.write_atomic(path / META_FILE, msgspec.json.encode(meta))
 
     async def _observe(self, found: _Found) -> Instance:
@@ -385,6 +394,7 @@ class LocalProvider:
         }
         if meta.spec_hash:
             labels[SPEC_HASH_LABEL] = meta.spec_hash
+        labels.update(self._extra_labels(meta))
         return Instance(
             provider_id=meta.name,
             name=meta.name,

@@ -42,7 +42,7 @@ def remove_own_dir(service: str) -> None:
 def write_key(instance_dir: Path, auth: LeaseAuth) -> None:
     """The key where the proxy.py plugin reads it (proxy.py runs as us), and its fencing
     state raised to the floor (the plugin has no command line to take ``--fence-floor``)."""
-    _write_private(instance_dir / KEY_FILE, f"{auth.key}\n".encode(), None)
+    write_private(instance_dir / KEY_FILE, f"{auth.key}\n".encode(), None)
     raise_fence(instance_dir / FENCE_FILE, auth.fence_floor)
 
 
@@ -79,7 +79,7 @@ def helper_interpreter(user: str | None) -> str:
     )
 
 
-def _write_private(path: Path, data: bytes, user: str | None, *, mode: int = 0o600) -> None:
+def write_private(path: Path, data: bytes, user: str | None, *, mode: int = 0o600) -> None:
     """Atomically, a file only its owner (Squid's user, when we drop to one) can read, unless
     ``mode`` says otherwise."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -131,8 +131,8 @@ def prepare_auth(instance_dir: Path, auth: LeaseAuth, user: str | None, service:
     if where != instance_dir and user is not None:
         _own_dir(where, user)
     python = helper_interpreter(user)
-    _write_private(where / HELPER_FILE, auth.helper.encode(), None, mode=0o644)
-    _write_private(where / KEY_FILE, f"{auth.key}\n".encode(), user)
+    write_private(where / HELPER_FILE, auth.helper.encode(), None, mode=0o644)
+    write_private(where / KEY_FILE, f"{auth.key}\n".encode(), user)
     # --instance names the instance directory on the helper's command line, so its processes
     # are recognised as the instance's (``_ours``) wherever the helper lives.
     program = (

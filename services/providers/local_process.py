@@ -29,7 +29,7 @@ from pathlib import Path
 
 from services.providers import local_auth
 from services.providers.base import LeaseAuth, Permanent, ProviderError, QuotaExceeded, Transient
-from services.providers.pure.squidconf import SquidAuth
+from services.providers.pure.squidconf import Parent, SquidAuth
 from services.providers.pure.squidconf import squid_config as shared_squid_config
 from services.providers.pure.targets import AllowedTarget
 from services.providers.squidauth.secret import SECRET_ENV
@@ -84,10 +84,12 @@ def squid_config(
     *,
     outgoing: str = "",
     targets: Collection[AllowedTarget] = (),
+    parent: Parent | None = None,
 ) -> str:
     """The shared egress Squid on loopback, logging into the instance directory, connecting to
     targets from ``outgoing`` when one is given. Plain HTTP to loopback stays allowed: the
-    sites a developer tests with run there (D134); ``targets`` adds what else it may reach."""
+    sites a developer tests with run there (D134); ``targets`` adds what else it may reach.
+    With ``parent`` every request is chained to it (D160)."""
     return shared_squid_config(
         listen=f"{HOST}:{port}",
         name=name,
@@ -98,6 +100,7 @@ def squid_config(
         outgoing=outgoing,
         targets=tuple(targets),
         loopback_http=True,
+        parent=parent,
     )
 
 
@@ -138,11 +141,14 @@ def prepare(
     lease_auth: LeaseAuth | None = None,
     outgoing: str = "",
     targets: Collection[AllowedTarget] = (),
+    parent: Parent | None = None,
 ) -> list[str]:
     """Write what the backend needs into ``instance_dir`` and return its command line. Every
     command line names a file inside ``instance_dir``, which is how a pid is recognised as ours
     later. With ``lease_auth`` the proxy serves only a current lease's holder (D84); with
-    ``outgoing`` (Squid only) it connects to targets from that address."""
+    ``outgoing`` (Squid only) it connects to targets from that address; with ``parent`` (Squid
+    only) it chains every request to that proxy, whose login lives only in the config file,
+    readable by Squid's user alone (D160)."""
     if backend == SQUID:
         user = _squid_user() if os.geteuid() == 0 else None
         auth = None
@@ -152,9 +158,12 @@ def prepare(
             )
         config = instance_dir / "squid.conf"
         text = squid_config(
-            instance_dir, port, name, user, auth, outgoing=outgoing, targets=targets
+            instance_dir, port, name, user, auth, outgoing=outgoing, targets=targets, parent=parent
         )
-        write_atomic(config, text.encode())
+        if parent is not None:
+            local_auth.write_private(config, text.encode(), user)
+        else:
+            write_atomic(config, text.encode())
         if user is not None:
             entry = pwd.getpwnam(user)
             os.chown(instance_dir, entry.pw_uid, entry.pw_gid)
@@ -166,6 +175,8 @@ def prepare(
             "-f",
             str(config),
         ]
+    if parent is not None:
+        raise Permanent(f"{name}: chaining to a proxy service needs the squid backend")
     if outgoing:
         # An instance recorded under backend proxypy, spawned by a provider now set to Squid.
         raise Permanent(

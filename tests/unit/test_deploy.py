@@ -200,7 +200,15 @@ def test_providers_configs_parse_and_build(monkeypatch: pytest.MonkeyPatch) -> N
         )
         kinds = {entry.type for entry in entries}
         providers = build_providers([e for e in entries if e.type == "kubernetes"])
-        assert kinds <= {"kubernetes", "gcp", "kvm", "aws", "digitalocean", "hetzner"}, source
+        assert kinds <= {
+            "kubernetes",
+            "gcp",
+            "kvm",
+            "aws",
+            "digitalocean",
+            "hetzner",
+            "upstream",
+        }, source
         assert all(p.type == "kubernetes" for p in providers.values())
 
 

@@ -18,7 +18,7 @@ from rich.text import Text
 
 from services.cli.common import stdout_console
 from services.cli.envoptions import with_env_option
-from services.cli.run.uplocal import LocalProvider, local_providers
+from services.cli.run.uplocal import OUTLIVING_TYPES, LocalProvider, local_providers
 from services.providers.config import load_providers_config
 from services.providers.local_process import PID_FILE, is_running, terminate
 from services.runtime.datadir import DataDirBusy, exclusive
@@ -47,10 +47,12 @@ def local() -> None:
     help="The providers file `up` ran with, if any (where its local providers keep data).",
 )
 def stop(*, data_dir: Path, providers_config: Path | None) -> None:
-    """Stop every local proxy `up` started on the data dir (refused while an `up` runs on it:
-    use `egress-proxies delete --all` then)."""
+    """Stop every local proxy `up` started on the data dir, the Squids of upstream entries
+    too (refused while an `up` runs on it: use `egress-proxies delete --all` then)."""
     data_dir = data_dir.resolve()
-    providers = local_providers(load_providers_config(providers_config, default_data_dir=data_dir))
+    providers = local_providers(
+        load_providers_config(providers_config, default_data_dir=data_dir), types=OUTLIVING_TYPES
+    )
     if not data_dir.is_dir():
         stdout_console().print(Text(f"no data dir {data_dir}: no local proxies to stop"))
         return

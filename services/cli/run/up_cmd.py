@@ -194,15 +194,15 @@ def _up_owning(state: CliState, values: dict[str, Any]) -> None:
     # Settings and services are built before anything starts: a bad flag must not leave a
     # nats-server behind, nor show a banner for a system that then falls over.
     settings = settings_for(state, nats_url=values["nats_url"], metrics_port=values["metrics_port"])
-    locals_ = (
-        uplocal.local_providers(
-            load_providers_config(
-                values["providers_config"], default_data_dir=values["data_dir"].resolve()
-            )
+    entries = (
+        load_providers_config(
+            values["providers_config"], default_data_dir=values["data_dir"].resolve()
         )
         if EXECUTOR in SERVICES
         else []
     )
+    locals_ = uplocal.local_providers(entries)
+    outliving = uplocal.local_providers(entries, types=uplocal.OUTLIVING_TYPES)
     target: socket.socket | None = None
     ctx = click.get_current_context()
     unnamed = ctx.get_parameter_source("check_url") is ParameterSource.DEFAULT
@@ -238,8 +238,8 @@ def _up_owning(state: CliState, values: dict[str, Any]) -> None:
         if announced is not None:
             apiaddress.withdraw(announced)
     log.info("stopped")
-    if locals_:
-        note = uplocal.still_running_note(uplocal.running_instances(locals_))
+    if outliving:
+        note = uplocal.still_running_note(uplocal.running_instances(outliving))
         stdout_console().print(Text(f"egress-proxies up stopped: {note}"))
 
 

@@ -39,10 +39,20 @@ class LocalProvider:
     backend: str
 
 
-def local_providers(entries: list[ProviderEntry]) -> list[LocalProvider]:
+OUTLIVING_TYPES = ("local", "upstream")
+"""Types whose proxies are processes on this host that outlive `up`: ``upstream`` runs the
+local provider's Squids, chained to a proxy service
+(docs/decisions/0160-upstream-proxy-services.md). Only ``local`` proxies are probed against
+`up`'s own target: an upstream proxy's traffic leaves through its service, which cannot reach
+this host's loopback."""
+
+
+def local_providers(
+    entries: list[ProviderEntry], *, types: tuple[str, ...] = ("local",)
+) -> list[LocalProvider]:
     found = []
     for entry in entries:
-        if entry.type != "local":
+        if entry.type not in types:
             continue
         config = entry.config
         try:

@@ -16,8 +16,10 @@ and an overloaded helper queue answers ERR instead of ending Squid (D92).
 from __future__ import annotations
 
 import ipaddress
+import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from urllib.parse import quote
 
 from services.providers.pure.targets import AllowedTarget, header_lines, target_lines
 
@@ -59,6 +61,64 @@ def auth_lines(auth: SquidAuth) -> list[str]:
     ]
 
 
+@dataclass(frozen=True, slots=True)
+class Parent:
+    """A proxy every request and CONNECT is chained to, logging in as ``username`` with
+    ``password`` (a proxy service's gateway, docs/decisions/0160-upstream-proxy-services.md).
+    ``host`` is a host name or an IP literal, checked by ``parent_lines``. Kept out of ``repr``:
+    the login is the account's secret."""
+
+    host: str
+    port: int
+    username: str = field(repr=False)
+    password: str = field(repr=False)
+
+
+_HOST_NAME = re.compile(
+    r"^(?=.{1,253}\Z)([A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)"
+    r"(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?\Z"
+)
+
+
+def parent_host(text: str) -> str:
+    """``text`` as a ``cache_peer`` host (a DNS name, or an IP literal without brackets), or
+    ValueError saying why not: anything else would be another word on Squid's line."""
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        pass
+    if not _HOST_NAME.match(text):
+        raise ValueError(f"{text[:64]!r} is not a host name or an IP address")
+    return text
+
+
+def peer_login(username: str, password: str) -> str:
+    """The ``login=`` value of a ``cache_peer``: Squid URL-decodes it once (``%XX``) and sends
+    it as the peer's Basic credentials, so every byte but letters, digits and ``-._~`` is
+    escaped: a space, a ``%``, a ``#`` or a ``$`` in a password reaches the service as written
+    and never splits, comments or expands the line. A user name with ``:`` or starting with
+    ``*``, or empty, is refused: Squid would send another login (``*`` passes the client's)."""
+    if not username or ":" in username or username.startswith("*"):
+        raise ValueError("a parent's user name must be non-empty, without ':' or a leading '*'")
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in username + password):
+        raise ValueError("a parent's login cannot hold control characters")
+    return f"{quote(username, safe='')}:{quote(password, safe='')}"
+
+
+def parent_lines(parent: Parent) -> list[str]:
+    """Every request goes to ``parent``, none directly: the service is the egress. The peer
+    is asked nothing else (no ICP, no digest), and its login replaces the client's (ours)."""
+    if not 1 <= parent.port <= 65535:
+        raise ValueError(f"parent port {parent.port} is not a port")
+    host = parent_host(parent.host)
+    login = peer_login(parent.username, parent.password)
+    return [
+        f"cache_peer {host} parent {parent.port} 0 no-query no-digest no-netdb-exchange "
+        f"default name=egress_upstream login={login}",
+        "never_direct allow all",
+    ]
+
+
 def outgoing_address(text: str) -> str:
     """``text`` as Squid's ``tcp_outgoing_address`` value (the canonical form of an IPv4 or IPv6
     literal), or ValueError saying why it cannot be one: Squid binds to an address, so a host
@@ -96,6 +156,7 @@ def squid_config(
     targets: Sequence[AllowedTarget] = (),
     loopback_http: bool = False,
     own_addresses_file: str = "",
+    parent: Parent | None = None,
 ) -> str:
     """``listen`` is squid's ``http_port`` value (``3128`` or ``127.0.0.1:20001``);
     ``pid_file``: none for a Squid we run ourselves, the service manager's path on a VM;
@@ -108,7 +169,8 @@ def squid_config(
     Where a request may go (D134, ``targets.py``): public addresses, CONNECT to 443 only, plus
     ``targets``; ``loopback_http`` adds plain HTTP to loopback (the local provider's sites),
     ``own_addresses_file`` refuses the host's own addresses (a VM's, found at boot). These
-    rules come before ``include``, so nothing included can allow what they refuse."""
+    rules come before ``include``, so nothing included can allow what they refuse.
+    ``parent``: every request is chained to it (``parent_lines``), none goes directly."""
     lines = [
         f"http_port {listen}",
         f"visible_hostname egress-{name}",
@@ -140,6 +202,8 @@ def squid_config(
     lines.append("http_access deny all")
     if outgoing:
         lines.append(f"tcp_outgoing_address {outgoing_address(outgoing)}")
+    if parent is not None:
+        lines.extend(parent_lines(parent))
     if user is not None:
         lines.append(f"cache_effective_user {user}")
     return "\n".join(lines) + "\n"
