@@ -24,3 +24,7 @@ async def test_a_tiny_gateway_bench_measures_both_arms(tmp_path: Path) -> None:
     assert result["gateway_cpu_us_per_request"][0] > 0
     assert result["gateway_rss_mb"]["connections_open"] > 0
     assert set(result["met"]) == set(result["targets"])
+    floor = result["relay_floor"]
+    assert floor["requests_per_second"][0] > 0
+    assert floor["cpu_us_per_request"][0] > 0
+    assert floor["tunnel_mb_per_second"][0] > 0
