@@ -132,10 +132,16 @@ class UpstreamService:
             ports = json.loads(line)
             return {"proxy": int(ports["proxy"]), "control": int(ports["control"])}
         except (ValueError, KeyError, TypeError):
+            if self.process.poll() is None:
+                self.process.kill()
+            self.process.wait(timeout=10)
+            tail = self.log_tail()
             self.stop()
-            raise RuntimeError(f"the fake service did not start: {self.log_tail()}") from None
+            raise RuntimeError(f"the fake service did not start: {tail}") from None
 
     def log_tail(self, size: int = 4000) -> str:
+        if self._log.closed:
+            return ""
         return Path(self._log.name).read_bytes()[-size:].decode(errors="replace")
 
     def stop(self) -> None:

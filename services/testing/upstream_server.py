@@ -419,7 +419,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         parser.error(str(exc))
     if not 0 < args.session_seconds <= 7 * 86400:
         parser.error("--session-seconds: more than 0, at most 7 days")
-    if not ipaddress.ip_address(args.host).is_loopback:
+    try:
+        loopback = ipaddress.ip_address(args.host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback:
         parser.error("--host: a loopback address (the fake serves this machine only)")
     service = Service(
         chosen,

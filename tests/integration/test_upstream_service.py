@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import itertools
+import random
 import re
 import socket
 import ssl
@@ -342,6 +343,24 @@ def test_a_stalled_request_is_never_answered(start_service: StartService, site: 
 # ----------------------------------------------------------------------------- hostile bytes
 
 
+@pytest.mark.parametrize(
+    ("grammar", "options", "said"),
+    [
+        ("oxylabs", {"countries": {"de": "10.0.0.1-10.0.0.5"}}, "loopback"),
+        ("oxylabs", {"countries": {"de": "127.0.2.1", "fr": "127.0.2.1"}}, "already de's"),
+        ("oxylabs", {"password": ""}, "password"),
+        ("oxylabs", {"session_seconds": 0}, "session-seconds"),
+        ("generic", {"user_template": "{account}-{sesion}"}, "sesion"),
+        ("generic", {"user_template": "{account}-{country}"}, "need {session}"),
+    ],
+)
+def test_a_service_that_cannot_serve_does_not_start_and_says_why(
+    grammar: str, options: dict[str, object], said: str, start_service: StartService
+) -> None:
+    with pytest.raises(RuntimeError, match=re.escape(said)):
+        start_service(grammar, **options)
+
+
 def exchange(port: int, data: bytes, *, timeout: float = 15.0) -> bytes:
     """Send ``data`` and read until the server closes (or ``timeout``)."""
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
@@ -401,6 +420,24 @@ def test_hostile_bytes_on_the_proxy_port_are_refused_and_the_service_stays_up(
     assert [v.path for v in site.visits] == ["/after"]
     assert service.process is not None
     assert service.process.poll() is None
+
+
+def test_random_bytes_get_an_answer_or_a_closed_connection_never_a_crash(
+    start_service: StartService, site: EgressSite
+) -> None:
+    service = start_service("brightdata")
+    chance = random.Random(39)
+    prefixes = [b"", b"GET http://127.0.0.1/ HTTP/1.1\r\n", b"CONNECT a:1 HTTP/1.1\r\n"]
+    for _ in range(60):
+        noise = chance.randbytes(chance.randint(0, 3000))
+        if chance.random() < 0.5:
+            noise = noise.replace(b"\n", b"\r\n") + b"\r\n\r\n"
+        for port in (service.proxy_port, service.control_port):
+            answer = exchange(port, chance.choice(prefixes) + noise)
+            assert answer == b"" or answer.startswith(b"HTTP/1.1 "), answer[:200]
+    credentials = login("brightdata", session="ab12cd34", country="de")
+    assert fetch(service, site.url("/after"), credentials).status_code == 200
+    assert service.health()["grammar"] == "brightdata"
 
 
 def test_hostile_bytes_on_the_control_port_are_refused_and_it_stays_up(
