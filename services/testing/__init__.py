@@ -15,7 +15,8 @@ What it offers, one module per thing it stands in for:
 - ``upstream``: a residential/ISP proxy service of the kind the ``upstream`` provider type leases
   sessions from, a real HTTP proxy in a process of its own, and its parts: ``_server`` (the
   process), ``_logins`` (the services' user name grammars), ``_exits`` (sessions, exits by
-  country, faults, traffic), ``_control`` (the API that makes it misbehave and reads its counts).
+  country, faults, traffic), ``_heads`` (what it writes to clients and sites), ``_control`` (the
+  API that makes it misbehave and reads its counts).
 
 The naming rule, held by tests/unit/test_testing_package.py: a module is named after what it
 stands in for, a cloud's or a proxy service's fake after the provider type it serves, a part of

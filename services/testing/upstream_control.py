@@ -21,6 +21,7 @@ from services.gateway.bounds import close, close_refused
 from services.gateway.pure.heads import HeadError
 from services.gateway.reading import read_request
 from services.testing.upstream_exits import FAULT_STATUSES, Fault, Refused
+from services.testing.upstream_heads import PHRASES
 
 if TYPE_CHECKING:
     from services.testing.upstream_server import Service
@@ -31,19 +32,6 @@ MAX_TIMES = 1_000_000
 MAX_RETRY_AFTER = 86_400
 SESSION_PATH = re.compile(r"/sessions/([^/]+)/(drop|move)")
 SESSION_ID = re.compile(r"[A-Za-z0-9]{1,64}")
-PHRASES = {
-    200: "OK",
-    201: "Created",
-    400: "Bad Request",
-    403: "Forbidden",
-    404: "Not Found",
-    408: "Request Timeout",
-    409: "Conflict",
-    411: "Length Required",
-    413: "Content Too Large",
-    431: "Request Header Fields Too Large",
-    505: "HTTP Version Not Supported",
-}
 
 
 class ControlError(Exception):

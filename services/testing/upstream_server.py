@@ -45,7 +45,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
-from urllib.parse import urlsplit
 
 from services.gateway.bounds import Refusal, close, close_refused, drain
 from services.gateway.pure import heads
@@ -54,6 +53,7 @@ from services.gateway.reading import CHUNK, Request, read_request
 from services.gateway.relay import Traffic, UpstreamError, pipe, read_head, stream_rest
 from services.testing.upstream_control import Control
 from services.testing.upstream_exits import Book, Refused, parse_countries
+from services.testing.upstream_heads import CHALLENGE, answer, origin_head
 from services.testing.upstream_logins import GRAMMARS, Grammar, Login, LoginError, grammar
 
 HEAD_TIMEOUT = 10.0
@@ -63,37 +63,6 @@ MAX_CONNECTIONS = 512
 MAX_ATTEMPTS = 1000
 MAX_LOGIN = 1024
 PASSWORD_ENV = "UPSTREAM_SERVICE_PASSWORD"
-PHRASES = {
-    400: "Bad Request",
-    402: "Payment Required",
-    403: "Forbidden",
-    404: "Not Found",
-    405: "Method Not Allowed",
-    407: "Proxy Authentication Required",
-    408: "Request Timeout",
-    409: "Conflict",
-    411: "Length Required",
-    413: "Content Too Large",
-    429: "Too Many Requests",
-    431: "Request Header Fields Too Large",
-    502: "Bad Gateway",
-    503: "Service Unavailable",
-    505: "HTTP Version Not Supported",
-}
-CHALLENGE = (b"Proxy-Authenticate", b'Basic realm="upstream-service"')
-
-
-def answer(status: int, reason: str, extra: Sequence[tuple[bytes, bytes]] = ()) -> bytes:
-    """A short answer of the service's own, its reason as the plain text body."""
-    body = (reason + "\n").encode("utf-8", "replace")
-    lines = [
-        f"HTTP/1.1 {status} {PHRASES.get(status, 'Error')}".encode(),
-        b"Content-Type: text/plain; charset=utf-8",
-        b"Content-Length: " + str(len(body)).encode(),
-        b"Connection: close",
-        *(k + b": " + v for k, v in extra),
-    ]
-    return b"\r\n".join(lines) + b"\r\n\r\n" + body
 
 
 @dataclass
@@ -328,28 +297,6 @@ class Service:
             up_writer.close()
             self.book.count(exchange.session, exchange.country, up=traffic.up, down=traffic.down)
         return whole and request.keep_alive and response.keep_alive
-
-
-def origin_head(request: Request, target: Target) -> bytes:
-    """The request head for the site: origin form, without the hop-by-hop headers and the
-    proxy login, ``Host`` as the client sent it (or the target's), on a connection of its own."""
-    parts = urlsplit(request.url.decode("ascii", "replace"))
-    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-    named = {
-        token.strip().lower()
-        for value in (v for k, v in request.headers if k.lower() == b"connection")
-        for token in value.split(b",")
-    }
-    lines = [f"{request.method} {path} HTTP/1.1".encode("ascii", "replace")]
-    if not any(k.lower() == b"host" for k, _ in request.headers):
-        lines.append(b"Host: " + target.authority.encode("ascii", "replace"))
-    for key, value in request.headers:
-        low = key.lower()
-        if low in heads.HOP_BY_HOP or low in named or low.startswith(b"proxy-"):
-            continue
-        lines.append(key + b": " + value)
-    lines.append(b"Connection: close")
-    return b"\r\n".join(lines) + b"\r\n\r\n"
 
 
 # ----------------------------------------------------------------------------- the process

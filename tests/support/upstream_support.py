@@ -1,6 +1,7 @@
 """The fake proxy service (services/testing/upstream.py) for the tests: an account, a country
-map of loopback exits, logins in each service's grammar, and the service as a fixture that
-starts its process on free ports and stops it after the test.
+map of loopback exits, logins in each service's grammar, the service as a fixture that starts
+its process on free ports and stops it after the test, and the clients the tests fetch with
+(httpx, curl, a raw socket) through it to the egress site, which tells the exit it saw.
 
 ``login`` writes a user name and password the way each service's documentation shows them,
 from this table and not from the provider's templates, so a test that fetches through the
@@ -9,12 +10,21 @@ provider and the fake checks one against the other.
 
 from __future__ import annotations
 
+import base64
+import re
+import socket
+import ssl
+import subprocess
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from services.testing.upstream import UpstreamService
+from tests.support.cli_process import clean_env
+from tests.support.egress_site import EgressSite, egress_site
 from tests.support.markers import starts
 
 ACCOUNT = "acme"
@@ -27,6 +37,7 @@ COUNTRIES = {"de": f"{DE[0]}-{DE[-1]}", "fr": f"{FR[0]}-{FR[-1]}"}
 GENERIC_USER = "acct.{account}.geo.{COUNTRY}.sid.{session}"
 GENERIC_PASSWORD = "{password}~t{minutes}"
 ZONE = "resi_eu"
+SEEN = re.compile(r"seen from (\S+)")
 
 
 def login(
@@ -96,3 +107,65 @@ def start_service() -> Iterator[StartService]:
     yield start
     for service in started:
         service.stop()
+
+
+@pytest.fixture
+@starts("the egress site's HTTP servers")
+def site(tmp_path: Path) -> Iterator[EgressSite]:
+    with egress_site(tmp_path) as running:
+        yield running
+
+
+def fetch(
+    service: UpstreamService,
+    url: str,
+    credentials: tuple[str, str],
+    *,
+    method: str = "GET",
+    content: bytes | None = None,
+    verify: bool | ssl.SSLContext = True,
+    timeout: float = 10.0,
+) -> httpx.Response:
+    """One request with httpx through the service, with this login."""
+    proxy = service.proxy_url(*credentials)
+    with httpx.Client(proxy=proxy, verify=verify, timeout=timeout, trust_env=False) as client:
+        return client.request(method, url, content=content)
+
+
+def exit_of(answer: httpx.Response | str) -> str:
+    """The address the site saw the request come from."""
+    text = answer if isinstance(answer, str) else answer.text
+    found = SEEN.search(text)
+    assert found is not None, text
+    return found[1]
+
+
+def curl(*args: str) -> subprocess.CompletedProcess[str]:
+    """curl with its answer's head (``-i``), no proxy from the environment."""
+    return subprocess.run(
+        ["curl", "-sS", "-i", "--noproxy", "", "--max-time", "20", *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+        env=clean_env(),
+    )
+
+
+def exchange(port: int, data: bytes, *, timeout: float = 15.0) -> bytes:
+    """Send ``data`` as it is, and read until the server closes (or ``timeout``)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as sock:
+        sock.sendall(data)
+        sock.shutdown(socket.SHUT_WR)
+        received = b""
+        try:
+            while chunk := sock.recv(65536):
+                received += chunk
+        except (ConnectionResetError, TimeoutError):
+            pass
+    return received
+
+
+def basic(user: str, password: str) -> bytes:
+    """A ``Proxy-Authorization`` header line for a raw request."""
+    return b"Proxy-Authorization: Basic " + base64.b64encode(f"{user}:{password}".encode())
