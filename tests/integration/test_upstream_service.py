@@ -6,13 +6,19 @@ stalls). Hostile bytes: test_upstream_hostile.py."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import ssl
 import time
+from functools import partial
+from pathlib import Path
 
 import httpx
 import pytest
 
+from services.providers import local_process as proc
+from services.providers.pure.targets import AllowedTarget
+from services.runtime.ports import free_port
 from services.testing.upstream import ControlError
 from services.testing.upstream_logins import GRAMMARS
 from tests.support.egress_site import EgressSite
@@ -29,6 +35,7 @@ from tests.support.upstream_support import (
     site,
     start_service,
 )
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.integration
 __all__ = ["site", "start_service"]  # fixtures
@@ -293,3 +300,42 @@ def test_a_stalled_request_is_never_answered(start_service: StartService, site: 
     assert [a["reason"] for a in service.attempts()] == ["stalled"]
     assert fetch(service, site.url("/after"), credentials).status_code == 200
     assert [v.path for v in site.visits] == ["/after"]
+
+
+# ----------------------------------------------------------------------------- a Squid as client
+
+
+async def test_a_squid_chained_to_the_service_leaves_from_the_session_s_exit(
+    start_service: StartService, site: EgressSite, tmp_path: Path
+) -> None:
+    """The product's Squid with the service as its parent, as an upstream proxy's is: plain
+    requests and tunnels both leave from the session's exit."""
+    service = start_service("oxylabs")
+    user, password = login("oxylabs", session="ab12cd34", country="de", minutes=30)
+    directory = tmp_path / "squid"
+    directory.mkdir()
+    port = free_port()
+    targets = (AllowedTarget(cidr="127.0.0.1/32", ports=(site.http_port, site.https_port)),)
+    command = proc.prepare(proc.SQUID, directory, port, "chained", targets=targets)
+    with (directory / "squid.conf").open("a") as config:
+        config.write(
+            f"cache_peer 127.0.0.1 parent {service.proxy_port} 0 no-query default "
+            f"login={user}:{password}\nnever_direct allow all\n"
+        )
+    pid = proc.spawn(command, directory)
+    try:
+        await until(partial(proc.accepts, port), timeout=30, what=f"Squid on {port}")
+        proxy = f"http://127.0.0.1:{port}"
+        plain = await asyncio.to_thread(curl, "-x", proxy, site.url("/plain"))
+        tunnel = await asyncio.to_thread(
+            curl, "--cacert", str(site.ca_file), "-x", proxy, site.url("/tls", tls=True)
+        )
+    finally:
+        await proc.terminate(pid, directory, grace=1.0)
+        proc.remove_leftovers(directory)
+    assert "HTTP/1.1 200" in plain.stdout, plain.stdout + plain.stderr
+    assert "HTTP/1.1 200" in tunnel.stdout, tunnel.stdout + tunnel.stderr
+    assert (
+        exit_of(plain.stdout) == exit_of(tunnel.stdout) == service.session("ab12cd34", "de")["exit"]
+    )
+    assert service.session("ab12cd34", "de")["requests"] == 2
