@@ -1,5 +1,5 @@
 """The fake proxy service's process: a residential or ISP proxy service's gateway on loopback,
-for the tests of the ``upstream`` provider type (docs/architecture.md, "The proxy lifecycle").
+for the tests of the ``upstream`` provider type (docs/providers.md, "The proxy service fake").
 
 ``python -m services.testing.upstream_server --grammar oxylabs --account acme
 --country de=127.0.2.1-127.0.2.50 --country fr=127.0.3.1-127.0.3.50 --session-seconds 1800``
