@@ -1,7 +1,9 @@
 """The heads the fake proxy service (``upstream_server``) writes: its own short answers, a
 plain text reason as the body as the services answer (a 407 with the challenge a client needs
 to send its login), and the request head it sends a site: origin form, without the hop-by-hop
-headers and the proxy login, on a connection of its own."""
+headers and the proxy login, on a connection of its own. A client's ``Expect: 100-continue`` is
+answered by the service itself and not passed on: the body is read whole before the site's
+answer, so a site's ``100 Continue`` would be taken for its answer."""
 
 from __future__ import annotations
 
@@ -62,8 +64,15 @@ def origin_head(request: Request, target: Target) -> bytes:
         lines.append(b"Host: " + target.authority.encode("ascii", "replace"))
     for key, value in request.headers:
         low = key.lower()
-        if low in heads.HOP_BY_HOP or low in named or low.startswith(b"proxy-"):
+        if low in heads.HOP_BY_HOP or low in named or low.startswith(b"proxy-") or low == b"expect":
             continue
         lines.append(key + b": " + value)
     lines.append(b"Connection: close")
     return b"\r\n".join(lines) + b"\r\n\r\n"
+
+
+def expects_continue(request: Request) -> bool:
+    """Whether the client waits for ``100 Continue`` before it sends its body."""
+    return any(
+        k.lower() == b"expect" and v.strip().lower() == b"100-continue" for k, v in request.headers
+    )

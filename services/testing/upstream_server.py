@@ -53,7 +53,7 @@ from services.gateway.reading import CHUNK, Request, read_request
 from services.gateway.relay import Traffic, UpstreamError, pipe, read_head, stream_rest
 from services.testing.upstream_control import Control
 from services.testing.upstream_exits import Book, Refused, parse_countries
-from services.testing.upstream_heads import CHALLENGE, answer, origin_head
+from services.testing.upstream_heads import CHALLENGE, answer, expects_continue, origin_head
 from services.testing.upstream_logins import GRAMMARS, Grammar, Login, LoginError, grammar
 
 HEAD_TIMEOUT = 10.0
@@ -270,6 +270,8 @@ class Service:
             up_writer.write(head)
             traffic.up += len(head)
             left = request.length
+            if left and expects_continue(request):
+                writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")  # the body, then the site's answer
             while left > 0:
                 async with asyncio.timeout(IDLE_TIMEOUT):
                     data = await reader.read(min(left, CHUNK))

@@ -176,6 +176,33 @@ def test_a_body_arrives_whole_and_every_byte_is_counted(
     assert service.session("ab12cd34", "de")["bytesUp"] < len(body) + 2000
 
 
+def test_a_client_that_waits_for_100_continue_gets_it_and_the_site_s_answer(
+    start_service: StartService, site: EgressSite, tmp_path: Path
+) -> None:
+    service = start_service("decodo")
+    user, password = login("decodo", session="ab12cd34", country="fr")
+    body = tmp_path / "body"
+    body.write_bytes(b"y" * 50_000)
+    started = time.monotonic()
+    answer = curl(
+        "-x",
+        f"http://127.0.0.1:{service.proxy_port}",
+        "-U",
+        f"{user}:{password}",
+        "-H",
+        "Expect: 100-continue",
+        "--expect100-timeout",
+        "15",
+        "--data-binary",
+        f"@{body}",
+        site.url("/continue"),
+    )
+    assert "HTTP/1.1 100 Continue" in answer.stdout, answer.stdout + answer.stderr
+    assert "with 50000 bytes" in answer.stdout
+    assert exit_of(answer.stdout) in FR
+    assert time.monotonic() - started < 10  # answered, not waited out
+
+
 # ----------------------------------------------------------------------------- refusals
 
 
