@@ -11,11 +11,16 @@ What it offers, one module per thing it stands in for:
 - ``<type>`` for a cloud provider type: the fake of its API that tests start (``aws``: moto's
   EC2 emulator and a fault-injecting front; ``gcp``, ``hetzner``, ``digitalocean``: HTTP fakes);
   its parts are ``<type>_<part>`` (``_api``: what the account holds and answers; ``_catalogue``:
-  the world it lists; ``_moto``: the emulator's process).
+  the world it lists; ``_moto``: the emulator's process);
+- ``upstream``: a residential/ISP proxy service of the kind the ``upstream`` provider type leases
+  sessions from, a real HTTP proxy in a process of its own, and its parts: ``_server`` (the
+  process), ``_logins`` (the services' user name grammars), ``_exits`` (sessions, exits by
+  country, faults, traffic), ``_heads`` (what it writes to clients and sites), ``_control`` (the
+  API that makes it misbehave and reads its counts).
 
 The naming rule, held by tests/unit/test_testing_package.py: a module is named after what it
-stands in for, a cloud's fake after the provider type it serves, a part of one after that type
-and the part, and what the cloud fakes share with ``cloud_``.
+stands in for, a cloud's or a proxy service's fake after the provider type it serves, a part of
+one after that type and the part, and what the cloud fakes share with ``cloud_``.
 
 Product code never imports this package: an import contract in pyproject.toml forbids it to
 events, projections, the client and every other package of ``services``, so nothing here runs

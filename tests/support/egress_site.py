@@ -3,9 +3,9 @@
 Each local provider of a test leaves from its own loopback address (``outgoingAddress``), so the
 address a request reaches the site from names the egress it took, as a real site sees a proxy's
 public address: no header of the proxies' is needed. The site records every visit and answers
-with the address it saw, one request per connection. ``/blocked`` is answered 403 to the first
-address that asks for it and to every later request from there, as a site answers an address
-it has banned; 200 to others.
+with the address it saw (and a POST with its body's length), one request per connection.
+``/blocked`` is answered 403 to the first address that asks for it and to every later request
+from there, as a site answers an address it has banned; 200 to others.
 
 The HTTPS side serves a certificate for ``127.0.0.1`` from a CA made for the test (trustme);
 ``ca_file`` is that CA for clients that take a file, ``spki`` its key's pin for a browser.
@@ -28,6 +28,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 BLOCKED = "/blocked"
+MAX_BODY = 16 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,10 +82,19 @@ def _handler(site: EgressSite, scheme: str) -> type[BaseHTTPRequestHandler]:
                 self.request.do_handshake()
 
         def do_GET(self) -> None:
+            self._answer("")
+
+        def do_POST(self) -> None:
+            """A body sent through a proxy arrives whole: the answer says how long it was."""
+            length = int(self.headers.get("Content-Length") or 0)
+            received = self.rfile.read(length) if 0 < length <= MAX_BODY else b""
+            self._answer(f" with {len(received)} bytes")
+
+        def _answer(self, what: str) -> None:
             address = self.client_address[0]
             agent = self.headers.get("User-Agent", "")
             status = site.answer(address, scheme, self.path, agent)
-            body = f"{scheme} {self.path} seen from {address}\n".encode()
+            body = f"{scheme} {self.path}{what} seen from {address}\n".encode()
             self.send_response(status)
             self.send_header("Content-Type", "text/plain")
             self.send_header("Content-Length", str(len(body)))

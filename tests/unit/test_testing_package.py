@@ -18,8 +18,13 @@ SHARED = "cloud"
 PART = re.compile(r"^(?P<subject>[a-z]+)(?:_(?P<part>[a-z]+))?$")
 
 
+SERVICES = frozenset({"upstream"})
+"""The proxy services' fake, named after the provider type that leases from them (issue 39),
+whether or not that type is registered yet."""
+
+
 def clouds() -> set[str]:
-    return set(PROVIDER_TYPES) - {"fake"}
+    return (set(PROVIDER_TYPES) - {"fake"}) | SERVICES
 
 
 def follows_rule(name: str) -> bool:
@@ -53,6 +58,8 @@ def test_the_rule_refuses_the_names_it_replaced() -> None:
     assert not follows_rule("nowhere")
     assert follows_rule("hetzner_api")
     assert follows_rule("cloud_http")
+    assert follows_rule("upstream_logins")
+    assert not follows_rule("upstream_fake_server")
 
 
 def test_the_package_says_what_it_offers() -> None:
