@@ -47,10 +47,11 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from services.gateway.bounds import Refusal, close, close_refused, drain
+from services.gateway.pump import pump
 from services.gateway.pure import heads
 from services.gateway.pure.heads import HeadError, Target
 from services.gateway.reading import CHUNK, Request, read_request
-from services.gateway.relay import Traffic, UpstreamError, pipe, read_head, stream_rest
+from services.gateway.relay import Traffic, UpstreamError, read_head, stream_rest
 from services.testing.upstream_control import Control
 from services.testing.upstream_exits import Book, Refused, parse_countries
 from services.testing.upstream_heads import CHALLENGE, answer, expects_continue, origin_head
@@ -246,16 +247,13 @@ class Service:
         up_reader, up_writer = await self._open_to(exchange)
         self.attempts.append(exchange.attempt(200, ""))
         writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
-        up, down = [0], [0]
+        up = down = 0
         try:
             await drain(writer, IDLE_TIMEOUT)
-            await asyncio.gather(
-                pipe(reader, up_writer, up, IDLE_TIMEOUT),
-                pipe(up_reader, writer, down, IDLE_TIMEOUT),
-            )
+            up, down = await pump((reader, writer), (up_reader, up_writer), IDLE_TIMEOUT)
         finally:
             close(up_writer, IDLE_TIMEOUT)
-            self.book.count(exchange.session, exchange.country, up=up[0], down=down[0])
+            self.book.count(exchange.session, exchange.country, up=up, down=down)
 
     async def _forward(
         self, exchange: Exchange, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
