@@ -204,6 +204,15 @@ def test_a_missing_password_file_names_it(tmp_path: Path) -> None:
         build_unwrapped(found)
 
 
+def test_a_variable_holding_bytes_that_are_no_utf8_is_refused_without_showing_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RESI_PASSWORD", b"secret\xff".decode("utf-8", "surrogateescape"))
+    with pytest.raises(ConfigError, match=r"passwordEnv RESI_PASSWORD: not UTF-8 text") as caught:
+        build_unwrapped(entry(tmp_path))
+    assert "secret" not in str(caught.value)
+
+
 def test_an_unset_or_empty_variable_names_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

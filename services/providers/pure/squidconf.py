@@ -102,6 +102,8 @@ def peer_login(username: str, password: str) -> str:
         raise ValueError("a parent's user name must be non-empty, without ':' or a leading '*'")
     if any(ord(c) < 0x20 or ord(c) == 0x7F for c in username + password):
         raise ValueError("a parent's login cannot hold control characters")
+    if any(0xD800 <= ord(c) <= 0xDFFF for c in username + password):
+        raise ValueError("a parent's login must be UTF-8 text (it holds a lone surrogate)")
     return f"{quote(username, safe='')}:{quote(password, safe='')}"
 
 

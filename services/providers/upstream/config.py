@@ -234,6 +234,11 @@ def read_password(config: UpstreamConfig, entry: str) -> str:
     else:
         source = f"upstream.passwordEnv {config.password_env}"
         text = os.environ.get(config.password_env, "")
+        if not _utf8(text):  # bytes that are no UTF-8 come as lone surrogates
+            raise ConfigError(
+                f"provider {entry!r}: {source}: not UTF-8 text; set the variable to the password "
+                "as UTF-8"
+            )
     password = text.removesuffix("\n").removesuffix("\r")
     if not password:
         raise ConfigError(
@@ -245,3 +250,11 @@ def read_password(config: UpstreamConfig, entry: str) -> str:
             "break, or is too long (not shown); put the password alone on one line"
         )
     return password
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
