@@ -27,6 +27,8 @@ from typing import Annotated, Any, Literal, cast
 import msgspec
 from msgspec import Meta
 
+from events.meter import UpstreamMetered
+from events.meter import problem as meter_problem
 from events.schemas import (
     MAX_BLOCK_BACKOFF_SECONDS,
     MAX_COOLDOWN_SECONDS,
@@ -143,6 +145,7 @@ decode, and the lease fold judges every value it uses on its own (``projections.
 
 WRITE_CHECKS: dict[type[Event], Callable[[Any], str | None]] = {
     TrafficRecorded: traffic_problem,
+    UpstreamMetered: meter_problem,
 }
 """Checks beyond field bounds, for events whose rules span fields or nested rows: what makes the
 event one its fold would skip, or None. On the way out only, like ``WRITE_BOUNDS``."""

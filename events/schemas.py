@@ -1,8 +1,8 @@
 """Event schemas: every fact and decision the system records, as one union (``AnyEvent``) and the
 registry derived from it (``EVENT_TYPES``). The events of each aggregate live in a module of their
 own (``events.proxy``, ``events.lease``, ``events.pool``, ``events.gc``, ``events.rotation``,
-``events.egress``, ``events.traffic``); every type is named from here too, and the dead-letter
-record is here.
+``events.egress``, ``events.traffic``, ``events.meter``); every type is named from here too, and
+the dead-letter record is here.
 
 Events are frozen msgspec Structs in one tagged union, so a single Decoder turns any payload into
 the right type and services dispatch with ``match``. The tag (the class name) is also sent in the
@@ -36,6 +36,7 @@ from events.lease import (
     LeaseReported,
     LeaseSwitched,
 )
+from events.meter import UpstreamMetered
 from events.pool import (
     PoolDecided,
     PoolDeclared,
@@ -117,6 +118,7 @@ __all__ = [
     "LeaseRenewed",
     "LeaseReported",
     "LeaseSwitched",
+    "MeterEvent",
     "ObserveInstance",
     "OrphanDeleted",
     "OrphanFound",
@@ -149,6 +151,7 @@ __all__ = [
     "TrafficEvent",
     "TrafficRecorded",
     "TrafficRow",
+    "UpstreamMetered",
 ]
 
 SCHEMA_VERSION = 1
@@ -193,7 +196,17 @@ PoolEvent = (
 )
 DemandEvent = PoolDemand
 TrafficEvent = TrafficRecorded
-AnyEvent = ProxyEvent | LeaseEvent | GcEvent | PoolEvent | DemandEvent | TrafficEvent | DeadLettered
+MeterEvent = UpstreamMetered
+AnyEvent = (
+    ProxyEvent
+    | LeaseEvent
+    | GcEvent
+    | PoolEvent
+    | DemandEvent
+    | TrafficEvent
+    | MeterEvent
+    | DeadLettered
+)
 
 # Derived from the union, never listed beside it: an event added to the union is known to every
 # reader the day it is written (tests/unit/test_event_registry.py holds the rest to it).

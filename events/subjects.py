@@ -19,6 +19,7 @@ GC_STREAM = "GC"
 POOL_STREAM = "POOL"
 DEMAND_STREAM = "DEMAND"
 TRAFFIC_STREAM = "TRAFFIC"
+METER_STREAM = "METER"
 DEADLETTER_STREAM = "DEADLETTER"
 
 # The subjects of a proxy's stream, one per category its events name, in the union's order.
@@ -104,6 +105,12 @@ def traffic(client_key: str) -> Aggregate:
     name as a subject token, ``events.traffic`` and ``services.gateway.pure.traffic``)."""
     check_token("client key", client_key)
     return Aggregate(TRAFFIC_STREAM, client_key, f"traffic.{client_key}", per_category=False)
+
+
+def meter(provider: str) -> Aggregate:
+    """The bytes an upstream provider entry's chaining proxies moved (``events.meter``)."""
+    check_token("provider", provider)
+    return Aggregate(METER_STREAM, provider, f"meter.{provider}", per_category=False)
 
 
 def lease(proxy_uid: str) -> Aggregate:

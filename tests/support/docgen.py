@@ -31,6 +31,7 @@ from events.schemas import (
     DemandEvent,
     GcEvent,
     LeaseEvent,
+    MeterEvent,
     PoolEvent,
     ProxyEvent,
     TrafficEvent,
@@ -84,6 +85,7 @@ def families() -> list[Family]:
         Family(subjects.POOL_STREAM, get_args(PoolEvent), "pool.<uid>.{category}"),
         Family(subjects.DEMAND_STREAM, (DemandEvent,), "demand.<pool uid>"),
         Family(subjects.TRAFFIC_STREAM, (TrafficEvent,), "traffic.<client>"),
+        Family(subjects.METER_STREAM, (MeterEvent,), "meter.<provider>"),
         Family(subjects.DEADLETTER_STREAM, (DeadLettered,), "deadletter.<consumer>"),
     ]
     listed = [cls.__name__ for family in found for cls in family.members]

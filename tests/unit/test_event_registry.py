@@ -18,6 +18,7 @@ from events.schemas import (
     DemandEvent,
     GcEvent,
     LeaseEvent,
+    MeterEvent,
     PoolEvent,
     ProxyEvent,
     TrafficEvent,
@@ -56,6 +57,7 @@ def test_the_families_partition_the_union() -> None:
         *get_args(PoolEvent),
         DemandEvent,
         TrafficEvent,
+        MeterEvent,
         DeadLettered,
     ]
     assert sorted(c.__name__ for c in families) == sorted(EVENT_TYPES)
@@ -68,6 +70,8 @@ def test_each_family_names_the_category_of_its_stream() -> None:
     assert subjects.demand("p1").literal_subjects == ("demand.p1",)
     assert TrafficEvent.category == "traffic"
     assert subjects.traffic("crawler-a").literal_subjects == ("traffic.crawler-a",)
+    assert MeterEvent.category == "meter"
+    assert subjects.meter("resi-de").literal_subjects == ("meter.resi-de",)
     assert set(subjects.POOL_CATEGORIES) == {cls.category for cls in get_args(PoolEvent)}
     pool = subjects.pool("p1")
     for cls in get_args(PoolEvent):

@@ -66,6 +66,7 @@ MAIN_FIELDS: Mapping[str, tuple[str, ...]] = {
     "PoolPressure": ("pressure", "wanted", "figures.leased", "figures.unserved"),
     "PoolDemand": ("replica", "waiting", "unserved", "refused"),
     "TrafficRecorded": ("client", "proxy", "lease_id", "interval_seconds", "replica"),
+    "UpstreamMetered": ("provider", "proxy_uid", "lease_id", "bytes_up", "bytes_down"),
 }
 
 

@@ -18,6 +18,7 @@ from events.subjects import (
     DEMAND_STREAM,
     GC_STREAM,
     LEASE_STREAM,
+    METER_STREAM,
     POOL_STREAM,
     PROXY_STREAM,
     TRAFFIC_STREAM,
@@ -87,6 +88,13 @@ STREAMS: tuple[StreamSpec, ...] = (
         max_age=7 * DAY,
         max_bytes=2 * GIB,
         description="What the gateway relayed per client, proxy, lease and host, per interval",
+    ),
+    StreamSpec(
+        METER_STREAM,
+        ("meter.*",),
+        max_age=3 * DAY,
+        max_bytes=1 * GIB,
+        description="Bytes through upstream providers' chaining proxies, per proxy and lease",
     ),
     StreamSpec(
         DEADLETTER_STREAM,
