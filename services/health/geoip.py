@@ -15,25 +15,22 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
-import os
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 import maxminddb
 
+from services.health.geoip_tables import TablesError, load_tables
+from services.health.pure import geotables
 from services.health.pure.echo import SCOPE_PUBLIC, Address, parse_address, scope_of
 
 FLAG = "--geoip-db"
 BUNDLED_FILE = "geoip2fast-asn-ipv6.dat.gz"
 """Country and AS names, IPv4 and IPv6: the largest of geoip2fast's bundled files."""
-
-# geoip2fast sets these for the whole process when it is imported; they are put back, so the
-# processes the service starts keep their warnings and encoding.
-_ENVIRONMENT_TOUCHED = ("PYTHONWARNINGS", "PYTHONIOENCODING")
 
 
 class GeoIpError(Exception):
@@ -121,9 +118,9 @@ class BundledLookup:
     AS number, so ``asn`` is always 0 here; checks that expect an ASN need a MaxMind ASN database
     (``--geoip-db GeoLite2-ASN.mmdb``).
 
-    The data takes about 0.3 s to load and lives in geoip2fast's module globals, so it is loaded
-    once per process, on the first lookup (or ``load()``, which a service can run in a thread
-    before its first check), and shared by every instance.
+    The data is loaded once per process, on the first lookup (or ``load()``, which a service can
+    run in a thread before its first check), by a child process that hands over compact tables
+    (``geoip_tables``): geoip2fast's own lists would cost this process about 108 MB.
     """
 
     def load(self) -> None:
@@ -140,22 +137,16 @@ class BundledLookup:
         engine = _bundled_engine()
         if engine.reader is None:
             return Place()
-        try:
-            detail = engine.reader.lookup(str(address))
-        except Exception:  # it catches its own errors; a later version might not
+        found = engine.reader.find(int(address))
+        if found.private:
             return Place()
-        if getattr(detail, "is_private", True):
-            return Place()
-        return Place(
-            country=_iso_code(getattr(detail, "country_code", "")),
-            org=_text(getattr(detail, "asn_name", "")),
-        )
+        return Place(country=_iso_code(found.country), org=_text(found.org))
 
 
 @dataclass(frozen=True, slots=True)
 class _Engine:
-    reader: Any
-    """A ``geoip2fast.GeoIP2Fast``, or None when the data could not be loaded."""
+    reader: geotables.Lookup | None
+    """None when the data could not be loaded."""
     db: str
 
 
@@ -186,21 +177,12 @@ def _load_bundled() -> _Engine:
             None, f"geoip2fast (its {BUNDLED_FILE} is missing: reinstall egress-proxies)"
         )
     version = importlib.metadata.version("geoip2fast")
-    saved = {name: os.environ.get(name) for name in _ENVIRONMENT_TOUCHED}
     try:
-        from geoip2fast import GeoIP2Fast  # noqa: PLC0415 - it rewrites the environment
-
-        reader = GeoIP2Fast(geoip2fast_data_file=str(data_file), verbose=False)
-        source = str(reader.get_database_info().get("source_info", ""))
-    except Exception as err:  # its errors derive from Exception itself
+        reader = geotables.Lookup(load_tables(data_file))
+    except (TablesError, ValueError) as err:
         return _Engine(None, f"geoip2fast {version} (failed to load {BUNDLED_FILE}: {err})")
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
     # "MAXMIND:GeoLite2-CountryASN-IPv4IPv6-en-20240618": the source's name says its date.
+    source = reader.source
     return _Engine(reader, f"geoip2fast {version} ({source.partition(':')[2] or source})")
 
 

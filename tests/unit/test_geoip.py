@@ -1,11 +1,9 @@
-"""Geo lookups of egress addresses: geoip2fast's bundled data, and MaxMind files written here
-(tests/support/mmdb.py) read through the reader the service uses (services/health/geoip.py)."""
+"""Geo lookups of egress addresses from MaxMind files written here (tests/support/mmdb.py), read
+through the reader the service uses (services/health/geoip.py). geoip2fast's bundled data is
+loaded by a child process: tests/integration/test_geoip_bundled.py."""
 
 from __future__ import annotations
 
-import os
-import re
-import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -14,8 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from services.health import geoip
-from services.health.geoip import GeoIpError, MaxMindLookup, Place, bundled, open_lookup
+from services.health.geoip import GeoIpError, MaxMindLookup, Place, open_lookup
 from tests.support.mmdb import write_asn_db, write_country_db, write_records
 
 HOSTILE = ["", " ", "abc", "999.1.1.1", "1.2.3.4/24", "1.2.3.4:80", "fe80::1%eth0", "\x00", "::"]
@@ -27,72 +24,6 @@ HOSTILE += [
     "0x7f.1",
     "127.1",
 ]
-
-
-# --- geoip2fast, bundled ---------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("ip", "place"),
-    [
-        ("5.9.0.1", Place(country="DE", org="Hetzner Online GmbH")),
-        ("8.8.8.8", Place(country="US", org="GOOGLE")),
-        ("2a01:4f8::1", Place(country="DE", org="Hetzner Online GmbH")),
-        (" 8.8.8.8\n", Place(country="US", org="GOOGLE")),
-        ("::ffff:8.8.8.8", Place(country="US", org="GOOGLE")),
-        ("127.0.0.1", Place()),
-        ("10.0.0.1", Place()),
-        ("::1", Place()),
-        ("192.0.2.1", Place()),
-        ("abc", Place()),
-    ],
-)
-def test_bundled_lookup(ip: str, place: Place) -> None:
-    """No AS number: geoip2fast's data holds the AS name only."""
-    assert open_lookup([]).lookup(ip) == place
-
-
-def test_bundled_db_names_the_library_and_its_data() -> None:
-    assert re.fullmatch(
-        r"geoip2fast \d+\.\d+\.\d+ \(GeoLite2-CountryASN-IPv4IPv6-en-20\d{6}\)", open_lookup([]).db
-    )
-
-
-def test_the_bundled_data_is_shared_by_the_process() -> None:
-    assert open_lookup([]) is open_lookup([]) is bundled()
-    assert geoip._bundled_engine() is geoip._bundled_engine()
-
-
-def test_loading_prints_nothing_and_keeps_the_environment(
-    capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The service logs to its standard streams, and its children inherit its environment."""
-    # geoip2fast rewrites the environment when its module runs: make the load import it afresh.
-    for name in [name for name in sys.modules if name.split(".")[0] == "geoip2fast"]:
-        monkeypatch.delitem(sys.modules, name)
-    monkeypatch.setenv("PYTHONWARNINGS", "default")
-    monkeypatch.delenv("PYTHONIOENCODING", raising=False)
-    engine = geoip._load_bundled()
-    assert engine.reader is not None
-    assert engine.reader.lookup("8.8.8.8").country_code == "US"
-    assert capfd.readouterr() == ("", "")
-    assert os.environ["PYTHONWARNINGS"] == "default"
-    assert "PYTHONIOENCODING" not in os.environ
-
-
-def test_missing_bundled_data_is_refused_at_the_start(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A damaged installation: the service must say so when it starts, not record no place."""
-    monkeypatch.setattr(geoip, "BUNDLED_FILE", "geoip2fast-absent.dat.gz")
-    with pytest.raises(GeoIpError, match=r"reinstall egress-proxies, or pass .* --geoip-db"):
-        open_lookup([])
-    engine = geoip._load_bundled()
-    assert engine.reader is None
-    assert "geoip2fast-absent.dat.gz is missing" in engine.db
-
-
-@pytest.mark.parametrize("ip", HOSTILE)
-def test_bundled_hostile_strings_are_unknown(ip: str) -> None:
-    assert bundled().lookup(ip) == Place()
 
 
 # --- MaxMind files -----------------------------------------------------------------------------
@@ -232,7 +163,6 @@ def module_files(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MaxMindLo
 
 @given(ip=st.one_of(st.text(), st.ip_addresses().map(str)))
 def test_no_string_makes_a_lookup_raise(module_files: MaxMindLookup, ip: str) -> None:
-    for lookup in (module_files, bundled()):
-        place = lookup.lookup(ip)
-        assert place.country == "" or (len(place.country) == 2 and place.country.isupper())
-        assert place.asn >= 0
+    place = module_files.lookup(ip)
+    assert place.country == "" or (len(place.country) == 2 and place.country.isupper())
+    assert place.asn >= 0
