@@ -85,7 +85,11 @@ class Refusal(Exception):
 
 async def drain(writer: asyncio.StreamWriter, timeout: float) -> None:
     """``writer.drain()`` within ``timeout``: a crawler that stops reading is a slow client
-    like one that stops sending (``TimeoutError``)."""
+    like one that stops sending (``TimeoutError``). Nothing to wait for when the transport
+    has sent everything already: the common case, and a timer saved."""
+    transport = writer.transport
+    if not transport.get_write_buffer_size() and not transport.is_closing():
+        return
     async with asyncio.timeout(timeout):
         await writer.drain()
 

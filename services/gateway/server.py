@@ -31,16 +31,9 @@ from services.gateway.pure.outcomes import MAX_RETRY_BODY, Outcome, judge
 from services.gateway.pure.traffic import Exchange
 from services.gateway.pure.username import Ask
 from services.gateway.reading import CHUNK, Request, Response, read_request
-from services.gateway.relay import (
-    Conn,
-    Traffic,
-    UpstreamError,
-    Upstreams,
-    open_tunnel,
-    read_head,
-    stream_rest,
-)
+from services.gateway.relay import Conn, Traffic, Upstreams, open_tunnel
 from services.gateway.traffic import TrafficRecorder
+from services.gateway.upstream import Upstream, UpstreamError
 from services.runtime.clients import Clients
 from services.runtime.pure.throttle import LoginThrottle
 
@@ -202,7 +195,7 @@ class Gateway:
                     exclude |= {held.granted.proxy_uid}
                     continue
                 raise Refusal(heads.answer(502, f"the proxy {held.proxy} failed: {sent}"))
-            (conn, response, seen), (host, port) = sent, held.upstream()[:2]
+            (up, response, seen), (host, port) = sent, held.upstream()[:2]
             verdict = judge(
                 response.status,
                 response.squid_error,
@@ -215,7 +208,7 @@ class Gateway:
             if verdict.outcome != "success":
                 self.keeper.report(held, verdict.outcome, target.host, f"HTTP {response.status}")
             if verdict.retry:
-                conn[1].close()
+                up.close()
                 self._count(
                     caller,
                     held,
@@ -229,17 +222,17 @@ class Gateway:
             traffic = Traffic(up=request.length, down=len(seen))
             try:
                 writer.write(_marked(seen, held))
+                whole = response.complete or await up.relay(writer, self.limits.idle_timeout)
                 await drain(writer, self.limits.idle_timeout)
-                whole = response.complete or await stream_rest(
-                    conn[0], writer, response, traffic, self.limits.idle_timeout
-                )
             except BaseException:
-                conn[1].close()  # the crawler left or stalled mid-answer: the proxy's goes too
+                up.close()  # the crawler left or stalled mid-answer: the proxy's goes too
                 raise
+            finally:
+                traffic.down += up.down
             if whole and response.keep_alive:
-                self.upstreams.give_back(host, port, conn)
+                self.upstreams.give_back(host, port, up)
             else:
-                conn[1].close()
+                up.close()
             self._count(
                 caller, held, verdict.outcome, traffic, host=target.host, status=response.status
             )
@@ -262,7 +255,7 @@ class Gateway:
 
     async def _send(
         self, held: Held, request: Request, body: bytes | None, reader: asyncio.StreamReader
-    ) -> tuple[Conn, Response, bytes] | str:
+    ) -> tuple[Upstream, Response, bytes] | str:
         """Send the request through the lease's proxy; the connection, the response so far and
         its bytes, or why it could not be sent. A kept connection the proxy closed meanwhile, or
         a login the proxy refuses (the lease moved: renewed or rotated), is tried once more."""
@@ -277,36 +270,36 @@ class Gateway:
                 keep_alive=request.keep_alive,
             )
             try:
-                conn = await self.upstreams.open(host, port, fresh=again > 0)
+                up = await self.upstreams.take(host, port, fresh=again > 0)
             except UpstreamError as exc:
                 if again == 0:
                     await self.keeper.reread(held)
                     continue
                 return str(exc)
             try:
-                conn[1].write(head + (body or b""))
+                up.send(head + (body or b""), head_only=request.method == "HEAD")
                 if body is None:
-                    await _copy_exactly(reader, conn[1], request.length, self.limits.idle_timeout)
-                await drain(conn[1], self.limits.idle_timeout)
-                response, seen = await read_head(
-                    conn[0], self.limits.answer_timeout, head_only=request.method == "HEAD"
-                )
+                    await _copy_exactly(reader, up, request.length, self.limits.idle_timeout)
+                response, seen = await up.answer(self.limits.answer_timeout)
             except (UpstreamError, OSError, asyncio.IncompleteReadError) as exc:
-                conn[1].close()
+                up.close()
                 if body is None:
                     return f"the proxy closed the connection: {exc}"
                 continue
             except TimeoutError:
-                conn[1].close()
+                up.close()
                 return "the proxy did not answer in time"
             except HeadError as exc:
-                conn[1].close()
+                up.close()
                 return str(exc)
+            except BaseException:
+                up.close()
+                raise
             if response.status == 407 and again < 2 and body is not None:
-                conn[1].close()
+                up.close()
                 await self.keeper.reread(held)
                 continue
-            return conn, response, seen
+            return up, response, seen
         return "the proxy refused the lease's login"
 
     # ------------------------------------------------------------------ CONNECT
@@ -440,14 +433,14 @@ def _ours(held: Held) -> bytes:
 
 
 async def _copy_exactly(
-    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int, idle_timeout: float
+    reader: asyncio.StreamReader, up: Upstream, n: int, idle_timeout: float
 ) -> None:
     """A request body too large to keep, streamed on; each piece within ``idle_timeout``."""
     while n > 0:
         async with asyncio.timeout(idle_timeout):
             data = await reader.read(min(n, CHUNK))
-            if not data:
-                raise asyncio.IncompleteReadError(b"", n)
-            writer.write(data)
-            await writer.drain()
+        if not data:
+            raise asyncio.IncompleteReadError(b"", n)
+        up.write(data)
+        await up.drain(idle_timeout)
         n -= len(data)
