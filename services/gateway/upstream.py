@@ -20,6 +20,7 @@ import asyncio
 from collections.abc import Callable
 from typing import cast
 
+from services.gateway.bounds import Sink
 from services.gateway.pure.heads import HeadError
 from services.gateway.reading import MAX_HEAD, Response
 
@@ -103,7 +104,7 @@ class Upstream(asyncio.Protocol):
         await self._wait()
         return self.response, bytes(self.seen)
 
-    async def relay(self, writer: asyncio.StreamWriter, idle_timeout: float) -> bool:
+    async def relay(self, writer: Sink, idle_timeout: float) -> bool:
         """Pass the rest of the answer to the crawler; whether it ended as its framing says
         (the connection may then be kept). A byte must move every ``idle_timeout``, either from
         the proxy or out of the crawler's full buffer."""
