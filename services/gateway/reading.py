@@ -100,9 +100,9 @@ def take_head(buffer: bytearray, *, eof: bool = False) -> bytes | None:
         if found < 0:
             return _more(buffer, eof)
         end = found + 4
-    if end > MAX_HEAD:
+    if end - pos > MAX_HEAD:
         raise HeadError(f"the request head is longer than {MAX_HEAD} bytes", 431)
-    head = bytes(buffer[:end])
+    head = bytes(buffer[pos:end])  # without the empty lines before it
     del buffer[:end]
     return head
 
