@@ -12,11 +12,9 @@ share is spent) by the gateway instead of meeting ``EMFILE``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import resource
 from dataclasses import dataclass, replace
-
-from services.gateway.reading import CHUNK
+from typing import Protocol
 
 FD_RESERVE = 64
 """Descriptors kept for everything but crawler connections: the listening socket, NATS, the
@@ -83,28 +81,25 @@ class Refusal(Exception):
         self.kind = kind
 
 
-async def drain(writer: asyncio.StreamWriter, timeout: float) -> None:
+class Sink(Protocol):
+    """Where an answer is written: the crawler's connection (``crawler.Crawler``), or a
+    stream's writer."""
+
+    @property
+    def transport(self) -> asyncio.WriteTransport: ...
+
+    async def drain(self) -> None: ...
+
+
+async def drain(writer: Sink, timeout: float) -> None:
     """``writer.drain()`` within ``timeout``: a crawler that stops reading is a slow client
-    like one that stops sending (``TimeoutError``)."""
+    like one that stops sending (``TimeoutError``). Nothing to wait for when the transport
+    has sent everything already: the common case, and a timer saved."""
+    transport = writer.transport
+    if not transport.get_write_buffer_size() and not transport.is_closing():
+        return
     async with asyncio.timeout(timeout):
         await writer.drain()
-
-
-async def close_refused(
-    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, answer: bytes
-) -> None:
-    """Write ``answer``, end the gateway's side, and read what the crawler still sends for at
-    most ``LINGER`` seconds: closing a socket with unread bytes resets it, and a reset can
-    overtake the answer on its way to the crawler."""
-    with contextlib.suppress(OSError, TimeoutError, RuntimeError, asyncio.IncompleteReadError):
-        async with asyncio.timeout(LINGER):
-            writer.write(answer)
-            await writer.drain()
-            if writer.can_write_eof():
-                writer.write_eof()
-            left = LINGER_BYTES
-            while left > 0 and (data := await reader.read(CHUNK)):
-                left -= len(data)
 
 
 def close(writer: asyncio.StreamWriter, timeout: float) -> None:

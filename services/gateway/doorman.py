@@ -38,9 +38,16 @@ class Doorman:
     )
     _table: ClientTable | None = None
 
-    def who(self, headers: list[Header], address: str) -> tuple[Caller, Ask] | bytes:
-        """The caller and what it asks, or the answer refusing it."""
-        raw = (_one(headers, b"proxy-authorization"), _one(headers, heads.PARAMS_HEADER))
+    def who(
+        self,
+        headers: list[Header],
+        address: str,
+        raw: tuple[bytes | None, bytes | None] | None = None,
+    ) -> tuple[Caller, Ask] | bytes:
+        """The caller and what it asks, or the answer refusing it. ``raw``: the first
+        ``Proxy-Authorization`` and ``X-Egress-Params`` values, when the parser noted them."""
+        if raw is None:
+            raw = (_one(headers, b"proxy-authorization"), _one(headers, heads.PARAMS_HEADER))
         if not self.clients.open:
             if raw[0] is None:
                 return self._login_refusal(

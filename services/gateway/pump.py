@@ -119,32 +119,40 @@ def _buffered(reader: asyncio.StreamReader) -> tuple[bytes, bool]:
     return data, bool(state._eof)
 
 
+Side = tuple[asyncio.Transport, bytes, bool]
+"""A connection handed to a tunnel: its transport, what was read from it and not handed out
+yet, and whether its end of file was seen."""
+
+
+def stream_side(streams: tuple[asyncio.StreamReader, asyncio.StreamWriter]) -> Side:
+    return (cast(asyncio.Transport, streams[1].transport), *_buffered(streams[0]))
+
+
 async def pump(
     crawler: tuple[asyncio.StreamReader, asyncio.StreamWriter],
     proxy: tuple[asyncio.StreamReader, asyncio.StreamWriter],
     idle_timeout: float,
 ) -> tuple[int, int]:
-    """Copy between the two connections until the tunnel ends; the bytes moved up and down.
-    Both connections are closed when it returns."""
-    readers = (crawler[0], proxy[0])
-    transports = cast(
-        tuple[asyncio.Transport, asyncio.Transport],
-        (crawler[1].transport, proxy[1].transport),
-    )
+    """Copy between the two connections, held as streams, until the tunnel ends; the bytes
+    moved up and down. Both connections are closed when it returns."""
+    return await pump_sides(stream_side(crawler), stream_side(proxy), idle_timeout)
+
+
+async def pump_sides(crawler: Side, proxy: Side, idle_timeout: float) -> tuple[int, int]:
+    """``pump`` for connections however they were read until now."""
+    transports = (crawler[0], proxy[0])
     tunnel = Tunnel(*transports, idle_timeout)
-    pending = []
     for direction, transport in enumerate(transports):
         transport.set_protocol(_Side(tunnel, direction, transport.get_protocol()))
-        pending.append(_buffered(readers[direction]))
         if not transport.is_reading() and not transport.is_closing():
-            transport.resume_reading()  # the stream had paused it, its buffer full
-    for direction, (data, eof) in enumerate(pending):
+            transport.resume_reading()  # its reader had paused it, its buffer full
+    for direction, (_, data, eof) in enumerate((crawler, proxy)):
         if data:
             tunnel.moved(direction, data)
         if eof:
             tunnel.ended(direction)
     if any(transport.is_closing() for transport in transports):
-        tunnel.lost()  # gone before the hand-over: its end was told to the stream, not to us
+        tunnel.lost()  # gone before the hand-over: its end was told to the reader, not to us
     try:
         await tunnel.done
     finally:

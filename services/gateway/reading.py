@@ -12,12 +12,12 @@ where it ends; its bytes go on to the crawler as they came.
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
 import httptools
 
+from services.gateway.pure import heads
 from services.gateway.pure.heads import Header, HeadError
 
 MAX_HEAD = 32 * 1024
@@ -37,6 +37,12 @@ class Request:
     chunked: bool = False
     length: int = 0
     parser: Any = None
+    lengths: list[bytes] = field(default_factory=list)
+    codings: bytes = b""
+    login: bytes | None = None
+    """The first ``Proxy-Authorization``, as sent."""
+    params: bytes | None = None
+    """The first ``X-Egress-Params``, as sent."""
 
     def on_url(self, url: bytes) -> None:
         self.url += url
@@ -45,6 +51,16 @@ class Request:
         if len(self.headers) >= MAX_HEADERS:
             raise HeadError(f"more than {MAX_HEADERS} header fields", 431)
         self.headers.append((name, value))
+        low = name.lower()
+        if low == b"content-length":
+            self.lengths.append(value)
+        elif low == b"transfer-encoding":
+            self.codings = self.codings + b"," + value if self.codings else value
+        elif low == b"proxy-authorization":
+            if self.login is None:
+                self.login = value
+        elif low == heads.PARAMS_HEADER and self.params is None:
+            self.params = value
 
     def on_headers_complete(self) -> None:
         # Asked here, not after feed_data: once a request without a body is complete, llhttp
@@ -53,19 +69,57 @@ class Request:
         self.version = self.parser.get_http_version().encode("ascii", "replace")
 
 
-async def read_request(reader: asyncio.StreamReader, timeout: float) -> Request | None:
-    """The next request's head; ``None`` when the client closed between requests."""
-    try:
-        async with asyncio.timeout(timeout):
-            raw = await _head(reader)
-    except asyncio.IncompleteReadError as exc:
-        if not exc.partial.strip():
-            return None
-        raise HeadError("the request head ended before its blank line") from None
-    except asyncio.LimitOverrunError:
-        raise HeadError(f"the request head is longer than {MAX_HEAD} bytes", 431) from None
-    except TimeoutError:
-        raise HeadError(f"no whole request head within {timeout:g} s", 408) from None
+def take_head(buffer: bytearray, *, eof: bool = False) -> bytes | None:
+    """The next request head's bytes up to its blank line, taken from ``buffer``; ``None`` while
+    more must come, ``b""`` when the client closed between requests (``eof`` after nothing but
+    blank lines). The request line is judged as soon as it is whole, so that one ending in a
+    bare LF is refused at once instead of waited on (a CRLFCRLF that never comes); a few empty
+    lines before it are skipped (RFC 9112, 2.2)."""
+    pos = 0
+    for _ in range(MAX_BLANK + 1):
+        end = buffer.find(b"\n", pos)
+        if end < 0:
+            return _more(buffer, eof)
+        if buffer[pos : end + 1] != b"\r\n":
+            break
+        pos = end + 1
+    else:
+        raise HeadError("only empty lines where a request line belongs")
+    if end == pos or buffer[end - 1] != 13:  # 13: CR
+        raise HeadError("the request line ends in a bare LF; end each line of the head with CRLF")
+    start = end + 1
+    if len(buffer) < start + 2:
+        return _more(buffer, eof)
+    two = buffer[start : start + 2]
+    if two == b"\r\n":
+        end = start + 2
+    else:
+        if b"\n" in two or two.endswith(b"\r"):
+            raise HeadError("a header field line ends too soon; end each line with CRLF")
+        found = buffer.find(b"\r\n\r\n", start)
+        if found < 0:
+            return _more(buffer, eof)
+        end = found + 4
+    if end - pos > MAX_HEAD:
+        raise HeadError(f"the request head is longer than {MAX_HEAD} bytes", 431)
+    head = bytes(buffer[pos:end])  # without the empty lines before it
+    del buffer[:end]
+    return head
+
+
+def _more(buffer: bytearray, eof: bool) -> bytes | None:
+    if len(buffer) > MAX_HEAD:
+        raise HeadError(f"the request head is longer than {MAX_HEAD} bytes", 431)
+    if not eof:
+        return None
+    if buffer.strip():
+        raise HeadError("the request head ended before its blank line")
+    buffer.clear()
+    return b""
+
+
+def parse_request(raw: bytes) -> Request:
+    """A whole head (``take_head``), read by llhttp."""
     request = Request()
     parser = request.parser = httptools.HttpRequestParser(request)
     try:
@@ -83,46 +137,10 @@ async def read_request(reader: asyncio.StreamReader, timeout: float) -> Request 
         version = request.version.decode("ascii", "replace")
         raise HeadError(f"HTTP/{version} is not spoken here: HTTP/1.1 or HTTP/1.0", 505)
     request.method = parser.get_method().decode("ascii", "replace")
-    lengths = [v for k, v in request.headers if k.lower() == b"content-length"]
-    codings = b",".join(v for k, v in request.headers if k.lower() == b"transfer-encoding")
-    request.chunked = b"chunked" in codings.lower()
-    if lengths and not request.chunked:
-        request.length = int(lengths[0].strip())  # llhttp let only one plain number through
+    request.chunked = b"chunked" in request.codings.lower()
+    if request.lengths and not request.chunked:
+        request.length = int(request.lengths[0].strip())  # llhttp let one plain number through
     return request
-
-
-async def _head(reader: asyncio.StreamReader) -> bytes:
-    """The head's bytes up to its blank line: the request line read alone, so that one ending in
-    a bare LF is refused at once instead of waited on (a CRLFCRLF that never comes), then the
-    fields in one read, the cheap way a head is read thousands of times a second. A few empty
-    lines before a request line are skipped (RFC 9112, 2.2). A client that closed mid-head is
-    told apart from one that closed between requests by what came before
-    (``IncompleteReadError.partial``)."""
-    before = b""
-    try:
-        for _ in range(MAX_BLANK + 1):
-            line = await reader.readuntil(b"\n")
-            if line != b"\r\n":
-                break
-        else:
-            raise HeadError("only empty lines where a request line belongs")
-        if not line.endswith(b"\r\n"):
-            raise HeadError(
-                "the request line ends in a bare LF; end each line of the head with CRLF"
-            )
-        before = line
-        start = await reader.readexactly(2)
-        if start == b"\r\n":
-            return line + start
-        if b"\n" in start or start.endswith(b"\r"):
-            raise HeadError("a header field line ends too soon; end each line with CRLF")
-        before = line + start
-        head = before + await reader.readuntil(b"\r\n\r\n")
-    except asyncio.IncompleteReadError as exc:
-        raise asyncio.IncompleteReadError(before + exc.partial, None) from None
-    if len(head) > MAX_HEAD:
-        raise HeadError(f"the request head is longer than {MAX_HEAD} bytes", 431)
-    return head
 
 
 class Response:

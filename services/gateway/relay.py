@@ -4,8 +4,9 @@
 The upstream connections are the leased proxies' (Squid's) ports. A plain request is sent with
 the lease's login in place of the crawler's and its response read until the head, which decides
 (``pure.outcomes``) whether the crawler gets it or the request goes once more through another
-proxy; then the rest streams through. Connections to a proxy are kept for the next request
-(``Upstreams``), whichever lease of that proxy it is for: the login rides on each request.
+proxy; then the rest passes straight to the crawler from the connection's protocol
+(``upstream.Upstream``). Connections to a proxy are kept for the next request (``Upstreams``),
+whichever lease of that proxy it is for: the login rides on each request.
 """
 
 from __future__ import annotations
@@ -18,13 +19,10 @@ from dataclasses import dataclass
 from services.gateway.bounds import Refusal
 from services.gateway.pure import heads
 from services.gateway.pure.heads import HeadError, Target, connect_head
-from services.gateway.reading import CHUNK, MAX_HEAD, Response
+from services.gateway.reading import MAX_HEAD, Response
+from services.gateway.upstream import Upstream, UpstreamError
 
 Conn = tuple[asyncio.StreamReader, asyncio.StreamWriter]
-
-
-class UpstreamError(Exception):
-    """The leased proxy could not be reached, or answered nothing usable."""
 
 
 @dataclass
@@ -36,9 +34,11 @@ class Traffic:
 
 
 class Upstreams:
-    """Idle keep-alive connections per proxy address, bounded per proxy (``per_proxy``) and in
-    all (``max_idle``): beyond, a connection given back is closed. A proxy without idle
-    connections has no entry, so the proxies a gateway once used do not accumulate."""
+    """Connections to the proxies: idle keep-alive ones for plain requests (``Upstream``
+    protocols) per proxy address, bounded per proxy (``per_proxy``) and in all (``max_idle``):
+    beyond, a connection given back is closed. A proxy without idle connections has no entry,
+    so the proxies a gateway once used do not accumulate. Tunnels get fresh stream connections
+    (``connect``); both kinds count in ``max_open``."""
 
     def __init__(
         self,
@@ -55,24 +55,36 @@ class Upstreams:
         self.idle = 0
         self.open_now = 0
         """Connections to proxies whose descriptor is not closed yet, idle ones included."""
-        self._idle: defaultdict[tuple[str, int], list[Conn]] = defaultdict(list)
+        self._idle: defaultdict[tuple[str, int], list[Upstream]] = defaultdict(list)
         self._watching: set[asyncio.Task[None]] = set()
 
-    async def open(self, host: str, port: int, *, fresh: bool = False) -> Conn:
-        idle = self._idle.get((host, port), [])
+    async def take(self, host: str, port: int, *, fresh: bool = False) -> Upstream:
+        """A connection to the proxy for a plain request: an idle one unless ``fresh``."""
+        idle = self._idle.get((host, port))
         while idle and not fresh:
-            reader, writer = idle.pop()
+            up = idle.pop()
             self.idle -= 1
             if not idle:
                 del self._idle[(host, port)]
-            if not reader.at_eof() and not writer.is_closing():
-                return reader, writer
-            writer.close()
-        if self.open_now >= self.max_open:
-            # The gateway's own bound, not the proxy's fault: nothing is reported against it.
-            reason = "the gateway holds as many connections to proxies as it may; try again"
-            answer = heads.answer(503, reason, extra=[(b"Retry-After", b"1")])
-            raise Refusal(answer, "upstreams")
+            if not up.closed:
+                return up
+            up.close()
+        self._room()
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(self.connect_timeout):
+                _, up = await loop.create_connection(lambda: Upstream(self._lost), host, port)
+        except (OSError, TimeoutError) as exc:
+            raise UpstreamError(f"the proxy {host}:{port} cannot be reached: {exc!r}") from exc
+        if up.lost:
+            raise UpstreamError(f"the proxy {host}:{port} closed the connection at once")
+        self.open_now += 1
+        up.counted = True
+        return up
+
+    async def connect(self, host: str, port: int) -> Conn:
+        """A fresh connection to the proxy as streams, for a tunnel."""
+        self._room()
         try:
             async with asyncio.timeout(self.connect_timeout):
                 conn = await asyncio.open_connection(host, port, limit=MAX_HEAD)
@@ -84,22 +96,35 @@ class Upstreams:
         watch.add_done_callback(self._forget)
         return conn
 
+    def _room(self) -> None:
+        if self.open_now >= self.max_open:
+            # The gateway's own bound, not the proxy's fault: nothing is reported against it.
+            reason = "the gateway holds as many connections to proxies as it may; try again"
+            answer = heads.answer(503, reason, extra=[(b"Retry-After", b"1")])
+            raise Refusal(answer, "upstreams")
+
+    def _lost(self) -> None:
+        self.open_now -= 1
+
     def _forget(self, watch: asyncio.Task[None]) -> None:
         self._watching.discard(watch)
         self.open_now -= 1
 
-    def give_back(self, host: str, port: int, conn: Conn) -> None:
+    def give_back(self, host: str, port: int, up: Upstream) -> None:
+        """The connection after a request: kept for the next one when its answer ended as
+        framed, closed otherwise or beyond the bounds."""
         idle = self._idle.get((host, port), [])
-        if len(idle) >= self.per_proxy or self.idle >= self.max_idle or conn[1].is_closing():
-            conn[1].close()
+        if not up.reusable or len(idle) >= self.per_proxy or self.idle >= self.max_idle:
+            up.close()
             return
-        self._idle[(host, port)].append(conn)
+        up.done()
+        self._idle[(host, port)].append(up)
         self.idle += 1
 
     def close(self) -> None:
-        for conns in self._idle.values():
-            for _, writer in conns:
-                writer.close()
+        for ups in self._idle.values():
+            for up in ups:
+                up.close()
         self._idle.clear()
         self.idle = 0
         for watch in self._watching:
@@ -112,48 +137,6 @@ async def _closed(writer: asyncio.StreamWriter) -> None:
         await writer.wait_closed()
 
 
-async def read_head(
-    reader: asyncio.StreamReader, timeout: float, *, head_only: bool
-) -> tuple[Response, bytes]:
-    response = Response(head_only)
-    seen = bytearray()
-    async with asyncio.timeout(timeout):
-        while not response.headers_done:
-            data = await reader.read(CHUNK)
-            if not data:
-                raise UpstreamError("the proxy closed the connection before answering")
-            seen += data
-            if len(seen) > MAX_HEAD * 4 and not response.headers_done:
-                raise UpstreamError("the proxy's answer head is too long")
-            response.feed(data)
-    return response, bytes(seen)
-
-
-async def stream_rest(
-    reader: asyncio.StreamReader,
-    client: asyncio.StreamWriter,
-    response: Response,
-    traffic: Traffic,
-    idle_timeout: float,
-) -> bool:
-    """Pass the rest of the response on; whether it ended as its framing says (the upstream
-    connection may then be kept). A response that ends with its connection ends the crawler's
-    too."""
-    while not response.complete:
-        try:
-            async with asyncio.timeout(idle_timeout):
-                data = await reader.read(CHUNK)
-                if not data:
-                    return False
-                response.feed(data)
-                traffic.down += len(data)
-                client.write(data)
-                await client.drain()  # a crawler that stops reading is bounded too
-        except TimeoutError:
-            return False
-    return True
-
-
 async def open_tunnel(
     upstreams: Upstreams,
     host: str,
@@ -164,7 +147,7 @@ async def open_tunnel(
     timeout: float,
 ) -> tuple[Conn, Response]:
     """A CONNECT through the proxy; the connection and the proxy's answer (200: open)."""
-    conn = await upstreams.open(host, port, fresh=True)
+    conn = await upstreams.connect(host, port)
     reader, writer = conn
     response = Response(head_only=True)
     try:

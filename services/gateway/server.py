@@ -20,27 +20,29 @@ from typing import NoReturn
 
 import structlog
 
-from services.gateway.bounds import Limits, Refusal, close, close_refused, drain, idle_upstream
+from services.gateway.bounds import (
+    LINGER,
+    LINGER_BYTES,
+    Limits,
+    Refusal,
+    close,
+    drain,
+    idle_upstream,
+)
+from services.gateway.crawler import Crawler
 from services.gateway.doorman import Doorman
 from services.gateway.leases import Caller, Held, Keeper, NoLease
 from services.gateway.metrics import GatewayMetrics
-from services.gateway.pump import pump
+from services.gateway.pump import pump_sides, stream_side
 from services.gateway.pure import heads
 from services.gateway.pure.heads import HeadError, Target
 from services.gateway.pure.outcomes import MAX_RETRY_BODY, Outcome, judge
 from services.gateway.pure.traffic import Exchange
 from services.gateway.pure.username import Ask
-from services.gateway.reading import CHUNK, Request, Response, read_request
-from services.gateway.relay import (
-    Conn,
-    Traffic,
-    UpstreamError,
-    Upstreams,
-    open_tunnel,
-    read_head,
-    stream_rest,
-)
+from services.gateway.reading import CHUNK, Request, Response, parse_request
+from services.gateway.relay import Conn, Traffic, Upstreams, open_tunnel
 from services.gateway.traffic import TrafficRecorder
+from services.gateway.upstream import Upstream, UpstreamError
 from services.runtime.clients import Clients
 from services.runtime.pure.throttle import LoginThrottle
 
@@ -71,8 +73,12 @@ class Gateway:
             max_open=self.limits.upstreams,
         )
 
-    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peer = writer.get_extra_info("peername")
+    def protocol(self) -> Crawler:
+        """A new crawler connection's protocol (the listening server's factory)."""
+        return Crawler(self.serve)
+
+    async def serve(self, crawler: Crawler) -> None:
+        peer = crawler.transport.get_extra_info("peername")
         address = str(peer[0]) if peer else "unknown"
         if (
             self._per_address[address] >= self.limits.per_address
@@ -82,23 +88,23 @@ class Gateway:
             # descriptors (what it sent, if anything, is not read; a reset may overtake the 429).
             self.metrics.refusals.labels("connections").inc()
             which = "from this address" if self._open < self.limits.connections else "in all"
-            with contextlib.suppress(OSError):
-                writer.write(
+            with contextlib.suppress(OSError, RuntimeError):
+                crawler.write(
                     heads.answer(
                         429, f"too many connections {which}", extra=[(b"Retry-After", b"1")]
                     )
                 )
-            writer.close()
+            crawler.transport.close()
             return
         self._per_address[address] += 1
         self._open += 1
         self.metrics.connections.inc()
         try:
-            await self._requests(reader, writer, address)
+            await self._requests(crawler, address)
         except Refusal as refusal:
             if refusal.kind:
                 self.metrics.refusals.labels(refusal.kind).inc()
-            await close_refused(reader, writer, refusal.answer)
+            await crawler.linger(refusal.answer, LINGER, LINGER_BYTES)
         except (OSError, asyncio.IncompleteReadError, TimeoutError, HeadError, UpstreamError):
             pass  # the crawler or the proxy went away, stalled or spoke nonsense mid-answer
         finally:
@@ -107,48 +113,47 @@ class Gateway:
                 del self._per_address[address]
             self._open -= 1
             self.metrics.connections.dec()
-            close(writer, self.limits.idle_timeout)
+            crawler.close(self.limits.idle_timeout)
 
-    async def _requests(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, address: str
-    ) -> None:
+    async def _requests(self, crawler: Crawler, address: str) -> None:
         first = True
+        cache = _Targets()
         while True:
             timeout = self.limits.head_timeout if first else self.limits.idle_timeout
             try:
-                request = await read_request(reader, timeout)
-            except HeadError as exc:
-                if exc.status == 408 and not first:
+                raw = await crawler.head(timeout)
+                if not raw:
+                    return
+                request = parse_request(raw)
+            except TimeoutError:
+                if not first:
                     return  # an idle keep-alive connection, closed quietly
                 self.metrics.refusals.labels("head").inc()
+                reason = f"no whole request head within {timeout:g} s"
+                raise Refusal(heads.answer(408, reason)) from None
+            except HeadError as exc:
+                self.metrics.refusals.labels("head").inc()
                 raise Refusal(heads.answer(exc.status, str(exc))) from None
-            if request is None:
-                return
             first = False
-            if not await self._request(request, reader, writer, address):
+            if not await self._request(request, crawler, address, cache):
                 return
 
     async def _request(
-        self,
-        request: Request,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        address: str,
+        self, request: Request, crawler: Crawler, address: str, cache: _Targets
     ) -> bool:
         """Answer one request; whether the connection may carry another."""
         try:
-            target = heads.target(request.method, request.url)
+            target, why = cache.get(request.method, request.url, self.own_ports)
         except HeadError as exc:
             self._refuse(exc.status, str(exc), "target")
-        refusal = self.doorman.who(request.headers, address)
+        refusal = self.doorman.who(request.headers, address, (request.login, request.params))
         if isinstance(refusal, bytes):
             raise Refusal(refusal)
         caller, ask = refusal
-        why = heads.denied(target, self.own_ports)
         if why is not None:
             self._refuse(403, f"the gateway does not go there: {why}", "target")
         if request.method == "CONNECT":
-            await self._tunnel(caller, ask, target, reader, writer)
+            await self._tunnel(caller, ask, target, crawler)
             return False
         if request.chunked:
             self._refuse(
@@ -156,7 +161,7 @@ class Gateway:
                 "send the request body with a Content-Length (chunked bodies are not relayed)",
                 "body",
             )
-        return await self._forward(caller, ask, target, request, reader=reader, writer=writer)
+        return await self._forward(caller, ask, target, request, crawler)
 
     def _refuse(self, status: int, reason: str, kind: str) -> NoReturn:
         self.metrics.refusals.labels(kind).inc()
@@ -180,19 +185,17 @@ class Gateway:
         ask: Ask,
         target: Target,
         request: Request,
-        *,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
+        crawler: Crawler,
     ) -> bool:
         body: bytes | None = None
         if request.length <= MAX_RETRY_BODY:
-            body = await self._body(reader, request.length)
+            body = await self._body(crawler, request.length)
         exclude: frozenset[str] = frozenset()
         for attempt in range(2):
             held = await self._lease(caller, ask, exclude=exclude, host=target.host)
             held.in_flight += 1
             try:
-                sent = await self._send(held, request, body, reader)
+                sent = await self._send(held, request, body, crawler)
             finally:
                 held.in_flight -= 1
             if isinstance(sent, str):
@@ -202,7 +205,7 @@ class Gateway:
                     exclude |= {held.granted.proxy_uid}
                     continue
                 raise Refusal(heads.answer(502, f"the proxy {held.proxy} failed: {sent}"))
-            (conn, response, seen), (host, port) = sent, held.upstream()[:2]
+            (up, response, seen), (host, port) = sent, held.upstream()[:2]
             verdict = judge(
                 response.status,
                 response.squid_error,
@@ -215,7 +218,7 @@ class Gateway:
             if verdict.outcome != "success":
                 self.keeper.report(held, verdict.outcome, target.host, f"HTTP {response.status}")
             if verdict.retry:
-                conn[1].close()
+                up.close()
                 self._count(
                     caller,
                     held,
@@ -228,31 +231,30 @@ class Gateway:
                 continue
             traffic = Traffic(up=request.length, down=len(seen))
             try:
-                writer.write(_marked(seen, held))
-                await drain(writer, self.limits.idle_timeout)
-                whole = response.complete or await stream_rest(
-                    conn[0], writer, response, traffic, self.limits.idle_timeout
-                )
+                crawler.write(_marked(seen, held))
+                whole = response.complete or await up.relay(crawler, self.limits.idle_timeout)
+                await drain(crawler, self.limits.idle_timeout)
             except BaseException:
-                conn[1].close()  # the crawler left or stalled mid-answer: the proxy's goes too
+                up.close()  # the crawler left or stalled mid-answer: the proxy's goes too
                 raise
+            finally:
+                traffic.down += up.down
             if whole and response.keep_alive:
-                self.upstreams.give_back(host, port, conn)
+                self.upstreams.give_back(host, port, up)
             else:
-                conn[1].close()
+                up.close()
             self._count(
                 caller, held, verdict.outcome, traffic, host=target.host, status=response.status
             )
             return whole and request.keep_alive and response.keep_alive
         return False
 
-    async def _body(self, reader: asyncio.StreamReader, length: int) -> bytes:
+    async def _body(self, crawler: Crawler, length: int) -> bytes:
         """A request body small enough to keep for a retry, within ``idle_timeout`` (408)."""
         if not length:
             return b""
         try:
-            async with asyncio.timeout(self.limits.idle_timeout):
-                return await reader.readexactly(length)
+            return await crawler.readexactly(length, self.limits.idle_timeout)
         except TimeoutError:
             self._refuse(
                 408,
@@ -261,8 +263,8 @@ class Gateway:
             )
 
     async def _send(
-        self, held: Held, request: Request, body: bytes | None, reader: asyncio.StreamReader
-    ) -> tuple[Conn, Response, bytes] | str:
+        self, held: Held, request: Request, body: bytes | None, crawler: Crawler
+    ) -> tuple[Upstream, Response, bytes] | str:
         """Send the request through the lease's proxy; the connection, the response so far and
         its bytes, or why it could not be sent. A kept connection the proxy closed meanwhile, or
         a login the proxy refuses (the lease moved: renewed or rotated), is tried once more."""
@@ -277,36 +279,36 @@ class Gateway:
                 keep_alive=request.keep_alive,
             )
             try:
-                conn = await self.upstreams.open(host, port, fresh=again > 0)
+                up = await self.upstreams.take(host, port, fresh=again > 0)
             except UpstreamError as exc:
                 if again == 0:
                     await self.keeper.reread(held)
                     continue
                 return str(exc)
             try:
-                conn[1].write(head + (body or b""))
+                up.send(head + (body or b""), head_only=request.method == "HEAD")
                 if body is None:
-                    await _copy_exactly(reader, conn[1], request.length, self.limits.idle_timeout)
-                await drain(conn[1], self.limits.idle_timeout)
-                response, seen = await read_head(
-                    conn[0], self.limits.answer_timeout, head_only=request.method == "HEAD"
-                )
+                    await _copy_exactly(crawler, up, request.length, self.limits.idle_timeout)
+                response, seen = await up.answer(self.limits.answer_timeout)
             except (UpstreamError, OSError, asyncio.IncompleteReadError) as exc:
-                conn[1].close()
+                up.close()
                 if body is None:
                     return f"the proxy closed the connection: {exc}"
                 continue
             except TimeoutError:
-                conn[1].close()
+                up.close()
                 return "the proxy did not answer in time"
             except HeadError as exc:
-                conn[1].close()
+                up.close()
                 return str(exc)
+            except BaseException:
+                up.close()
+                raise
             if response.status == 407 and again < 2 and body is not None:
-                conn[1].close()
+                up.close()
                 await self.keeper.reread(held)
                 continue
-            return conn, response, seen
+            return up, response, seen
         return "the proxy refused the lease's login"
 
     # ------------------------------------------------------------------ CONNECT
@@ -316,8 +318,7 @@ class Gateway:
         caller: Caller,
         ask: Ask,
         target: Target,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
+        crawler: Crawler,
     ) -> None:
         exclude: frozenset[str] = frozenset()
         for attempt in range(2):
@@ -341,12 +342,14 @@ class Gateway:
                     heads.answer(answer, f"the tunnel through {held.proxy} failed: {why}")
                 )
             (up_reader, up_writer), _ = opened
-            writer.write(_established(held))
-            await drain(writer, self.limits.idle_timeout)
+            crawler.write(_established(held))
+            await drain(crawler, self.limits.idle_timeout)
             held.in_flight += 1
             try:
-                up, down = await pump(
-                    (reader, writer), (up_reader, up_writer), self.limits.idle_timeout
+                up, down = await pump_sides(
+                    (crawler.transport, crawler.take_buffer(), crawler.eof),
+                    stream_side((up_reader, up_writer)),
+                    self.limits.idle_timeout,
                 )
             finally:
                 held.in_flight -= 1
@@ -420,6 +423,24 @@ class Gateway:
         self.upstreams.close()
 
 
+class _Targets:
+    """A connection's last target, by the URL up to its path: a crawler's keep-alive
+    connection mostly asks the same host again, and reading the URL is a good part of a small
+    request's cost. What follows the authority changes neither the target nor its refusal."""
+
+    def __init__(self) -> None:
+        self.key = b""
+        self.found: tuple[Target, str | None] | None = None
+
+    def get(self, method: str, url: bytes, own_ports: tuple[int, ...]) -> tuple[Target, str | None]:
+        key = method.encode() + b" " + url[: heads.authority_end(url)]
+        if key != self.key or self.found is None:
+            target = heads.target(method, url)
+            self.found = (target, heads.denied(target, own_ports))
+            self.key = key
+        return self.found
+
+
 def _marked(seen: bytes, held: Held) -> bytes:
     """The response head with the proxy and lease it came through, after the status line."""
     end = seen.find(b"\r\n")
@@ -439,15 +460,12 @@ def _ours(held: Held) -> bytes:
     )
 
 
-async def _copy_exactly(
-    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, n: int, idle_timeout: float
-) -> None:
+async def _copy_exactly(crawler: Crawler, up: Upstream, n: int, idle_timeout: float) -> None:
     """A request body too large to keep, streamed on; each piece within ``idle_timeout``."""
     while n > 0:
-        async with asyncio.timeout(idle_timeout):
-            data = await reader.read(min(n, CHUNK))
-            if not data:
-                raise asyncio.IncompleteReadError(b"", n)
-            writer.write(data)
-            await writer.drain()
+        data = await crawler.read(min(n, CHUNK), idle_timeout)
+        if not data:
+            raise asyncio.IncompleteReadError(b"", n)
+        up.write(data)
+        await up.drain(idle_timeout)
         n -= len(data)

@@ -203,7 +203,7 @@ class GatewayService:
                 *self.own_ports,
             ),
         )
-        server = await asyncio.start_server(gateway.serve, sock=sock, limit=64 * 1024)
+        server = await asyncio.get_running_loop().create_server(gateway.protocol, sock=sock)
         self.listening.set()
         log.info(
             "gateway listening",

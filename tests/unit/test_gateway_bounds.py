@@ -3,13 +3,11 @@ under the descriptor limit, the spellings of a local address, and heads fed to t
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 from services.gateway.bounds import FD_RESERVE, Limits, idle_upstream
 from services.gateway.pure.heads import HeadError, Target, denied, target
-from services.gateway.reading import MAX_HEAD, read_request
+from services.gateway.reading import MAX_HEAD, parse_request, take_head
 
 
 def test_crawlers_and_proxies_share_the_descriptor_limit() -> None:
@@ -61,12 +59,11 @@ def test_connect_needs_a_host_and_a_port(authority: bytes) -> None:
         target("CONNECT", authority)
 
 
-async def _read(raw: bytes) -> object:
-    reader = asyncio.StreamReader(limit=64 * 1024)
-    reader.feed_data(raw)
-    reader.feed_eof()
+def _read(raw: bytes) -> object:
     try:
-        return await read_request(reader, 5)
+        head = take_head(bytearray(raw), eof=True)
+        assert head is not None  # at the end of the bytes, a head or nothing
+        return parse_request(head) if head else None
     except HeadError as exc:
         return exc.status
 
@@ -84,15 +81,53 @@ async def _read(raw: bytes) -> object:
         (b"\r\n" * 5 + b"GET http://x/ HTTP/1.1\r\n\r\n", 400),
     ],
 )
-async def test_a_head_the_gateway_will_not_read_is_refused_with_its_status(
+def test_a_head_the_gateway_will_not_read_is_refused_with_its_status(
     raw: bytes, status: int
 ) -> None:
-    assert await _read(raw) == status
+    assert _read(raw) == status
 
 
-async def test_connection_close_is_seen_and_empty_lines_before_a_request_are_skipped() -> None:
-    request = await _read(b"\r\n\r\nGET http://x/ HTTP/1.1\r\nConnection: close\r\n\r\n")
+def test_connection_close_is_seen_and_empty_lines_before_a_request_are_skipped() -> None:
+    request = _read(b"\r\n\r\nGET http://x/ HTTP/1.1\r\nConnection: close\r\n\r\n")
     assert getattr(request, "keep_alive", None) is False
-    request = await _read(b"GET http://x/ HTTP/1.0\r\nProxy-Connection: keep-alive\r\n\r\n")
+    request = _read(b"GET http://x/ HTTP/1.0\r\nProxy-Connection: keep-alive\r\n\r\n")
     assert getattr(request, "keep_alive", None) is True
-    assert await _read(b"") is None
+    assert _read(b"") is None
+
+
+def test_a_head_cut_at_every_byte_is_taken_once_whole_and_what_follows_stays() -> None:
+    head = b"\r\nGET http://x/ HTTP/1.1\r\nHost: x\r\nX-A: b\r\n\r\n"
+    for cut in range(len(head)):
+        buffer = bytearray(head[:cut])
+        assert take_head(buffer) is None, cut
+        assert buffer == head[:cut]
+    buffer = bytearray(head + b"GET http://y/")
+    assert take_head(buffer) == head[2:]  # the empty line before it skipped
+    assert buffer == b"GET http://y/"
+    assert take_head(buffer) is None
+    bare = bytearray(b"GET http://x/ HTTP/1.1\r\n\r\n")
+    assert take_head(bare) == b"GET http://x/ HTTP/1.1\r\n\r\n"
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"GET http://x/ HTTP/1.1\n",
+        b"\n",
+        b"GET http://x/ HTTP/1.1\r\n\nX",
+        b"GET http://x/ HTTP/1.1\r\nX\n",
+        b"\r\n" * 5 + b"G",
+    ],
+)
+def test_a_bare_lf_is_refused_before_the_head_could_end(raw: bytes) -> None:
+    """Not waited on until the head timeout: the request line and the first field line are
+    judged as soon as they are whole."""
+    with pytest.raises(HeadError) as refused:
+        take_head(bytearray(raw))
+    assert refused.value.status == 400
+
+
+def test_a_head_longer_than_its_bound_is_refused_before_it_ends() -> None:
+    with pytest.raises(HeadError) as refused:
+        take_head(bytearray(b"GET http://x/ HTTP/1.1\r\nX: " + b"y" * MAX_HEAD))
+    assert refused.value.status == 431

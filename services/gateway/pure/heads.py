@@ -113,6 +113,21 @@ def target(method: str, url: bytes) -> Target:
     return Target(parts.hostname.lower(), port or default, parts.scheme)
 
 
+def authority_end(url: bytes) -> int:
+    """Where an absolute URL's scheme and authority end (its path, query or fragment starts),
+    as ``urlsplit`` reads them: two URLs alike up to there have the same ``target``. The whole
+    length when there is no ``//`` (a CONNECT's ``host:port``)."""
+    start = url.find(b"//")
+    if start < 0:
+        return len(url)
+    end = len(url)
+    for mark in (b"/", b"?", b"#"):
+        found = url.find(mark, start + 2, end)
+        if found >= 0:
+            end = found
+    return end
+
+
 def denied(target: Target, own_ports: Iterable[int]) -> str | None:
     """Why the gateway itself refuses ``target``, whatever the proxy's rules: never to itself,
     the discovery API or NATS (``own_ports``) on a local address, however it is spelled
