@@ -25,7 +25,7 @@ import re
 import signal
 import socket
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -40,8 +40,9 @@ from events.errors import EventStoreError
 from events.meter import UpstreamMetered, problem
 from events.store import EventStore, NewEvent
 from services.providers import local_process as proc
+from services.providers.base import Provider
 from services.providers.pure import meterlog
-from services.providers.upstream.provider import Metered
+from services.providers.upstream.provider import Metered, UpstreamProvider
 from services.runtime.observability.metrics import metric_set
 
 log = structlog.get_logger("egress.executor.meter")
@@ -51,6 +52,21 @@ LOCK_FILE = "meter.lock"
 ROTATED = proc.ACCESS_LOG + ".1"
 READ_MAX = 4 * 1024 * 1024
 """Bytes read from one log per step; a longer backlog is read over the next steps."""
+
+
+def upstream_providers(providers: Mapping[str, Provider]) -> list[UpstreamProvider]:
+    """The ``upstream`` entries among ``providers``, under whatever wraps them (the lease key's
+    ``LeaseKeyed``, the instruments): each wrapper keeps the provider it wraps as ``inner``."""
+    found = []
+    for provider in providers.values():
+        inner: object = provider
+        for _ in range(8):  # wrappers are a few deep; a loop of them must not hang the start
+            if isinstance(inner, UpstreamProvider) or not hasattr(inner, "inner"):
+                break
+            inner = inner.inner
+        if isinstance(inner, UpstreamProvider):
+            found.append(inner)
+    return found
 
 
 def default_replica() -> str:

@@ -19,7 +19,7 @@ import structlog
 
 from events import subjects
 from services.executor.commands import CommandHandler
-from services.executor.meter import Meter, default_replica, meter_metrics
+from services.executor.meter import Meter, default_replica, meter_metrics, upstream_providers
 from services.executor.observe import ObserveSweep
 from services.executor.pure.policy import CommandPolicy
 from services.providers.base import Provider
@@ -33,7 +33,6 @@ from services.providers.config import (
 from services.providers.entrycheck import log_at_start
 from services.providers.instrumented import instrument
 from services.providers.squidauth.secret import LEASE_SECRET_VARIABLES
-from services.providers.upstream.provider import UpstreamProvider
 from services.runtime.nats.consumer import ConsumerLoop, ConsumerSpec
 from services.runtime.observability.metrics import Metrics
 from services.runtime.service import ServiceContext
@@ -162,7 +161,7 @@ class ExecutorService:
         sweep = ObserveSweep(
             ctx.conn.js, ctx.store, providers, concurrency=self.observe_concurrency
         )
-        upstream = [p for p in self._raw.values() if isinstance(p, UpstreamProvider)]
+        upstream = upstream_providers(self._raw)
         meter = Meter(
             ctx.store,
             upstream,

@@ -29,6 +29,7 @@ from services.providers.base import CreateRequest
 from services.providers.local_process import ACCESS_LOG
 from services.providers.pure.targets import AllowedTarget
 from services.providers.squidauth.keyed import lease_keyed
+from services.providers.squidauth.pure import scheme
 from services.providers.squidauth.pure.scheme import lease_id_of
 from services.providers.upstream.provider import SESSION_LABEL, UpstreamProvider
 from services.providers.upstream.pure.templates import NAMED
@@ -59,6 +60,8 @@ ROOT = Path(__file__).resolve().parents[2]
 WAIT = 30.0
 ENTRY = "resi-de"
 BUDGET = 5_000_000_000
+FAR = 4_102_444_800_000
+"""2100-01-01 in milliseconds: a probe credential that does not expire during the test."""
 
 
 @dataclass
@@ -213,13 +216,20 @@ async def test_requests_and_a_tunnel_are_metered_to_their_lease_with_the_bytes_s
         exchange, leased.port, page.encode() + b"\r\n\r\n"
     )  # no credential: our Squid answers 407, nothing reaches the service
     assert refused[1] > 0
-    await meter_until(meter, store, 2)
+    probe = scheme.probe_credential(scheme.proxy_key(MASTER, leased.proxy_uid), FAR)
+    prober = base64.b64encode(f"{probe.user}:{probe.password}".encode())
+    probed = await asyncio.to_thread(
+        exchange,
+        leased.port,
+        page.encode() + b"\r\nProxy-Authorization: Basic " + prober + b"\r\n\r\n",
+    )  # the health prober's: no lease, metered apart
+    await meter_until(meter, store, 3)
     before = leased.service.session(leased.session, "de")
     target = f"127.0.0.1:{leased.site.http_port}"
     inner = f"GET /tunnelled HTTP/1.1\r\nHost: {target}\r\nConnection: close\r\n\r\n".encode()
     connect_head = f"CONNECT {target} HTTP/1.1\r\nHost: {target}"
     tunnel = await asyncio.to_thread(leased.fetch, connect_head, inner=inner)
-    await meter_until(meter, store, 3)
+    await meter_until(meter, store, 4)
 
     records = await metered(store)
     assert totals(records) == {
@@ -227,7 +237,8 @@ async def test_requests_and_a_tunnel_are_metered_to_their_lease_with_the_bytes_s
             3,
             sum(sent for sent, _ in [*plain, tunnel]),
             sum(received for _, received in [*plain, tunnel]),
-        )
+        ),
+        "": (1, *probed),
     }
     for record in records:
         assert record.proxy_uid == leased.proxy_uid
@@ -235,11 +246,12 @@ async def test_requests_and_a_tunnel_are_metered_to_their_lease_with_the_bytes_s
         assert record.provider == ENTRY
     # The tunnel's record alone: its bytes up are the CONNECT head and what the crawler wrote
     # into the tunnel, which is what the service counted for the session.
-    [last] = [r for r in records if r.requests == 1 and r.bytes_up == tunnel[0]]
+    [last] = [r for r in records if r.lease_id and r.bytes_up == tunnel[0]]
+    assert last.requests == 1
     after = leased.service.session(leased.session, "de")
     assert after["bytesUp"] - before["bytesUp"] == len(inner)
     assert after["bytesDown"] - before["bytesDown"] < last.bytes_down
-    assert after["requests"] == 3
+    assert after["requests"] == 4
     skipped = meter.metrics.lines.labels(ENTRY, "denied")._value.get()
     assert skipped == 1
 

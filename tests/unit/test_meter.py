@@ -16,10 +16,14 @@ from events.meter import UpstreamMetered
 from events.store import AppendResult, NewEvent
 from events.subjects import Aggregate
 from services.executor import meter as meter_module
-from services.executor.meter import Meter, MeterMetrics, load_state
+from services.executor.meter import Meter, MeterMetrics, load_state, upstream_providers
+from services.providers.instrumented import instrument
+from services.providers.local import LocalProvider
 from services.providers.local_process import ACCESS_LOG
-from services.providers.upstream.provider import Metered
+from services.providers.squidauth.keyed import lease_keyed
+from services.providers.upstream.provider import Metered, UpstreamProvider
 from services.runtime.eventlog.memory import InMemoryEventStore
+from services.runtime.observability.metrics import Metrics
 
 PROVIDER = "resi-de"
 LEASE_A = "lease-a"
@@ -252,3 +256,20 @@ async def test_an_unreadable_state_starts_over_and_an_instance_locked_elsewhere_
         entry.write(line(LEASE_A, 1, 1))
         assert await meter.meter_once() == 0
     assert await meter.meter_once() == 1
+
+
+def test_the_upstream_entries_are_found_under_the_lease_key_and_the_instruments() -> None:
+    """``build_providers`` wraps an entry that enforces leases (``LeaseKeyed``) and the
+    executor instruments every provider: the meter must find the entry under both."""
+    entry = object.__new__(UpstreamProvider)  # its attributes play no part here
+    entry.name, entry.type = "resi", "upstream"
+    other = object.__new__(LocalProvider)
+    other.name, other.type = "local", "local"
+    keyed = lease_keyed(entry, b"a master secret of enough length")
+    wrapped = {
+        "resi": instrument(keyed, Metrics()),
+        "local": instrument(lease_keyed(other, b"a master secret of enough length"), Metrics()),
+    }
+    assert upstream_providers(wrapped) == [entry]
+    assert upstream_providers({"resi": entry}) == [entry]
+    assert upstream_providers({"local": other}) == []
