@@ -75,7 +75,7 @@ def default_replica() -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "-", f"{socket.gethostname()}-{os.getpid()}")[:128]
 
 
-class Source(Protocol):
+class Entry(Protocol):
     """What the meter needs of a provider (``UpstreamProvider`` is one)."""
 
     @property
@@ -141,7 +141,7 @@ class Meter:
     def __init__(
         self,
         store: EventStore,
-        providers: Sequence[Source],
+        providers: Sequence[Entry],
         metrics: MeterMetrics,
         *,
         replica: str,
@@ -200,7 +200,7 @@ class _Step:
     def __init__(
         self,
         meter: Meter,
-        provider: Source,
+        provider: Entry,
         instance: Metered,
         start: datetime,
         interval: float,
