@@ -19,6 +19,7 @@ import structlog
 
 from events import subjects
 from services.executor.commands import CommandHandler
+from services.executor.meter import Meter, default_replica, meter_metrics, upstream_providers
 from services.executor.observe import ObserveSweep
 from services.executor.pure.policy import CommandPolicy
 from services.providers.base import Provider
@@ -65,6 +66,15 @@ class ExecutorSettings(msgspec.Struct, frozen=True, kw_only=True):
             gt=0,
         ),
     ] = 600.0
+    meter_interval: Annotated[
+        float,
+        setting(
+            "Seconds between reads of the upstream proxies' access logs into the METER stream "
+            "(docs/decisions/0161-metering-upstream-bytes.md).",
+            gt=0,
+            le=3600,
+        ),
+    ] = 10.0
 
 
 DEFAULTS = ExecutorSettings()
@@ -95,6 +105,7 @@ class ExecutorService:
         observe_interval: float = DEFAULTS.observe_interval,
         create_timeout: float = DEFAULTS.create_timeout,
         *,
+        meter_interval: float = DEFAULTS.meter_interval,
         providers: Mapping[str, Provider] | None = None,
         policy: CommandPolicy | None = None,
         ack_wait: float = 30.0,
@@ -109,6 +120,11 @@ class ExecutorService:
             )
         if create_timeout <= 0:
             raise ConfigError(f"--create-timeout: {create_timeout} must be > 0 seconds (e.g. 600)")
+        if not 0 < meter_interval <= 3600:
+            raise ConfigError(
+                f"--meter-interval: {meter_interval} must be in (0, 3600] seconds (e.g. 10)"
+            )
+        self.meter_interval = meter_interval
         self.providers_config = providers_config
         self.data_dir = data_dir
         self.observe_interval = observe_interval
@@ -118,6 +134,7 @@ class ExecutorService:
         self.observe_concurrency = observe_concurrency
         self._given = providers
         self._entries: list[ProviderEntry] = []
+        self._raw: dict[str, Provider] = {}
 
     def load_providers(self, metrics: Metrics) -> dict[str, Provider]:
         """Fails at start-up on a bad config: an executor without its providers would ack
@@ -128,6 +145,7 @@ class ExecutorService:
             entries = load_providers_config(self.providers_config, default_data_dir=self.data_dir)
             raw = build_providers(entries)
             self._entries = entries
+        self._raw = raw
         return {name: instrument(p, metrics) for name, p in raw.items()}
 
     async def run(self, ctx: ServiceContext) -> None:
@@ -143,6 +161,13 @@ class ExecutorService:
         sweep = ObserveSweep(
             ctx.conn.js, ctx.store, providers, concurrency=self.observe_concurrency
         )
+        upstream = upstream_providers(self._raw)
+        meter = Meter(
+            ctx.store,
+            upstream,
+            meter_metrics(ctx.metrics.registry),
+            replica=default_replica(),
+        )
         log.info(
             "executor started",
             providers={name: p.type for name, p in providers.items()},
@@ -153,6 +178,8 @@ class ExecutorService:
             async with asyncio.TaskGroup() as group:
                 group.create_task(loop.run(), name="executor-commands")
                 group.create_task(sweep.run(self.observe_interval), name="executor-observe")
+                if upstream:
+                    group.create_task(meter.run(self.meter_interval), name="executor-meter")
                 if self._entries:
                     # In the background: a cloud slow to answer must not delay the fleet (D144).
                     group.create_task(log_at_start(self._entries), name="executor-preflight")
@@ -179,5 +206,9 @@ def build(settings: Settings, config: ExecutorSettings) -> ExecutorService:
     data_dir = providers.data_dir.resolve()
     check_lease_secret(load_providers_config(providers.providers_config, default_data_dir=data_dir))
     return ExecutorService(
-        providers.providers_config, data_dir, config.observe_interval, config.create_timeout
+        providers.providers_config,
+        data_dir,
+        config.observe_interval,
+        config.create_timeout,
+        meter_interval=config.meter_interval,
     )

@@ -103,7 +103,7 @@ def auth_dir(instance_dir: Path, user: str | None, service: str) -> Path:
     return own_dir(service)
 
 
-def _own_dir(path: Path, user: str) -> None:
+def own_dir_for(path: Path, user: str) -> None:
     """``path``, made for ``user`` alone; one that someone else made first is refused rather
     than trusted (the temporary directory is shared)."""
     entry = pwd.getpwnam(user)
@@ -129,7 +129,7 @@ def prepare_auth(instance_dir: Path, auth: LeaseAuth, user: str | None, service:
             "without spaces, or give the provider `auth: none`"
         )
     if where != instance_dir and user is not None:
-        _own_dir(where, user)
+        own_dir_for(where, user)
     python = helper_interpreter(user)
     write_private(where / HELPER_FILE, auth.helper.encode(), None, mode=0o644)
     write_private(where / KEY_FILE, f"{auth.key}\n".encode(), user)

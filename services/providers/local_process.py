@@ -40,6 +40,8 @@ BACKENDS = ("auto", SQUID, PROXYPY)
 HOST = "127.0.0.1"
 PID_FILE = "proxy.pid"
 LOG_FILE = "proxy.log"
+ACCESS_LOG = "access.log"
+"""A metered instance's access log (docs/decisions/0161-metering-upstream-bytes.md)."""
 # Exit status of the prologue when another process already owns the instance's pid file.
 PIDFILE_TAKEN = 97
 _PROLOGUE = f'set -C; echo $$ > "$0" || exit {PIDFILE_TAKEN}; exec "$@"'
@@ -85,6 +87,7 @@ def squid_config(
     outgoing: str = "",
     targets: Collection[AllowedTarget] = (),
     parent: Parent | None = None,
+    access_log: str = "",
 ) -> str:
     """The shared egress Squid on loopback, logging into the instance directory, connecting to
     targets from ``outgoing`` when one is given. Plain HTTP to loopback stays allowed: the
@@ -101,7 +104,15 @@ def squid_config(
         targets=tuple(targets),
         loopback_http=True,
         parent=parent,
+        access_log=access_log,
     )
+
+
+def log_dir(instance_dir: Path) -> Path:
+    """Where a metered instance's Squid writes its access log: beside its lease helper, in a
+    directory Squid's user can reach after Squid drops root (``local_auth.auth_dir``)."""
+    user = _squid_user() if os.geteuid() == 0 else None
+    return local_auth.auth_dir(instance_dir, user, squid_service(instance_dir))
 
 
 def unbindable(address: str) -> str:
@@ -142,13 +153,15 @@ def prepare(
     outgoing: str = "",
     targets: Collection[AllowedTarget] = (),
     parent: Parent | None = None,
+    metered: bool = False,
 ) -> list[str]:
     """Write what the backend needs into ``instance_dir`` and return its command line. Every
     command line names a file inside ``instance_dir``, which is how a pid is recognised as ours
     later. With ``lease_auth`` the proxy serves only a current lease's holder (D84); with
     ``outgoing`` (Squid only) it connects to targets from that address; with ``parent`` (Squid
     only) it chains every request to that proxy, whose login lives only in the config file,
-    readable by Squid's user alone (D160)."""
+    readable by Squid's user alone (D160); with ``metered`` (Squid only) it logs every request
+    and tunnel with its lease to ``log_dir`` (D161)."""
     if backend == SQUID:
         user = _squid_user() if os.geteuid() == 0 else None
         auth = None
@@ -156,9 +169,28 @@ def prepare(
             auth = local_auth.prepare_auth(
                 instance_dir, lease_auth, user, squid_service(instance_dir)
             )
+        access_log = ""
+        if metered:
+            where = log_dir(instance_dir)
+            if where != instance_dir and user is not None:
+                local_auth.own_dir_for(where, user)
+            access_log = str(where / ACCESS_LOG)
+            if any(c.isspace() for c in access_log):
+                raise Permanent(
+                    f"{access_log}: Squid cannot log to a path with spaces; use a dataDir "
+                    "without spaces"
+                )
         config = instance_dir / "squid.conf"
         text = squid_config(
-            instance_dir, port, name, user, auth, outgoing=outgoing, targets=targets, parent=parent
+            instance_dir,
+            port,
+            name,
+            user,
+            auth,
+            outgoing=outgoing,
+            targets=targets,
+            parent=parent,
+            access_log=access_log,
         )
         if parent is not None:
             local_auth.write_private(config, text.encode(), user)

@@ -7,8 +7,8 @@ Two pools of two sticky sessions each, one German and one French, go Ready with 
 verified; a crawler leases a German one and the site sees the session's exit; a rotation gives
 the lease a new session, a new exit, and no failed request; a session the service drops under
 the lease leaves from a new exit of its country, which is recorded as an egress change while the
-holder goes on through it. The account's password is
-in no stream, no log line of `up`, and no command line.
+holder goes on through it. The lease's bytes are metered to it on the METER stream (D161). The
+account's password is in no stream, no log line of `up`, and no command line.
 """
 
 from __future__ import annotations
@@ -129,6 +129,7 @@ async def test_sessions_of_a_proxy_service_are_leased_rotated_and_replaced(
             "--egress-echo-url", echo.url,
             "--egress-interval", "2",
             "--geoip-db", str(country),
+            "--meter-interval", "1",
         ]  # fmt: skip
         with hello_target() as target:
             async with running_up(
@@ -144,6 +145,7 @@ async def test_sessions_of_a_proxy_service_are_leased_rotated_and_replaced(
                 lease = await _leased_and_seen(up, service, site)
                 lease = await _rotated_without_a_failed_request(up, lease, site)
                 await _dropped_session_recorded(up, service, lease, site)
+                await _bytes_metered_to_the_lease(up, lease)
                 await _password_nowhere(up, tmp_path)
 
 
@@ -247,8 +249,27 @@ async def _dropped_session_recorded(
     assert proxy["leased"] is True
 
 
+async def _bytes_metered_to_the_lease(up: Up, lease: dict[str, Any]) -> None:
+    """The executor's meter read the sessions' Squid logs: the lease's requests are on the
+    METER stream under its id, with the bytes they moved (D161)."""
+
+    async def metered() -> list[dict[str, Any]]:
+        got = await up.cli("events", "--stream", "METER", "-o", "json")
+        assert got.returncode == 0, got.stdout + got.stderr
+        found = [json.loads(line) for line in got.stdout.splitlines() if line.strip()]
+        return [f["event"] for f in found if f["event"].get("lease_id") == lease["id"]]
+
+    await until(metered, timeout=60, what="the lease's bytes metered")
+    records = await metered()
+    uids = {p["uid"] for p in await views(up)} | {lease["proxy"]["uid"]}
+    assert {r["proxy_uid"] for r in records} <= uids
+    assert sum(r["requests"] for r in records) >= 2
+    assert all(r["bytes_up"] > 0 and r["bytes_down"] > 0 for r in records), records
+    assert {r["provider"] for r in records} == {"resi"}
+
+
 async def _password_nowhere(up: Up, tmp_path: Path) -> None:
-    for stream in ("PROXY", "LEASE", "GC", "POOL", "DEMAND", "TRAFFIC", "DEADLETTER"):
+    for stream in ("PROXY", "LEASE", "GC", "POOL", "DEMAND", "TRAFFIC", "METER", "DEADLETTER"):
         got = await up.cli("events", "--stream", stream, "-o", "json")
         assert got.returncode == 0, got.stdout + got.stderr
         assert PASSWORD not in got.stdout, stream

@@ -18,8 +18,10 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+import tempfile
 from dataclasses import replace
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -52,6 +54,7 @@ from events.schemas import (
 )
 from events.store import NewEvent, derive_msg_id
 from projections import proxy as proxy_fold
+from services.executor.meter import Meter, meter_metrics
 from services.executor.pure.answers import observed
 from services.gateway.pure.traffic import Exchange
 from services.gateway.traffic import TrafficRecorder, traffic_metrics
@@ -59,6 +62,8 @@ from services.gc.pure.report import ProviderReport, sweep_events
 from services.health.egress import finding_msg_id
 from services.providers.base import Instance
 from services.providers.gcp.pure.mapping import provider_id as gcp_provider_id
+from services.providers.local_process import ACCESS_LOG
+from services.providers.upstream.provider import Metered
 from tests.golden import logs
 from tests.golden.logs import Message
 from tests.golden.pools_story import the_autoscaled_pool_busy, the_life_of_pool_de
@@ -364,6 +369,51 @@ def the_traffic_of_crawler_a(log: GoldenLog) -> None:
     assert asyncio.run(recorder.flush()) == 1
 
 
+class _MeteredEntry:
+    """An upstream entry ``resi-de`` as the meter sees it, with de-1 as its one session: the
+    story's proxies are local, and the record only names the proxy and the lease."""
+
+    name = "resi-de"
+    max_bytes_per_day = 5_000_000_000
+
+    def __init__(self, instance: Metered) -> None:
+        self.instance = instance
+
+    def metered(self) -> list[Metered]:
+        return [self.instance]
+
+
+def the_bytes_of_de_1(log: GoldenLog) -> None:
+    """The executor's meter reads de-1's Squid log, as if de-1 were a session of the upstream
+    entry ``resi-de``: two requests and a tunnel under its second lease, the health prober's
+    request (no lease) and one Squid refused (not metered), appended as ``UpstreamMetered`` per
+    lease (docs/decisions/0161-metering-upstream-bytes.md)."""
+    uid = cli_uid("golden", "de-1")
+    lease_id = "0c7e2a91-3b64-4f18-8d25-9e1a7b4c6f02"
+    lines = [
+        f"1796667600.125 412 5731 TCP_MISS {lease_id}",
+        f"1796667601.480 20377 289 TCP_MISS {lease_id}",
+        f"1796667603.902 1374 41236 TCP_TUNNEL {lease_id}",
+        "1796667604.011 176 747 TCP_MISS -",
+        "1796667604.250 131 3512 TCP_DENIED -",
+    ]
+    with tempfile.TemporaryDirectory() as scratch:
+        where = Path(scratch)
+        (where / ACCESS_LOG).write_text("".join(f"{line}\n" for line in lines))
+        instance = Metered("de-1", "inst-de-1-golden", uid, where, where, pid=0)
+        clock = [log.later(0.5).timestamp()]
+        meter = Meter(
+            log,
+            [_MeteredEntry(instance)],
+            meter_metrics(CollectorRegistry()),
+            replica="executor-golden",
+            clock=lambda: clock[0],
+        )
+        clock[0] += 10.0
+        log.later(10.0)
+        assert asyncio.run(meter.meter_once()) == 2
+
+
 def golden_log() -> list[Message]:
     log = GoldenLog()
     the_life_of_de_1(log)
@@ -374,6 +424,7 @@ def golden_log() -> list[Message]:
     the_autoscaled_pool_busy(log)  # added with the autoscaler's events: appended
     the_egress_of_de_1(log)  # added with verified egress: appended
     the_traffic_of_crawler_a(log)  # added with the gateway's traffic records: appended
+    the_bytes_of_de_1(log)  # added with the upstream meter's records: appended
     return log.messages
 
 

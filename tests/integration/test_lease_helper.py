@@ -44,7 +44,8 @@ class Helper:
         self.channel = 0
 
     def ask(self, user: str, password: str) -> str:
-        """The answer without its channel id (checked to be the one sent)."""
+        """The answer without its channel id (checked to be the one sent), and without the
+        note of an admitted lease (checked to name the lease of ``user``, D161)."""
         assert self.process.stdin is not None
         assert self.process.stdout is not None
         self.channel += 1
@@ -53,6 +54,9 @@ class Helper:
         self.process.stdin.flush()
         channel, _, answer = self.process.stdout.readline().rstrip("\n").partition(" ")
         assert channel == str(self.channel)
+        if answer.startswith("OK "):
+            assert answer == f"OK lease={user.rsplit('.', 3)[0]}", answer
+            return "OK"
         return answer
 
     def close(self) -> None:
@@ -196,4 +200,4 @@ def test_the_vm_script_is_valid_shell_and_ships_the_helper_verbatim(tmp_path: Pa
         capture_output=True,
         timeout=10,
     )
-    assert answered.stdout == "OK\n"
+    assert answered.stdout == f"OK lease={user.rsplit('.', 3)[0]}\n"

@@ -53,6 +53,12 @@ def test_intervals_must_be_positive(
         ExecutorService(None, tmp_path, observe_interval=interval, create_timeout=timeout)
 
 
+@pytest.mark.parametrize("interval", [0.0, -1.0, 3600.5])
+def test_the_meter_interval_is_in_its_bounds(tmp_path: Path, interval: float) -> None:
+    with pytest.raises(ConfigError, match="--meter-interval"):
+        ExecutorService(None, tmp_path, meter_interval=interval)
+
+
 def test_create_timeout_reaches_the_policy(tmp_path: Path) -> None:
     assert ExecutorService(None, tmp_path, create_timeout=42.0).policy.create_timeout == 42.0
 
@@ -77,11 +83,15 @@ def test_flags_reach_the_service(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     params: list[click.Parameter] = list(registry.SERVICES["executor"].options)
     command = click.Command("executor", params=params, callback=flags.update)
     args = ["--observe-interval", "2.5", "--create-timeout", "60", "--data-dir", str(tmp_path)]
-    result = CliRunner().invoke(command, args, env={})
+    result = CliRunner().invoke(command, [*args, "--meter-interval", "3"], env={})
     assert result.exit_code == 0, result.output
     service = build(Settings(), build_settings(ExecutorSettings, flags))
     assert (service.observe_interval, service.policy.create_timeout) == (2.5, 60.0)
+    assert service.meter_interval == 3.0
     assert (service.providers_config, service.data_dir) == (None, tmp_path.resolve())
     refused = CliRunner().invoke(command, ["--observe-interval", "0"], env={})
     assert refused.exit_code == 2
     assert "--observe-interval" in refused.output
+    refused = CliRunner().invoke(command, ["--meter-interval", "3601"], env={})
+    assert refused.exit_code == 2
+    assert "--meter-interval" in refused.output

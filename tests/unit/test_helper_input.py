@@ -22,7 +22,9 @@ from services.providers.squidauth.pure import scheme
 from tests.unit.test_lease_credentials import MASTER, UID
 
 KEY = scheme.proxy_key(MASTER, UID)
-WELL_FORMED = re.compile(rb'^(?:(\S+) )?(OK|ERR|BH)(?: message="[^"\r\n]*")?$')
+WELL_FORMED = re.compile(
+    rb'^(?:(\S+) )?(OK(?: lease=[A-Za-z0-9._:-]{1,128})?|ERR|BH)(?: message="[^"\r\n]*")?$'
+)
 ANY_BYTES = st.binary(max_size=300)
 
 
@@ -186,7 +188,7 @@ def test_a_probe_refusal_is_logged_by_its_fixed_name_only(tmp_path: Path) -> Non
 def test_the_current_lease_still_passes_and_is_fenced_below_the_floor(tmp_path: Path) -> None:
     user, password = valid_password(token=7)
     line = f"1 {user} {password}".encode()
-    assert ask(line, fence_in(str(tmp_path), floor=7)) == "1 OK"
+    assert ask(line, fence_in(str(tmp_path), floor=7)) == "1 OK lease=lease-1"
     assert ask(line, fence_in(str(tmp_path), floor=8)) == (
         '1 ERR message="fenced: a newer lease is in use"'
     )

@@ -24,6 +24,12 @@ from urllib.parse import quote
 from services.providers.pure.targets import AllowedTarget, header_lines, target_lines
 
 AUTH_ACL = "egress_lease"
+METER_FORMAT = "egress_meter"
+METER_FIELDS = "%ts.%03tu %>st %<st %Ss %note{lease}"
+"""One line per request or tunnel, when it ends: when, bytes received from the client, bytes
+sent to it, Squid's result code, and the lease the helper named (``-`` for none). The note is
+last, so a value with a space could only add fields, which the meter refuses
+(docs/decisions/0161-metering-upstream-bytes.md)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +149,21 @@ def outgoing_address(text: str) -> str:
     return str(address)
 
 
+def meter_log_lines(path: str) -> list[str]:
+    """The access log an upstream instance's meter reads (D161): written line by line
+    (``buffered_logs off``), never renamed by Squid itself (``logfile_rotate 0``: on ``SIGUSR1``
+    Squid only reopens it, after the meter has moved it aside). ``path`` must be absolute and
+    one word: anything else would be another word on Squid's line."""
+    if not path.startswith("/") or any(c.isspace() or ord(c) < 0x20 for c in path):
+        raise ValueError(f"access log {path[:64]!r}: an absolute path without spaces is needed")
+    return [
+        f"logformat {METER_FORMAT} {METER_FIELDS}",
+        f"access_log stdio:{path} logformat={METER_FORMAT}",
+        "logfile_rotate 0",
+        "buffered_logs off",
+    ]
+
+
 def squid_config(
     *,
     listen: str,
@@ -159,6 +180,7 @@ def squid_config(
     loopback_http: bool = False,
     own_addresses_file: str = "",
     parent: Parent | None = None,
+    access_log: str = "",
 ) -> str:
     """``listen`` is squid's ``http_port`` value (``3128`` or ``127.0.0.1:20001``);
     ``pid_file``: none for a Squid we run ourselves, the service manager's path on a VM;
@@ -172,14 +194,15 @@ def squid_config(
     ``targets``; ``loopback_http`` adds plain HTTP to loopback (the local provider's sites),
     ``own_addresses_file`` refuses the host's own addresses (a VM's, found at boot). These
     rules come before ``include``, so nothing included can allow what they refuse.
-    ``parent``: every request is chained to it (``parent_lines``), none goes directly."""
+    ``parent``: every request is chained to it (``parent_lines``), none goes directly.
+    ``access_log``: the meter's log at that path (``meter_log_lines``), else none is kept."""
     lines = [
         f"http_port {listen}",
         f"visible_hostname egress-{name}",
         f"pid_filename {pid_file}",
         "cache deny all",
         "cache_mem 0 MB",
-        "access_log none",
+        *(meter_log_lines(access_log) if access_log else ["access_log none"]),
         "cache_store_log none",
         f"cache_log {cache_log}",
         f"coredump_dir {coredump_dir}",

@@ -3,7 +3,10 @@
 
 Squid starts it (``auth_param basic program``) and writes one line per credential to check:
 ``[channel] user password [extras]``, user and password URL-encoded; the helper answers
-``[channel] OK`` or ``[channel] ERR message="..."`` (``BH`` when it cannot decide at all). With
+``[channel] OK`` or ``[channel] ERR message="..."`` (``BH`` when it cannot decide at all). A
+lease's ``OK`` names it, ``OK lease=<lease id>``: Squid keeps the pair as a note of every request
+the credential makes, and an upstream proxy's access log writes it, so its bytes are metered to
+the lease (docs/decisions/0161-metering-upstream-bytes.md). The probe's gets no note. With
 ``concurrency=N`` in squid.conf every line starts with a channel id, which ``--concurrent`` tells
 the helper to expect and echo.
 
@@ -61,6 +64,10 @@ MAX_DIGITS = 19
 LOG_BURST = 20
 """Refusals logged per minute; the rest are counted and the count logged with the next one."""
 DIGITS = frozenset("0123456789")
+NOTE_CHARACTERS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._:-")
+"""What a lease id in a note may hold (``services/providers/pure/meterlog.py`` reads the same):
+one word no note or log format quotes; a lease id with anything else gets a plain ``OK``."""
+MAX_NOTE = 128
 MALFORMED = 'ERR message="malformed credential"'
 MALFORMED_LEASE = (
     'ERR message="malformed lease credential: expected user <lease id>.<token>.<expiry>.<mac>"'
@@ -130,6 +137,20 @@ class Fence:
             os.pwrite(fd, f"{token}\n".encode(), 0)
             os.fsync(fd)
         return True
+
+
+def noted(user: str, verdict: str) -> str:
+    """``verdict``, and when it admits a lease's credential, the lease id as Squid's note
+    ``lease``. A probe's or an id no note can carry as one word stays ``OK``."""
+    if verdict != "OK":
+        return verdict
+    parts = user.rsplit(".", 3)
+    lease_id = parts[0]
+    if len(parts) != 4 or not 0 < len(lease_id) <= MAX_NOTE:
+        return verdict
+    if not NOTE_CHARACTERS.issuperset(lease_id):
+        return verdict
+    return f"OK lease={lease_id}"
 
 
 def _plain(text: str) -> bool:
@@ -266,7 +287,7 @@ def _verdict(
     else:
         try:
             now_ms = time.time_ns() // 10**6
-            verdict = check(key, fence, text_user, text_password, now_ms)
+            verdict = noted(text_user, check(key, fence, text_user, text_password, now_ms))
         except OSError as exc:
             log(f"cannot read or write the fencing state {fence.path}: {exc.strerror or exc}")
             return 'BH message="fencing state unusable, see cache.log"'

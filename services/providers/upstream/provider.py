@@ -9,6 +9,9 @@ crawler holds our per-lease credentials for our Squid; the account's login is in
 config file alone (mode 0600), never on a command line, in the record, an event, a log line or an
 error. The session id and country are kept in the record and shown as labels. Deleting an
 instance stops its Squid: the service forgets an unused session by itself.
+
+Each Squid logs every request and tunnel with the lease it served, and ``metered`` names those
+logs to the executor's meter (docs/decisions/0161-metering-upstream-bytes.md).
 """
 
 from __future__ import annotations
@@ -16,17 +19,20 @@ from __future__ import annotations
 import secrets
 import shutil
 import string
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 import structlog
 
+from events.meter import MAX_BYTES
 from events.schemas import ProxySpec
 from services.providers import local_process as proc
 from services.providers.base import CreateRequest, Permanent
 from services.providers.local import InstanceMeta, LocalProvider, parse_port_range
 from services.providers.preflight import Finding
 from services.providers.pure.squidconf import Parent
+from services.providers.pure.targets import AllowedTarget
 from services.providers.upstream import probe
 from services.providers.upstream.config import UpstreamConfig, read_password
 from services.providers.upstream.pure.refusals import refusal
@@ -51,6 +57,19 @@ _FIXES = {
 }
 
 
+@dataclass(frozen=True, slots=True)
+class Metered:
+    """One instance whose access log the meter reads: ``log_dir`` holds it (``ACCESS_LOG``, and
+    the meter's rotated copy), ``pid`` is its Squid's (0 when none runs)."""
+
+    name: str
+    instance_uid: str
+    proxy_uid: str
+    instance_dir: Path
+    log_dir: Path
+    pid: int
+
+
 def mint_session(length: int) -> str:
     """A fresh session id: ``length`` characters of a-z and 0-9, which every service takes."""
     return "".join(secrets.choice(_SESSION_ALPHABET) for _ in range(length))
@@ -58,7 +77,9 @@ def mint_session(length: int) -> str:
 
 class UpstreamProvider(LocalProvider):
     """A ``Provider`` whose instances are sessions of a proxy service; see the module
-    docstring. Built on the local provider (always its Squid backend)."""
+    docstring. Built on the local provider (always its Squid backend). ``targets``: what its
+    Squids may reach beside public addresses (D134); none from the config, where the service is
+    the egress and loopback sites are the tests' own."""
 
     type = "upstream"
 
@@ -79,6 +100,8 @@ class UpstreamProvider(LocalProvider):
         port_range: tuple[int, int] = (20000, 29999),
         stop_grace: float = 3.0,
         start_grace: float = 10.0,
+        max_bytes_per_day: int = 0,
+        targets: tuple[AllowedTarget, ...] = (),
     ) -> None:
         if shutil.which(proc.SQUID) is None:
             raise ConfigError(
@@ -92,6 +115,7 @@ class UpstreamProvider(LocalProvider):
             port_range=port_range,
             stop_grace=stop_grace,
             start_grace=start_grace,
+            targets=targets,
         )
         if not allowed_countries:
             raise ConfigError(f"provider {name!r}: upstream.allowedCountries is empty")
@@ -103,6 +127,8 @@ class UpstreamProvider(LocalProvider):
         self.allowed_countries = allowed_countries
         self.probe_target = probe_target
         self.probe_timeout = probe_timeout
+        self.max_bytes_per_day = min(max(max_bytes_per_day, 0), MAX_BYTES)
+        """Written into each meter record (0: none); a record holds at most ``MAX_BYTES``."""
         self._password = password
 
     def __repr__(self) -> str:
@@ -125,6 +151,7 @@ class UpstreamProvider(LocalProvider):
             probe_target=config.probe_target,
             port_range=parse_port_range(config.port_range),
             stop_grace=config.stop_grace_seconds,
+            max_bytes_per_day=config.max_bytes_per_day or 0,
         )
 
     # ---------------------------------------------------------------- Provider
@@ -163,6 +190,20 @@ class UpstreamProvider(LocalProvider):
                 fix = _FIXES.get(type(error).__name__, "see the detail")
                 findings.append(Finding(check, False, f"{type(error).__name__}: {error}", fix))
         return findings
+
+    def metered(self) -> list[Metered]:
+        """Every recorded instance and where its access log is; blocking (reads the records)."""
+        return [
+            Metered(
+                name=found.meta.name,
+                instance_uid=found.meta.instance_uid,
+                proxy_uid=found.meta.owner_uid,
+                instance_dir=found.path,
+                log_dir=proc.log_dir(found.path),
+                pid=self._pid(found.path),
+            )
+            for found in self._scan()
+        ]
 
     # ---------------------------------------------------------------- hooks
 
@@ -203,6 +244,8 @@ class UpstreamProvider(LocalProvider):
             meta.name,
             lease_auth=request.lease_auth,
             parent=Parent(host, port, username, password),
+            targets=self.targets,
+            metered=True,
         )
 
     def _extra_labels(self, meta: InstanceMeta) -> dict[str, str]:

@@ -31,7 +31,9 @@ WRITES: Mapping[str, tuple[str, ...]] = {
     # of a lease to a rotation's replacement (LeaseSwitched,
     # docs/decisions/0085-a-fresh-ip-without-downtime.md).
     "reconciler": ("proxy.*.cmd", "proxy.*.status", "proxy.*.declared", "lease.*"),
-    "executor": ("proxy.*.instance",),
+    # `meter` for the bytes through upstream proxies it reads from their Squids' logs
+    # (docs/decisions/0161-metering-upstream-bytes.md).
+    "executor": ("proxy.*.instance", "meter.*"),
     # `egress` for what a site sees of each proxy; `rotate` for the replacement of one whose
     # egress does not match (spec.egress.onMismatch: replace,
     # docs/decisions/0111-verified-egress.md).
