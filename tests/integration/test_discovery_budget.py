@@ -33,7 +33,13 @@ def restore_logging() -> Iterator[None]:
 
 
 async def meter(
-    store: EventStore, provider: str, proxy_uid: str, up: int, down: int, n: int, named: str = ""
+    store: EventStore,
+    provider: str,
+    proxy_uid: str,
+    moved: tuple[int, int],
+    *,
+    n: int,
+    named: str = "",
 ) -> None:
     """One interval's record of ``proxy_uid`` under its provider's budget, as the executor's
     meter appends it on ``meter.<provider>``; ``named``: another provider the record names."""
@@ -46,8 +52,8 @@ async def meter(
         interval_seconds=10.0,
         proxy_uid=proxy_uid,
         requests=1,
-        bytes_up=up,
-        bytes_down=down,
+        bytes_up=moved[0],
+        bytes_down=moved[1],
     )
     await store.append(subjects.meter(provider), [NewEvent(event, f"meter-{provider}-{n}")])
 
@@ -70,10 +76,10 @@ async def test_a_spent_budget_stops_leasing_its_providers_proxies_until_the_next
         discovery(nats_server.url_for("discovery"), budget_clock=lambda: today[0]) as (_, base),
         httpx.AsyncClient(base_url=base, timeout=10) as client,
     ):
-        await meter(store, "resi-de", "de1", 100, 500, 1)
-        await meter(store, "resi-fr", "fr1", 10, 20, 2)
+        await meter(store, "resi-de", "de1", (100, 500), n=1)
+        await meter(store, "resi-fr", "fr1", (10, 20), n=2)
         # A record naming another provider than its subject's is the log's fault: left out.
-        await meter(store, "resi-de", "de1", 10**9, 0, 3, named="resi-fr")
+        await meter(store, "resi-de", "de1", (10**9, 0), n=3, named="resi-fr")
 
         async def shown() -> bool:
             return "bytes" in (await listed(client))["de1"]
@@ -82,14 +88,15 @@ async def test_a_spent_budget_stops_leasing_its_providers_proxies_until_the_next
         proxies = await listed(client)
         assert proxies["de1"]["bytes"] == {"up": 100, "down": 500}
         assert proxies["fr1"]["bytes"] == {"up": 10, "down": 20}
-        assert "bytes" not in proxies["de2"] and "budget" not in proxies["de1"]
+        assert "bytes" not in proxies["de2"]
+        assert "budget" not in proxies["de1"]
         assert proxies["de1"]["available"] is True  # 600 of 1000
 
         held = await client.post("/v1/leases", json={"selector": {"country": "de"}})
         assert held.status_code == 201, held.text
         held_id = held.json()["id"]
 
-        await meter(store, "resi-de", "de2", 150, 250, 4)  # 1000 of 1000: spent
+        await meter(store, "resi-de", "de2", (150, 250), n=4)  # 1000 of 1000: spent
 
         async def spent() -> bool:
             return "budget" in (await listed(client))["de2"]
@@ -107,7 +114,8 @@ async def test_a_spent_budget_stops_leasing_its_providers_proxies_until_the_next
             midnight = (today[0] + timedelta(days=1)).date().isoformat()
             assert budget["resetsAt"] == f"{midnight}T00:00:00Z"
             assert proxies[uid]["available"] is False
-        assert "budget" not in proxies["fr1"] and proxies["fr1"]["available"] is True
+        assert "budget" not in proxies["fr1"]
+        assert proxies["fr1"]["available"] is True
 
         refused = await client.post("/v1/leases", json={"selector": {"country": "de"}})
         assert refused.status_code == 503, refused.text
@@ -132,7 +140,8 @@ async def test_a_spent_budget_stops_leasing_its_providers_proxies_until_the_next
         # A new UTC day: its bytes start from nothing, and the proxies are leased again.
         today[0] += timedelta(days=1)
         proxies = await listed(client)
-        assert "budget" not in proxies["de2"] and "bytes" not in proxies["de1"]
+        assert "budget" not in proxies["de2"]
+        assert "bytes" not in proxies["de1"]
         again = await client.post("/v1/leases", json={"selector": {"country": "de"}})
         assert again.status_code == 201, again.text
         assert again.json()["proxy"]["uid"] != held.json()["proxy"]["uid"]
