@@ -2,7 +2,8 @@
 a real nats-server (docs/decisions/0162-upstream-budgets.md): meter records appended for one
 provider until its bytes of today reach its budget make its proxies unleasable with the reason,
 another provider's stay leasable, a lease held before is not revoked, and the next UTC day (the
-budget's clock moved) leases them again. ``GET /v1/proxies`` shows each proxy's bytes of today."""
+budget's clock moved) leases them again. ``GET /v1/proxies`` and the console's proxy page show
+each proxy's bytes of today and the budget's condition."""
 
 from __future__ import annotations
 
@@ -117,6 +118,14 @@ async def test_a_spent_budget_stops_leasing_its_providers_proxies_until_the_next
         assert "budget" not in proxies["fr1"]
         assert proxies["fr1"]["available"] is True
 
+        # The console's proxy page shows the bytes of today and the budget's condition.
+        page = (await client.get("/ui/proxies/de1")).text
+        assert "100 B up · 500 B down" in page
+        assert "budget spent" in page
+        assert "not leased: provider &#39;resi-de&#39; moved 1000 bytes today" in page
+        assert "available" not in page.split("Lease</dt>")[1].split("</dd>")[0]
+        assert "budget spent" not in (await client.get("/ui/proxies/fr1")).text
+
         refused = await client.post("/v1/leases", json={"selector": {"country": "de"}})
         assert refused.status_code == 503, refused.text
         message = refused.json()["message"]
@@ -142,6 +151,7 @@ async def test_a_spent_budget_stops_leasing_its_providers_proxies_until_the_next
         proxies = await listed(client)
         assert "budget" not in proxies["de2"]
         assert "bytes" not in proxies["de1"]
+        assert "Bytes today" not in (await client.get("/ui/proxies/de1")).text
         again = await client.post("/v1/leases", json={"selector": {"country": "de"}})
         assert again.status_code == 201, again.text
         assert again.json()["proxy"]["uid"] != held.json()["proxy"]["uid"]
