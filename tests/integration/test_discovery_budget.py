@@ -155,3 +155,28 @@ async def test_a_spent_budget_stops_leasing_its_providers_proxies_until_the_next
         again = await client.post("/v1/leases", json={"selector": {"country": "de"}})
         assert again.status_code == 201, again.text
         assert again.json()["proxy"]["uid"] != held.json()["proxy"]["uid"]
+
+
+async def test_a_replica_started_later_knows_the_spent_budget_from_the_snapshots(
+    nats_server: EmbeddedNatsServer, jetstream_store: JetStreamEventStore
+) -> None:
+    """The meter views are kept as snapshots like the proxy and lease views: a replica that
+    starts after the budget was spent restores them and refuses from its first answer."""
+    store = jetstream_store
+    await ready_proxy(store, "de1", {"country": "de"}, port=3001, provider="resi-de")
+    url = nats_server.url_for("discovery")
+    async with discovery(url, snapshot_interval=0.2) as (first, _):
+        await meter(store, "resi-de", "de1", (600, 600), n=1)
+        assert first.api is not None
+        views = first.api.views
+        await until(lambda: "resi-de" in views.spent_providers(), what="the budget spent")
+        await until(lambda: not views.meter.changed, what="a snapshot pass")
+    async with (
+        discovery(url) as (second, base),
+        httpx.AsyncClient(base_url=base, timeout=10) as client,
+    ):
+        assert second.api is not None
+        assert second.api.views.meter.restored_views == 1
+        refused = await client.post("/v1/leases", json={"selector": {"country": "de"}})
+        assert refused.status_code == 503, refused.text
+        assert "budget_spent" in refused.json()["message"]
