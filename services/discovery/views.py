@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 from bisect import bisect_left, insort
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from datetime import UTC, datetime, timedelta
 from typing import TypeVar
 
@@ -53,6 +54,7 @@ BURST = 4
 """Consecutive non-empty single fetches after which the follower gathers events in windows."""
 VIEWS_BUCKET = "egress-discovery-views"
 """The KV bucket of this service's snapshots of its views (docs/architecture.md, "Snapshots")."""
+NONE_SPENT: frozenset[str] = frozenset()
 WINDOW = 0.002
 """How long one windowed fetch gathers events: the most it delays one, under load."""
 
@@ -220,6 +222,8 @@ class Views:
                 del self.spent_on[min(self.spent_on)]
         elif day in self.spent_on:
             self.spent_on[day].discard(view.provider)
+            if not self.spent_on[day]:
+                del self.spent_on[day]
 
     def _restored_proxy(self, uid: str, view: ProxyView) -> None:
         del uid
@@ -297,10 +301,13 @@ class Views:
     def all_proxies(self) -> list[ProxyView]:
         return list(self.proxies.views.values())
 
-    def spent_providers(self) -> set[str]:
+    def spent_providers(self) -> AbstractSet[str]:
         """The providers whose budget today's bytes have reached: their proxies are not leased.
-        One look-up, whatever the fleet or the stream (the lease path asks it per request)."""
-        return self.spent_on.get(meter_fold.day_of(self.clock()), set())
+        One look-up, whatever the fleet or the stream (the lease path asks it per request), and
+        not even the clock while no budget was spent in the days the view keeps."""
+        if not self.spent_on:
+            return NONE_SPENT
+        return self.spent_on.get(meter_fold.day_of(self.clock()), NONE_SPENT)
 
     def budget_spent(self, proxy: ProxyView) -> Spent | None:
         """Why the proxy's provider may not lease it today, or None."""
@@ -310,8 +317,11 @@ class Views:
         return meter_fold.spent(self.meter.views.get(provider), self.clock())
 
     def bytes_today(self, proxy: ProxyView) -> Bytes:
-        """What the proxy moved today, as its provider's meter counts it."""
+        """What the proxy moved today, as its provider's meter counts it (a proxy of a provider
+        with no records costs one look-up: a listing of the fleet asks it per proxy)."""
         view = self.meter.views.get(proxy.spec.provider)
+        if view is None:
+            return Bytes()
         return meter_fold.bytes_on(view, proxy.uid, meter_fold.day_of(self.clock()))
 
     def pool(self, namespace: str, name: str) -> PoolView | None:
