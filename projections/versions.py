@@ -17,3 +17,5 @@ LEASE = 5
 """``projections.lease.LeaseView``."""
 POOL = 1
 """``projections.pool.PoolView``: stored only in time-travel checkpoints."""
+METER = 1
+"""``projections.meter.MeterView``."""

@@ -13,8 +13,9 @@ import asyncio
 import contextlib
 import ipaddress
 import socket
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, ClassVar
 
@@ -202,6 +203,8 @@ class DiscoveryService:
     """Whose ``X-Forwarded-For``/``-Proto`` is believed (``--trusted-proxies``); none: nobody's,
     so no caller can claim another address (D135)."""
     idle_per_address: int = IDLE_PER_ADDRESS
+    budget_clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC), repr=False)
+    """Which UTC day it is for upstream budgets alone (D162); a test moves it to the next day."""
 
     def check(self) -> None:
         """The bounds ``build`` applies to the flags, for a service made without it: values
@@ -230,7 +233,9 @@ class DiscoveryService:
         store = JetStreamEventStore(
             ctx.conn.nc, ctx.conn.js, timeout=self.append_timeout, attempts=1
         )
-        views = Views(ctx.conn.js, store, nc=ctx.conn.nc, egress=self.egress)
+        views = Views(
+            ctx.conn.js, store, nc=ctx.conn.nc, egress=self.egress, clock=self.budget_clock
+        )
         metrics = discovery_metrics(ctx.metrics.registry)
         policy = LeasePolicy(
             max_ttl=self.max_lease_ttl,

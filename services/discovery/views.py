@@ -6,7 +6,10 @@ gives the probe latency and message the API shows); ``leases`` folds ``lease.*``
 applied, which bounds this replica's idea of "now" from below (``now``). ``pools`` folds
 ``pool.*.*`` into ``PoolView``s (the pool controller's fold), indexed by namespace and name; a
 pool's member figures are read off the other two (``pools.py``). Pools are few and small, so
-they are folded from the stream at start-up, without snapshots.
+they are folded from the stream at start-up, without snapshots. ``meter`` folds ``meter.*``
+into a ``MeterView`` per upstream provider entry (``projections.meter``) and keeps which
+providers' budgets each UTC day has spent, so the lease path asks one set, not the stream
+(docs/decisions/0162-upstream-budgets.md).
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import asyncio
 import contextlib
 from bisect import bisect_left, insort
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from datetime import UTC, datetime, timedelta
 from typing import TypeVar
 
@@ -29,10 +33,12 @@ from events.errors import EventStoreError, StoreUnavailable
 from events.store import EventStore, Recorded
 from projections import lease as lease_fold
 from projections import lease_queries, versions
+from projections import meter as meter_fold
 from projections import pool as pool_fold
 from projections import proxy as proxy_fold
 from projections.egress import NO_POLICY, EgressPolicy
 from projections.lease import LeaseRecord, LeaseView
+from projections.meter import Bytes, MeterView, Spent
 from projections.pool import PoolView
 from projections.proxy import ProxyView
 from services.discovery.pure.candidates import CandidateIndex
@@ -48,6 +54,7 @@ BURST = 4
 """Consecutive non-empty single fetches after which the follower gathers events in windows."""
 VIEWS_BUCKET = "egress-discovery-views"
 """The KV bucket of this service's snapshots of its views (docs/architecture.md, "Snapshots")."""
+NONE_SPENT: frozenset[str] = frozenset()
 WINDOW = 0.002
 """How long one windowed fetch gathers events: the most it delays one, under load."""
 
@@ -97,8 +104,11 @@ class Views:
         snapshots: bool = True,
         nc: NATS | None = None,
         egress: EgressPolicy = NO_POLICY,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.js = js
+        self.clock = clock
+        """Which UTC day it is, for budgets alone (a test moves it to the next day)."""
         self.nc = nc
         """With a connection, the views follow their streams by push (``Projector.follow``),
         which answers read-your-writes waits without a window's delay; without, by pull."""
@@ -141,6 +151,20 @@ class Views:
         self.pools: Projector[PoolView] = Projector(
             js, subjects.POOL_STREAM, "pool.*.*", self._on_pool, batch=batch
         )
+        self.meter: Projector[MeterView] = Projector(
+            js,
+            subjects.METER_STREAM,
+            "meter.*",
+            self._on_meter,
+            key=meter_fold.provider_of,
+            batch=batch,
+            snapshots=SnapshotStore(js, bucket, "meter", versions.METER, MeterView)
+            if snapshots
+            else None,
+            restored=self._restored_meter,
+        )
+        self.spent_on: dict[str, set[str]] = {}
+        """UTC day -> the providers whose budget that day's bytes reached."""
         self.pool_index: dict[tuple[str, str], str] = {}
         """(namespace, name) -> uid of the pool of that name not removed."""
         self.batch = batch
@@ -178,6 +202,29 @@ class Views:
             del self.pool_index[where]
         return after
 
+    def _on_meter(self, view: MeterView | None, recorded: Recorded) -> MeterView:
+        after = meter_fold.apply(view, recorded)
+        self._judge(after, meter_fold.day_of(recorded.timestamp))
+        return after
+
+    def _restored_meter(self, provider: str, view: MeterView) -> None:
+        del provider
+        for day in view.days:
+            self._judge(view, day)
+
+    def _judge(self, view: MeterView, day: str) -> None:
+        """Note whether ``view``'s provider spent its budget on ``day``, after a record of it
+        (a later record may carry a larger budget: then it is no longer spent)."""
+        totals = view.days.get(day)
+        if totals is not None and totals.spent:
+            self.spent_on.setdefault(day, set()).add(view.provider)
+            while len(self.spent_on) > meter_fold.MAX_DAYS:
+                del self.spent_on[min(self.spent_on)]
+        elif day in self.spent_on:
+            self.spent_on[day].discard(view.provider)
+            if not self.spent_on[day]:
+                del self.spent_on[day]
+
     def _restored_proxy(self, uid: str, view: ProxyView) -> None:
         del uid
         self.candidates.update(view)
@@ -207,6 +254,7 @@ class Views:
         await self.proxies.catch_up()
         await self.leases.catch_up()
         await self.pools.catch_up()
+        await self.meter.catch_up()
         self.caught_up = True
 
     async def run(self, snapshot_interval: float = 30.0) -> None:
@@ -215,18 +263,22 @@ class Views:
                 group.create_task(self.proxies.follow(self.nc), name="discovery-proxies")
                 group.create_task(self.leases.follow(self.nc), name="discovery-leases")
                 group.create_task(self.pools.follow(self.nc), name="discovery-pools")
+                group.create_task(self.meter.follow(self.nc), name="discovery-meter")
             else:
                 group.create_task(follow(self.proxies, self.batch), name="discovery-proxies")
                 group.create_task(follow(self.leases, self.batch), name="discovery-leases")
                 group.create_task(follow(self.pools, self.batch), name="discovery-pools")
+                group.create_task(follow(self.meter, self.batch), name="discovery-meter")
             if snapshot_interval > 0:
                 group.create_task(_snapshots(self.proxies, snapshot_interval))
                 group.create_task(_snapshots(self.leases, snapshot_interval))
+                group.create_task(_snapshots(self.meter, snapshot_interval))
 
     async def close(self) -> None:
         await self.proxies.close()
         await self.leases.close()
         await self.pools.close()
+        await self.meter.close()
 
     # ---------------------------------------------------------------------------- questions
 
@@ -248,6 +300,29 @@ class Views:
 
     def all_proxies(self) -> list[ProxyView]:
         return list(self.proxies.views.values())
+
+    def spent_providers(self) -> AbstractSet[str]:
+        """The providers whose budget today's bytes have reached: their proxies are not leased.
+        One look-up, whatever the fleet or the stream (the lease path asks it per request), and
+        not even the clock while no budget was spent in the days the view keeps."""
+        if not self.spent_on:
+            return NONE_SPENT
+        return self.spent_on.get(meter_fold.day_of(self.clock()), NONE_SPENT)
+
+    def budget_spent(self, proxy: ProxyView) -> Spent | None:
+        """Why the proxy's provider may not lease it today, or None."""
+        provider = proxy.spec.provider
+        if provider not in self.spent_providers():
+            return None
+        return meter_fold.spent(self.meter.views.get(provider), self.clock())
+
+    def bytes_today(self, proxy: ProxyView) -> Bytes:
+        """What the proxy moved today, as its provider's meter counts it (a proxy of a provider
+        with no records costs one look-up: a listing of the fleet asks it per proxy)."""
+        view = self.meter.views.get(proxy.spec.provider)
+        if view is None:
+            return Bytes()
+        return meter_fold.bytes_on(view, proxy.uid, meter_fold.day_of(self.clock()))
 
     def pool(self, namespace: str, name: str) -> PoolView | None:
         uid = self.pool_index.get((namespace, name))

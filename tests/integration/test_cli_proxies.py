@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from events import subjects
 from events.customresource import cli_uid
+from events.meter import UpstreamMetered
 from events.schemas import HealthChanged, Phase, PhaseChanged
 from events.store import NewEvent
 from services.runtime.eventlog.jetstream import JetStreamEventStore
@@ -100,3 +103,43 @@ async def test_get_wide_shows_the_uid_and_why_a_proxy_is_unhealthy(
     plain = await cli("get", "--nats-url", nats_server.url)
     assert uid not in plain.output
     assert "unhealthy" in plain.output
+
+
+async def test_get_wide_shows_an_upstream_proxys_bytes_of_today_and_a_spent_budget(
+    nats_server: EmbeddedNatsServer, jetstream_store: JetStreamEventStore, tmp_path: Path
+) -> None:
+    """D162: the meter's records of today, per proxy; ``!budget`` once its provider's are
+    spent, and ``-`` for a proxy that moved nothing (or whose records are of another day)."""
+    text = proxy("de-1") + "---\n" + proxy("de-2")
+    assert (
+        await cli("apply", "-f", manifest(tmp_path, text), "--nats-url", nats_server.url)
+    ).exit_code == 0
+    uid = cli_uid("crawl", "de-1")
+    record = UpstreamMetered(
+        provider="local",
+        replica="executor-1",
+        start=datetime.now(UTC),
+        interval_seconds=10.0,
+        proxy_uid=uid,
+        lease_id="lease-1",
+        bytes_up=2048,
+        bytes_down=3 * 1024 * 1024,
+    )
+    await jetstream_store.append(subjects.meter("local"), [NewEvent(record, "m1")])
+    wide = await cli("get", "-o", "wide", "--nats-url", nats_server.url)
+    assert wide.exit_code == 0, wide.output
+    assert "BYTES" in wide.output
+    rows = {line.split()[1]: line for line in wide.output.splitlines() if line.startswith("crawl")}
+    assert "↑2.0 KiB ↓3.0 MiB" in rows["de-1"]
+    assert "↑" not in rows["de-2"]
+    assert "!budget" not in wide.output
+    spent = msgspec.structs.replace(record, bytes_up=1, bytes_down=0, budget_bytes_per_day=1024)
+    await jetstream_store.append(subjects.meter("local"), [NewEvent(spent, "m2")])
+    wide = await cli("get", "-o", "wide", "--nats-url", nats_server.url)
+    rows = {line.split()[1]: line for line in wide.output.splitlines() if line.startswith("crawl")}
+    assert "↑2.0 KiB ↓3.0 MiB !budget" in rows["de-1"]
+    assert "- !budget" in rows["de-2"]
+    before = await cli(
+        "get", "-o", "wide", "--at", "2020-01-01T00:00:00Z", "--nats-url", nats_server.url
+    )
+    assert "↑" not in before.output

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from datetime import datetime
 from pathlib import Path
 
 import httpx
@@ -87,11 +88,13 @@ async def discovery(
     clients_file: Path | None = None,
     egress: EgressPolicy | None = None,
     trusted_proxies: str = "",
+    budget_clock: Callable[[], datetime] | None = None,
 ) -> AsyncIterator[tuple[DiscoveryService, str]]:
     """A discovery replica with its own NATS connection, listening on a free loopback port;
     yields the service and its base URL. ``clients_file``: the API's clients
     (``services.runtime.clients``); ``egress``: how it judges egress findings (``--egress-*``);
-    ``trusted_proxies``: whose forwarded headers it believes (``--trusted-proxies``)."""
+    ``trusted_proxies``: whose forwarded headers it believes (``--trusted-proxies``);
+    ``budget_clock``: which UTC day it is for upstream budgets (D162)."""
     conn = await connect(url)
     service = DiscoveryService(
         host="127.0.0.1",
@@ -107,6 +110,8 @@ async def discovery(
         egress=egress or EgressPolicy(),
         trusted_proxies=parse_trusted_proxies(trusted_proxies),
     )
+    if budget_clock is not None:
+        service.budget_clock = budget_clock
     ctx = ServiceContext(
         settings=Settings(nats_url=url),
         conn=conn,

@@ -12,7 +12,15 @@ from rich.table import Table
 
 from events.egress import EgressObserved
 from projections.egress import EgressPolicy
-from services.cli.fleet.get_cmd import LeaseState, egress_cell, item, place_cell, table
+from projections.meter import Bytes
+from services.cli.fleet.get_cmd import (
+    LeaseState,
+    bytes_cell,
+    egress_cell,
+    item,
+    place_cell,
+    table,
+)
 from services.discovery.pure.egress_shown import index_of, shown_in
 from tests.support.egress_views import T0, ready, seen, spec
 
@@ -45,7 +53,11 @@ def listing(policy: EgressPolicy) -> tuple[str, str, dict[str, dict[str, object]
 def test_wide_shows_the_egress_its_place_and_marks_a_mismatch() -> None:
     wide, narrow, _ = listing(EgressPolicy())
     header = wide.splitlines()[0].split()
-    assert header[header.index("AGE") + 1 : header.index("UID")] == ["EGRESS", "COUNTRY/ASN"]
+    assert header[header.index("AGE") + 1 : header.index("UID")] == [
+        "EGRESS",
+        "COUNTRY/ASN",
+        "BYTES",
+    ]
     rows = {line.split()[1]: line for line in wide.splitlines()[1:]}
     assert "203.0.113.5" in rows["de-ok"]
     assert "DE/AS3320" in rows["de-ok"]
@@ -78,3 +90,12 @@ def test_cells_of_a_failed_check_and_of_nothing() -> None:
     found = shown_in(failing, EgressPolicy(), index_of([failing]))
     assert (egress_cell(found), place_cell(found)) == ("- !unchecked", "-/-")
     assert (egress_cell(None), place_cell(None)) == ("-", "-")
+
+
+def test_the_bytes_cell_shows_today_and_marks_a_spent_budget() -> None:
+    """D162: ``get -o wide``'s BYTES column, of today."""
+    assert bytes_cell(Bytes(up=2048, down=5)) == "↑2.0 KiB ↓5 B"
+    assert bytes_cell(Bytes()) == "-"
+    assert bytes_cell(None) == "-"
+    assert bytes_cell(Bytes(up=1), spent=True) == "↑1 B ↓0 B !budget"
+    assert bytes_cell(None, spent=True) == "- !budget"

@@ -5,7 +5,7 @@ views is tested in test_discovery_refusals and test_discovery_pools."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 import msgspec
@@ -15,6 +15,7 @@ from events.pool import PoolFigures, PoolSpec
 from events.schemas import HealthChanged, Phase, ProxySpec
 from projections.cooldown import Claimant
 from projections.lease import LeaseView
+from projections.meter import Spent
 from projections.pool import PoolView
 from projections.proxy import ProxyView
 from services.discovery.pure.errorcodes import ErrorCode
@@ -134,6 +135,12 @@ A, B = Claimant(client="crawler-a"), Claimant(client="crawler-b")
 A_RESTS = up("a", lease("a", ends_in=-1, cooldown=20, client="crawler-a"))
 A_HOLDS = up("a", lease("a", ends_in=8, cooldown=20, client="crawler-a"))
 MISMATCH = up("e", egress=("egress mismatch", "seen fr"))
+MIDNIGHT = datetime(2026, 1, 2, tzinfo=UTC)
+SPENT = Standing(proxy("r"), None, ("", ""), Spent("resi-de", 1500, 1000, MIDNIGHT))
+SPENT_SAID = (
+    "1 budget_spent (provider 'resi-de' moved 1500 bytes today, its budget is 1000 bytes a day "
+    "(maxBytesPerDay); leasable again at 2026-01-02T00:00:00Z)"
+)
 BUSY = [
     Busy("leased", [HELD], "1 leased", 30),
     Busy("resting", [up("a", lease("a", ends_in=-1, cooldown=20))], "1 cooling down", 19),
@@ -144,6 +151,13 @@ BUSY = [
     Busy("not-ready", [NEW], "1 not Ready (Provisioning)", LATER),
     Busy("deleting", [down(proxy("d", deleting=True))], "1 being deleted", LATER),
     Busy("egress", [MISMATCH], "1 egress mismatch (seen fr)", LATER),
+    # A spent budget says whose, how much and until when; the wait is until 00:00 UTC (D162).
+    Busy("budget-spent", [SPENT], SPENT_SAID, 12 * 3600),
+    Busy("budget-and-a-lease-ending", [SPENT, SOON], f"{SPENT_SAID}, 1 leased", 8),
+    Busy("egress-before-budget", [replace(SPENT, egress=("egress mismatch", "fr"))],
+         "1 egress mismatch (fr)", LATER),
+    Busy("unhealthy-before-budget", [replace(SICK, budget=SPENT.budget)],
+         "1 unhealthy (last probe: refused)", LATER),
     # A rest after the asking client's own lease is no obstacle to it, only to others (D153).
     Busy("own-rest", [A_RESTS], "1 claimed by other requests meanwhile", 1, who=A),
     Busy("other-s-rest", [A_RESTS], "1 cooling down", 19, who=B),

@@ -15,6 +15,7 @@ import pytest
 
 from projections import versions
 from projections.lease import LeaseView
+from projections.meter import MeterView
 from projections.pool import PoolView
 from projections.proxy import ProxyView
 from services.reconciler.pure import view
@@ -23,12 +24,14 @@ RECORDED = {
     "ProxyView": (6, "f59df582c346b19e"),
     "LeaseView": (5, "6966bbcb7a3f77f8"),
     "PoolView": (1, "8f17628cb7959200"),
+    "MeterView": (1, "0be741cd174a150b"),
     "ProxyState": (5, "a6f858d1bfbd678a"),
 }
 CURRENT = {
     "ProxyView": (versions.PROXY, ProxyView),
     "LeaseView": (versions.LEASE, LeaseView),
     "PoolView": (versions.POOL, PoolView),
+    "MeterView": (versions.METER, MeterView),
     "ProxyState": (view.VERSION, view.ProxyState),
 }
 

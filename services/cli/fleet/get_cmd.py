@@ -12,14 +12,18 @@ from datetime import UTC, datetime
 import click
 import msgspec
 import yaml
+from nats.js import JetStreamContext
 from rich.table import Table
 from rich.text import Text
 
+from events.errors import StoreUnavailable
 from events.poolresource import POOL_ATTRIBUTE
-from events.subjects import LEASE_STREAM
+from events.store import Recorded
+from events.subjects import LEASE_STREAM, METER_STREAM
 from projections import lease as lease_fold
-from projections import lease_queries
+from projections import lease_queries, meter
 from projections.lease import LeaseView
+from projections.meter import Bytes, MeterView
 from projections.proxy import ProxyView
 from services.cli.common import (
     CliState,
@@ -33,7 +37,7 @@ from services.cli.flags import options
 from services.cli.fleet import pools_cmd
 from services.cli.fleet.proxyviews import listed as listed_proxies
 from services.cli.log.timetravel import as_of, instant_option
-from services.cli.pure.render import format_time, inert
+from services.cli.pure.render import format_time, human_bytes, inert
 from services.cli.pure.selector import matches, parse_selector
 from services.discovery.pure.candidates import pairs_of
 from services.discovery.pure.egress_shown import EgressShown, index_of, shown_in
@@ -135,17 +139,30 @@ def place_cell(found: EgressShown | None) -> str:
     return found.place if found is not None else "-"
 
 
+def bytes_cell(moved: Bytes | None, spent: bool = False) -> str:
+    """An upstream proxy's bytes of today, ``↑`` up and ``↓`` down, ``!budget`` once its
+    provider's budget is spent (D162); ``-`` before its first byte of the day."""
+    text = "-"
+    if moved is not None and moved.total:
+        text = f"↑{human_bytes(moved.up)} ↓{human_bytes(moved.down)}"
+    return f"{text} !budget" if spent else text
+
+
 def table(
     listed: Listed,
     now: datetime,
     *,
     wide: bool = False,
     egress: Mapping[str, EgressShown | None] | None = None,
+    meters: Mapping[str, MeterView] | None = None,
 ) -> Table:
-    """``egress``: uid -> its egress (``egress_shown``), shown by ``wide``."""
+    """``egress``: uid -> its egress (``egress_shown``), shown by ``wide``; ``meters``: the
+    upstream providers' meter views (``projections.meter``), whose bytes of ``now``'s day
+    ``wide`` shows."""
     out = Table(box=None, pad_edge=False, header_style="bold")
     columns = ["NAMESPACE", "NAME", "PHASE", "IP", "PROVIDER", "HEALTH", "LEASED", "COOLDOWN"]
-    columns += ["AGE", "EGRESS", "COUNTRY/ASN", "UID", "MESSAGE"] if wide else ["AGE"]
+    columns += ["AGE", "EGRESS", "COUNTRY/ASN", "BYTES", "UID", "MESSAGE"] if wide else ["AGE"]
+    today = meter.day_of(now)
     found = egress or {}
     for column in columns:
         out.add_column(column, no_wrap=column != "MESSAGE", overflow="fold")
@@ -164,6 +181,9 @@ def table(
         if wide:
             shown = found.get(view.uid)
             row += [inert(egress_cell(shown)), inert(place_cell(shown))]
+            gauge = (meters or {}).get(view.spec.provider)
+            moved = meter.bytes_on(gauge, view.uid, today)
+            row.append(inert(bytes_cell(moved, meter.spent(gauge, now) is not None)))
             row += [inert(view.uid), inert(_message(view) or "-")]
         out.add_row(*row)
     return out
@@ -208,7 +228,8 @@ def _selector(
     default="table",
     show_default=True,
     help="table for people; wide adds the egress (what sites see, `!mismatch` when it does not "
-    "match), its country and AS, the UID (for `events --proxy`) and the last message (why a "
+    "match), its country and AS, an upstream proxy's bytes of today (`!budget` once its "
+    "provider's daily budget is spent), the UID (for `events --proxy`) and the last message (why a "
     "proxy is unhealthy or failed); json or yaml for tools.",
 )
 @click.option("-n", "--namespace", help="Only this namespace.")
@@ -258,12 +279,13 @@ def get_cmd(
     except ConfigError as exc:
         raise click.BadParameter(str(exc)) from None
 
-    async def work() -> tuple[list[ProxyView], dict[str, LeaseView]]:
+    async def work() -> tuple[list[ProxyView], dict[str, LeaseView], dict[str, MeterView]]:
         # Every namespace is read: a proxy may share its address with one in another.
         conn = await open_connection(settings.nats_url)
         try:
+            meters = await read_meters(conn.js, at) if output == "wide" else {}
             if at is not None:
-                return await as_of(conn, None, at)
+                return (*await as_of(conn, None, at), meters)
             views = await listed_proxies(conn, None)
             leases: Projector[LeaseView] = Projector(
                 conn.js, LEASE_STREAM, "lease.*", lease_fold.apply
@@ -272,9 +294,9 @@ def get_cmd(
             await leases.close()
         finally:
             await conn.close()
-        return views, leases.views
+        return views, leases.views, meters
 
-    every, leases = run_until_signalled(work()) or ([], {})
+    every, leases, meters = run_until_signalled(work()) or ([], {}, {})
     index = index_of(every)
     views = [v for v in every if not namespace or v.namespace == namespace]
     views = [v for v in views if matches(dict(pairs_of(v)), selector)]
@@ -294,7 +316,27 @@ def get_cmd(
         where += f" at {format_time(at)}" if at else ""
         stdout_console().print(inert(f"No proxies{where}."))
     else:
-        stdout_console().print(table(listed, now, wide=output == "wide", egress=egress))
+        wide = output == "wide"
+        stdout_console().print(table(listed, now, wide=wide, egress=egress, meters=meters))
+
+
+async def read_meters(js: JetStreamContext, at: datetime | None) -> dict[str, MeterView]:
+    """The upstream providers' meter views (``projections.meter``), of the records stored up to
+    ``at`` if given. A store without the METER stream has none to show."""
+
+    def apply(view: MeterView | None, recorded: Recorded) -> MeterView:
+        if at is not None and recorded.timestamp > at:
+            return view or MeterView(provider=meter.provider_of(recorded.subject))
+        return meter.apply(view, recorded)
+
+    gauges = Projector(js, METER_STREAM, "meter.*", apply, key=meter.provider_of)
+    try:
+        await gauges.catch_up()
+    except StoreUnavailable:
+        return {}
+    finally:
+        await gauges.close()
+    return gauges.views
 
 
 # Discovery's own flags (and variables), so that -o wide marks what discovery does not lease.

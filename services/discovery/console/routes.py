@@ -303,7 +303,13 @@ async def _proxy(console: Console, request: AnyRequest, uid: str) -> dict[str, A
             else shown_in(proxy, candidates.policy, candidates.egress)
         )
         shown_row = row(proxy, got.lease, now, egress=found)
+    # An upstream proxy's bytes of today and its provider's budget (D162): discovery's fold of
+    # the METER stream, as it is now; a page of a past instant does not show them.
+    moved = console.views.bytes_today(proxy) if proxy is not None and at is None else None
+    spent = console.views.budget_spent(proxy) if proxy is not None and at is None else None
     return {
+        "moved": moved,
+        "spent": spent,
         "title": title,
         "proxy": proxy,
         "row": shown_row,

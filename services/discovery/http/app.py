@@ -163,6 +163,8 @@ def _proxy(api: Api, proxy: ProxyView) -> ProxyOut:
         api.views.now(),
         eligible=eligible(api.views, proxy, {}),
         egress=egress_of(proxy, api.views.candidates),
+        moved=api.views.bytes_today(proxy),
+        spent=api.views.budget_spent(proxy),
     )
 
 

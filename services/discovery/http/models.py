@@ -15,6 +15,7 @@ from msgspec import Meta
 from events.schemas import MAX_LEASE_SECONDS, Condition
 from projections.lease import LeaseRecord, LeaseView
 from projections.lease_queries import available_at, is_available, is_free
+from projections.meter import Bytes, Spent
 from projections.outcomes import Reports, active_backoffs
 from projections.proxy import ProxyView
 from services.discovery.leasing.credentials import LeaseCredentials
@@ -143,6 +144,47 @@ class ProxyOut(_Out, frozen=True, kw_only=True, omit_defaults=True):
     egress: EgressShown | None = None
     """What a site sees of the proxy; absent until a check has found something (or while its
     egress keeps it from being leased before any check)."""
+    bytes: BytesOut | None = None
+    """What an upstream proxy moved today (UTC), as its provider's meter counts it; absent
+    before its first byte of the day (D162)."""
+    budget: BudgetOut | None = None
+    """Present while its provider's budget is spent today: then it is not leased."""
+
+
+class BytesOut(_Out, frozen=True, kw_only=True):
+    up: int
+    """Received from the crawlers today."""
+    down: int
+    """Sent to the crawlers today."""
+
+
+class BudgetOut(_Out, frozen=True, kw_only=True):
+    provider: str
+    used_today: int
+    """The provider entry's bytes (up and down) today."""
+    bytes_per_day: int
+    """Its ``maxBytesPerDay``, as the day's latest meter record carried it."""
+    resets_at: datetime
+    """The next 00:00 UTC: from then on its proxies are leased again."""
+    not_leasable_because: str = "budget_spent"
+    seen: str = ""
+    """The same in words, as a refusal says it."""
+
+
+def budget_out(spent: Spent | None) -> BudgetOut | None:
+    if spent is None:
+        return None
+    return BudgetOut(
+        provider=spent.provider,
+        used_today=spent.used,
+        bytes_per_day=spent.budget,
+        resets_at=spent.resets_at,
+        seen=spent.words(),
+    )
+
+
+def bytes_out(moved: Bytes) -> BytesOut | None:
+    return BytesOut(up=moved.up, down=moved.down) if moved.total else None
 
 
 class ReportsOut(_Out, frozen=True, kw_only=True):
@@ -277,6 +319,8 @@ def proxy_out(
     *,
     eligible: bool,
     egress: EgressShown | None = None,
+    moved: Bytes | None = None,
+    spent: Spent | None = None,
 ) -> ProxyOut:
     leased = not is_free(view, now)
     cooldown = None if leased else available_at(view)
@@ -298,6 +342,8 @@ def proxy_out(
         reports=reports_out(view.reports if view else Reports()),
         backoff_count=len(active_backoffs(view.reports, now)) if view else 0,
         egress=egress,
+        bytes=bytes_out(moved) if moved is not None else None,
+        budget=budget_out(spent),
     )
 
 

@@ -49,11 +49,29 @@ log = structlog.get_logger("egress.discovery")
 
 
 def eligible(views: Views, proxy: ProxyView, selector: Mapping[str, str]) -> bool:
-    """Leasable (``CandidateIndex.admits``: its egress too) and matching every selector pair
-    (the attributes and the egress seen)."""
+    """Leasable (``CandidateIndex.admits``: its egress too; its provider's budget not spent
+    today) and matching every selector pair (the attributes and the egress seen)."""
     pairs = pairs_of(proxy)
     wanted = normalized(selector).items()
-    return views.candidates.admits(proxy) and all((k, v) in pairs for k, v in wanted)
+    return (
+        views.candidates.admits(proxy)
+        and proxy.spec.provider not in views.spent_providers()
+        and all((k, v) in pairs for k, v in wanted)
+    )
+
+
+def within_budget(views: Views, uids: list[str]) -> list[str]:
+    """``uids`` without the proxies whose provider spent its budget today (D162). Nothing to do,
+    and nothing read per proxy, while no provider has: the lease path's usual cost."""
+    spent = views.spent_providers()
+    if not spent:
+        return uids
+    kept = []
+    for uid in uids:
+        proxy = views.proxy(uid)
+        if proxy is not None and proxy.spec.provider not in spent:
+            kept.append(uid)
+    return kept
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,7 +167,7 @@ class Leases(HeldLeases):
 
         def candidates() -> list[str]:
             matching = members_only(self.views, self.views.candidates.matching(selector), pool)
-            return narrowed(matching, request.exclude, request.proxy_uid)
+            return narrowed(within_budget(self.views, matching), request.exclude, request.proxy_uid)
 
         def refused() -> ApiError:
             return refusal(

@@ -80,7 +80,8 @@ def _told(views: Views, asked: Asked, uids: list[str]) -> Refusal:
         proxy = views.proxy(uid)
         if proxy is not None:
             egress = candidates.egress_blocked(proxy)
-            standings.append(Standing(proxy, views.lease_view(uid), egress))
+            budget = views.budget_spent(proxy)
+            standings.append(Standing(proxy, views.lease_view(uid), egress, budget))
     return busy(asked, standings, views.now())
 
 

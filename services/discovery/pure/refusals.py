@@ -7,9 +7,10 @@ Two answers, told apart by whether any proxy *has* the attributes asked for, lea
   selector is most likely wrong (``{"contry": "de"}``), so the message names the attribute keys
   and values that do exist, and the nearest key to a misspelt one.
 - some have them, but none can be leased now: ``503 no_proxy_available`` with ``Retry-After``,
-  and how many are leased, cooling down, unhealthy (with what the last probe said), not Ready or
-  being deleted. A proxy that is provisioning or failing its probes exists and may serve soon: a
-  request for it is right, only early.
+  and how many are leased, cooling down, unhealthy (with what the last probe said), not Ready,
+  being deleted, or of a provider whose budget today's bytes spent (``budget_spent``, with the
+  bytes, the budget and the 00:00 UTC it resets at, D162). A proxy that is provisioning or
+  failing its probes exists and may serve soon: a request for it is right, only early.
 
 A request naming a pool counts only the pool's members, and its answer says what the pool is
 doing: a 503 whether it is scaling (members still coming or not Ready: waiting will likely
@@ -34,6 +35,7 @@ from events.schemas import Phase
 from projections.cooldown import Claimant
 from projections.lease import LeaseView
 from projections.lease_queries import available_at, is_available, is_free, leasable
+from projections.meter import Spent
 from projections.pool import PoolView
 from projections.proxy import ProxyView
 from services.discovery.pure.errorcodes import STATUS, ErrorCode
@@ -48,6 +50,8 @@ SHOWN = 10
 LEASED = "leased"
 COOLING = "cooling down"
 BACKED_OFF = "in back-off for the target"
+BUDGET_SPENT = "budget_spent"
+"""A proxy whose provider entry's bytes of today reached its ``maxBytesPerDay`` (D162)."""
 CLAIMED = "claimed by other requests meanwhile"
 UNHEALTHY = "unhealthy"
 UNPROBED = "not probed yet"
@@ -102,6 +106,8 @@ class Standing:
     lease: LeaseView | None
     egress: tuple[str, str]
     """The egress policy's reason to hold it back, and what was seen ("" when none)."""
+    budget: Spent | None = None
+    """Its provider's budget, when today's bytes have spent it (D162)."""
 
 
 def choose(asked: Asked, existing: Sequence[str], only: ProxyView | None) -> Refusal | list[str]:
@@ -257,6 +263,13 @@ def _tally(
         if leasable(proxy) and egress_reason:
             reasons[egress_reason] += 1
             seen.setdefault(egress_reason, egress_seen)
+            continue
+        spent = standing.budget
+        if leasable(proxy) and spent is not None:
+            reasons[BUDGET_SPENT] += 1
+            seen.setdefault(BUDGET_SPENT, spent.words())
+            if soonest is None or spent.resets_at < soonest:
+                soonest = spent.resets_at
             continue
         if leasable(proxy):
             view = standing.lease
