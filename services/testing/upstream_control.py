@@ -17,11 +17,11 @@ import re
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit
 
-from services.gateway.bounds import close, close_refused
+from services.gateway.bounds import close
 from services.gateway.pure.heads import HeadError
-from services.gateway.reading import read_request
 from services.testing.upstream_exits import FAULT_STATUSES, Fault, Refused
 from services.testing.upstream_heads import PHRASES
+from services.testing.upstream_wire import close_refused, read_request
 
 if TYPE_CHECKING:
     from services.testing.upstream_server import Service

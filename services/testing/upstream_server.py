@@ -46,16 +46,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
-from services.gateway.bounds import Refusal, close, close_refused, drain
+from services.gateway.bounds import Refusal, close, drain
 from services.gateway.pump import pump
 from services.gateway.pure import heads
 from services.gateway.pure.heads import HeadError, Target
-from services.gateway.reading import CHUNK, Request, read_request
-from services.gateway.relay import Traffic, UpstreamError, read_head, stream_rest
+from services.gateway.reading import CHUNK, Request
 from services.testing.upstream_control import Control
 from services.testing.upstream_exits import Book, Refused, parse_countries
 from services.testing.upstream_heads import CHALLENGE, answer, expects_continue, origin_head
 from services.testing.upstream_logins import GRAMMARS, Grammar, Login, LoginError, grammar
+from services.testing.upstream_wire import (
+    Traffic,
+    UpstreamError,
+    close_refused,
+    read_head,
+    read_request,
+    stream_rest,
+)
 
 HEAD_TIMEOUT = 10.0
 IDLE_TIMEOUT = 30.0
