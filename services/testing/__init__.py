@@ -16,7 +16,8 @@ What it offers, one module per thing it stands in for:
   sessions from, a real HTTP proxy in a process of its own, and its parts: ``_server`` (the
   process), ``_logins`` (the services' user name grammars), ``_exits`` (sessions, exits by
   country, faults, traffic), ``_heads`` (what it writes to clients and sites), ``_control`` (the
-  API that makes it misbehave and reads its counts).
+  API that makes it misbehave and reads its counts), ``_wire`` (its stream loops: reading a
+  head, lingering on a refusal, streaming an answer).
 
 The naming rule, held by tests/unit/test_testing_package.py: a module is named after what it
 stands in for, a cloud's or a proxy service's fake after the provider type it serves, a part of
