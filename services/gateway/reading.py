@@ -43,6 +43,8 @@ class Request:
     """The first ``Proxy-Authorization``, as sent."""
     params: bytes | None = None
     """The first ``X-Egress-Params``, as sent."""
+    expects_continue: bool = False
+    """``Expect: 100-continue``: the crawler waits for a 100 before it sends the body."""
 
     def on_url(self, url: bytes) -> None:
         self.url += url
@@ -56,6 +58,8 @@ class Request:
             self.lengths.append(value)
         elif low == b"transfer-encoding":
             self.codings = self.codings + b"," + value if self.codings else value
+        elif low == b"expect":
+            self.expects_continue = value.strip().lower() == b"100-continue"
         elif low == b"proxy-authorization":
             if self.login is None:
                 self.login = value
@@ -143,6 +147,17 @@ def parse_request(raw: bytes) -> Request:
     return request
 
 
+def final_part(seen: bytes, interims: int) -> bytes:
+    """The bytes of an answer from its final head on: without the ``interims`` interim heads
+    (1xx, no body) that came before it."""
+    for _ in range(interims):
+        end = seen.find(b"\r\n\r\n")
+        if end < 0:
+            break
+        seen = seen[end + 4 :]
+    return seen
+
+
 class Response:
     """What the gateway learns of a response while its bytes pass: the status, whether Squid
     made it (``X-Squid-Error``), and when it is complete."""
@@ -154,6 +169,9 @@ class Response:
         self.complete = False
         self.head_only = head_only
         self.keep_alive = False
+        self.interims = 0
+        """Interim answers (1xx) before this one: their heads lead the bytes read."""
+        self._interim = False
         self._parser = httptools.HttpResponseParser(self)
 
     def on_header(self, name: bytes, value: bytes) -> None:
@@ -161,13 +179,21 @@ class Response:
             self.squid_error = True
 
     def on_headers_complete(self) -> None:
+        status = self._parser.get_status_code()
+        if 100 <= status < 200 and status != 101:
+            self._interim = True  # a 100 Continue, a 103 Early Hints: the answer comes after
+            return
         self.headers_done = True
-        self.status = self._parser.get_status_code()
+        self.status = status
         self.keep_alive = self._parser.should_keep_alive()
-        if self.head_only or self.status in (204, 304) or 100 <= self.status < 200:
-            self.complete = self.status >= 200
+        if self.head_only or self.status in (204, 304):
+            self.complete = True
 
     def on_message_complete(self) -> None:
+        if self._interim:
+            self._interim = False
+            self.interims += 1
+            return
         self.complete = True
 
     def feed(self, data: bytes) -> None:

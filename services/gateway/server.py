@@ -39,7 +39,7 @@ from services.gateway.pure.heads import HeadError, Target
 from services.gateway.pure.outcomes import MAX_RETRY_BODY, Outcome, judge
 from services.gateway.pure.traffic import Exchange
 from services.gateway.pure.username import Ask
-from services.gateway.reading import CHUNK, Request, Response, parse_request
+from services.gateway.reading import CHUNK, Request, Response, final_part, parse_request
 from services.gateway.relay import Conn, Traffic, Upstreams, open_tunnel
 from services.gateway.traffic import TrafficRecorder
 from services.gateway.upstream import Upstream, UpstreamError
@@ -188,6 +188,8 @@ class Gateway:
         crawler: Crawler,
     ) -> bool:
         body: bytes | None = None
+        if request.expects_continue and request.length and request.version == b"1.1":
+            crawler.write(CONTINUE)  # the crawler waits for it before its body (curl: 1 s)
         if request.length <= MAX_RETRY_BODY:
             body = await self._body(crawler, request.length)
         exclude: frozenset[str] = frozenset()
@@ -290,6 +292,7 @@ class Gateway:
                 if body is None:
                     await _copy_exactly(crawler, up, request.length, self.limits.idle_timeout)
                 response, seen = await up.answer(self.limits.answer_timeout)
+                seen = final_part(seen, response.interims)
             except (UpstreamError, OSError, asyncio.IncompleteReadError) as exc:
                 up.close()
                 if body is None:
@@ -439,6 +442,11 @@ class _Targets:
             self.found = (target, heads.denied(target, own_ports))
             self.key = key
         return self.found
+
+
+CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
+"""The gateway's own interim answer to a body that expects one: it reads every body before it
+sends the request on, so the crawler need not wait for the site's."""
 
 
 def _marked(seen: bytes, held: Held) -> bytes:

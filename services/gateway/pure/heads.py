@@ -200,8 +200,8 @@ def upstream_head(
     lines = [b"%s %s HTTP/%s" % (method, url, version)]
     for key, value in headers:
         low = key.lower()
-        if low in HOP_BY_HOP or low in named or low.startswith(OWN_PREFIX):
-            continue
+        if low in HOP_BY_HOP or low in named or low.startswith(OWN_PREFIX) or low == b"expect":
+            continue  # Expect: the gateway answered the 100 and sends the body with the head
         lines.append(key + b": " + value)
     if proxy_login is not None:
         lines.append(b"Proxy-Authorization: Basic " + base64.b64encode(proxy_login))
