@@ -30,6 +30,7 @@ from typing import Any
 import httpx
 
 from services.runtime.ports import free_port
+from tests.support.system import stop_local_proxies
 
 ROOT = Path(__file__).resolve().parent.parent
 CLIENT_MODULES = {
@@ -123,7 +124,9 @@ async def ready(api: str, count: int, timeout: float) -> None:
 async def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     api_port, nats_port = free_port(), free_port()
     api = f"http://127.0.0.1:{api_port}"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # `up` probes its local proxies against a target of its own, unless told another URL.
+    env = {k: v for k, v in os.environ.items() if k != "HEALTH_CHECK_URL"}
+    env["PYTHONPATH"] = str(ROOT)
     command = ["-m", "services.cli.main", "up", "--data-dir", str(work / "data")]
     command += ["--api-port", str(api_port), "--gateway-port", str(free_port())]
     command += ["--nats-port", str(nats_port), "--metrics-port", "0"]
@@ -147,7 +150,7 @@ async def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         )
         if await applied.wait() != 0:
             raise RuntimeError("egress-proxies apply failed")
-        await ready(api, args.proxies, timeout=300)
+        await ready(api, args.proxies, timeout=args.ready_timeout)
         fleet = rss_mb(up.pid)
         samples: list[float] = []
         began = time.monotonic()
@@ -165,7 +168,7 @@ async def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         except TimeoutError:
             up.kill()
         log.close()
-        _stop_proxies(work / "data")
+        stop_local_proxies(work / "data")  # they outlive `up` on purpose; the bench's must not
     return {
         "proxies": args.proxies,
         "clients": args.clients,
@@ -178,22 +181,13 @@ async def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     }
 
 
-def _stop_proxies(data: Path) -> None:
-    """The local proxies outlive `up` on purpose; the benchmark's must not."""
-    for pid_file in (data / "local" / "instances").glob("*/proxy.pid"):
-        try:
-            pid = int(pid_file.read_text().strip())
-            os.killpg(pid, signal.SIGKILL)
-        except (OSError, ValueError):
-            continue
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.up_memory", description=__doc__)
     parser.add_argument("--proxies", type=int, default=40)
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--seconds", type=float, default=240.0)
     parser.add_argument("--sample", type=float, default=10.0)
+    parser.add_argument("--ready-timeout", type=float, default=300.0)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-up-memory-") as tmp:
