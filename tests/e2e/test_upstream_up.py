@@ -7,8 +7,9 @@ Two pools of two sticky sessions each, one German and one French, go Ready with 
 verified; a crawler leases a German one and the site sees the session's exit; a rotation gives
 the lease a new session, a new exit, and no failed request; a session the service drops under
 the lease leaves from a new exit of its country, which is recorded as an egress change while the
-holder goes on through it. The lease's bytes are metered to it on the METER stream (D161). The
-account's password is in no stream, no log line of `up`, and no command line.
+holder goes on through it. The lease's bytes are metered to it on the METER stream (D161), and
+an upload past the entry's daily budget stops the leasing of its proxies (D162). The account's
+password is in no stream, no log line of `up`, and no command line.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import urllib.error
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from services.testing.upstream import UpstreamService
@@ -56,8 +58,11 @@ providers:
       passwordEnv: RESI_PASSWORD
       sessionSeconds: 600
       allowedCountries: [de, fr]
+      maxBytesPerDay: {budget}
       dataDir: "{data}"
 """
+BUDGET = 2_000_000
+"""Bytes a day: far above what the probes and the first requests move, below one upload."""
 
 
 def pool(country: str) -> str:
@@ -115,7 +120,7 @@ async def test_sessions_of_a_proxy_service_are_leased_rotated_and_replaced(
     service: UpstreamService = start_service("oxylabs", countries=COUNTRIES)
     providers = tmp_path / "providers.yaml"
     data = tmp_path / "resi"
-    providers.write_text(PROVIDERS.format(endpoint=service.endpoint, data=data))
+    providers.write_text(PROVIDERS.format(endpoint=service.endpoint, data=data, budget=BUDGET))
     manifest = tmp_path / "pools.yaml"
     manifest.write_text(pool("de") + pool("fr"))
     country = write_country_db(
@@ -146,6 +151,7 @@ async def test_sessions_of_a_proxy_service_are_leased_rotated_and_replaced(
                 lease = await _rotated_without_a_failed_request(up, lease, site)
                 await _dropped_session_recorded(up, service, lease, site)
                 await _bytes_metered_to_the_lease(up, lease)
+                await _a_spent_budget_stops_leasing(up, lease, site)
                 await _password_nowhere(up, tmp_path)
 
 
@@ -266,6 +272,35 @@ async def _bytes_metered_to_the_lease(up: Up, lease: dict[str, Any]) -> None:
     assert sum(r["requests"] for r in records) >= 2
     assert all(r["bytes_up"] > 0 and r["bytes_down"] > 0 for r in records), records
     assert {r["provider"] for r in records} == {"resi"}
+
+
+async def _a_spent_budget_stops_leasing(up: Up, lease: dict[str, Any], site: EgressSite) -> None:
+    """An upload beyond the entry's budget: once the meter has recorded it, no proxy of the
+    entry is leased, the refusal and the proxy's view say why, and the held lease goes on."""
+    upload = b"u" * (BUDGET + 500_000)
+
+    def post() -> int:
+        with httpx.Client(proxy=lease["proxy"]["url"], timeout=30, trust_env=False) as client:
+            return client.post(site.url("/upload"), content=upload).status_code
+
+    status, now = await up.api_call("GET", f"/v1/leases/{lease['id']}")
+    assert status == 200, now
+    lease = now
+    assert await asyncio.to_thread(post) == 200
+
+    async def refused() -> dict[str, Any] | None:
+        status, body = await up.api_call(
+            "POST", "/v1/leases", {"pool": "crawl/resi-fr", "ttlSeconds": 60, "holder": "c2"}
+        )
+        return body if status == 503 and "budget_spent" in body.get("message", "") else None
+
+    await until(refused, timeout=60, what="the budget spent")
+    [proxy] = [p for p in await views(up) if p["uid"] == lease["proxy"]["uid"]]
+    assert proxy["budget"]["notLeasableBecause"] == "budget_spent"
+    assert proxy["budget"]["usedToday"] >= BUDGET
+    assert proxy["available"] is False
+    status, held = await up.api_call("GET", f"/v1/leases/{lease['id']}")
+    assert status == 200, held  # held when it was spent: not revoked
 
 
 async def _password_nowhere(up: Up, tmp_path: Path) -> None:
