@@ -145,6 +145,10 @@ async def rounds(
         before = cpu_seconds(pid)
         tunnel_through.append(await tunnel_download(port, origin, login))
         cpu_per_mb.append((cpu_seconds(pid) - before) / args.megabytes)
+    # One request at a time: no queue, so what a request waits is what the hop adds to it.
+    light_direct = [await ab(squid_port, small, args.requests // 10, 1) for _ in range(2)]
+    light_through = [await ab(port, small, args.requests // 10, 1, login) for _ in range(2)]
+    added_light = median(t.mean_ms for t in light_through) - median(d.mean_ms for d in light_direct)
     rss_before = rss_mb(pid)
     held = await hold_connections(port, args.connections, small, login)
     rss_held = rss_mb(pid)
@@ -163,6 +167,11 @@ async def rounds(
         "through_gateway": [asdict(a) for a in through],
         "requests_per_second_ratio": round(rps, 3),
         "added_p50_ms": added_p50,
+        "one_at_a_time_ms": {
+            "direct": [d.mean_ms for d in light_direct],
+            "through_gateway": [t.mean_ms for t in light_through],
+            "added": round(added_light, 3),
+        },
         "tunnel_mb_per_second": {
             "direct": [round(args.megabytes / s, 1) for s in tunnel_direct],
             "through_gateway": [round(args.megabytes / s, 1) for s in tunnel_through],

@@ -89,6 +89,8 @@ class Ab:
     p99_ms: float
     failed: int
     non_2xx: int
+    mean_ms: float = 0.0
+    """ab's mean time per request across all concurrent requests' wall time, to the µs."""
 
 
 async def ab(
@@ -109,6 +111,7 @@ async def ab(
     return Ab(
         requests_per_second=_number(r"Requests per second:\s+([\d.]+)", text),
         p50_ms=_number(r"\n\s+50%\s+(\d+)", text),
+        mean_ms=_number(r"Time per request:\s+([\d.]+) \[ms\] \(mean\)", text),
         p99_ms=_number(r"\n\s+99%\s+(\d+)", text),
         failed=int(_number(r"Failed requests:\s+(\d+)", text)),
         non_2xx=int(_number(r"Non-2xx responses:\s+(\d+)", text, default=0.0)),

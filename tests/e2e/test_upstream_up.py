@@ -7,9 +7,10 @@ Two pools of two sticky sessions each, one German and one French, go Ready with 
 verified; a crawler leases a German one and the site sees the session's exit; a rotation gives
 the lease a new session, a new exit, and no failed request; a session the service drops under
 the lease leaves from a new exit of its country, which is recorded as an egress change while the
-holder goes on through it. The lease's bytes are metered to it on the METER stream (D161), and
-an upload past the entry's daily budget stops the leasing of its proxies (D162). The account's
-password is in no stream, no log line of `up`, and no command line.
+holder goes on through it; one that fails every request makes its proxy unhealthy, and it is
+replaced by a new session under the lease. The lease's bytes are metered to it on the METER
+stream (D161), and an upload past the entry's daily budget stops the leasing of its proxies
+(D162). The account's password is in no stream, no log line of `up`, and no command line.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from tests.support.upstream_support import (
 )
 from tests.support.waiting import until
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(420)]
 __all__ = ["site", "start_service"]  # fixtures
 
 PUBLIC = {**{a: f"203.0.113.{i + 1}" for i, a in enumerate(DE)}}
@@ -75,7 +76,7 @@ spec:
   template:
     provider: resi
     attributes: {{country: {country}}}
-    healthCheck: {{intervalSeconds: 1}}
+    healthCheck: {{intervalSeconds: 1, timeoutSeconds: 2}}
     egress: {{expect: {{country: {country}}}}}
 ---
 """
@@ -135,6 +136,7 @@ async def test_sessions_of_a_proxy_service_are_leased_rotated_and_replaced(
             "--egress-interval", "2",
             "--geoip-db", str(country),
             "--meter-interval", "1",
+            "--replace-unhealthy-after", "3",
         ]  # fmt: skip
         with hello_target() as target:
             async with running_up(
@@ -150,6 +152,7 @@ async def test_sessions_of_a_proxy_service_are_leased_rotated_and_replaced(
                 lease = await _leased_and_seen(up, service, site)
                 lease = await _rotated_without_a_failed_request(up, lease, site)
                 await _dropped_session_recorded(up, service, lease, site)
+                await _failing_session_replaced(up, service, lease)
                 await _bytes_metered_to_the_lease(up, lease)
                 await _a_spent_budget_stops_leasing(up, lease, site)
                 await _password_nowhere(up, tmp_path)
@@ -253,6 +256,38 @@ async def _dropped_session_recorded(
     assert proxy["egress"]["ip"] == PUBLIC[new_exit]
     assert proxy["egress"]["notLeasableBecause"] == ""
     assert proxy["leased"] is True
+
+
+async def _failing_session_replaced(
+    up: Up, service: UpstreamService, lease: dict[str, Any]
+) -> None:
+    """The service stops answering the leased proxy's session (it lost it and never says so):
+    the proxy goes unhealthy and is replaced, as any proxy unhealthy for
+    ``--replace-unhealthy-after`` is: a new instance, so a new session, and the lease holds the
+    proxy through it."""
+    uid = lease["proxy"]["uid"]
+    [before] = [p for p in await views(up) if p["uid"] == uid]
+    exit_address = next(a for a, ip in PUBLIC.items() if ip == before["egress"]["ip"])
+    [row] = [r for r in service.sessions() if r.get("exit") == exit_address]
+    service.stall(times=None, session=row["session"])
+    try:
+
+        async def replaced() -> bool:
+            [now] = [p for p in await views(up) if p["uid"] == uid]
+            return bool(now["phase"] == "Ready" and now["url"] != before["url"])
+
+        try:
+            await until(replaced, timeout=180, what="the failing session replaced")
+        except AssertionError as exc:  # keep what up said
+            raise AssertionError(f"{exc}; up said:\n{up.output.decode()[-8000:]}") from exc
+    finally:
+        service.clear()
+    live = {r["session"] for r in service.sessions() if r.get("exit")}
+    status, held = await up.api_call("GET", f"/v1/leases/{lease['id']}")
+    assert status == 200, held
+    assert held["proxy"]["uid"] == uid
+    assert held["proxy"]["url"] != lease["proxy"]["url"]
+    assert live - {row["session"]}  # the new instance's session
 
 
 async def _bytes_metered_to_the_lease(up: Up, lease: dict[str, Any]) -> None:

@@ -24,6 +24,8 @@ async def test_a_tiny_gateway_bench_measures_both_arms(tmp_path: Path) -> None:
     assert result["gateway_cpu_us_per_request"][0] > 0
     assert result["gateway_rss_mb"]["connections_open"] > 0
     assert set(result["met"]) == set(result["targets"])
+    light = result["one_at_a_time_ms"]
+    assert all(m > 0 for m in light["direct"] + light["through_gateway"]), light
     floor = result["relay_floor"]
     assert floor["requests_per_second"][0] > 0
     assert floor["cpu_us_per_request"][0] > 0
