@@ -106,11 +106,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2, help="runs per arm, alternated")
     parser.add_argument("--quick", action="store_true", help="the smallest runs (a smoke test)")
     parser.add_argument("--json", type=Path, help="also write the verdicts to this file")
+    parser.add_argument(
+        "--work", type=Path, help="where the base's worktree and the runs' files go (a temp dir)"
+    )
     args = parser.parse_args(argv)
     if args.rounds < 1:
         parser.error("--rounds: at least 1")
     base = _git("rev-parse", "--verify", f"{args.base}^{{commit}}")
-    with tempfile.TemporaryDirectory(prefix="bench-compare-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="bench-compare-", dir=args.work) as tmp:
         work = Path(tmp)
         tree = work / "base"
         _git("worktree", "add", "--detach", str(tree), base)

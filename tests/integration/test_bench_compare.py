@@ -19,21 +19,23 @@ ROOT = Path(__file__).resolve().parents[2]
 def compare(tmp_path: Path, base: str) -> tuple[int, dict[str, object], str]:
     out = tmp_path / "compare.json"
     command = [sys.executable, "-m", "bench.compare", "--base", base, "--benches", "eventlog"]
-    command += ["--rounds", "1", "--quick", "--json", str(out)]
+    command += ["--rounds", "1", "--quick", "--json", str(out), "--work", str(tmp_path)]
     done = subprocess.run(
         command, cwd=ROOT, capture_output=True, text=True, timeout=600, check=False
     )
     return done.returncode, json.loads(out.read_text()), done.stdout + done.stderr
 
 
-def worktrees() -> str:
-    return subprocess.run(
+def worktrees(under: Path) -> list[str]:
+    """The repository's worktrees under ``under`` (the other test of this file may run beside
+    this one, with a worktree of its own)."""
+    listed = subprocess.run(
         ["git", "worktree", "list"], cwd=ROOT, capture_output=True, text=True, check=True
     ).stdout
+    return [line for line in listed.splitlines() if str(under) in line]
 
 
 def test_both_arms_report_every_figure_and_the_worktree_goes(tmp_path: Path) -> None:
-    before = worktrees()
     code, doc, output = compare(tmp_path, "HEAD")
     assert code in (0, 3), output  # 3: a quick run's noise may pass for a regression
     assert doc["failures"] == [], output
@@ -45,7 +47,7 @@ def test_both_arms_report_every_figure_and_the_worktree_goes(tmp_path: Path) -> 
         assert len(verdict["head"]) == 1, verdict
         assert verdict["change"] is not None
     assert "append events/s" in output
-    assert worktrees() == before
+    assert worktrees(tmp_path) == []
 
 
 def test_a_base_whose_benchmark_cannot_run_is_a_failure(tmp_path: Path) -> None:
