@@ -16,7 +16,7 @@ from pathlib import Path
 from services.providers import local_process as proc
 from services.providers.pure.targets import AllowedTarget
 from services.runtime.ports import free_port
-from tests.support.waiting import until
+from tests.support.waiting import listening, until
 
 SMALL = b"x" * 1024
 CHUNK = b"y" * (1 << 20)
@@ -200,16 +200,7 @@ async def relay_floor(upstream_port: int) -> AsyncIterator[tuple[int, int]]:
         f"127.0.0.1:{upstream_port}",
     )
     try:
-
-        async def listening() -> bool:
-            try:
-                _, writer = await asyncio.open_connection("127.0.0.1", port)
-            except OSError:
-                return False
-            writer.close()
-            return True
-
-        await until(listening, timeout=30, what="the relay floor listening")
+        await until(lambda: listening(port), timeout=30, what="the relay floor listening")
         yield process.pid, port
     finally:
         process.kill()

@@ -28,7 +28,7 @@ from tests.support.cli_process import ROOT, clean_env
 from tests.support.crawl_site import Site, crawl_site
 from tests.support.crawl_squid import tagged_squids
 from tests.support.discovery import discovery, ready_proxy
-from tests.support.waiting import until
+from tests.support.waiting import listening, until
 
 TOKENS = {"crawler-a": "a" * 40, "crawler-b": "b" * 40, "reader": "r" * 40}
 
@@ -116,16 +116,7 @@ async def gateway_process(
         stderr=asyncio.subprocess.DEVNULL,
     )
     try:
-
-        async def listening() -> bool:
-            try:
-                _, writer = await asyncio.open_connection("127.0.0.1", port)
-            except OSError:
-                return False
-            writer.close()
-            return True
-
-        await until(listening, timeout=60, what="the gateway process listening")
+        await until(lambda: listening(port), timeout=60, what="the gateway process listening")
         yield process.pid, port
     finally:
         if process.returncode is None:

@@ -25,3 +25,13 @@ async def until(
         if loop.time() > deadline:
             raise AssertionError(f"{what or 'condition'} not reached within {timeout}s")
         await asyncio.sleep(every)
+
+
+async def listening(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether something accepts connections on ``port`` now (a predicate for ``until``)."""
+    try:
+        _, writer = await asyncio.open_connection(host, port)
+    except OSError:
+        return False
+    writer.close()
+    return True
