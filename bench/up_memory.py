@@ -6,7 +6,7 @@ laptop demo pays. The run: `up` with its own data dir and ports; ``--proxies`` l
 applied and waited Ready; then ``--clients`` clients acquire, report and release leases through
 the API for ``--seconds``, as a crawl does. `up`'s ``VmRSS`` is read when it has started (the
 banner), once the fleet is Ready, every ``--sample`` seconds of the churn, and at the end, with
-``VmHWM`` (the peak). Separately, what importing the services costs, and what each cloud
+``VmHWM`` (the peak). Separately, what each cloud
 client adds when imported (a configured provider of that type imports it; `up` with the local
 provider alone must not).
 
@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-up-memory-") as tmp:
         doc = asyncio.run(measure(args, Path(tmp)))
-    doc["imports_mb"] = {"services": import_cost("services.cli.main")} | {
+    doc["imports_mb"] = {
         kind: import_cost(module, "services.cli.main") for kind, module in CLIENT_MODULES.items()
     }
     print(json.dumps(doc, indent=2))
