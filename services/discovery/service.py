@@ -29,6 +29,7 @@ from projections.egress import EgressPolicy
 from services.discovery.http.access import CLIENTS_ENV
 from services.discovery.http.app import MAX_BODY_BYTES, DiscoveryApi, create_app
 from services.discovery.http.badrequest import json_bad_request
+from services.discovery.http.cork import corked
 from services.discovery.http.limits import (
     BODY_TIMEOUT,
     HEAD_TIMEOUT,
@@ -267,10 +268,12 @@ class DiscoveryService:
                     max_body=MAX_BODY_BYTES,
                     timeout=self.body_timeout,
                 ),
-                http=json_bad_request(
-                    head_deadline(
-                        self.head_timeout,
-                        IdleConnections(self.idle_per_address, self.trusted_proxies),
+                http=corked(
+                    json_bad_request(
+                        head_deadline(
+                            self.head_timeout,
+                            IdleConnections(self.idle_per_address, self.trusted_proxies),
+                        )
                     )
                 ),
                 # uvicorn believes forwarded headers from loopback unless told otherwise.

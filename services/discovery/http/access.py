@@ -67,7 +67,11 @@ def guard(clients: Clients, metrics: AccessMetrics) -> Guard:
     in ``metrics`` from now on."""
     clients.file_error = metrics.file_errors.inc
 
-    def identify(connection: ASGIConnection[Any, Any, Any, Any], handler: BaseRouteHandler) -> None:
+    async def identify(
+        connection: ASGIConnection[Any, Any, Any, Any], handler: BaseRouteHandler
+    ) -> None:
+        # A coroutine: Litestar runs a plain function guard in its thread pool, a thread hop
+        # that cost a fifth of the API's CPU per lease cycle (docs/benchmarks.md, Discovery API).
         client = OPEN if clients.open else _bearer(clients, connection, metrics)
         scope = handler.opt.get("scope")
         if scope is not None and not client.may(scope):

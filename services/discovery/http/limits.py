@@ -214,6 +214,11 @@ def trusted(host: str, networks: Collection[Network]) -> bool:
     return any(address in network for network in networks)
 
 
+_UNSEEN = object()
+_GROUPS_KEPT = 4096
+"""Client hosts whose address group is kept; past it the table starts again."""
+
+
 class IdleConnections:
     """The connections of one server waiting for a request head, per client address; beyond
     ``per_address``, the address's oldest is closed."""
@@ -222,11 +227,23 @@ class IdleConnections:
         self.per_address = per_address
         self.exempt = tuple(exempt)
         self._by_group: dict[str, OrderedDict[asyncio.BaseTransport, None]] = {}
+        self._groups: dict[str, object] = {}
+
+    def _group(self, host: str) -> str | None:
+        """``host``'s address group; None when it is exempt. Kept per host: parsing an address
+        twice per request cost more than the rest of this class."""
+        found = self._groups.get(host, _UNSEEN)
+        if found is _UNSEEN:
+            if len(self._groups) >= _GROUPS_KEPT:
+                self._groups.clear()
+            found = None if trusted(host, self.exempt) else address_group(host)
+            self._groups[host] = found
+        return found  # type: ignore[return-value] # _UNSEEN was replaced above
 
     def waiting(self, host: str, transport: asyncio.BaseTransport) -> None:
-        if trusted(host, self.exempt):
+        group = self._group(host)
+        if group is None:
             return
-        group = address_group(host)
         held = self._by_group.setdefault(group, OrderedDict())
         held[transport] = None
         held.move_to_end(transport)
@@ -243,7 +260,9 @@ class IdleConnections:
             del self._by_group[group]
 
     def busy(self, host: str, transport: asyncio.BaseTransport) -> None:
-        group = address_group(host)
+        group = self._group(host)
+        if group is None:
+            return
         held = self._by_group.get(group)
         if held is not None:
             held.pop(transport, None)
