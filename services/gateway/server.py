@@ -25,7 +25,6 @@ from services.gateway.bounds import (
     LINGER_BYTES,
     Limits,
     Refusal,
-    close,
     drain,
     idle_upstream,
 )
@@ -33,16 +32,17 @@ from services.gateway.crawler import Crawler
 from services.gateway.doorman import Doorman
 from services.gateway.leases import Caller, Held, Keeper, NoLease
 from services.gateway.metrics import GatewayMetrics
-from services.gateway.pump import pump_sides, stream_side
 from services.gateway.pure import heads
 from services.gateway.pure.heads import HeadError, Target
-from services.gateway.pure.outcomes import MAX_RETRY_BODY, Outcome, judge
+from services.gateway.pure.outcomes import MAX_RETRY_BODY, judge
 from services.gateway.pure.traffic import Exchange
 from services.gateway.pure.username import Ask
-from services.gateway.reading import CHUNK, Request, Response, final_part, parse_request
-from services.gateway.relay import Conn, Traffic, Upstreams, open_tunnel
+from services.gateway.reading import Request, Response, final_part, parse_request
+from services.gateway.relay import Traffic, Upstreams
 from services.gateway.traffic import TrafficRecorder
+from services.gateway.tunnel import Tunnels
 from services.gateway.upstream import Upstream, UpstreamError
+from services.gateway.wire import CONTINUE, Targets, copy_exactly, marked
 from services.runtime.clients import Clients
 from services.runtime.pure.throttle import LoginThrottle
 
@@ -59,6 +59,7 @@ class Gateway:
     own_ports: tuple[int, ...] = ()
     throttle: LoginThrottle = field(default_factory=LoginThrottle)
     doorman: Doorman = field(init=False)
+    tunnels: Tunnels = field(init=False)
     traffic: TrafficRecorder | None = None
     upstreams: Upstreams = field(init=False)
     _per_address: Tally[str] = field(default_factory=Tally)
@@ -71,6 +72,9 @@ class Gateway:
             connect_timeout=self.limits.connect_timeout,
             max_idle=min(idle_upstream(), self.limits.upstreams // 2),
             max_open=self.limits.upstreams,
+        )
+        self.tunnels = Tunnels(
+            self.keeper, self.upstreams, self.limits, self.block_codes, self._lease, self._count
         )
 
     def protocol(self) -> Crawler:
@@ -117,7 +121,7 @@ class Gateway:
 
     async def _requests(self, crawler: Crawler, address: str) -> None:
         first = True
-        cache = _Targets()
+        cache = Targets()
         while True:
             timeout = self.limits.head_timeout if first else self.limits.idle_timeout
             try:
@@ -139,7 +143,7 @@ class Gateway:
                 return
 
     async def _request(
-        self, request: Request, crawler: Crawler, address: str, cache: _Targets
+        self, request: Request, crawler: Crawler, address: str, cache: Targets
     ) -> bool:
         """Answer one request; whether the connection may carry another."""
         try:
@@ -153,7 +157,7 @@ class Gateway:
         if why is not None:
             self._refuse(403, f"the gateway does not go there: {why}", "target")
         if request.method == "CONNECT":
-            await self._tunnel(caller, ask, target, crawler)
+            await self.tunnels.tunnel(caller, ask, target, crawler)
             return False
         if request.chunked:
             self._refuse(
@@ -233,7 +237,7 @@ class Gateway:
                 continue
             traffic = Traffic(up=request.length, down=len(seen))
             try:
-                crawler.write(_marked(seen, held))
+                crawler.write(marked(seen, held))
                 whole = response.complete or await up.relay(crawler, self.limits.idle_timeout)
                 await drain(crawler, self.limits.idle_timeout)
             except BaseException:
@@ -290,7 +294,7 @@ class Gateway:
             try:
                 up.send(head + (body or b""), head_only=request.method == "HEAD")
                 if body is None:
-                    await _copy_exactly(crawler, up, request.length, self.limits.idle_timeout)
+                    await copy_exactly(crawler, up, request.length, self.limits.idle_timeout)
                 response, seen = await up.answer(self.limits.answer_timeout)
                 seen = final_part(seen, response.interims)
             except (UpstreamError, OSError, asyncio.IncompleteReadError) as exc:
@@ -312,84 +316,6 @@ class Gateway:
                 await self.keeper.reread(held)
                 continue
             return up, response, seen
-        return "the proxy refused the lease's login"
-
-    # ------------------------------------------------------------------ CONNECT
-
-    async def _tunnel(
-        self,
-        caller: Caller,
-        ask: Ask,
-        target: Target,
-        crawler: Crawler,
-    ) -> None:
-        exclude: frozenset[str] = frozenset()
-        for attempt in range(2):
-            held = await self._lease(caller, ask, exclude=exclude, host=target.host)
-            opened = await self._connect(held, target)
-            if isinstance(opened, str) or opened[1].status != 200:
-                status = 0 if isinstance(opened, str) else opened[1].status
-                why = opened if isinstance(opened, str) else f"the proxy answered {status}"
-                if not isinstance(opened, str):
-                    opened[0][1].close()
-                outcome: Outcome = "blocked" if status in self.block_codes else "failed"
-                self.keeper.report(held, outcome, target.host, why)
-                self._count(
-                    caller, held, outcome, Traffic(), tunnel=True, host=target.host, status=status
-                )
-                if attempt == 0 and ask.session is None:
-                    exclude |= {held.granted.proxy_uid}
-                    continue
-                answer = 403 if status == 403 else 502
-                raise Refusal(
-                    heads.answer(answer, f"the tunnel through {held.proxy} failed: {why}")
-                )
-            (up_reader, up_writer), _ = opened
-            crawler.write(_established(held))
-            await drain(crawler, self.limits.idle_timeout)
-            held.in_flight += 1
-            try:
-                up, down = await pump_sides(
-                    (crawler.transport, crawler.take_buffer(), crawler.eof),
-                    stream_side((up_reader, up_writer)),
-                    self.limits.idle_timeout,
-                )
-            finally:
-                held.in_flight -= 1
-                close(up_writer, self.limits.idle_timeout)
-            self._count(
-                caller,
-                held,
-                "success",
-                Traffic(up, down),
-                tunnel=True,
-                host=target.host,
-                status=200,
-            )
-            return
-
-    async def _connect(self, held: Held, target: Target) -> tuple[Conn, Response] | str:
-        for again in range(2):
-            host, port, login = held.upstream()
-            try:
-                conn, response = await open_tunnel(
-                    self.upstreams,
-                    host,
-                    port,
-                    login,
-                    target=target,
-                    timeout=self.limits.answer_timeout,
-                )
-            except (UpstreamError, TimeoutError, HeadError) as exc:
-                if again == 0:
-                    await self.keeper.reread(held)
-                    continue
-                return str(exc) or "the proxy did not answer in time"
-            if response.status == 407 and again == 0:
-                conn[1].close()
-                await self.keeper.reread(held)
-                continue
-            return conn, response
         return "the proxy refused the lease's login"
 
     def _count(
@@ -424,56 +350,3 @@ class Gateway:
 
     def close(self) -> None:
         self.upstreams.close()
-
-
-class _Targets:
-    """A connection's last target, by the URL up to its path: a crawler's keep-alive
-    connection mostly asks the same host again, and reading the URL is a good part of a small
-    request's cost. What follows the authority changes neither the target nor its refusal."""
-
-    def __init__(self) -> None:
-        self.key = b""
-        self.found: tuple[Target, str | None] | None = None
-
-    def get(self, method: str, url: bytes, own_ports: tuple[int, ...]) -> tuple[Target, str | None]:
-        key = method.encode() + b" " + url[: heads.authority_end(url)]
-        if key != self.key or self.found is None:
-            target = heads.target(method, url)
-            self.found = (target, heads.denied(target, own_ports))
-            self.key = key
-        return self.found
-
-
-CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
-"""The gateway's own interim answer to a body that expects one: it reads every body before it
-sends the request on, so the crawler need not wait for the site's."""
-
-
-def _marked(seen: bytes, held: Held) -> bytes:
-    """The response head with the proxy and lease it came through, after the status line."""
-    end = seen.find(b"\r\n")
-    if end < 0:
-        return seen
-    return seen[: end + 2] + _ours(held) + seen[end + 2 :]
-
-
-def _established(held: Held) -> bytes:
-    return b"HTTP/1.1 200 Connection established\r\n" + _ours(held) + b"\r\n"
-
-
-def _ours(held: Held) -> bytes:
-    return (
-        b"X-Egress-Proxy: " + held.proxy.encode("ascii", "replace") + b"\r\n"
-        b"X-Egress-Lease: " + held.lease_id.encode("ascii", "replace") + b"\r\n"
-    )
-
-
-async def _copy_exactly(crawler: Crawler, up: Upstream, n: int, idle_timeout: float) -> None:
-    """A request body too large to keep, streamed on; each piece within ``idle_timeout``."""
-    while n > 0:
-        data = await crawler.read(min(n, CHUNK), idle_timeout)
-        if not data:
-            raise asyncio.IncompleteReadError(b"", n)
-        up.write(data)
-        await up.drain(idle_timeout)
-        n -= len(data)
