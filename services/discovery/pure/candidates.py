@@ -112,18 +112,21 @@ class CandidateIndex:
     def by_pair(self) -> dict[tuple[str, str], set[str]]:
         return self._leasable.by_pair
 
-    def update(self, proxy: ProxyView) -> None:
-        """Called with every new version of a proxy's view."""
+    def update(self, proxy: ProxyView) -> set[str]:
+        """Called with every new version of a proxy's view; the uids whose egress may have
+        changed with it (``proxy``'s and those on its old and new address)."""
         pairs = pairs_of(proxy)
         self._existing.put(proxy.uid, None if proxy.removed else pairs)
         if proxy.removed:
             self._views.pop(proxy.uid, None)
         else:
             self._views[proxy.uid] = proxy
-        for uid in self.egress.put(proxy.uid, proxy):
+        touched = self.egress.put(proxy.uid, proxy)
+        for uid in touched:
             view = proxy if uid == proxy.uid else self._views.get(uid)
             if view is not None:
                 self._leasable.put(uid, pairs_of(view) if self.admits(view) else None)
+        return touched
 
     def admits(self, proxy: ProxyView) -> bool:
         """Leasable (``lease_queries.leasable``) and not held back by its egress."""
