@@ -24,7 +24,7 @@ def _fleet(n: int) -> Fleet:
     return fleet
 
 
-def _poll(rows: FleetRows, view: View = View()) -> Poll:
+def _poll(rows: FleetRows, view: View) -> Poll:
     paged, summary = rows.listing(NO_FILTERS, view)
     order = digest([paged.page, paged.pages, *(r.uid for r in paged.rows)])
     return Poll(rows.instance, rows.version, WHERE, order, digest([summary]))
