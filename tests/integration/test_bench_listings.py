@@ -15,7 +15,9 @@ pytestmark = pytest.mark.integration
 
 
 async def test_the_benchmark_measures_what_it_names(tmp_path: Path) -> None:
-    report = await listings.run(tmp_path, proxies=120, requests=3, changes=2, timeout=120)
+    report = await listings.run(
+        tmp_path, proxies=120, requests=3, changes=2, timeout=120, quiet_requests=5
+    )
     f = report.figures
     assert set(f) == {
         "fleet_first",
@@ -32,7 +34,14 @@ async def test_the_benchmark_measures_what_it_names(tmp_path: Path) -> None:
     assert f["api_page_first"].rows == 120  # one page holds the tiny fleet
     assert f["api_unpaged"].rows == 120
     assert all(fig.cpu_ms >= 0 for fig in f.values())
-    assert set(report.targets) == {"fleet_cpu_ms", "poll_bytes", "api_page_cpu_ms"}
+    assert f["poll_unchanged"].requests == 5
+    assert report.idle_cpu_ms_per_s >= 0
+    assert set(report.targets) == {
+        "fleet_cpu_ms",
+        "poll_bytes",
+        "api_page_cpu_ms",
+        "quiet_poll_cpu_ms",
+    }
     assert all(isinstance(t["met"], bool) for t in report.targets.values())
     assert len(report.load_before) == len(report.load_after) == 3
     assert "poll_changed" in listings.render(report)
