@@ -67,19 +67,20 @@ def test_every_single_value_filter_counts_as_a_walk_would() -> None:
     live: dict[str, Row] = {}
     for step in range(600):
         uid = f"u{rng.randrange(60)}"
-        old = live.get(uid)
-        if old is not None:
-            tally.remove(old)
-            del live[uid]
-        if old is None or rng.random() < 0.8:  # else: removed for good (or until drawn again)
+        old = live.pop(uid, None)
+        fresh = None
+        if old is None or rng.random() < 0.8:  # else: removed (until drawn again)
             fresh = _row(rng, uid)
-            tally.add(fresh)
+            if old is not None and rng.random() < 0.5:
+                fresh = replace(old, health=fresh.health, latency_ms=step)  # one figure moves
             live[uid] = fresh
+        tally.replace(old, fresh)
         if step % 50 == 0 or step == 599:
             every = sorted(live.values(), key=lambda r: r.uid)
             for wanted in _queries():
                 shown = [r for r in every if wanted.matches(r)]
                 assert tally.counts(wanted) == counts(shown, every), wanted
+                assert tally.keys(wanted) == [(r.namespace, r.name, r.uid) for r in shown]
 
 
 def test_a_row_changed_twice_counts_once_as_it_is_now() -> None:
@@ -113,3 +114,5 @@ def test_a_query_no_tally_answers_is_left_to_a_walk() -> None:
     assert tally.counts(Filters(attributes=(("tier", "gold"),))) is None
     assert tally.counts(Filters(search="crawl")) is None
     assert tally.counts(Filters(provider="local", search="a")) is None
+    assert tally.keys(Filters(phase="Ready", health="healthy")) is None
+    assert tally.keys(Filters(provider="nobody")) == []

@@ -8,7 +8,8 @@ cooldown's, a back-off's: ``fleet_page.boundary``, kept in a heap of due times).
 carries the version at which it last differed from the row before: a poll names the version it
 has, and gets only the rows changed since (``fleet_page.answer``); a poll whose version is still
 the newest gets a 204 at once. The counts are kept as rows change (``pure.tally``), and the
-rows' order beside them, so the page of the whole fleet by name is a slice. The instance id
+rows' order beside them, so a page by name of the whole fleet, or of the rows one filter value
+keeps, is a slice. The instance id
 tells a token of this process from one of another replica or of before a restart: those get
 the whole table.
 """
@@ -16,7 +17,6 @@ the whole table.
 from __future__ import annotations
 
 import secrets
-from bisect import bisect_left, insort
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -26,12 +26,10 @@ from projections.proxy import ProxyView
 from services.discovery.console.pure.fleet import NO_FILTERS, Counts, Filters, Row, counts, row
 from services.discovery.console.pure.fleet_page import Paged, Poll, View, arrange, boundary
 from services.discovery.console.pure.pools import listed, membership
-from services.discovery.console.pure.tally import FleetTally
+from services.discovery.console.pure.tally import FleetTally, Key
 from services.discovery.pure.changes import DueTimes
 from services.discovery.pure.egress_shown import shown
 from services.discovery.views import Views
-
-Key = tuple[str, str, str]
 
 
 @dataclass(slots=True)
@@ -53,8 +51,6 @@ class FleetRows:
         self.pools: list[PoolView] = []
         """Every pool not removed, by namespace and name (the pool filter's choices)."""
         self.tally = FleetTally()
-        self.order: list[Key] = []
-        """(namespace, name, uid) of every row, sorted."""
         self._kept: dict[str, _Kept] = {}
         self._members: dict[str, str] = {}
         self._pools_seq = -1
@@ -64,6 +60,11 @@ class FleetRows:
 
     def __len__(self) -> int:
         return len(self._kept)
+
+    @property
+    def order(self) -> list[Key]:
+        """(namespace, name, uid) of every row, sorted (not to be changed)."""
+        return self.tally.whole.keys
 
     def version_of(self, uid: str) -> int:
         kept = self._kept.get(uid)
@@ -95,7 +96,6 @@ class FleetRows:
         if proxy is None or not proxy.name or proxy.removed:
             if kept is not None:
                 del self._kept[uid]
-                del self.order[bisect_left(self.order, _key(kept.row))]
                 self.tally.remove(kept.row)
                 self._due.set(uid, None)
                 self.version += 1  # a row gone changes the counts, not any row shown
@@ -124,14 +124,7 @@ class FleetRows:
         if kept is None or kept.row != fresh:
             self.version += 1
             version = self.version
-            if kept is not None:
-                self.tally.remove(kept.row)
-                if _key(kept.row) != _key(fresh):
-                    del self.order[bisect_left(self.order, _key(kept.row))]
-                    insort(self.order, _key(fresh))
-            else:
-                insort(self.order, _key(fresh))
-            self.tally.add(fresh)
+            self.tally.replace(kept.row if kept is not None else None, fresh)
         until = boundary(lease, now)
         self._kept[uid] = _Kept(proxy, lease, pool, sharing, later, until, fresh, version)
         self._due.set(uid, until)
@@ -146,28 +139,25 @@ class FleetRows:
         )
 
     def listing(self, filters: Filters, view: View) -> tuple[Paged, Counts]:
-        """The page ``view`` asks of the rows ``filters`` keeps, and their counts. The whole
-        fleet by name is a slice of the order; any other query walks the rows once, and one
-        with no tally (``pure.tally``) counts them too."""
+        """The page ``view`` asks of the rows ``filters`` keeps, and their counts. By name, the
+        whole fleet or one filter value's rows are a slice of their kept order; another sort,
+        or a query with no tally (``pure.tally``), walks the rows once (and counts them)."""
         summary = self.tally.counts(filters)
-        if summary is not None and filters == NO_FILTERS and view.sort == "name":
-            return self._slice(view), summary
+        keys = self.tally.keys(filters)
+        if summary is not None and keys is not None and view.sort == "name":
+            return self._slice(keys, view), summary
         every = [self._kept[uid].row for _, _, uid in self.order]
         chosen = every if filters == NO_FILTERS else [r for r in every if filters.matches(r)]
         return arrange(chosen, view, presorted=True), summary or counts(chosen, every)
 
-    def _slice(self, view: View) -> Paged:
-        total = len(self.order)
+    def _slice(self, order: list[Key], view: View) -> Paged:
+        total = len(order)
         pages = max(1, -(-total // view.size))
         page = min(view.page, pages)
         start = (page - 1) * view.size
         if view.descending:
-            keys = self.order[max(0, total - start - view.size) : total - start][::-1]
+            keys = order[max(0, total - start - view.size) : total - start][::-1]
         else:
-            keys = self.order[start : start + view.size]
+            keys = order[start : start + view.size]
         rows = [self._kept[uid].row for _, _, uid in keys]
         return Paged(rows, page, pages, start + 1 if rows else 0)
-
-
-def _key(r: Row) -> Key:
-    return (r.namespace, r.name, r.uid)
