@@ -175,7 +175,8 @@ class Views:
         self.order: list[tuple[str, str, str]] = []
         """(namespace, name, uid) of every proxy not removed, sorted: the listings' stable
         order, kept as views change so a page costs its rows, not a sort of the fleet."""
-        self._key_of: dict[str, tuple[str, str, str]] = {}
+        self.key_of: dict[str, tuple[str, str, str]] = {}
+        """uid -> its key in ``order``."""
         self.changes = ChangeIndex()
         """uid -> the version of its last change: its proxy view, its lease view, or who shares
         its address (the console's fleet rows read it)."""
@@ -241,15 +242,15 @@ class Views:
 
     def _order(self, view: ProxyView) -> None:
         key = None if view.removed else (view.namespace, view.name, view.uid)
-        old = self._key_of.get(view.uid)
+        old = self.key_of.get(view.uid)
         if old == key:
             return
         if old is not None:
             del self.order[bisect_left(self.order, old)]
-            del self._key_of[view.uid]
+            del self.key_of[view.uid]
         if key is not None:
             insort(self.order, key)
-            self._key_of[view.uid] = key
+            self.key_of[view.uid] = key
 
     def _restored_lease(self, uid: str, view: LeaseView) -> None:
         self.changes.touch(uid)
