@@ -12,6 +12,11 @@ requests of one kind, divided by their number, and the bytes of one answer:
   ``--quiet-requests`` of them (it costs well under the process clock's 10 ms tick);
 - ``poll_changed``: the same after ``--changes`` proxies of the page got a new health verdict
   (only their rows and the counts come back);
+- ``fleet_filtered``: ``GET /ui?health=healthy`` (a filter every proxy matches: its page and
+  its counts);
+- ``api_filtered_all`` / ``api_filtered_none``: ``GET /v1/proxies?limit=500`` with
+  ``healthy=true`` (every proxy matches) and with ``phase=Failed`` (none does): the page and
+  the ``total`` of a filtered listing;
 - ``api_page_first`` / ``api_page_middle``: ``GET /v1/proxies?limit=500``, the first page and
   one from the middle of the listing (via ``continue``);
 - ``api_unpaged``: ``GET /v1/proxies`` as before, every proxy.
@@ -207,6 +212,16 @@ async def run(
                 last.status_code,
                 len(UID.findall(last.text)),
             )
+            figures["fleet_filtered"] = await measure(
+                child.pid,
+                "fleet_filtered",
+                requests,
+                lambda: client.get("/ui", params={"health": "healthy"}),
+            )
+            for name, key, value in (("all", "healthy", "true"), ("none", "phase", "Failed")):
+                figures[f"api_filtered_{name}"] = await measure(
+                    child.pid, f"api_filtered_{name}", requests, _filtered(client, key, value)
+                )
             figures["api_page_first"] = await measure(
                 child.pid,
                 "api_page_first",
@@ -227,6 +242,11 @@ async def run(
     report.load_after = load()
     report.targets = targets(report)
     return report
+
+
+def _filtered(client: httpx.AsyncClient, key: str, value: str) -> Call:
+    """A page of ``GET /v1/proxies`` filtered by ``key=value``."""
+    return lambda: client.get("/v1/proxies", params={"limit": str(PAGE), key: value})
 
 
 async def _seen(client: httpx.AsyncClient, token: str, rows: int) -> None:

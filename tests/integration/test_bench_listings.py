@@ -23,6 +23,9 @@ async def test_the_benchmark_measures_what_it_names(tmp_path: Path) -> None:
         "fleet_first",
         "poll_unchanged",
         "poll_changed",
+        "fleet_filtered",
+        "api_filtered_all",
+        "api_filtered_none",
         "api_page_first",
         "api_page_middle",
         "api_unpaged",
@@ -31,6 +34,8 @@ async def test_the_benchmark_measures_what_it_names(tmp_path: Path) -> None:
     assert (f["poll_unchanged"].status, f["poll_unchanged"].bytes) == (204, 0)
     assert (f["poll_changed"].status, f["poll_changed"].rows) == (200, 2)
     assert f["poll_changed"].bytes < f["fleet_first"].bytes
+    assert (f["fleet_filtered"].status, f["fleet_filtered"].rows) == (200, 100)
+    assert (f["api_filtered_all"].rows, f["api_filtered_none"].rows) == (120, 0)
     assert f["api_page_first"].rows == 120  # one page holds the tiny fleet
     assert f["api_unpaged"].rows == 120
     assert all(fig.cpu_ms >= 0 for fig in f.values())
