@@ -117,7 +117,7 @@ def test_removed_and_declared_again_and_released() -> None:
 def test_kept_pages_and_counts_equal_a_walk_of_the_fleet() -> None:
     fleet = _fleet(47)
     fleet.proxy("p010", {}, HealthChanged(healthy=False))
-    fleet.proxy("p011", {}, HealthChanged(healthy=None))
+    fleet.proxy("p011", {}, HealthChanged(healthy=False, latency_ms=3.0))
     rows = FleetRows()
     rows.sync(fleet.views, NOW)
     for filters in (

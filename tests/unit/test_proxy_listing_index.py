@@ -5,12 +5,18 @@ sparse filters, across pages, after removals and changes."""
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 
 import pytest
 
-from events.schemas import HealthChanged, Phase, PhaseChanged, ProxyRemoved
-from services.discovery.http.queries import Paged, parse_paging, parse_proxy_filter
-from services.discovery.pure.paging import page_of
+from events.schemas import Event, HealthChanged, Phase, PhaseChanged, ProxyRemoved
+from services.discovery.http.queries import (
+    Paged,
+    ProxyFilter,
+    parse_paging,
+    parse_proxy_filter,
+)
+from services.discovery.pure.paging import Key, page_of
 from tests.support.hand_views import Fleet
 
 QUERIES: list[list[tuple[str, str]]] = [
@@ -32,7 +38,7 @@ def _fleet(seed: int, n: int) -> Fleet:
     for i in range(n):
         uid = f"u{rng.randrange(10**6):06d}"
         attributes = {"tier": rng.choice(("gold", "std", "std", "std")), "country": "de"}
-        events = []
+        events: list[Event] = []
         if rng.random() < 0.2:
             events.append(HealthChanged(healthy=False))
         if rng.random() < 0.1:
@@ -41,6 +47,12 @@ def _fleet(seed: int, n: int) -> Fleet:
         if i % 17 == 0:
             fleet.proxy(uid, attributes, ProxyRemoved(uid=uid))
     return fleet
+
+
+def _predicate(fleet: Fleet, wanted: ProxyFilter) -> Callable[[Key], bool]:
+    """The walk's test of one key: the filter's predicate on the proxy's view."""
+    views = fleet.views.proxies.views
+    return lambda key: wanted.matches(views[key[2]])
 
 
 def _pages(fleet: Fleet, query: list[tuple[str, str]], limit: int, indexed: bool) -> list[Paged]:
@@ -56,9 +68,7 @@ def _pages(fleet: Fleet, query: list[tuple[str, str]], limit: int, indexed: bool
             found = views.candidates.filtered(phase, wanted.healthy, wanted.attributes)
             got = paging.page_of(views.order, found, views.key_of)
         else:
-            got = paging.page(
-                views.order, lambda key, w=wanted: w.matches(views.proxies.views[key[2]])
-            )
+            got = paging.page(views.order, _predicate(fleet, wanted))
         out.append(got)
         token = got.token
         if not token:
