@@ -21,8 +21,10 @@ import heapq
 from collections import OrderedDict
 from datetime import datetime
 
-KEEP = 1 << 20
-"""The uids a change index keeps by default: ten times a fleet of 10^5, removed ones included."""
+KEEP = 1 << 16
+"""The uids a change index keeps by default (about 8 MB; removed ones count until dropped). A
+reader needs only the uids changed between two of its reads, a poll's 2 s apart; one that fell
+further behind reads every view again, as on its first read."""
 
 
 class ChangeIndex:
