@@ -9,7 +9,9 @@ pool's member figures are read off the other two (``pools.py``). Pools are few a
 they are folded from the stream at start-up, without snapshots. ``meter`` folds ``meter.*``
 into a ``MeterView`` per upstream provider entry (``projections.meter``) and keeps which
 providers' budgets each UTC day has spent, so the lease path asks one set, not the stream
-(docs/decisions/0162-upstream-budgets.md).
+(docs/decisions/0162-upstream-budgets.md). ``changes`` gives every proxy whose view, lease view
+or address's sharers changed a version, so a reader asks what changed since its last read in time
+proportional to the changes (docs/decisions/0164-a-change-index-for-the-fleet-poll.md).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from projections.meter import Bytes, MeterView, Spent
 from projections.pool import PoolView
 from projections.proxy import ProxyView
 from services.discovery.pure.candidates import CandidateIndex
+from services.discovery.pure.changes import ChangeIndex
 from services.runtime.aio import raise_if_cancelled
 from services.runtime.eventlog.projector import Projector
 from services.runtime.eventlog.snapshots import SnapshotStore, Snapshotter
@@ -172,7 +175,11 @@ class Views:
         self.order: list[tuple[str, str, str]] = []
         """(namespace, name, uid) of every proxy not removed, sorted: the listings' stable
         order, kept as views change so a page costs its rows, not a sort of the fleet."""
-        self._key_of: dict[str, tuple[str, str, str]] = {}
+        self.key_of: dict[str, tuple[str, str, str]] = {}
+        """uid -> its key in ``order``."""
+        self.changes = ChangeIndex()
+        """uid -> the version of its last change: its proxy view, its lease view, or who shares
+        its address (the console's fleet rows read it)."""
 
     def _seen(self, recorded: Recorded) -> None:
         stamp = recorded.timestamp
@@ -182,7 +189,8 @@ class Views:
     def _on_proxy(self, view: ProxyView | None, recorded: Recorded) -> ProxyView:
         self._seen(recorded)
         after = proxy_fold.apply(view, recorded)
-        self.candidates.update(after)
+        for uid in self.candidates.update(after):
+            self.changes.touch(uid)
         self._order(after)
         self.on_change()
         return after
@@ -190,6 +198,7 @@ class Views:
     def _on_lease(self, view: LeaseView | None, recorded: Recorded) -> LeaseView:
         self._seen(recorded)
         after = self._apply_lease(view, recorded)
+        self.changes.touch(after.proxy_uid)
         self.on_change()
         return after
 
@@ -226,23 +235,25 @@ class Views:
                 del self.spent_on[day]
 
     def _restored_proxy(self, uid: str, view: ProxyView) -> None:
-        del uid
-        self.candidates.update(view)
+        for touched in self.candidates.update(view):
+            self.changes.touch(touched)
+        self.changes.touch(uid)
         self._order(view)
 
     def _order(self, view: ProxyView) -> None:
         key = None if view.removed else (view.namespace, view.name, view.uid)
-        old = self._key_of.get(view.uid)
+        old = self.key_of.get(view.uid)
         if old == key:
             return
         if old is not None:
             del self.order[bisect_left(self.order, old)]
-            del self._key_of[view.uid]
+            del self.key_of[view.uid]
         if key is not None:
             insort(self.order, key)
-            self._key_of[view.uid] = key
+            self.key_of[view.uid] = key
 
     def _restored_lease(self, uid: str, view: LeaseView) -> None:
+        self.changes.touch(uid)
         for lease_id in lease_queries.lease_ids(view):
             self.index[lease_id] = uid
         if view.updated_at is not None:

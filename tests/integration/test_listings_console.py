@@ -122,6 +122,53 @@ async def test_a_poll_sends_nothing_then_only_the_changed_row(
     assert len(after.content) < len(full.content) / 3
 
 
+async def test_a_filtered_poll_after_one_change_returns_that_row_alone(
+    ui: httpx.AsyncClient, jetstream_store: JetStreamEventStore
+) -> None:
+    """The poll reads what changed since its token, not the fleet: one proxy's new verdict is
+    one row; the next poll is a 204; a token carried to another query, or one naming a version
+    this replica never gave, gets that query's whole table."""
+    query = {"health": "unhealthy", "size": "10"}
+    page = (await ui.get("/ui", params=query)).text
+    since = re.search(r'data-since="([^"]+)"', page)
+    assert since is not None
+    shown = _uids(page)
+    assert sorted(shown) == [f"c{i:02d}" for i in range(0, COUNT, 4)]
+    polled = {**query, "since": since.group(1)}
+
+    async def settled() -> bool:
+        got = await ui.get("/ui/live", params=polled)
+        polled["since"] = got.headers.get("x-fleet-poll", polled["since"])
+        return got.status_code == 204
+
+    await until(settled, what="a poll with nothing new")
+    token = polled["since"]
+    await set_health(jetstream_store, shown[2], healthy=False, latency_ms=42.0)
+
+    async def changed() -> bool:
+        got = await ui.get("/ui/live", params={**query, "since": token})
+        return got.status_code == 200
+
+    await until(changed, what="the new verdict in the view")
+    after = await ui.get("/ui/live", params={**query, "since": token})
+    assert after.headers["x-fleet-mode"] == "rows"
+    assert _uids(after.text) == [shown[2]]
+    assert "42" in after.text
+    assert f'<b data-count="shown">{len(shown)}</b>' in after.text
+    newer = after.headers["x-fleet-poll"]
+    quiet = await ui.get("/ui/live", params={**query, "since": newer})
+    assert (quiet.status_code, quiet.headers["x-fleet-poll"]) == (204, newer)
+
+    elsewhere = await ui.get("/ui/live", params={"size": "10", "since": newer})
+    assert elsewhere.headers["x-fleet-mode"] == "full"  # the token was the filter's
+    assert len(_uids(elsewhere.text)) == 10
+    instance, version, *rest = newer.split(".")
+    future = ".".join([instance, str(int(version) + 1000), *rest])
+    ahead = await ui.get("/ui/live", params={**query, "since": future})
+    assert ahead.headers["x-fleet-mode"] == "full"
+    assert sorted(_uids(ahead.text)) == sorted(shown)
+
+
 async def test_time_travel_pages_too(ui: httpx.AsyncClient) -> None:
     # To the microsecond: an instant cut to the second could fall before the fleet's events.
     at = datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
@@ -158,7 +205,17 @@ async def test_hostile_paging_is_a_400_naming_the_field(
 
 
 @pytest.mark.parametrize(
-    "value", [HOSTILE, "x" * 10_000, "é\u202e\u0000", "1.2.3.4", "a.99999999999999999999.b.c"]
+    "value",
+    [
+        HOSTILE,
+        "x" * 10_000,
+        "é\u202e\u0000",
+        "1.2.3.4",
+        "a.99999999999999999999.b.c",
+        "a.99999999999999999999.b.c.d",
+        "a.-1.b.c.d",
+        "....",
+    ],
 )
 async def test_a_hostile_since_or_search_is_harmless(ui: httpx.AsyncClient, value: str) -> None:
     live = await ui.get("/ui/live", params={"since": value})

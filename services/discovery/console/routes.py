@@ -21,7 +21,7 @@ client (429 with ``Retry-After``) and stops when its client goes away
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from importlib import resources
@@ -38,6 +38,7 @@ from markupsafe import escape
 
 from events.errors import EventStoreError
 from events.subjects import InvalidToken, check_token
+from projections.pool import PoolView
 from services.discovery.console.fleet_rows import FleetRows
 from services.discovery.console.headers import SECURITY_HEADERS
 from services.discovery.console.history import Busy, Cost, History
@@ -46,6 +47,7 @@ from services.discovery.console.pure.fleet import (
     NO_FILTERS,
     PHASES,
     FilterError,
+    Filters,
     counts,
     parse_filters,
     row,
@@ -55,11 +57,13 @@ from services.discovery.console.pure.fleet_page import (
     PAGING,
     SORTS,
     Poll,
+    View,
     answer,
     arrange,
     digest,
     parse_poll,
     parse_view,
+    where,
 )
 from services.discovery.console.pure.pools import listed, membership, pool_ref
 from services.discovery.console.pure.timeline import merged
@@ -180,48 +184,58 @@ def _at(console: Console, request: AnyRequest) -> datetime | None:
     return at
 
 
-async def _fleet(console: Console, request: AnyRequest) -> dict[str, Any]:
+def _fleet_query(console: Console, request: AnyRequest) -> tuple[datetime | None, Filters, View]:
     at = _at(console, request)
     query_pairs = list(request.query_params.multi_items())
     try:
-        filters = parse_filters(query_pairs, allowed=("at", *PAGING))
-        view = parse_view(query_pairs)
+        return at, parse_filters(query_pairs, allowed=("at", *PAGING)), parse_view(query_pairs)
     except FilterError as exc:
         raise _Refused(400, str(exc)) from None
-    candidates = console.views.candidates
-    if at is None:
-        now, cost = console.views.now(), LIVE
-        pools = listed(console.views.all_pools())
-        proxies = console.views.proxies.views
-        every = console.rows.rows(
-            (proxies[uid] for _, _, uid in console.views.order),
-            console.views.leases.views,
-            now,
-            pools=membership(pools),
-            policy=candidates.policy,
-            index=candidates.egress,
-        )
-    else:
-        now = at
-        got = await _travel(request, console.history.fleet_at(at, _client_key(console, request)))
-        pools = listed(got.pools.values())
-        every = rows(
-            got.proxies.values(), got.leases, at, membership(pools), policy=candidates.policy
-        )
-        cost = got.cost
+
+
+def _check_pool(filters: Filters, pools: Iterable[PoolView], at: datetime | None) -> None:
     choices = [pool_ref(p) for p in pools]
     if filters.pool and filters.pool not in choices:
         when = " at that time" if at else ""
         known = ", ".join(choices[:10]) + (" ..." if len(choices) > 10 else "")
         hint = f"the pools are {known}" if choices else "there are no pools"
         raise _Refused(400, f"pool: no pool {filters.pool!r}{when}; {hint}")
-    shown = every if filters == NO_FILTERS else [r for r in every if filters.matches(r)]
-    summary = counts(shown, every)
-    paged = arrange(shown, view, presorted=True)  # both lists come by namespace and name
+
+
+def _live_rows(console: Console, filters: Filters) -> datetime:
+    """Brings the live rows up to date (``fleet_rows``); the instant they are of."""
+    now = console.views.now()
+    console.rows.sync(console.views, now)
+    _check_pool(filters, console.rows.pools, None)
+    return now
+
+
+async def _fleet(console: Console, request: AnyRequest) -> dict[str, Any]:
+    at, filters, view = _fleet_query(console, request)
+    if at is None:
+        now, cost = _live_rows(console, filters), LIVE
+        paged, summary = console.rows.listing(filters, view)
+    else:
+        now = at
+        got = await _travel(request, console.history.fleet_at(at, _client_key(console, request)))
+        pools = listed(got.pools.values())
+        _check_pool(filters, pools, at)
+        every = rows(
+            got.proxies.values(),
+            got.leases,
+            at,
+            membership(pools),
+            policy=console.views.candidates.policy,
+        )
+        cost = got.cost
+        shown = every if filters == NO_FILTERS else [r for r in every if filters.matches(r)]
+        summary = counts(shown, every)
+        paged = arrange(shown, view, presorted=True)  # both lists come by namespace and name
     kept = filters.query()
     base = [*kept, ("at", local_input(at))]
     order = digest([paged.page, paged.pages, *(r.uid for r in paged.rows)])
-    poll = Poll(console.rows.instance, console.rows.version, order, digest([summary]))
+    asked = where([*kept, *view.query()])
+    poll = Poll(console.rows.instance, console.rows.version, asked, order, digest([summary]))
     return {
         "rows": paged.rows,
         "paged": paged,
@@ -347,6 +361,18 @@ async def fleet_live(console: ConsoleDep, request: AnyRequest) -> Response[Any]:
     if not console.session.allows(request):
         return _html("log in again", 401)
     try:
+        at, filters, view = _fleet_query(console, request)
+        if at is None:  # a quiet poll: no row changed since its token, nothing else to read
+            now = _live_rows(console, filters)
+            before = parse_poll(view.since)
+            asked = where([*filters.query(), *view.query()])
+            if before is not None and console.rows.quiet(before, asked):
+                headers = {
+                    "X-Fleet-Now": str(int(now.timestamp() * 1000)),
+                    "X-Fleet-Poll": before.token,
+                    "X-Fleet-Mode": "nothing",
+                }
+                return Response(None, status_code=204, headers={**SECURITY_HEADERS, **headers})
         context = await _fleet(console, request)
     except _Refused as exc:
         return _refused(console, exc, part=True)

@@ -211,8 +211,12 @@ async def list_proxies(
     paging, rest = parse_paging(request.query_params.multi_items(), "proxies", 3)
     wanted = parse_proxy_filter(rest)
     views = api.views.proxies.views
-    matches = None if wanted.empty else (lambda key: wanted.matches(views[key[2]]))
-    paged = paging.page(api.views.order, matches)
+    if wanted.empty:
+        paged = paging.page(api.views.order)
+    else:  # the filters' sets intersected, not the fleet walked (D164)
+        phase = wanted.phase.value if wanted.phase is not None else None
+        found = api.views.candidates.filtered(phase, wanted.healthy, wanted.attributes)
+        paged = paging.page_of(api.views.order, found, api.views.key_of)
     return ProxyList(
         items=[_proxy(api, views[uid]) for _, _, uid in paged.keys],
         continue_=paged.token,

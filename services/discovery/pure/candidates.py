@@ -15,14 +15,18 @@ A change of one proxy's address can end or start another's clash, so those are i
 
 A second index holds every proxy that exists (declared and not removed), leasable or not, so a
 request that gets no proxy learns the truth: nothing has those attributes (its selector is
-wrong), or some proxies have them but none can be leased now (it should wait).
+wrong), or some proxies have them but none can be leased now (it should wait). With the same
+proxies filed by phase and by health, it answers ``GET /v1/proxies``'s filters as an
+intersection too, so a filtered listing's ``total`` is not a walk of the fleet
+(docs/decisions/0164-a-change-index-for-the-fleet-poll.md).
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Collection, Iterator, Mapping
-from typing import Protocol
+from collections.abc import Set as AbstractSet
+from typing import Generic, Protocol, TypeVar
 
 from projections import egress
 from projections.egress import NO_POLICY, EgressIndex, EgressPolicy
@@ -95,6 +99,32 @@ class PairIndex:
         return sorted(found)  # a stable order: the randomness comes from random_order alone
 
 
+V = TypeVar("V")
+NOBODY: frozenset[str] = frozenset()
+
+
+class ValueIndex(Generic[V]):
+    """uid -> one value of it, and value -> the uids that have it."""
+
+    def __init__(self) -> None:
+        self.value_of: dict[str, V] = {}
+        self.uids: dict[V, set[str]] = {}
+
+    def put(self, uid: str, value: V) -> None:
+        self.drop(uid)
+        self.value_of[uid] = value
+        self.uids.setdefault(value, set()).add(uid)
+
+    def drop(self, uid: str) -> None:
+        if uid not in self.value_of:
+            return
+        old = self.value_of.pop(uid)
+        holders = self.uids[old]
+        holders.discard(uid)
+        if not holders:
+            del self.uids[old]
+
+
 class CandidateIndex:
     def __init__(self, policy: EgressPolicy = NO_POLICY) -> None:
         self.policy = policy
@@ -102,6 +132,10 @@ class CandidateIndex:
         self._leasable = PairIndex()
         self._existing = PairIndex()
         self._views: dict[str, ProxyView] = {}
+        self.phases: ValueIndex[str] = ValueIndex()
+        """The proxies not removed, by phase."""
+        self.healths: ValueIndex[bool | None] = ValueIndex()
+        """The proxies not removed, by their last verdict (None: not probed yet)."""
 
     @property
     def leasable(self) -> dict[str, frozenset[tuple[str, str]]]:
@@ -112,18 +146,25 @@ class CandidateIndex:
     def by_pair(self) -> dict[tuple[str, str], set[str]]:
         return self._leasable.by_pair
 
-    def update(self, proxy: ProxyView) -> None:
-        """Called with every new version of a proxy's view."""
+    def update(self, proxy: ProxyView) -> set[str]:
+        """Called with every new version of a proxy's view; the uids whose egress may have
+        changed with it (``proxy``'s and those on its old and new address)."""
         pairs = pairs_of(proxy)
         self._existing.put(proxy.uid, None if proxy.removed else pairs)
         if proxy.removed:
             self._views.pop(proxy.uid, None)
+            self.phases.drop(proxy.uid)
+            self.healths.drop(proxy.uid)
         else:
             self._views[proxy.uid] = proxy
-        for uid in self.egress.put(proxy.uid, proxy):
+            self.phases.put(proxy.uid, proxy.phase.value)
+            self.healths.put(proxy.uid, proxy.healthy)
+        touched = self.egress.put(proxy.uid, proxy)
+        for uid in touched:
             view = proxy if uid == proxy.uid else self._views.get(uid)
             if view is not None:
                 self._leasable.put(uid, pairs_of(view) if self.admits(view) else None)
+        return touched
 
     def admits(self, proxy: ProxyView) -> bool:
         """Leasable (``lease_queries.leasable``) and not held back by its egress."""
@@ -140,6 +181,23 @@ class CandidateIndex:
     def existing(self, selector: Mapping[str, str]) -> list[str]:
         """Proxies not removed whose attributes include every selector pair, leasable or not."""
         return self._existing.matching(normalized(selector))
+
+    def filtered(
+        self, phase: str | None, healthy: bool | None, pairs: Collection[tuple[str, str]]
+    ) -> AbstractSet[str]:
+        """The proxies not removed in ``phase`` (None: any), of verdict ``healthy`` (None: any)
+        and carrying every pair (attributes and egress pairs, as ``pairs_of``): an intersection
+        that costs the smallest of its sets, not the fleet. Not to be changed."""
+        sets: list[AbstractSet[str]] = []
+        if phase is not None:
+            sets.append(self.phases.uids.get(phase, NOBODY))
+        if healthy is not None:
+            sets.append(self.healths.uids.get(healthy, NOBODY))
+        sets += [self._existing.by_pair.get(pair, NOBODY) for pair in pairs]
+        if not sets:
+            return self._existing.pairs.keys()
+        sets.sort(key=len)
+        return sets[0] if len(sets) == 1 else set(sets[0]).intersection(*sets[1:])
 
     def attribute_values(self) -> dict[str, set[str]]:
         """Every attribute key the existing proxies carry, with the values seen for it."""

@@ -14,7 +14,8 @@ import binascii
 import hashlib
 import json
 from bisect import bisect_right
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from typing import TypeVar
 
 MAX_LIMIT = 1000
@@ -83,3 +84,34 @@ def decode_token(token: str, where: str, width: int) -> Key:
 def start_after(keys: Sequence[Key], after: Key | None) -> int:
     """Where a page starts in ``keys`` (sorted): just past ``after``, present or not."""
     return 0 if after is None else bisect_right(keys, after)
+
+
+DENSE = 8
+"""Matches at least one in this many of the listing: a page is found by walking the order from
+the token's key (about ``DENSE`` keys per row shown) rather than by sorting every match."""
+
+
+def page_of(
+    keys: Sequence[Key],
+    found: AbstractSet[str],
+    key_of: Mapping[str, Key],
+    after: Key | None,
+    limit: int | None,
+) -> tuple[list[Key], bool]:
+    """The page after ``after`` of the keys (sorted, uid last) whose uid is in ``found``, and
+    whether more follow: in time proportional to the page when matches are dense, to the
+    matches when they are sparse, never to the listing."""
+    if limit is not None and len(found) * DENSE >= len(keys):
+        shown: list[Key] = []
+        for i in range(start_after(keys, after), len(keys)):
+            key = keys[i]
+            if key[-1] in found:
+                shown.append(key)
+                if len(shown) > limit:
+                    break
+        return shown[:limit], len(shown) > limit
+    matched = sorted(key_of[uid] for uid in found)
+    start = start_after(matched, after)
+    end = len(matched) if limit is None else start + limit
+    page = matched[start:end]
+    return page, end < len(matched) and bool(page)

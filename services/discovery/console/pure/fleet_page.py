@@ -161,24 +161,32 @@ def digest(parts: Iterable[object]) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Poll:
-    """What a poll names: the row cache it came from, its version, and its page's digests."""
+    """What a poll names: the row cache it came from, its version, the query it polls
+    (``where``: its filters and view) and its page's digests."""
 
     instance: str
     version: int
+    where: str
     order: str
     counts: str
 
     @property
     def token(self) -> str:
-        return f"{self.instance}.{self.version}.{self.order}.{self.counts}"
+        return f"{self.instance}.{self.version}.{self.where}.{self.order}.{self.counts}"
+
+
+def where(query: Iterable[tuple[str, str]]) -> str:
+    """The digest of a poll's query (filters, order, page, size): a token names the one it was
+    made for, so a token carried to another query gets that query's whole table."""
+    return digest(query)
 
 
 def parse_poll(text: str) -> Poll | None:
     """A ``since`` as made by ``Poll.token``; None for anything else (then all is sent)."""
     parts = text.split(".")
-    if len(parts) != 4 or not parts[1].isascii() or not parts[1].isdigit():
+    if len(parts) != 5 or not parts[1].isascii() or not parts[1].isdigit():
         return None
-    return Poll(parts[0], int(parts[1][:18]), parts[2], parts[3])
+    return Poll(parts[0], int(parts[1][:18]), parts[2], parts[3], parts[4])
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,8 +201,16 @@ class Answer:
 def answer(
     before: Poll | None, now: Poll, page: Sequence[Row], versions: Callable[[str], int]
 ) -> Answer:
-    """``versions``: a row's version in the cache (when it last changed)."""
-    if before is None or before.instance != now.instance or before.order != now.order:
+    """``versions``: a row's version in the cache (when it last changed). A token of another
+    cache, query or page, or one from the future (a version this cache never gave), gets the
+    whole table."""
+    if (
+        before is None
+        or before.instance != now.instance
+        or before.where != now.where
+        or before.order != now.order
+        or before.version > now.version
+    ):
         return Answer("full", list(page))
     changed = [r for r in page if versions(r.uid) > before.version]
     if not changed and before.counts == now.counts:
