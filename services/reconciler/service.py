@@ -171,7 +171,9 @@ class Reconciler:
     async def handle(self, delivery: Delivery) -> Outcome:
         recorded = delivery.recorded
         uid = subjects.proxy_uid_of(recorded.subject)
-        after = codec.expected_last(delivery.msg.headers, subjects.proxy(uid).filter_subject)
+        after = codec.expected_last(
+            delivery.msg.headers, subjects.proxy(uid).filter_subject, recorded.seq
+        )
         chained = self.states.chain(uid, recorded, after)
         if not wakes(recorded.event):
             self.metrics.reconcile.labels("skipped").inc()

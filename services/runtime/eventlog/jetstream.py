@@ -1,7 +1,8 @@
 """The event store on NATS JetStream.
 
 Appends publish with ``Nats-Expected-Last-Subject-Sequence`` scoped to the aggregate's subjects,
-so two writers that folded the same state cannot both append. Reads use batched direct gets,
+so two writers that folded the same state cannot both append; a decision of several events goes
+in one atomic batch (``publish``). Reads use batched direct gets,
 without creating a consumer per read: one per literal subject of the aggregate, sent at once, so
 that a read costs the same in a stream of any size (docs/architecture.md, "Reads").
 """
@@ -11,30 +12,21 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Mapping, Sequence
-from contextlib import nullcontext
 from datetime import datetime
 from typing import Any
 
-import nats.errors
 import structlog
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
-from nats.js.errors import APIError
-from opentelemetry import propagate, trace
 
 from events import codec, reading
-from events.errors import ConcurrencyError, EventStoreError, NotSent, StoreUnavailable
+from events.errors import ConcurrencyError, StoreUnavailable
 from events.store import AppendResult, History, NewEvent, Recorded
 from events.subjects import Aggregate
+from services.runtime.eventlog.publish import BATCH_MAX, BatchNotTaken, Conflict, Publisher
 from services.runtime.eventlog.skipped import LEDGER
 
-WRONG_LAST_SEQUENCE = 10071
-WRONG_LAST_SEQUENCE_CLUSTERED = 10164
-"""What a replicated stream (a cluster, ``--replicas 3``) answers for the same refusal: "wrong
-last sequence", without the sequence."""
-CONFLICTS = frozenset({WRONG_LAST_SEQUENCE, WRONG_LAST_SEQUENCE_CLUSTERED})
-_tracer = trace.get_tracer("egress_proxies.events")
 log = structlog.get_logger("egress.events")
 
 
@@ -62,6 +54,7 @@ class JetStreamEventStore:
         self._replies: dict[str, _Reply] = {}
         self._next_request = 0
         self._sub_lock = asyncio.Lock()
+        self._publisher = Publisher(self._nc, self._js, timeout=timeout, attempts=attempts)
 
     # ---------------------------------------------------------------------------------- append
 
@@ -71,17 +64,40 @@ class JetStreamEventStore:
         events: Sequence[NewEvent],
         expected_seq: int | None = None,
     ) -> AppendResult:
+        """Several events in one atomic batch when the stream takes them (``publish``), else one
+        publish each, each expecting the sequence the one before it got."""
+        publisher = self._publisher
+        if 1 < len(events) <= BATCH_MAX and await publisher.allows_atomic(aggregate.stream):
+            try:
+                seqs, conflict = await publisher.batch(aggregate, events, expected_seq)
+            except BatchNotTaken as exc:
+                publisher.refused(aggregate.stream, exc)  # one at a time tells what is stored
+            else:
+                if conflict is None:
+                    return AppendResult(seqs=seqs)
+                if expected_seq is None:
+                    raise ConcurrencyError(str(aggregate), 0, conflict.description)
+                # The batch's first event may be our own earlier attempt's, its acknowledgement
+                # lost: then the rest goes one at a time from there.
+                first = await self._own_earlier_append(aggregate, events[0], expected_seq)
+                rest = await self._append_each(aggregate, events[1:], first)
+                return AppendResult(seqs=[first, *rest.seqs], duplicates=rest.duplicates + 1)
+        return await self._append_each(aggregate, events, expected_seq)
+
+    async def _append_each(
+        self, aggregate: Aggregate, events: Sequence[NewEvent], expected_seq: int | None
+    ) -> AppendResult:
         seqs: list[int] = []
         duplicates = 0
         expected = expected_seq
         for new in events:
-            try:
-                seq, duplicate = await self._publish(aggregate, new, expected)
-            except ConcurrencyError:
+            ack = await self._publisher.one(aggregate, new, expected)
+            if isinstance(ack, Conflict):
                 if expected is None:
-                    raise
-                seq = await self._own_earlier_append(aggregate, new, expected)
-                duplicate = True
+                    raise ConcurrencyError(str(aggregate), 0, ack.description)
+                seq, duplicate = await self._own_earlier_append(aggregate, new, expected), True
+            else:
+                seq, duplicate = ack.seq, bool(ack.duplicate)
             seqs.append(seq)
             duplicates += duplicate
             expected = None if expected is None else seq
@@ -94,64 +110,6 @@ class JetStreamEventStore:
         if tail and tail[0].headers and tail[0].headers.get(codec.HDR_MSG_ID) == new.msg_id:
             return int(tail[0].headers["Nats-Sequence"])
         raise ConcurrencyError(str(aggregate), expected)
-
-    async def _publish(
-        self, aggregate: Aggregate, new: NewEvent, expected: int | None
-    ) -> tuple[int, bool]:
-        subject = aggregate.subject_for(new.event)
-        headers = codec.envelope_headers(new.event, new.msg_id, new.causation_id)
-        if expected is not None:
-            headers[codec.HDR_EXPECTED_SEQ] = str(expected)
-            headers[codec.HDR_EXPECTED_SUBJECT] = aggregate.filter_subject
-        payload = codec.encode(new.event)
-        span = _tracer.start_span(
-            f"publish {aggregate.stream}",
-            kind=trace.SpanKind.PRODUCER,
-            attributes={
-                "messaging.system": "nats",
-                "messaging.operation.type": "send",
-                "messaging.destination.name": subject,
-                "egress.event_type": codec.event_type(new.event),
-            },
-        )
-        # With tracing off the span is invalid: skipping inject and the context switch saves
-        # most of the tracing cost of an append (measured in docs/benchmarks.md).
-        if span.get_span_context().is_valid:
-            propagate.inject(headers, context=trace.set_span_in_context(span))
-        scope = trace.use_span(span, end_on_exit=True) if span.is_recording() else nullcontext()
-        with scope:
-            last_error: Exception | None = None
-            for attempt in range(self._attempts):
-                if not self._nc.is_connected:
-                    # nats-py would buffer the publish and send it after a reconnect, long after
-                    # this writer gave up on it: an append that failed must not happen later.
-                    # Before any attempt left, nothing can have been stored.
-                    unsent = NotSent if attempt == 0 else StoreUnavailable
-                    raise unsent(f"append to {subject}: not connected to NATS")
-                try:
-                    ack = await self._js.publish(
-                        subject, payload, timeout=self._timeout, headers=headers
-                    )
-                except APIError as exc:
-                    if exc.err_code in CONFLICTS:
-                        span.set_attribute("egress.conflict", True)
-                        raise ConcurrencyError(
-                            str(aggregate), expected or 0, exc.description or ""
-                        ) from exc
-                    raise EventStoreError(f"append to {subject} refused: {exc}") from exc
-                except (nats.errors.TimeoutError, nats.errors.NoRespondersError) as exc:
-                    last_error = exc
-                    await asyncio.sleep(0.05)
-                    continue
-                except nats.errors.Error as exc:
-                    raise StoreUnavailable(f"append to {subject} failed: {exc}") from exc
-                span.set_attribute("messaging.message.id", new.msg_id)
-                return ack.seq, bool(ack.duplicate)
-        raise StoreUnavailable(
-            f"append to {subject}: no answer after {self._attempts} attempts"
-        ) from last_error
-
-    # ------------------------------------------------------------------------------------ read
 
     async def read(self, aggregate: Aggregate, after_seq: int = 0) -> History:
         raw = await self._read_raw(aggregate, after_seq=after_seq)
