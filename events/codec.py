@@ -57,11 +57,6 @@ HDR_TRACEPARENT = "traceparent"
 HDR_TRACESTATE = "tracestate"
 HDR_EXPECTED_SEQ = "Nats-Expected-Last-Subject-Sequence"
 HDR_EXPECTED_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject"
-HDR_BATCH_ID = "Nats-Batch-Id"
-HDR_BATCH_SEQ = "Nats-Batch-Sequence"
-HDR_BATCH_COMMIT = "Nats-Batch-Commit"
-"""An atomic batch's headers (docs/decisions/0165-a-decision-in-one-atomic-batch.md): the server
-stores a batch whole or not at all, its messages next to each other in the stream."""
 
 _encoder = msgspec.json.Encoder()
 _decoder: msgspec.json.Decoder[AnyEvent] = msgspec.json.Decoder(AnyEvent)
@@ -211,33 +206,17 @@ MAX_SEQ_DIGITS = 20
 """A stream sequence is a uint64: at most 20 decimal digits."""
 
 
-def expected_last(
-    headers: Mapping[str, str] | None, filter_subject: str, seq: int | None = None
-) -> int | None:
+def expected_last(headers: Mapping[str, str] | None, filter_subject: str) -> int | None:
     """The aggregate's last sequence before this event, when its append expected one and the
     server checked it: an event stored with ``Nats-Expected-Last-Subject-Sequence`` (scoped to
     ``filter_subject``) was only accepted if that was the aggregate's last sequence then. None
     for an event appended without the check, scoped otherwise, or with a value that is not a
-    sequence (a hand-written header the server would have refused is never trusted).
-
-    An event after the first of an atomic batch carries no check (the server checks only the
-    batch's first against the aggregate), but the server stores a batch's messages next to each
-    other: given its stream sequence ``seq``, its predecessor is ``seq - 1``. That sequence may
-    be another aggregate's, if someone batched several: then no state is kept as of it, and a
-    reader that chains on it (``services.reconciler.cache``) reads instead."""
+    sequence (a hand-written header the server would have refused is never trusted)."""
     found = headers or {}
-    if seq is not None and found.get(HDR_BATCH_ID):
-        position = _sequence(found.get(HDR_BATCH_SEQ))
-        if position is not None and position > 1:
-            return seq - 1 if seq > 1 else None
-    if found.get(HDR_EXPECTED_SUBJECT) != filter_subject:
+    text = found.get(HDR_EXPECTED_SEQ)
+    if text is None or found.get(HDR_EXPECTED_SUBJECT) != filter_subject:
         return None
-    return _sequence(found.get(HDR_EXPECTED_SEQ))
-
-
-def _sequence(text: str | None) -> int | None:
-    """A header's stream sequence, or None when it is not one."""
-    if text is None or not (0 < len(text) <= MAX_SEQ_DIGITS and text.isascii() and text.isdigit()):
+    if not (0 < len(text) <= MAX_SEQ_DIGITS and text.isascii() and text.isdigit()):
         return None
     return int(text)
 

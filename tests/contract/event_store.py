@@ -124,11 +124,11 @@ class EventStoreContract:
         assert [r.msg_id for r in (await store.read(agg)).events] == ["u5-declared", "health-1"]
 
     @pytest.mark.parametrize("expected", [0, None], ids=["checked", "unchecked"])
-    async def test_an_append_is_all_or_nothing(
+    async def test_an_event_that_cannot_be_encoded_stores_none_of_its_append(
         self, store: EventStore, expected: int | None
     ) -> None:
-        """An event that cannot be stored in the middle of an append leaves none of it
-        (docs/decisions/0165-a-decision-in-one-atomic-batch.md)."""
+        """Found before anything is sent: the append fails whole, and its retry (the event
+        fixed) is not taken for an earlier attempt."""
         agg = subjects.proxy("whole")
         broken = NewEvent(HealthChanged(healthy=True, reason="\ud800"), msg_id="broken")
         with pytest.raises(InvalidEvent):

@@ -50,31 +50,6 @@ async def test_streams_init_refuses_a_stream_configured_differently(
     assert "Traceback" not in result.output
 
 
-async def test_streams_init_turns_atomic_batches_on_in_place(
-    nats_server: EmbeddedNatsServer,
-) -> None:
-    """A stream of an earlier version, as declared but without atomic batches, keeps its events
-    and gets them (docs/decisions/0165-a-decision-in-one-atomic-batch.md)."""
-    conn = await connect(nats_server.url)
-    try:
-        spec = next(s for s in STREAMS if s.name == "PROXY")
-        config = spec.config(1)
-        config.allow_atomic = None
-        await conn.js.add_stream(config)
-        await seed_proxy(JetStreamEventStore(conn.nc, conn.js), "kept")
-        before = (await conn.js.stream_info("PROXY")).state.messages
-        result = await cli("streams", "init", "--nats-url", nats_server.url)
-        assert result.exit_code == 0, result.output
-        assert "PROXY: exists, atomic batches turned on" in result.stdout
-        info = await conn.js.stream_info("PROXY")
-        assert info.config.allow_atomic is True
-        assert info.state.messages == before > 0
-        again = await cli("streams", "init", "--nats-url", nats_server.url)
-        assert "PROXY: exists, unchanged" in again.stdout
-    finally:
-        await conn.close()
-
-
 async def test_streams_init_rejects_an_impossible_replica_count(
     nats_server: EmbeddedNatsServer,
 ) -> None:

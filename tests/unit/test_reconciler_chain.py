@@ -66,65 +66,6 @@ def test_only_a_sequence_the_server_checked_for_this_proxy_is_trusted(
     assert codec.expected_last(found, FILTER) == expected
 
 
-def batch(position: str, batch_id: str = "b1") -> dict[str, str]:
-    return {codec.HDR_BATCH_ID: batch_id, codec.HDR_BATCH_SEQ: position}
-
-
-@pytest.mark.parametrize(
-    ("found", "seq", "expected"),
-    [
-        # A batch's later messages follow the one stored right before them
-        # (docs/decisions/0165-a-decision-in-one-atomic-batch.md).
-        (batch("2"), 12, 11),
-        (batch("1000"), 5000, 4999),
-        # Its first message is checked like any append, or not at all.
-        ({**batch("1"), **headers("7")}, 12, 7),
-        (batch("1"), 12, None),
-        # Without its stream sequence, or with headers the server never writes: not trusted.
-        (batch("2"), None, None),
-        (batch("2", ""), 12, None),
-        (batch(""), 12, None),
-        (batch("0"), 12, None),
-        (batch("-2"), 12, None),
-        (batch("2.0"), 12, None),
-        (batch("٢"), 12, None),
-        (batch("2" * 21), 12, None),
-        (batch("2"), 1, None),
-        ({codec.HDR_BATCH_SEQ: "2"}, 12, None),
-        # A later message with an expected header of its own is still the batch's.
-        ({**batch("3"), **headers("2")}, 12, 11),
-    ],
-)
-def test_a_batch_s_later_messages_follow_the_message_stored_before_them(
-    found: dict[str, str], seq: int | None, expected: int | None
-) -> None:
-    assert codec.expected_last(found, FILTER, seq) == expected
-
-
-def test_a_decision_appended_as_one_batch_is_folded_on_without_a_read() -> None:
-    """The command and the status of one decision, stored next to each other as one batch: the
-    first chains on its checked header, the second on its place in the batch."""
-    states = States()
-    states.chain(UID, DECLARED, 0)
-    command = recorded(CREATE.event, 2)
-    phase = recorded(PHASE.event, 3)
-    assert states.chain(
-        UID, command, codec.expected_last({**batch("1"), **headers("1")}, FILTER, 2)
-    )
-    assert states.chain(UID, phase, codec.expected_last(batch("2"), FILTER, 3))
-    assert states.exactly(UID, 3) == fold(UID, [DECLARED, command, phase])
-
-
-def test_a_batch_message_after_another_proxy_s_event_is_not_chained() -> None:
-    """Someone else's batch of several proxies: the sequence before is not this proxy's, no
-    state is kept as of it, so the event is not folded on and a read follows."""
-    states = States()
-    states.chain(UID, DECLARED, 0)
-    phase = recorded(PHASE.event, 3)
-    assert not states.chain(UID, phase, codec.expected_last(batch("2"), FILTER, 3))
-    assert states.exactly(UID, 1) is not None
-
-
 def test_a_proxy_s_first_event_starts_its_state_without_a_read() -> None:
     states = States()
     assert states.chain(UID, DECLARED, 0)

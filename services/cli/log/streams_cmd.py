@@ -39,30 +39,27 @@ def streams() -> None:
 )
 @click.pass_obj
 def init(state: CliState, nats_url: str | None, stream_replicas: int | None) -> None:
-    """Create the streams that are missing; turn atomic batches on where they are off.
+    """Create the streams that are missing; never change one that exists.
 
     A stream that exists with other settings is reported with every difference (exit 4):
     changing retention or limits of an event log silently could lose history.
     """
     settings = settings_for(state, nats_url=nats_url, stream_replicas=stream_replicas)
-    updated: list[str] = []
-    created = run_until_signalled(_init(settings.nats_url, settings.stream_replicas, updated))
+    created = run_until_signalled(_init(settings.nats_url, settings.stream_replicas))
     if created is None:
         return
     console = stdout_console()
     for spec in STREAMS:
         if spec.name in created:
             console.print(Text(f"{spec.name}: created (replicas {settings.stream_replicas})"))
-        elif spec.name in updated:
-            console.print(Text(f"{spec.name}: exists, atomic batches turned on"))
         else:
             console.print(Text(f"{spec.name}: exists, unchanged"))
 
 
-async def _init(url: str, replicas: int, updated: list[str]) -> list[str]:
+async def _init(url: str, replicas: int) -> list[str]:
     conn = await open_connection(url)
     try:
-        return await ensure_streams(conn.js, replicas, updated)
+        return await ensure_streams(conn.js, replicas)
     except (nats.errors.Error, TimeoutError) as exc:
         raise StoreUnavailable(f"cannot create the streams: {exc}") from exc
     finally:

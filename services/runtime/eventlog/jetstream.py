@@ -1,8 +1,7 @@
 """The event store on NATS JetStream.
 
 Appends publish with ``Nats-Expected-Last-Subject-Sequence`` scoped to the aggregate's subjects,
-so two writers that folded the same state cannot both append; a decision of several events goes
-in one atomic batch (``publish``). Reads use batched direct gets,
+so two writers that folded the same state cannot both append. Reads use batched direct gets,
 without creating a consumer per read: one per literal subject of the aggregate, sent at once, so
 that a read costs the same in a stream of any size (docs/architecture.md, "Reads").
 """
@@ -10,23 +9,31 @@ that a read costs the same in a stream of any size (docs/architecture.md, "Reads
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Mapping, Sequence
+from contextlib import nullcontext
 from datetime import datetime
 from typing import Any
 
+import nats.errors
 import structlog
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
+from opentelemetry import propagate, trace
 
 from events import codec, reading
-from events.errors import ConcurrencyError, StoreUnavailable
+from events.errors import ConcurrencyError, EventStoreError, NotSent, StoreUnavailable
 from events.store import AppendResult, History, NewEvent, Recorded
 from events.subjects import Aggregate
-from services.runtime.eventlog.publish import BATCH_MAX, BatchNotTaken, Conflict, Publisher
+from services.runtime.eventlog.answers import Answers, Refused
 from services.runtime.eventlog.skipped import LEDGER
 
+WRONG_LAST_SEQUENCE = 10071
+WRONG_LAST_SEQUENCE_CLUSTERED = 10164
+"""What a replicated stream (a cluster, ``--replicas 3``) answers for the same refusal: "wrong
+last sequence", without the sequence."""
+CONFLICTS = frozenset({WRONG_LAST_SEQUENCE, WRONG_LAST_SEQUENCE_CLUSTERED})
+_tracer = trace.get_tracer("egress_proxies.events")
 log = structlog.get_logger("egress.events")
 
 
@@ -50,11 +57,7 @@ class JetStreamEventStore:
         self._timeout = timeout
         self._attempts = attempts
         self._read_batch = read_batch
-        self._inbox = ""
-        self._replies: dict[str, _Reply] = {}
-        self._next_request = 0
-        self._sub_lock = asyncio.Lock()
-        self._publisher = Publisher(self._nc, self._js, timeout=timeout, attempts=attempts)
+        self._answers = Answers(nc, timeout)
 
     # ---------------------------------------------------------------------------------- append
 
@@ -64,40 +67,20 @@ class JetStreamEventStore:
         events: Sequence[NewEvent],
         expected_seq: int | None = None,
     ) -> AppendResult:
-        """Several events in one atomic batch when the stream takes them (``publish``), else one
-        publish each, each expecting the sequence the one before it got."""
-        publisher = self._publisher
-        if 1 < len(events) <= BATCH_MAX and await publisher.allows_atomic(aggregate.stream):
-            try:
-                seqs, conflict = await publisher.batch(aggregate, events, expected_seq)
-            except BatchNotTaken as exc:
-                publisher.refused(aggregate.stream, exc)  # one at a time tells what is stored
-            else:
-                if conflict is None:
-                    return AppendResult(seqs=seqs)
-                if expected_seq is None:
-                    raise ConcurrencyError(str(aggregate), 0, conflict.description)
-                # The batch's first event may be our own earlier attempt's, its acknowledgement
-                # lost: then the rest goes one at a time from there.
-                first = await self._own_earlier_append(aggregate, events[0], expected_seq)
-                rest = await self._append_each(aggregate, events[1:], first)
-                return AppendResult(seqs=[first, *rest.seqs], duplicates=rest.duplicates + 1)
-        return await self._append_each(aggregate, events, expected_seq)
-
-    async def _append_each(
-        self, aggregate: Aggregate, events: Sequence[NewEvent], expected_seq: int | None
-    ) -> AppendResult:
+        # Every event is encoded before any is sent: one that cannot be fails the append with
+        # nothing stored (tests/contract/event_store.py).
+        payloads = [codec.encode(new.event) for new in events]
         seqs: list[int] = []
         duplicates = 0
         expected = expected_seq
-        for new in events:
-            ack = await self._publisher.one(aggregate, new, expected)
-            if isinstance(ack, Conflict):
+        for new, payload in zip(events, payloads, strict=True):
+            try:
+                seq, duplicate = await self._publish(aggregate, new, payload, expected)
+            except ConcurrencyError:
                 if expected is None:
-                    raise ConcurrencyError(str(aggregate), 0, ack.description)
-                seq, duplicate = await self._own_earlier_append(aggregate, new, expected), True
-            else:
-                seq, duplicate = ack.seq, bool(ack.duplicate)
+                    raise
+                seq = await self._own_earlier_append(aggregate, new, expected)
+                duplicate = True
             seqs.append(seq)
             duplicates += duplicate
             expected = None if expected is None else seq
@@ -110,6 +93,59 @@ class JetStreamEventStore:
         if tail and tail[0].headers and tail[0].headers.get(codec.HDR_MSG_ID) == new.msg_id:
             return int(tail[0].headers["Nats-Sequence"])
         raise ConcurrencyError(str(aggregate), expected)
+
+    async def _publish(
+        self, aggregate: Aggregate, new: NewEvent, payload: bytes, expected: int | None
+    ) -> tuple[int, bool]:
+        subject = aggregate.subject_for(new.event)
+        headers = codec.envelope_headers(new.event, new.msg_id, new.causation_id)
+        if expected is not None:
+            headers[codec.HDR_EXPECTED_SEQ] = str(expected)
+            headers[codec.HDR_EXPECTED_SUBJECT] = aggregate.filter_subject
+        span = _tracer.start_span(
+            f"publish {aggregate.stream}",
+            kind=trace.SpanKind.PRODUCER,
+            attributes={
+                "messaging.system": "nats",
+                "messaging.operation.type": "send",
+                "messaging.destination.name": subject,
+                "egress.event_type": codec.event_type(new.event),
+            },
+        )
+        # With tracing off the span is invalid: skipping inject and the context switch saves
+        # most of the tracing cost of an append (measured in docs/benchmarks.md).
+        if span.get_span_context().is_valid:
+            propagate.inject(headers, context=trace.set_span_in_context(span))
+        scope = trace.use_span(span, end_on_exit=True) if span.is_recording() else nullcontext()
+        with scope:
+            last_error: Exception | None = None
+            for attempt in range(self._attempts):
+                if not self._nc.is_connected:
+                    # nats-py would buffer the publish and send it after a reconnect, long after
+                    # this writer gave up on it: an append that failed must not happen later.
+                    # Before any attempt left, nothing can have been stored.
+                    unsent = NotSent if attempt == 0 else StoreUnavailable
+                    raise unsent(f"append to {subject}: not connected to NATS")
+                try:
+                    ack = await self._answers.acknowledged(subject, payload, headers)
+                except (TimeoutError, nats.errors.NoRespondersError) as exc:
+                    last_error = exc
+                    await asyncio.sleep(0.05)
+                    continue
+                except nats.errors.Error as exc:
+                    raise StoreUnavailable(f"append to {subject} failed: {exc}") from exc
+                if ack.error is not None:
+                    if ack.error.err_code in CONFLICTS:
+                        span.set_attribute("egress.conflict", True)
+                        raise ConcurrencyError(str(aggregate), expected or 0, ack.error.description)
+                    raise EventStoreError(f"append to {subject} refused: {ack.error.described}")
+                span.set_attribute("messaging.message.id", new.msg_id)
+                return ack.seq, ack.duplicate
+        raise StoreUnavailable(
+            f"append to {subject}: no answer after {self._attempts} attempts"
+        ) from last_error
+
+    # ------------------------------------------------------------------------------------ read
 
     async def read(self, aggregate: Aggregate, after_seq: int = 0) -> History:
         raw = await self._read_raw(aggregate, after_seq=after_seq)
@@ -249,7 +285,7 @@ class JetStreamEventStore:
         request = {"multi_last": [aggregate.filter_subject], "batch": _MULTI_LAST_MAX}
         try:
             got, pending, eob = await self._direct_get_eob(aggregate.stream, request)
-        except _Refused:
+        except Refused:
             return None
         if eob is None:
             return 0, {}  # 404: no subject of the aggregate holds a message
@@ -267,77 +303,12 @@ class JetStreamEventStore:
     ) -> tuple[list[Msg], int, Mapping[str, str] | None]:
         """One direct get: the messages, how many more match, and the end-of-batch headers
         (``None`` when the server found nothing)."""
-        reply = await self._open_reply()
-        token = str(self._next_request)
-        self._next_request += 1
-        self._replies[token] = reply
-        try:
-            await self._nc.publish(
-                f"$JS.API.DIRECT.GET.{stream}",
-                json.dumps(request).encode(),
-                reply=f"{self._inbox}.{token}",
-            )
-            try:
-                async with asyncio.timeout(self._timeout):
-                    end = await reply.end
-            except TimeoutError as exc:
-                raise StoreUnavailable(f"read of {stream} timed out") from exc
-        finally:
-            self._replies.pop(token, None)
-        headers = end.headers or {}
-        status = headers.get("Status")
-        if status == "204":
-            return reply.msgs, int(headers.get("Nats-Num-Pending", "0")), headers
-        if status == "404":
-            return reply.msgs, 0, None
-        if status == "503":
-            # "No responders": nothing serves direct gets for this stream. Most often it does not
-            # exist yet; in a cluster, its leader may be moving.
-            raise StoreUnavailable(
-                f"stream {stream} does not answer reads: create it with "
-                "`egress-proxies streams init` (or wait for its cluster to elect a leader)"
-            )
-        description = headers.get("Description", "").strip()
-        error = _Refused if status in _REFUSED else StoreUnavailable
-        raise error(f"read of {stream} failed: {status} {description}".strip())
-
-    async def _open_reply(self) -> _Reply:
-        async with self._sub_lock:
-            if not self._inbox:
-                self._inbox = self._nc.new_inbox()
-                await self._nc.subscribe(f"{self._inbox}.*", cb=self._route)
-        return _Reply()
-
-    async def _route(self, msg: Msg) -> None:
-        """Collect a reply's messages until its status message ends it: the reader wakes once
-        per request, not once per message."""
-        reply = self._replies.get(msg.subject.rsplit(".", 1)[-1])
-        if reply is None or reply.end.done():
-            return
-        if msg.headers and "Status" in msg.headers:
-            reply.end.set_result(msg)
-        else:
-            reply.msgs.append(msg)
-
-
-class _Reply:
-    """The answer to one direct get as it arrives: messages, then the status that ends it."""
-
-    __slots__ = ("end", "msgs")
-
-    def __init__(self) -> None:
-        self.msgs: list[Msg] = []
-        self.end: asyncio.Future[Msg] = asyncio.get_running_loop().create_future()
+        return await self._answers.direct_get(stream, request)
 
 
 _MULTI_LAST_MAX = 1024
 """The most subjects a ``multi_last`` direct get answers for (more is refused with 413)."""
 _STALE_ROUNDS = 3
-_REFUSED = frozenset({"408", "413"})
-
-
-class _Refused(StoreUnavailable):
-    """The server refused the request itself (408 bad request, 413 too many subjects)."""
 
 
 def _seq(msg: Msg) -> int:

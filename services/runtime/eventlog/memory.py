@@ -49,9 +49,8 @@ class InMemoryEventStore:
         events: Sequence[NewEvent],
         expected_seq: int | None = None,
     ) -> AppendResult:
-        # No await below: the append is atomic on the event loop, as a JetStream batch is on the
-        # server; every event is encoded before any is stored, so one that cannot be leaves
-        # none of them (docs/decisions/0165-a-decision-in-one-atomic-batch.md).
+        # No await below: the append is atomic on the event loop. Every event is encoded before
+        # any is stored, as the JetStream store does: one that cannot be leaves none of them.
         encoded = [(new, codec.encode(new.event)) for new in events]
         seqs: list[int] = []
         duplicates = 0

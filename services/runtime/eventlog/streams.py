@@ -1,18 +1,13 @@
 """Stream definitions (docs/architecture.md, The event log) and their idempotent creation.
 
-Creation never edits an existing stream's retention or limits: a stream someone configured
-differently is reported with every difference, because silently changing them on an event log can
-lose history. What loses nothing is made good in place (``IN_PLACE``): a stream of an earlier
-version without atomic batches gets them, so that its writers append a decision in one batch
-(docs/decisions/0165-a-decision-in-one-atomic-batch.md).
+Creation never edits an existing stream: a stream someone configured differently is reported with
+every difference, because silently changing retention or limits on an event log can lose history.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-import nats.errors
-import structlog
 from nats.js import JetStreamContext
 from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
 from nats.js.errors import NotFoundError
@@ -29,7 +24,6 @@ from events.subjects import (
     TRAFFIC_STREAM,
 )
 
-log = structlog.get_logger("egress.streams")
 DAY = 86_400.0
 GIB = 1024**3
 
@@ -61,7 +55,6 @@ class StreamSpec:
             deny_delete=self.deny_delete,
             deny_purge=self.deny_purge,
             allow_direct=True,
-            allow_atomic=True,
         )
 
 
@@ -125,7 +118,6 @@ def differences(have: StreamConfig, want: StreamConfig) -> dict[str, tuple[objec
         "deny_delete",
         "deny_purge",
         "allow_direct",
-        "allow_atomic",
     )
     diff: dict[str, tuple[object, object]] = {}
     for name in fields:
@@ -136,22 +128,15 @@ def differences(have: StreamConfig, want: StreamConfig) -> dict[str, tuple[objec
             a, b = float(a or 0), float(b or 0)
         elif name == "max_bytes":
             a, b = a if a and a > 0 else -1, b if b and b > 0 else -1
-        elif name in ("deny_delete", "deny_purge", "allow_direct", "allow_atomic"):
+        elif name in ("deny_delete", "deny_purge", "allow_direct"):
             a, b = bool(a), bool(b)
         if a != b:
             diff[name] = (a, b)
     return diff
 
 
-IN_PLACE = frozenset({"allow_atomic"})
-"""Settings an existing stream is brought to as declared: turning them on loses nothing."""
-
-
-async def ensure_streams(
-    js: JetStreamContext, replicas: int = 1, updated: list[str] | None = None
-) -> list[str]:
-    """Create missing streams; return the names created, and add to ``updated`` those brought
-    up to date in place (``IN_PLACE``). Raises on a mismatching one."""
+async def ensure_streams(js: JetStreamContext, replicas: int = 1) -> list[str]:
+    """Create missing streams; return the names created. Raises on a mismatching one."""
     created: list[str] = []
     for spec in STREAMS:
         want = spec.config(replicas)
@@ -162,37 +147,6 @@ async def ensure_streams(
             created.append(spec.name)
             continue
         diff = differences(info.config, want)
-        if diff and set(diff) <= IN_PLACE:
-            if await _update_in_place(js, info.config, want, diff) and updated is not None:
-                updated.append(spec.name)
-        elif diff:
+        if diff:
             raise StreamConfigMismatch(spec.name, diff)
     return created
-
-
-async def _update_in_place(
-    js: JetStreamContext,
-    have: StreamConfig,
-    want: StreamConfig,
-    diff: dict[str, tuple[object, object]],
-) -> bool:
-    """Turn on what ``diff`` names, leaving everything else of the stream as it is. A user not
-    allowed to update streams (a service's own, docs/operations.md) or a server that does not
-    know the setting leaves the stream as it was: its writers append one event at a time, which
-    is what they did before, and ``streams init`` run by the administrator updates it."""
-    config = replace(have, **{name: getattr(want, name) for name in diff})
-    try:
-        done = await js.update_stream(config)
-    except (nats.errors.Error, TimeoutError) as exc:
-        log.warning(
-            "stream not updated in place; run `egress-proxies streams init` as the administrator",
-            stream=have.name,
-            settings=sorted(diff),
-            error=str(exc),
-        )
-        return False
-    if differences(done.config, want):
-        log.info("the server keeps the stream as it was", stream=have.name, settings=sorted(diff))
-        return False
-    log.info("stream updated in place", stream=have.name, settings=sorted(diff))
-    return True
