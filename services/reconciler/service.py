@@ -124,6 +124,7 @@ class Reconciler:
         self.replace_unhealthy_after = replace_unhealthy_after
         self.states = states or States()
         self.rotation_drain = rotation_drain
+        self._skipped = metrics.reconcile.labels("skipped")
 
     async def reconcile(self, uid: str, causation: str = "") -> Decision:
         """Decide and append; returns the decision that was appended (or found unneeded)."""
@@ -168,13 +169,29 @@ class Reconciler:
             )
         return decision, state
 
-    async def handle(self, delivery: Delivery) -> Outcome:
+    def settle(self, delivery: Delivery) -> bool:
+        """An event that cannot change a decision (``decide.wakes``) is settled by the consumer
+        loop inline, without a task: it only moves the kept state forward when it provably
+        follows it (``States.chain``), and nothing is appended, so there is nothing to wait
+        for before its acknowledgement (docs/decisions/0165-deliveries-settled-inline.md).
+        Declines the others, untouched."""
+        if wakes(delivery.recorded.event):
+            return False
+        self._chain(delivery)
+        self._skipped.inc()
+        return True
+
+    def _chain(self, delivery: Delivery) -> tuple[str, bool]:
         recorded = delivery.recorded
         uid = subjects.proxy_uid_of(recorded.subject)
         after = codec.expected_last(delivery.msg.headers, subjects.proxy(uid).filter_subject)
-        chained = self.states.chain(uid, recorded, after)
+        return uid, self.states.chain(uid, recorded, after)
+
+    async def handle(self, delivery: Delivery) -> Outcome:
+        recorded = delivery.recorded
+        uid, chained = self._chain(delivery)
         if not wakes(recorded.event):
-            self.metrics.reconcile.labels("skipped").inc()
+            self._skipped.inc()
             return None
         exact = recorded.seq if chained else None
         decision, state = await self._reconcile(uid, recorded.msg_id, exact)
@@ -268,7 +285,14 @@ class ReconcilerService:
             # Waiting to replace an unhealthy instance is a delayed redelivery, which counts.
             max_deliver=100,
         )
-        loop = ConsumerLoop(ctx.conn, spec, reconciler.handle, store=ctx.store, metrics=ctx.metrics)
+        loop = ConsumerLoop(
+            ctx.conn,
+            spec,
+            reconciler.handle,
+            store=ctx.store,
+            metrics=ctx.metrics,
+            settle=reconciler.settle,
+        )
         await loop.run()
 
 

@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable, Sequence
 import pytest
 
 from events import subjects
+from events.codec import InvalidEvent
 from events.errors import ConcurrencyError
 from events.schemas import (
     CreateInstance,
@@ -121,6 +122,46 @@ class EventStoreContract:
         assert done.seqs[0] == first.seqs[0]
         assert done.duplicates == 1
         assert [r.msg_id for r in (await store.read(agg)).events] == ["u5-declared", "health-1"]
+
+    @pytest.mark.parametrize("expected", [0, None], ids=["checked", "unchecked"])
+    async def test_an_event_that_cannot_be_encoded_stores_none_of_its_append(
+        self, store: EventStore, expected: int | None
+    ) -> None:
+        """Found before anything is sent: the append fails whole, and its retry (the event
+        fixed) is not taken for an earlier attempt."""
+        agg = subjects.proxy("whole")
+        broken = NewEvent(HealthChanged(healthy=True, reason="\ud800"), msg_id="broken")
+        with pytest.raises(InvalidEvent):
+            await store.append(agg, [declared("whole"), broken, health(1)], expected_seq=expected)
+        assert (await store.read(agg)).last_seq == 0
+        done = await store.append(agg, [declared("whole"), health(1)], expected_seq=expected)
+        assert done.duplicates == 0
+        assert [r.msg_id for r in (await store.read(agg)).events] == ["whole-declared", "health-1"]
+
+    async def test_a_conflicting_append_of_several_stores_none(self, store: EventStore) -> None:
+        agg = subjects.proxy("lost-race")
+        first = await store.append(agg, [declared("lost-race")], expected_seq=0)
+        with pytest.raises(ConcurrencyError):
+            await store.append(agg, [command(1), status(1)], expected_seq=0)
+        history = await store.read(agg)
+        assert [r.msg_id for r in history.events] == ["lost-race-declared"]
+        assert history.last_seq == first.last_seq
+
+    async def test_a_retried_append_after_part_of_it_was_stored_by_another_writer(
+        self, store: EventStore
+    ) -> None:
+        """Unchecked appends of several events whose first is already stored: the rest is
+        stored once, the first is not stored again."""
+        agg = subjects.proxy("partly")
+        first = await store.append(agg, [health(1)])
+        done = await store.append(agg, [health(1), health(2), health(3)])
+        assert done.seqs[0] == first.seqs[0]
+        assert done.duplicates == 1
+        assert [r.msg_id for r in (await store.read(agg)).events] == [
+            "health-1",
+            "health-2",
+            "health-3",
+        ]
 
     async def test_read_after_sequence(self, store: EventStore) -> None:
         agg = subjects.proxy("u6")

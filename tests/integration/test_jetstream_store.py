@@ -9,7 +9,7 @@ from nats.aio.msg import Msg
 
 from events import subjects
 from events.errors import ConcurrencyError
-from services.runtime.eventlog import jetstream
+from services.runtime.eventlog import answers
 from services.runtime.eventlog.jetstream import JetStreamEventStore
 from services.runtime.nats.connection import Connection
 from tests.contract.event_store import (
@@ -195,7 +195,7 @@ async def test_a_server_without_multi_last_reads_the_wildcard(
         if "multi_last" not in request:
             return got
         if answer == "refused":
-            raise jetstream._Refused("read of PROXY failed: 408 Bad Request")
+            raise answers.Refused("read of PROXY failed: 408 Bad Request")
         return got[0], 0, {"Status": "204"}
 
     sent = recording(store, old_server)

@@ -9,7 +9,6 @@ that a read costs the same in a stream of any size (docs/architecture.md, "Reads
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Mapping, Sequence
 from contextlib import nullcontext
 from datetime import datetime
@@ -20,13 +19,13 @@ import structlog
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
-from nats.js.errors import APIError
 from opentelemetry import propagate, trace
 
 from events import codec, reading
 from events.errors import ConcurrencyError, EventStoreError, NotSent, StoreUnavailable
 from events.store import AppendResult, History, NewEvent, Recorded
 from events.subjects import Aggregate
+from services.runtime.eventlog.answers import Answers, Refused
 from services.runtime.eventlog.skipped import LEDGER
 
 WRONG_LAST_SEQUENCE = 10071
@@ -58,10 +57,7 @@ class JetStreamEventStore:
         self._timeout = timeout
         self._attempts = attempts
         self._read_batch = read_batch
-        self._inbox = ""
-        self._replies: dict[str, _Reply] = {}
-        self._next_request = 0
-        self._sub_lock = asyncio.Lock()
+        self._answers = Answers(nc, timeout)
 
     # ---------------------------------------------------------------------------------- append
 
@@ -71,12 +67,15 @@ class JetStreamEventStore:
         events: Sequence[NewEvent],
         expected_seq: int | None = None,
     ) -> AppendResult:
+        # Every event is encoded before any is sent: one that cannot be fails the append with
+        # nothing stored (tests/contract/event_store.py).
+        payloads = [codec.encode(new.event) for new in events]
         seqs: list[int] = []
         duplicates = 0
         expected = expected_seq
-        for new in events:
+        for new, payload in zip(events, payloads, strict=True):
             try:
-                seq, duplicate = await self._publish(aggregate, new, expected)
+                seq, duplicate = await self._publish(aggregate, new, payload, expected)
             except ConcurrencyError:
                 if expected is None:
                     raise
@@ -96,14 +95,13 @@ class JetStreamEventStore:
         raise ConcurrencyError(str(aggregate), expected)
 
     async def _publish(
-        self, aggregate: Aggregate, new: NewEvent, expected: int | None
+        self, aggregate: Aggregate, new: NewEvent, payload: bytes, expected: int | None
     ) -> tuple[int, bool]:
         subject = aggregate.subject_for(new.event)
         headers = codec.envelope_headers(new.event, new.msg_id, new.causation_id)
         if expected is not None:
             headers[codec.HDR_EXPECTED_SEQ] = str(expected)
             headers[codec.HDR_EXPECTED_SUBJECT] = aggregate.filter_subject
-        payload = codec.encode(new.event)
         span = _tracer.start_span(
             f"publish {aggregate.stream}",
             kind=trace.SpanKind.PRODUCER,
@@ -129,24 +127,20 @@ class JetStreamEventStore:
                     unsent = NotSent if attempt == 0 else StoreUnavailable
                     raise unsent(f"append to {subject}: not connected to NATS")
                 try:
-                    ack = await self._js.publish(
-                        subject, payload, timeout=self._timeout, headers=headers
-                    )
-                except APIError as exc:
-                    if exc.err_code in CONFLICTS:
-                        span.set_attribute("egress.conflict", True)
-                        raise ConcurrencyError(
-                            str(aggregate), expected or 0, exc.description or ""
-                        ) from exc
-                    raise EventStoreError(f"append to {subject} refused: {exc}") from exc
-                except (nats.errors.TimeoutError, nats.errors.NoRespondersError) as exc:
+                    ack = await self._answers.acknowledged(subject, payload, headers)
+                except (TimeoutError, nats.errors.NoRespondersError) as exc:
                     last_error = exc
                     await asyncio.sleep(0.05)
                     continue
                 except nats.errors.Error as exc:
                     raise StoreUnavailable(f"append to {subject} failed: {exc}") from exc
+                if ack.error is not None:
+                    if ack.error.err_code in CONFLICTS:
+                        span.set_attribute("egress.conflict", True)
+                        raise ConcurrencyError(str(aggregate), expected or 0, ack.error.description)
+                    raise EventStoreError(f"append to {subject} refused: {ack.error.described}")
                 span.set_attribute("messaging.message.id", new.msg_id)
-                return ack.seq, bool(ack.duplicate)
+                return ack.seq, ack.duplicate
         raise StoreUnavailable(
             f"append to {subject}: no answer after {self._attempts} attempts"
         ) from last_error
@@ -291,7 +285,7 @@ class JetStreamEventStore:
         request = {"multi_last": [aggregate.filter_subject], "batch": _MULTI_LAST_MAX}
         try:
             got, pending, eob = await self._direct_get_eob(aggregate.stream, request)
-        except _Refused:
+        except Refused:
             return None
         if eob is None:
             return 0, {}  # 404: no subject of the aggregate holds a message
@@ -309,77 +303,12 @@ class JetStreamEventStore:
     ) -> tuple[list[Msg], int, Mapping[str, str] | None]:
         """One direct get: the messages, how many more match, and the end-of-batch headers
         (``None`` when the server found nothing)."""
-        reply = await self._open_reply()
-        token = str(self._next_request)
-        self._next_request += 1
-        self._replies[token] = reply
-        try:
-            await self._nc.publish(
-                f"$JS.API.DIRECT.GET.{stream}",
-                json.dumps(request).encode(),
-                reply=f"{self._inbox}.{token}",
-            )
-            try:
-                async with asyncio.timeout(self._timeout):
-                    end = await reply.end
-            except TimeoutError as exc:
-                raise StoreUnavailable(f"read of {stream} timed out") from exc
-        finally:
-            self._replies.pop(token, None)
-        headers = end.headers or {}
-        status = headers.get("Status")
-        if status == "204":
-            return reply.msgs, int(headers.get("Nats-Num-Pending", "0")), headers
-        if status == "404":
-            return reply.msgs, 0, None
-        if status == "503":
-            # "No responders": nothing serves direct gets for this stream. Most often it does not
-            # exist yet; in a cluster, its leader may be moving.
-            raise StoreUnavailable(
-                f"stream {stream} does not answer reads: create it with "
-                "`egress-proxies streams init` (or wait for its cluster to elect a leader)"
-            )
-        description = headers.get("Description", "").strip()
-        error = _Refused if status in _REFUSED else StoreUnavailable
-        raise error(f"read of {stream} failed: {status} {description}".strip())
-
-    async def _open_reply(self) -> _Reply:
-        async with self._sub_lock:
-            if not self._inbox:
-                self._inbox = self._nc.new_inbox()
-                await self._nc.subscribe(f"{self._inbox}.*", cb=self._route)
-        return _Reply()
-
-    async def _route(self, msg: Msg) -> None:
-        """Collect a reply's messages until its status message ends it: the reader wakes once
-        per request, not once per message."""
-        reply = self._replies.get(msg.subject.rsplit(".", 1)[-1])
-        if reply is None or reply.end.done():
-            return
-        if msg.headers and "Status" in msg.headers:
-            reply.end.set_result(msg)
-        else:
-            reply.msgs.append(msg)
-
-
-class _Reply:
-    """The answer to one direct get as it arrives: messages, then the status that ends it."""
-
-    __slots__ = ("end", "msgs")
-
-    def __init__(self) -> None:
-        self.msgs: list[Msg] = []
-        self.end: asyncio.Future[Msg] = asyncio.get_running_loop().create_future()
+        return await self._answers.direct_get(stream, request)
 
 
 _MULTI_LAST_MAX = 1024
 """The most subjects a ``multi_last`` direct get answers for (more is refused with 413)."""
 _STALE_ROUNDS = 3
-_REFUSED = frozenset({"408", "413"})
-
-
-class _Refused(StoreUnavailable):
-    """The server refused the request itself (408 bad request, 413 too many subjects)."""
 
 
 def _seq(msg: Msg) -> int:

@@ -49,11 +49,13 @@ class InMemoryEventStore:
         events: Sequence[NewEvent],
         expected_seq: int | None = None,
     ) -> AppendResult:
-        # No await below: the append is atomic on the event loop, as JetStream's is on the server.
+        # No await below: the append is atomic on the event loop. Every event is encoded before
+        # any is stored, as the JetStream store does: one that cannot be leaves none of them.
+        encoded = [(new, codec.encode(new.event)) for new in events]
         seqs: list[int] = []
         duplicates = 0
         expected = expected_seq
-        for new in events:
+        for new, data in encoded:
             if expected is not None and self._last_seq(aggregate) != expected:
                 # What JetStream's store does on 10071: an event already stored right after
                 # the expected sequence with the same msg id is our own earlier attempt.
@@ -62,13 +64,13 @@ class InMemoryEventStore:
                     raise ConcurrencyError(str(aggregate), expected)
                 seq, duplicate = following.seq, True
             else:
-                seq, duplicate = self._store(aggregate, new)
+                seq, duplicate = self._store(aggregate, new, data)
             seqs.append(seq)
             duplicates += duplicate
             expected = None if expected is None else seq
         return AppendResult(seqs=seqs, duplicates=duplicates)
 
-    def _store(self, aggregate: Aggregate, new: NewEvent) -> tuple[int, bool]:
+    def _store(self, aggregate: Aggregate, new: NewEvent, data: bytes) -> tuple[int, bool]:
         known = self._ids.get((aggregate.stream, new.msg_id))
         if known is not None:
             return known, True
@@ -79,7 +81,7 @@ class InMemoryEventStore:
             _Stored(
                 seq=seq,
                 subject=aggregate.subject_for(new.event),
-                data=codec.encode(new.event),
+                data=data,
                 headers=headers,
                 timestamp=datetime.now(UTC),
             )

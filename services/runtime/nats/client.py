@@ -6,19 +6,49 @@ generator (``any(c.isspace() for c in key)``): in a profile of the reconciler th
 was about 5% of its CPU, and the parse 7% (docs/benchmarks.md, "Proxy lifecycle"). This parser
 keeps nats-py's rules exactly (skipped lines, names, stripping, decoding), which a test checks
 against nats-py's own on arbitrary bytes; only the name check is one C call.
+
+A pull consumer's ``fetch`` takes each message of a batch with ``next_msg``, which starts two
+tasks and makes a uuid for every message, even one already queued: about a tenth of the
+reconciler's CPU (docs/decisions/0165-deliveries-settled-inline.md). Our subscriptions hand
+out a queued message at once and wait the nats-py way only when none is queued.
 """
 
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from nats.aio.client import Client as _NatsClient
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 
 _CRLF = b"\r\n"
 
 
+class QueuedFirst(Subscription):
+    """nats-py's subscription, whose ``next_msg`` returns a message already queued without a
+    task (the same message, with the same bookkeeping, nats-py's would return)."""
+
+    async def next_msg(self, timeout: float | None = 1.0) -> Msg:
+        queue: asyncio.Queue[Msg] = self._pending_queue
+        if self._cb or self._conn.is_closed or queue.empty():
+            return await super().next_msg(timeout)  # its errors, or its wait
+        msg = queue.get_nowait()
+        self._pending_size -= len(msg.data)
+        queue.task_done()
+        return msg
+
+
 class Client(_NatsClient):
     """The client every connection of ours uses (services and CLI alike)."""
+
+    async def subscribe(self, *args: Any, **kwargs: Any) -> Subscription:
+        sub = await super().subscribe(*args, **kwargs)
+        if type(sub) is Subscription:
+            # Same layout, one method more: nats-py makes its subscriptions in ``subscribe``
+            # itself, with no way to pass a class.
+            sub.__class__ = QueuedFirst
+        return sub
 
     async def _flusher(self) -> None:
         """nats-py's flusher, which lets every task ready now add its messages before it writes.

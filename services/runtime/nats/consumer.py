@@ -16,22 +16,29 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 
 import nats.errors
 import structlog
 from nats.aio.msg import Msg
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from opentelemetry import trace
 
 from events import codec, subjects
 from events.errors import EventStoreError
 from events.schemas import DeadLettered
-from events.store import EventStore, NewEvent, Recorded, derive_msg_id
+from events.store import EventStore, NewEvent, derive_msg_id
 from services.runtime.aio import raise_if_cancelled
 from services.runtime.nats.connection import Connection
-from services.runtime.nats.durable import RESTORED, DurableGuard
+from services.runtime.nats.delivery import (
+    ConsumerSpec,
+    Delivery,
+    GiveUp,
+    Handler,
+    Outcome,
+    Retry,
+    Settle,
+    recorded_of,
+)
+from services.runtime.nats.durable import DurableGuard
 from services.runtime.observability import spans
 from services.runtime.observability.metrics import Metrics, default_metrics
 
@@ -41,74 +48,18 @@ SHORT_FETCH = 1.0
 SHORT_FETCHES_AFTER_BIND = 3
 """Fetches after a (re)bind wait at most SHORT_FETCH seconds, whatever the spec's timeout."""
 _tracer = trace.get_tracer("egress_proxies.consumer")
-
-
-@dataclass(frozen=True, slots=True)
-class ConsumerSpec:
-    stream: str
-    durable: str
-    filter_subjects: tuple[str, ...]
-    ack_wait: float = 30.0
-    max_deliver: int = 5
-    batch: int = 64
-    concurrency: int = 32
-    fetch_timeout: float = 1.0
-    retry_base: float = 0.5
-    retry_max: float = 30.0
-    key: Callable[[str], str] = subjects.proxy_uid_of
-    check_interval: float = 15.0
-    """Seconds between two checks that the durable is still as declared (``durable``)."""
-    earlier_filters: tuple[tuple[str, ...], ...] = ()
-    """The filters earlier versions declared: a durable found with one is a version's change,
-    updated in place (from where it is), not a drift restored and counted."""
-
-    def config(self, start: int | None = None) -> ConsumerConfig:
-        """Delivering every message, or those from stream sequence ``start`` when the durable
-        is restored (``services.runtime.nats.durable``), which its metadata says."""
-        # The server never drops a message on its own (max_deliver -1): after our own limit the
-        # loop writes it to DEADLETTER with the reason, which the server could not record.
-        return ConsumerConfig(
-            durable_name=self.durable,
-            name=self.durable,
-            ack_policy=AckPolicy.EXPLICIT,
-            deliver_policy=DeliverPolicy.ALL if start is None else DeliverPolicy.BY_START_SEQUENCE,
-            opt_start_seq=start,
-            metadata=None if start is None else {RESTORED: str(start)},
-            ack_wait=self.ack_wait,
-            max_deliver=-1,
-            max_ack_pending=max(self.concurrency * 4, self.batch * 2),
-            filter_subjects=list(self.filter_subjects),
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class Retry:
-    """Handler outcome: not now; deliver again after ``delay`` seconds (counts a delivery)."""
-
-    delay: float
-    reason: str = ""
-
-
-class GiveUp(Exception):
-    """Raised by a handler for a message that can never succeed: dead-letter it at once."""
-
-
-Outcome = Retry | None
-
-
-@dataclass
-class Delivery:
-    recorded: Recorded
-    attempt: int
-    msg: Msg = field(repr=False)
-
-    async def progress(self) -> None:
-        """Tell JetStream the work goes on, so it does not redeliver to another replica."""
-        with contextlib.suppress(nats.errors.Error):
-            await self.msg.in_progress()
-
-
-Handler = Callable[[Delivery], Awaitable[Outcome]]
+__all__ = [
+    "SHORT_FETCH",
+    "SHORT_FETCHES_AFTER_BIND",
+    "ConsumerLoop",
+    "ConsumerSpec",
+    "Delivery",
+    "GiveUp",
+    "Handler",
+    "Outcome",
+    "Retry",
+    "Settle",
+]
 
 
 class ConsumerLoop:
@@ -120,10 +71,12 @@ class ConsumerLoop:
         *,
         store: EventStore,
         metrics: Metrics | None = None,
+        settle: Settle | None = None,
     ) -> None:
         self.conn = conn
         self.spec = spec
         self.handler = handler
+        self.settle = settle
         self.store = store
         self.metrics = metrics or default_metrics()
         self.guard = DurableGuard(
@@ -141,6 +94,9 @@ class ConsumerLoop:
         self._inflight: dict[asyncio.Task[None], Msg] = {}
         self._keys: dict[str, asyncio.Lock] = {}
         self._key_users: dict[str, int] = {}
+        durable = spec.durable
+        self._acked = self.metrics.messages.labels(durable, "ack")
+        self._timer = self.metrics.handle_seconds.labels(durable)
 
     # ------------------------------------------------------------------------------ lifecycle
 
@@ -191,11 +147,38 @@ class ConsumerLoop:
         for _ in range(free - len(msgs)):
             self._slots.release()
         for msg in msgs:
-            task = asyncio.create_task(self._handle(msg))
+            key = self.spec.key(msg.subject)
+            if await self._settled(msg, key):
+                self._slots.release()
+                continue
+            # The key is taken now, not when the task first runs: a later message of the same
+            # aggregate must queue behind this one, never be settled before it.
+            lock = self._keys.setdefault(key, asyncio.Lock())
+            self._key_users[key] = self._key_users.get(key, 0) + 1
+            task = asyncio.create_task(self._handle(msg, key, lock))
             self._inflight[task] = msg
             task.add_done_callback(self._done)
         self.metrics.consumer_inflight.labels(self.spec.durable).set(len(self._inflight))
         return len(msgs)
+
+    async def _settled(self, msg: Msg, key: str) -> bool:
+        """Settle ``msg`` inline when the service can without I/O (``settle``): no task, no
+        span, acknowledged at once, the acknowledgements of one fetch written together by the
+        client (docs/decisions/0165-deliveries-settled-inline.md). Only when nothing of
+        its aggregate is being handled or waits, so the aggregate's order holds; what cannot be
+        decoded, or what ``settle`` declines, takes the usual way."""
+        if self.settle is None or key in self._keys:
+            return False
+        try:
+            headers = dict(msg.headers or {})
+            recorded = recorded_of(msg, headers, codec.decode(msg.data, headers))
+            settled = self.settle(Delivery(recorded, msg.metadata.num_delivered, msg))
+        except Exception:  # the usual way dead-letters it, retries it, or counts the failure
+            return False
+        if settled:
+            self._acked.inc()
+            await self._ack(msg)
+        return settled
 
     def _done(self, task: asyncio.Task[None]) -> None:
         self._inflight.pop(task, None)
@@ -278,14 +261,10 @@ class ConsumerLoop:
 
     # ----------------------------------------------------------------------------- handling
 
-    async def _handle(self, msg: Msg) -> None:
-        meta = msg.metadata
-        key = self.spec.key(msg.subject)
-        lock = self._keys.setdefault(key, asyncio.Lock())
-        self._key_users[key] = self._key_users.get(key, 0) + 1
+    async def _handle(self, msg: Msg, key: str, lock: asyncio.Lock) -> None:
         try:
             async with lock:
-                await self._handle_one(msg, meta.num_delivered)
+                await self._handle_one(msg, msg.metadata.num_delivered)
         finally:
             self._key_users[key] -= 1
             if self._key_users[key] == 0:
@@ -302,14 +281,7 @@ class ConsumerLoop:
         except codec.UndecodableEvent as exc:
             await self._dead_letter(msg, attempt, f"undecodable: {exc}")
             return
-        recorded = Recorded(
-            event=event,
-            seq=msg.metadata.sequence.stream,
-            subject=msg.subject,
-            timestamp=msg.metadata.timestamp,
-            msg_id=headers.get(codec.HDR_MSG_ID, ""),
-            causation_id=headers.get(codec.HDR_CAUSATION, ""),
-        )
+        recorded = recorded_of(msg, headers, event)
         with spans.current(
             _tracer,
             f"process {self.spec.durable}",
@@ -325,9 +297,8 @@ class ConsumerLoop:
                 "egress.attempt": attempt,
             },
         ) as span:
-            timer = self.metrics.handle_seconds.labels(self.spec.durable).time()
             try:
-                with timer:
+                with self._timer.time():
                     outcome = await self.handler(Delivery(recorded, attempt, msg))
             except GiveUp as exc:
                 span.record_exception(exc)
@@ -342,7 +313,7 @@ class ConsumerLoop:
                 self.metrics.messages.labels(self.spec.durable, "retry").inc()
                 await self._nak(msg, outcome.delay)
                 return
-            self.metrics.messages.labels(self.spec.durable, "ack").inc()
+            self._acked.inc()
             await self._ack(msg)
 
     async def _newer(self, msg: Msg, attempt: int, exc: codec.UnknownEventType) -> None:
