@@ -67,7 +67,7 @@ class Written:
     stream: str
     folded: int
     written: int
-    skipped: int
+    fulls: int
     cpu: float
     seconds: float
     stored_bytes: int
@@ -134,7 +134,7 @@ async def write_all(conn: Connection, every: int) -> list[Written]:
         stored = await bucket_bytes(conn, travel)
         events = int((await conn.js.stream_info(travel.stream)).state.bytes or 0)
         out.append(
-            Written(travel.stream, s.folded, s.written, s.skipped, cpu, seconds, stored, events)
+            Written(travel.stream, s.folded, s.written, s.fulls, cpu, seconds, stored, events)
         )
     return out
 
