@@ -48,8 +48,10 @@ from services.runtime.eventlog.checkpoints import (
 )
 from services.runtime.nats.connection import Connection
 
-TARGET_CPU = 2.0
-"""Seconds of CPU one time travel may take (the issue's target)."""
+TARGET_CPU = 1.0
+"""Seconds of CPU one time travel may take, worst case (issue 40's target)."""
+TARGET_BYTES = 0.3
+"""Checkpoint bytes per byte of the LEASE events at most (issue 40's target)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +70,8 @@ class Written:
     folded: int
     written: int
     fulls: int
+    full_bytes: int
+    """Of the checkpoints' packed bytes, the full ones'."""
     cpu: float
     seconds: float
     stored_bytes: int
@@ -87,6 +91,8 @@ class Instant:
     read: int
     """Messages read after the checkpoints, over the three streams."""
     checkpoints: dict[str, int]
+    deltas: dict[str, int] = field(default_factory=dict)
+    """Per stream, the delta checkpoints applied after the full one."""
     replay_cpu: float | None = None
     same_as_replay: bool | None = None
 
@@ -112,7 +118,19 @@ class Report:
             "checkpoint_bytes": {w.stream: w.stored_bytes for w in self.written},
             "event_bytes": {w.stream: w.stream_bytes for w in self.written},
             "checkpoints": {w.stream: w.written for w in self.written},
+            "full_checkpoints": {w.stream: w.fulls for w in self.written},
+            "full_checkpoint_bytes": {w.stream: w.full_bytes for w in self.written},
+            "lease_bytes_ratio": next(
+                (
+                    round(w.stored_bytes / w.stream_bytes, 3)
+                    for w in self.written
+                    if w.stream == LEASE.stream and w.stream_bytes
+                ),
+                None,
+            ),
+            "writer_cpu_s": {w.stream: round(w.cpu, 1) for w in self.written},
             "target_cpu_s": TARGET_CPU,
+            "target_bytes_ratio": TARGET_BYTES,
         }
 
 
@@ -134,7 +152,17 @@ async def write_all(conn: Connection, every: int) -> list[Written]:
         stored = await bucket_bytes(conn, travel)
         events = int((await conn.js.stream_info(travel.stream)).state.bytes or 0)
         out.append(
-            Written(travel.stream, s.folded, s.written, s.fulls, cpu, seconds, stored, events)
+            Written(
+                travel.stream,
+                s.folded,
+                s.written,
+                s.fulls,
+                s.full_bytes,
+                cpu,
+                seconds,
+                stored,
+                events,
+            )
         )
     return out
 
@@ -197,12 +225,18 @@ async def measure(config: Config, workdir: Path, say: Any = print) -> Report:
                 cpu,
                 sum(t.read for t in got.values()),
                 {stream: t.checkpoint for stream, t in got.items()},
+                {stream: t.deltas for stream, t in got.items()},
             )
             if index in compare:
                 views, replay_cpu = await replay(conn, at)
                 same = all(views[s] == got[s].views for s in views)
-                item = Instant(item.at, cpu, item.read, item.checkpoints, replay_cpu, same)
-            say(f"  {at.isoformat()}: {cpu:.3f} s CPU, {item.read} read, {item.checkpoints}")
+                item = Instant(
+                    item.at, cpu, item.read, item.checkpoints, item.deltas, replay_cpu, same
+                )
+            say(
+                f"  {at.isoformat()}: {cpu:.3f} s CPU, {item.read} read, {item.checkpoints}, "
+                f"deltas {item.deltas}"
+            )
             report.instants.append(item)
     return report
 

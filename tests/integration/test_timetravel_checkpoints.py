@@ -108,8 +108,12 @@ async def chain_heads(conn: Connection, travel: Travel[Any]) -> dict[int, cp.Hea
     return {h.seq: h for h in await store.heads(await stream_bounds(conn.js, travel.stream))}
 
 
-async def test_instants_around_a_full_checkpoint_give_the_replays_views(conn: Connection) -> None:
-    """Just before a full one (the deltas of the previous chain), at it, and just after it."""
+async def test_instants_around_a_full_checkpoint_give_the_replays_views(
+    conn: Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Just before a full one (the deltas of the previous chain), at it, and just after it. 40
+    proxies change mostly all between two checkpoints: a higher share makes chains of them."""
+    monkeypatch.setattr(cp, "FULL_RATIO", 2.0)
     await fill_startup(conn, 40, 4000, seed=13)
     writer = await written(conn, LEASE)
     heads = await chain_heads(conn, LEASE)
@@ -132,7 +136,10 @@ async def test_instants_around_a_full_checkpoint_give_the_replays_views(conn: Co
 
 
 @pytest.mark.parametrize("damage", ["chunk", "head gone", "base digest"])
-async def test_a_damaged_delta_folds_from_the_point_before(conn: Connection, damage: str) -> None:
+async def test_a_damaged_delta_folds_from_the_point_before(
+    conn: Connection, damage: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cp, "FULL_RATIO", 2.0)  # chains of a few deltas (see above)
     await fill_startup(conn, 40, 4000, seed=17)
     await written(conn, LEASE)
     heads = await chain_heads(conn, LEASE)

@@ -47,7 +47,6 @@ from services.runtime.eventlog.checkpoints import (
     stream_bounds,
 )
 from services.runtime.eventlog.pure import checkpoint as cp
-from services.runtime.eventlog.pure import delta
 from services.runtime.kvlock import Held, KvLock
 from services.runtime.nats.users import CHECKPOINT_LOCK
 
@@ -73,6 +72,8 @@ class Stats:
     """Of ``written``, the full ones (the others are deltas)."""
     failed: int = 0
     bytes: int = 0
+    full_bytes: int = 0
+    """Of ``bytes``, the full ones'."""
     unusable: int = 0
     """Checkpoints found unusable when resuming (it resumed from an older point)."""
     waits: int = 0
@@ -242,13 +243,14 @@ class CheckpointWriter(Generic[V]):
         self.stats.written += 1
         self.stats.fulls += head.full
         self.stats.bytes += head.packed
+        self.stats.full_bytes += head.packed if head.full else 0
 
     def _pack(self, label: cp.Head, snapshot: dict[str, V]) -> tuple[cp.Head, cp.Packed]:
         """A delta of the last checkpoint written, or a full one when ``cp.full_due``."""
         prev = self._prev
         if prev is not None:
             changes = self.store.differ.diff(self._base, snapshot)
-            packed = delta.pack(changes)
+            packed = self.store.differ.pack(changes)
             if not cp.full_due(prev, len(packed.data)):
                 head = msgspec.structs.replace(
                     label,

@@ -239,7 +239,7 @@ class CheckpointStore(Generic[V]):
         enabled = gc.isenabled()
         gc.disable()  # as in ``_unpack``
         try:
-            self.differ.apply(views, delta.unpack(head, data))
+            self.differ.apply(views, self.differ.unpack(head, data))
         finally:
             if enabled:
                 gc.enable()

@@ -44,7 +44,7 @@ MAX_HEAD = 4096
 MAX_CHAIN = 1000
 """Deltas a chain may hold after its full one; a head claiming more is not one (the writer
 starts a full one long before: ``full_due``)."""
-FULL_RATIO = 0.5
+FULL_RATIO = 0.3
 """A writer starts a new chain with a full checkpoint once the deltas since the last full add up
 to this share of its bytes: the full ones then cost at most twice this share of the deltas
 whatever the fleet's size, and a reader applies at most that many bytes of deltas after
