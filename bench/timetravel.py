@@ -13,8 +13,9 @@ process and not counted):
 - a full replay from the first event (``read_until`` from sequence 1, no limit) at a few of the
   instants: its CPU, and that its views equal the checkpointed travel's, stream by stream.
 
-Run: ``python -m bench.timetravel`` (10,000 proxies, 10^6 LEASE events; about 10 minutes on a
-2-core VM, most of it the fill and the replays), ``--lease-events 100000`` for a quicker run.
+Run: ``python -m bench.timetravel`` (10,000 proxies, 10^6 LEASE events; about 5 to 8 minutes on
+a 2-core VM, most of it the fill and the replays), ``--lease-events 100000`` for a quicker run,
+``--full-ratio`` to try another ``cp.FULL_RATIO`` (set in this process for the writer).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from services.runtime.eventlog.checkpoints import (
     fold_at,
     stream_bounds,
 )
+from services.runtime.eventlog.pure import checkpoint as cp
 from services.runtime.nats.connection import Connection
 
 TARGET_CPU = 1.0
@@ -62,6 +64,8 @@ class Config:
     instants: int = 20
     replays: int = 3
     seed: int = 1
+    full_ratio: float = cp.FULL_RATIO
+    """When the writer starts a new chain (``cp.FULL_RATIO``): the trade between bytes and CPU."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,6 +215,7 @@ async def measure(config: Config, workdir: Path, say: Any = print) -> Report:
     report.fill = {"proxies": asdict(proxies), "leases": asdict(leases)}
     async with product_server(workdir) as (_server, conn):
         say("writing checkpoints")
+        cp.FULL_RATIO = config.full_ratio
         report.written = await write_all(conn, config.every)
         for w in report.written:
             say(f"  {w.stream}: {w.written} written, {w.cpu_per_event_us:.1f} us CPU per event")
@@ -265,11 +270,20 @@ def main() -> None:
     parser.add_argument("--instants", type=int, default=20, help="random instants travelled to")
     parser.add_argument("--replays", type=int, default=3, help="instants also replayed in full")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--full-ratio", type=float, default=cp.FULL_RATIO, help="deltas' share of a full one"
+    )
     parser.add_argument("--workdir", help="the store's directory (default: a temporary one)")
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()
     config = Config(
-        args.proxies, args.lease_events, args.every, args.instants, args.replays, args.seed
+        args.proxies,
+        args.lease_events,
+        args.every,
+        args.instants,
+        args.replays,
+        args.seed,
+        args.full_ratio,
     )
 
     async def run() -> Report:
