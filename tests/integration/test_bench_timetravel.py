@@ -30,6 +30,7 @@ async def test_a_tiny_run_does_the_work_it_reports(tmp_path: Path) -> None:
     assert written["LEASE"].folded == 3000
     assert written["LEASE"].written == 3000 // 500
     assert written["LEASE"].stored_bytes > 0
+    assert 1 <= written["LEASE"].fulls <= written["LEASE"].written
     assert written["PROXY"].folded == 30 * LIFECYCLE_EVENTS
     assert written["PROXY"].written == 30 * LIFECYCLE_EVENTS // 500
     assert written["POOL"].folded == 0
@@ -48,3 +49,6 @@ async def test_a_tiny_run_does_the_work_it_reports(tmp_path: Path) -> None:
     summary = report.summary()
     assert summary["all_same_as_replay"] is True
     assert summary["checkpoints"]["LEASE"] == 6
+    assert summary["lease_bytes_ratio"] == round(
+        written["LEASE"].stored_bytes / written["LEASE"].stream_bytes, 3
+    )

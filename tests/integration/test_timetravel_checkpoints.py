@@ -10,13 +10,18 @@ checkpoints.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
+import subprocess
+import sys
 from datetime import datetime, timedelta
 from typing import Any
 
 import msgspec
 import pytest
+from nats.js.errors import KeyNotFoundError
 
+from bench.scale_fleet import Publisher, lease_pair, proxy_uid
 from bench.scale_startup import fill_startup
 from events import subjects
 from services.runtime.eventlog.asof import ByProxy, read_until
@@ -25,6 +30,7 @@ from services.runtime.eventlog.checkpoints import (
     LEASE,
     POOL,
     PROXY,
+    UNUSABLE,
     CheckpointStore,
     Travel,
     Travelled,
@@ -95,6 +101,76 @@ async def test_at_random_instants_checkpoints_give_the_replays_views(conn: Conne
             used.add(got.checkpoint)
         assert len(used) > 3, "the instants should fold from several checkpoints and none"
         assert 0 in used
+
+
+async def chain_heads(conn: Connection, travel: Travel[Any]) -> dict[int, cp.Head]:
+    store = CheckpointStore(conn.js, travel)
+    return {h.seq: h for h in await store.heads(await stream_bounds(conn.js, travel.stream))}
+
+
+async def test_instants_around_a_full_checkpoint_give_the_replays_views(
+    conn: Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Just before a full one (the deltas of the previous chain), at it, and just after it. 40
+    proxies change mostly all between two checkpoints: a higher share makes chains of them."""
+    monkeypatch.setattr(cp, "FULL_RATIO", 2.0)
+    await fill_startup(conn, 40, 4000, seed=13)
+    writer = await written(conn, LEASE)
+    heads = await chain_heads(conn, LEASE)
+    fulls = sorted(seq for seq, h in heads.items() if h.full)
+    assert writer.stats.fulls == len(fulls) >= 2, "the chain should start again at least once"
+    assert len(heads) - len(fulls) > len(fulls), "most checkpoints should be deltas"
+    assert all(h.depth > 0 for h in heads.values() if not h.full)
+    stamps = await timestamps(conn, subjects.LEASE_STREAM)
+    after_deltas = [s for s in fulls[1:] if s < len(stamps) and not heads[s - EVERY].full]
+    assert after_deltas, "a chain of deltas should end in a new full one"
+    for full in after_deltas:
+        for seq, expected in ((full - 1, full - EVERY), (full, full), (full + 1, full)):
+            got = await fold_at(conn.js, LEASE, stamps[seq - 1])
+            assert got.checkpoint == expected
+            assert got.fallbacks == 0
+            assert got.views == await replay(conn, LEASE, stamps[seq - 1]), seq
+        before = heads[full - EVERY]
+        got = await fold_at(conn.js, LEASE, stamps[full - 2])
+        assert got.deltas == before.depth
+
+
+@pytest.mark.parametrize("damage", ["chunk", "head gone", "base digest"])
+async def test_a_damaged_delta_folds_from_the_point_before(
+    conn: Connection, damage: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(cp, "FULL_RATIO", 2.0)  # chains of a few deltas (see above)
+    await fill_startup(conn, 40, 4000, seed=17)
+    await written(conn, LEASE)
+    heads = await chain_heads(conn, LEASE)
+    # A delta with a full one before it and deltas of the same chain after it.
+    broken = next(
+        h for seq, h in sorted(heads.items()) if h.depth == 2 and not heads[seq + EVERY].full
+    )
+    later = broken.seq + EVERY
+    kv = await CheckpointStore(conn.js, LEASE).open(create=False)
+    assert kv is not None
+    if damage == "chunk":
+        await kv.put(cp.chunk_key(broken.tag, broken.seq, broken.digest, 0), b"\x00" * 100)
+    elif damage == "head gone":
+        await kv.delete(cp.head_key(broken.tag, broken.seq))
+    else:
+        forged = msgspec.structs.replace(broken, base_digest="f" * 64)
+        await kv.put(cp.head_key(broken.tag, broken.seq), cp.encode_head(forged))
+    stamps = await timestamps(conn, subjects.LEASE_STREAM)
+    before = UNUSABLE[subjects.LEASE_STREAM]
+    at = stamps[later + 10 - 1]
+    got = await fold_at(conn.js, LEASE, at)
+    assert got.checkpoint == broken.base_seq
+    assert got.fallbacks >= 1
+    assert UNUSABLE[subjects.LEASE_STREAM] > before
+    assert got.views == await replay(conn, LEASE, at)
+    # A writer that meets it resumes past it (a later full one) or before it, and writes on.
+    writer = await written(conn, LEASE)
+    assert writer.stats.last == 4000
+    got = await fold_at(conn.js, LEASE, stamps[-1])
+    assert got.checkpoint == 4000
+    assert got.views == await replay(conn, LEASE, stamps[-1])
 
 
 async def test_checkpoints_of_many_chunks_are_stored_and_read_whole(
@@ -186,20 +262,77 @@ async def test_garbage_in_the_bucket_falls_back_to_the_replay(conn: Connection, 
     assert writer.stats.last == 1000
 
 
-async def test_two_writers_at_once_store_one_checkpoint_each_boundary(conn: Connection) -> None:
-    await fill_startup(conn, 20, 2000, seed=11)
-    last = (await stream_bounds(conn.js, subjects.LEASE_STREAM)).last
-    one: CheckpointWriter[Any] = CheckpointWriter(conn.js, LEASE, every=EVERY)
-    two: CheckpointWriter[Any] = CheckpointWriter(conn.js, LEASE, every=EVERY)
-    await asyncio.wait_for(
-        asyncio.gather(one.follow(until_seq=last), two.follow(until_seq=last)), 60
+WRITER = """
+import asyncio, sys
+from services.runtime.eventlog.checkpoint_writer import CheckpointWriter
+from services.runtime.eventlog.checkpoints import LEASE
+from services.runtime.nats.connection import connect
+
+async def main() -> None:
+    conn = await connect(sys.argv[1])
+    await CheckpointWriter(conn.js, LEASE, every=int(sys.argv[2]), lock_ttl=2.0).run()
+
+asyncio.run(main())
+"""
+
+
+async def more_leases(conn: Connection, proxies: int, pairs: int) -> None:
+    publisher = Publisher(conn.js)
+    for n in range(pairs):
+        uid = proxy_uid(n % proxies)
+        for event, msg_id in lease_pair(uid, 10_000 + n):
+            await publisher.publish(subjects.lease(uid).subject_for(event), event, msg_id)
+    await publisher.done()
+
+
+async def head_written(conn: Connection, seq: int, timeout: float = 30.0) -> None:
+    kv = await CheckpointStore(conn.js, LEASE).open(create=True)
+    assert kv is not None
+    async with asyncio.timeout(timeout):
+        while True:
+            with contextlib.suppress(KeyNotFoundError):
+                await kv.get(cp.head_key(LEASE.tag, seq))
+                return
+            await asyncio.sleep(0.1)
+
+
+async def test_one_writer_holds_the_lock_and_another_takes_over_when_it_is_killed(
+    nats_server: EmbeddedNatsServer, conn: Connection
+) -> None:
+    """A writer in another process holds the lock; the one here waits, writes nothing, and once
+    the other is killed (no release: its key must expire) it resumes from the other's chain and
+    writes what comes next, which a reader folds to the replay's views."""
+    await fill_startup(conn, 20, 1000, seed=11)
+    child = subprocess.Popen(  # noqa: ASYNC220 - a child to kill -9, not one to await
+        [sys.executable, "-c", WRITER, nats_server.url_for("discovery"), str(EVERY)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
-    boundaries = last // EVERY
-    assert one.stats.written + two.stats.written == boundaries
-    assert one.stats.written + one.stats.skipped == boundaries
-    assert two.stats.written + two.stats.skipped == boundaries
+    here: CheckpointWriter[Any] = CheckpointWriter(conn.js, LEASE, every=EVERY, lock_ttl=2.0)
+    task: asyncio.Task[None] | None = None
+    try:
+        await head_written(conn, 1000)
+        task = asyncio.create_task(here.run())
+        await asyncio.sleep(3.0)  # more than the TTL: the child refreshes its lock meanwhile
+        assert here.stats.waits >= 2
+        assert here.stats.written == 0
+        child.kill()
+        child.wait()
+        await more_leases(conn, 20, 500)
+        last = (await stream_bounds(conn.js, subjects.LEASE_STREAM)).last
+        assert last == 2000
+        await head_written(conn, last)
+        assert here.stats.resumed_from == 1000  # from the chain the killed writer left
+        assert here.stats.written == (last - 1000) // EVERY
+    finally:
+        child.kill()
+        child.wait()
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
     stamps = await timestamps(conn, subjects.LEASE_STREAM)
-    for seq in range(EVERY, last + 1, EVERY):
+    for seq in (1000, 1400, 2000):
         got = await fold_at(conn.js, LEASE, stamps[seq - 1])
         assert got.checkpoint == seq
         assert got.views == await replay(conn, LEASE, stamps[seq - 1])

@@ -1,6 +1,7 @@
-"""What a reader trusts of a checkpoint (services.runtime.eventlog.pure.checkpoint): the same
-views pack to the same bytes, and a head or payload that is garbage, oversized, or labelled for
-another stream, fold or place raises ``Unusable`` (the reader then replays), never anything else.
+"""What a reader trusts of a full checkpoint (services.runtime.eventlog.pure.checkpoint): the
+same views pack to the same bytes, and a head or payload that is garbage, oversized, or labelled
+for another stream, fold or place raises ``Unusable`` (the reader then replays), never anything
+else. Deltas and chains: tests/unit/test_checkpoint_deltas.py.
 """
 
 from __future__ import annotations
@@ -54,6 +55,8 @@ def head_for(done: cp.Packed, seq: int = 100, **changes: object) -> cp.Head:
         packed=len(packed.data),
         chunks=len(packed.chunks()),
         digest=packed.digest,
+        entries=packed.views,
+        full_packed=len(packed.data),
     )
     return msgspec.structs.replace(head, **changes)
 

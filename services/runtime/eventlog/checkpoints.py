@@ -2,20 +2,22 @@
 
 A time travel (the console's ``?at=``, ``get --at``, ``get pools --at``) folds the PROXY, LEASE
 and POOL streams up to an instant. From the first event that costs about 0.1 ms per event, and
-a week of leases is millions of them. So discovery folds each stream once more, with its own
-ordered reader and the same tolerant ``ByProxy`` fold time travel uses, and every ``every``
-stream sequences stores the whole views dict as a checkpoint labelled with that sequence, the
-server time of its event and the latest time it covers (``pure.checkpoint.Head``). A travel
-to an instant loads the newest checkpoint covering nothing after it and folds only the events
-after it up to the instant: the same views a replay gives, by construction
-(docs/decisions/0131-time-travel-folds-from-checkpoints-the.md).
+a week of leases is millions of them. So one discovery replica folds each stream once more, with
+its own ordered reader and the same tolerant ``ByProxy`` fold time travel uses, and every
+``every`` stream sequences stores a checkpoint labelled with that sequence, the server time of
+its event and the latest time it covers (``pure.checkpoint.Head``): a full one (every view), or
+a delta (only the views changed since the previous checkpoint of its chain, ``pure.delta``). A
+travel to an instant takes the newest checkpoint covering nothing after it, loads its chain's
+full one, applies the deltas up to it and folds only the events after it up to the instant: the
+same views a replay gives, by construction (docs/decisions/0163-checkpoints-as-deltas.md).
 
 Checkpoints are derived state, never facts. Each stream has its own KV bucket
-(``natsusers.CHECKPOINT_BUCKETS``), keeping them as long as the stream keeps its events. Every
-writer packs the same bytes for the same log, writes its chunks under their digest and the head
-last with ``create``: the first writer wins, the others skip. A reader ignores what it cannot
-verify (it does not decode, its label does not fit the stream, its event is not the stream's) and
-tries an older one, then the full replay: counted and logged, never raised.
+(``natsusers.CHECKPOINT_BUCKETS``), keeping them as long as the stream keeps its events. The
+writer holds a lock (``CHECKPOINT_LOCK``), writes a payload's chunks under its digest and the
+head last. A reader ignores what it cannot verify (it does not decode, its label does not fit
+the stream, its event is not the stream's, a link of its chain is missing or names other bytes)
+and folds from the last good point of the chain, an older full one or the first event instead:
+counted and logged, never raised.
 """
 
 from __future__ import annotations
@@ -36,7 +38,6 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, KeyValueConfig
 from nats.js.errors import (
     BucketNotFoundError,
     KeyNotFoundError,
-    KeyWrongLastSequenceError,
     NotFoundError,
 )
 from nats.js.kv import KeyValue
@@ -53,6 +54,7 @@ from projections.pool import PoolView
 from projections.proxy import ProxyView
 from services.runtime.eventlog.asof import MAX_EVENTS, ByProxy, read_until
 from services.runtime.eventlog.pure import checkpoint as cp
+from services.runtime.eventlog.pure import delta
 from services.runtime.eventlog.pure.checkpoint import Head, Unusable
 from services.runtime.eventlog.streams import STREAMS
 from services.runtime.nats.users import CHECKPOINT_BUCKETS
@@ -61,11 +63,12 @@ log = structlog.get_logger("egress.checkpoints")
 
 V = TypeVar("V")
 
-EVERY = 10_000
+EVERY = 2_000
 """Stream sequences between checkpoints: a travel folds at most this many events after one (about
-1 s of a core), plus the decoding of one (10,000 proxies: a fraction of that)."""
+0.15 s of a core), after decoding a full one and at most ``cp.FULL_RATIO`` of its bytes in
+deltas (docs/decisions/0163-checkpoints-as-deltas.md)."""
 TRIES = 3
-"""Checkpoints a reader tries, newest first, before it replays from the first event."""
+"""Full checkpoints a reader tries, newest first, before it replays from the first event."""
 MAX_HEADS = 20_000
 """Heads a reader lists at most: 200 million events of a stream at ``EVERY``."""
 IN_FLIGHT = 8
@@ -141,6 +144,7 @@ class CheckpointStore(Generic[V]):
         self.travel = travel
         self._kv: KeyValue | None = None
         self._unpacker = cp.Unpacker(travel.view_type)
+        self.differ = delta.Differ(travel.view_type)
 
     async def open(self, *, create: bool) -> KeyValue | None:
         """The bucket; None when it does not exist and ``create`` is false (a reader)."""
@@ -159,6 +163,9 @@ class CheckpointStore(Generic[V]):
                     ttl=self.travel.max_age or None,
                     storage=StorageType.FILE,
                     max_value_size=cp.CHUNK + HEADROOM,
+                    # Reads as direct gets: the payload as it is stored, where a stream-message
+                    # get answers base64 in JSON (decoding it was a tenth of a travel's CPU).
+                    direct=True,
                     description=f"Time-travel checkpoints of {self.travel.stream} (derived)",
                 )
                 self._kv = await self.js.create_key_value(config)
@@ -222,8 +229,28 @@ class CheckpointStore(Generic[V]):
         return head
 
     async def load(self, head: Head) -> dict[str, V]:
-        """The views of ``head``, once its event is the stream's and its bytes check out."""
-        await self._verify(head)
+        """The views of a full checkpoint, once its bytes check out."""
+        data = await self.payload(head)
+        return await asyncio.to_thread(self._unpack, head, data)
+
+    async def apply(self, views: dict[str, V], head: Head) -> None:
+        """Fold the delta ``head`` into ``views`` (its base's), all or nothing."""
+        data = await self.payload(head)
+        await asyncio.to_thread(self._apply, views, head, data)
+
+    def _apply(self, views: dict[str, V], head: Head, data: bytes) -> None:
+        enabled = gc.isenabled()
+        gc.disable()  # as in ``_unpack``
+        try:
+            self.differ.apply(views, self.differ.unpack(head, data))
+        finally:
+            if enabled:
+                gc.enable()
+        if len(views) != head.views:
+            raise Unusable(f"{len(views)} views after the delta, the head says {head.views}")
+
+    async def payload(self, head: Head) -> bytes:
+        """The stored chunks of ``head``, joined; each bounded before it is kept."""
         kv = await self.open(create=False)
         if kv is None:
             raise Unusable("the bucket is gone")
@@ -241,7 +268,7 @@ class CheckpointStore(Generic[V]):
             raise Unusable("a chunk is missing") from None
         except (nats.errors.Error, TimeoutError) as exc:
             raise StoreUnavailable(f"cannot read a checkpoint: {exc}") from exc
-        return await asyncio.to_thread(self._unpack, head, b"".join(parts))
+        return b"".join(parts)
 
     def _unpack(self, head: Head, data: bytes) -> dict[str, V]:
         """Without the cyclic collector: decoding 10,000 views makes hundreds of thousands of
@@ -255,7 +282,7 @@ class CheckpointStore(Generic[V]):
             if enabled:
                 gc.enable()
 
-    async def _verify(self, head: Head) -> None:
+    async def verify(self, head: Head) -> None:
         """Event ``seq`` must be the one the checkpoint saw: a stream recreated (or restored
         from another log) since has other events under the same sequences."""
         try:
@@ -268,8 +295,9 @@ class CheckpointStore(Generic[V]):
         if msg.subject != head.subject or abs(stamped - head.time_us) > 1000:
             raise Unusable(f"event {head.seq} is not the one the checkpoint folded")
 
-    async def write(self, head: Head, packed: cp.Packed) -> bool:
-        """The chunks, then the head; False when another writer's head was there first."""
+    async def write(self, head: Head, packed: cp.Packed) -> None:
+        """The chunks, then the head. Only the lock's holder writes, so what is already there under
+        these keys is what a reader could not use (the writer resumed before it): replaced."""
         kv = await self.open(create=True)
         assert kv is not None
         chunks = packed.chunks()
@@ -277,37 +305,29 @@ class CheckpointStore(Generic[V]):
         try:
             for start in range(0, len(keys), IN_FLIGHT):
                 pairs = list(zip(keys, chunks, strict=True))[start : start + IN_FLIGHT]
-                await asyncio.gather(*(_create(kv, k, v) for k, v in pairs))
-            return await _create(kv, cp.head_key(head.tag, head.seq), cp.encode_head(head))
+                await asyncio.gather(*(kv.put(k, v) for k, v in pairs))
+            await kv.put(cp.head_key(head.tag, head.seq), cp.encode_head(head))
         except (nats.errors.Error, TimeoutError) as exc:
             raise StoreUnavailable(f"cannot write a checkpoint: {exc}") from exc
 
-    async def exists(self, seq: int) -> bool:
-        kv = await self.open(create=True)
-        assert kv is not None
-        try:
-            await kv.get(cp.head_key(self.travel.tag, seq))
-        except KeyNotFoundError:
-            return False
-        except (nats.errors.Error, TimeoutError) as exc:
-            raise StoreUnavailable(f"cannot read a checkpoint head: {exc}") from exc
-        return True
+
+@dataclass
+class Found(Generic[V]):
+    """The views of the newest usable point of a chain, and what reaching them took."""
+
+    head: Head
+    views: dict[str, V]
+    deltas: int = 0
+    """Deltas applied after the full checkpoint."""
+    fallbacks: int = 0
+    """Checkpoints found unusable on the way: a newer point was wanted."""
 
 
-async def _create(kv: KeyValue, key: str, value: bytes) -> bool:
-    """Stored if absent; a present key holds the same bytes (its name has their digest)."""
-    try:
-        await kv.create(key, value)
-    except KeyWrongLastSequenceError:
-        return False
-    return True
-
-
-async def nearest(
-    store: CheckpointStore[V], bounds: Bounds, at_us: int | None
-) -> tuple[Head, dict[str, V]] | None:
+async def nearest(store: CheckpointStore[V], bounds: Bounds, at_us: int | None) -> Found[V] | None:
     """The newest usable checkpoint covering nothing after ``at_us`` (None: the newest), and its
-    views; None when there is none. Never raises: what fails is counted, logged and skipped."""
+    views; None when there is none. A damaged delta stops the fold at the point before it, a
+    damaged full one sends the reader to an older chain. Never raises: what fails is counted,
+    logged and skipped."""
     stream = store.travel.stream
     try:
         if await store.open(create=False) is None:
@@ -316,11 +336,42 @@ async def nearest(
     except (StoreUnavailable, Unusable) as exc:
         _unusable(stream, str(exc))
         return None
-    for head in cp.usable(heads, at_us=at_us, first=bounds.first, last=bounds.last)[:TRIES]:
+    by_seq = {head.seq: head for head in heads}
+    fallbacks, tries, below = 0, 0, bounds.last + 1
+    for target in cp.usable(heads, at_us=at_us, first=bounds.first, last=bounds.last):
+        if target.seq >= below:
+            continue
+        links = cp.chain(target, by_seq)
+        if not links:
+            fallbacks += 1
+            _unusable(stream, f"sequence {target.seq}: a link of its chain is missing")
+            continue
+        tries += 1
+        if tries > TRIES:
+            break
         try:
-            return head, await store.load(head)
+            await store.verify(target)
         except (StoreUnavailable, Unusable) as exc:
-            _unusable(stream, f"sequence {head.seq}: {exc}")
+            fallbacks += 1
+            _unusable(stream, f"sequence {target.seq}: {exc}")
+            continue
+        try:
+            views = await store.load(links[0])
+        except (StoreUnavailable, Unusable) as exc:
+            fallbacks += 1
+            _unusable(stream, f"full checkpoint {links[0].seq}: {exc}")
+            below = links[0].seq  # every later point of its chain needs it
+            continue
+        reached, applied = links[0], 0
+        for head in links[1:]:
+            try:
+                await store.apply(views, head)
+            except (StoreUnavailable, Unusable) as exc:
+                fallbacks += 1
+                _unusable(stream, f"delta {head.seq}, folding from {reached.seq}: {exc}")
+                break
+            reached, applied = head, applied + 1
+        return Found(reached, views, applied, fallbacks)
     return None
 
 
@@ -335,6 +386,10 @@ class Travelled(Generic[V]):
     """The sequence of the checkpoint folded from; 0: none, a replay from the first event."""
     origin: int = 1
     """The first sequence the views hold events from."""
+    deltas: int = 0
+    """Delta checkpoints applied after the full one."""
+    fallbacks: int = 0
+    """Checkpoints found unusable on the way (also counted in ``UNUSABLE``)."""
 
 
 async def fold_at(
@@ -345,12 +400,21 @@ async def fold_at(
     bounds = await stream_bounds(js, travel.stream)
     views = ByProxy(travel.apply, travel.stream)
     found = await nearest(CheckpointStore(js, travel), bounds, cp.micros(at))
-    start, origin, checkpoint = 1, max(bounds.first, 1), 0
-    if found is not None:
-        head, views.views = found
-        start, origin, checkpoint = head.seq + 1, head.origin, head.seq
+    if found is None:
+        done = Travelled[V]({}, 0, 0, max(bounds.first, 1))
+    else:
+        head = found.head
+        done = Travelled(found.views, 0, head.seq, head.origin, found.deltas, found.fallbacks)
+        views.views = found.views
         views.newest = cp.EPOCH + timedelta(microseconds=head.time_us)
     read = await read_until(
-        js, travel.stream, travel.filter_subject, at, limit=limit, start=start, each=views.fold
+        js,
+        travel.stream,
+        travel.filter_subject,
+        at,
+        limit=limit,
+        start=done.checkpoint + 1,
+        each=views.fold,
     )
-    return Travelled(views.views, read.read, checkpoint, origin)
+    done.views, done.read = views.views, read.read
+    return done

@@ -74,6 +74,9 @@ CHECKPOINT_BUCKETS: Mapping[str, str] = {
 who reads the log reads them (``services.runtime.eventlog.checkpoints``). One bucket per stream,
 so each keeps them as long as its stream keeps its events."""
 CHECKPOINT_WRITER = "discovery"
+CHECKPOINT_LOCK = "egress-checkpoints-lock"
+"""The KV bucket of the writer's lock, a key per stream: one discovery replica writes a stream's
+checkpoints, the others wait to take over (docs/decisions/0163-checkpoints-as-deltas.md)."""
 
 USERS: tuple[str, ...] = (ADMIN, READER, *WRITES)
 
@@ -163,7 +166,7 @@ def permissions(user: str) -> dict[str, Any] | None:
         bucket = KV_BUCKETS[user]
         publish += [f"$KV.{bucket}.>", f"$JS.API.STREAM.CREATE.KV_{bucket}"]
     if user == CHECKPOINT_WRITER:
-        for bucket in CHECKPOINT_BUCKETS.values():
+        for bucket in (*CHECKPOINT_BUCKETS.values(), CHECKPOINT_LOCK):
             publish += [f"$KV.{bucket}.>", f"$JS.API.STREAM.CREATE.KV_{bucket}"]
     return {
         "publish": {"allow": [*publish, *READS], "deny": durable_denies(user)},

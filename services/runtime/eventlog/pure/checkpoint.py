@@ -1,12 +1,15 @@
 """Time-travel checkpoints as bytes: their labels, keys, packing and every check a reader makes
-before it trusts one (docs/decisions/0131-time-travel-folds-from-checkpoints-the.md), written
-by the I/O in ``services.runtime.eventlog.checkpoints``.
+before it trusts one (docs/decisions/0163-checkpoints-as-deltas.md, after
+docs/decisions/0131-time-travel-folds-from-checkpoints-the.md), written by the I/O in
+``services.runtime.eventlog.checkpoints``.
 
 A checkpoint is derived state, never a fact: the ``ByProxy`` views of one stream folded from
-``origin`` to sequence ``seq``, with the tolerant fold time travel uses. Its content depends
-only on the log, so every writer packs the same bytes; the digest of those bytes is in the chunk
-keys, so two writers that disagree (another zlib, another origin) never mix their chunks, and the
-head, written last and first-writer-wins, names one complete set.
+``origin`` to sequence ``seq``, with the tolerant fold time travel uses. A *full* one holds every
+view; a *delta* holds only what changed since its base, the previous checkpoint of its chain
+(``pure.delta``), and its head names that base by sequence and digest, so a reader checks the
+chain link by link from the full it starts at. The digest of the payload is in the chunk keys,
+so a payload never mixes with another's chunks, and the head, written last, names one complete
+set.
 
 Anything a reader cannot verify (a head or chunk that does not decode, a label that does not fit
 the stream, a digest or size that does not match) raises ``Unusable``: the reader then tries an
@@ -27,8 +30,8 @@ import msgspec
 
 V = TypeVar("V")
 
-FORMAT = 1
-"""The layout of heads and payloads; a change takes a new number (and new keys)."""
+FORMAT = 2
+"""The layout of heads and payloads; a change takes a new number (and new keys). 2: deltas."""
 CHUNK = 256 * 1024
 """Bytes per KV value: under any server's max_payload (1 MB by default)."""
 MAX_PACKED = 128 * 1024 * 1024
@@ -38,6 +41,14 @@ MAX_RAW = 1024 * 1024 * 1024
 """The largest checkpoint a reader decompresses (about 100 times what 10,000 proxies take)."""
 MAX_HEAD = 4096
 """A head value longer than this is not a head."""
+MAX_CHAIN = 1000
+"""Deltas a chain may hold after its full one; a head claiming more is not one (the writer
+starts a full one long before: ``full_due``)."""
+FULL_RATIO = 0.3
+"""A writer starts a new chain with a full checkpoint once the deltas since the last full add up
+to this share of its bytes: the full ones then cost at most twice this share of the deltas
+whatever the fleet's size, and a reader applies at most that many bytes of deltas after
+decoding a full one (docs/decisions/0163-checkpoints-as-deltas.md)."""
 LEVEL = 3
 """zlib's: a third faster to pack than 6 and as fast to inflate, for 7% more bytes."""
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -64,10 +75,25 @@ class Head(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
     origin: int
     """The first sequence folded (the stream's first when the chain began)."""
     views: int
+    """The views once the payload is folded in (a delta's base views, changed)."""
     raw: int
     packed: int
     chunks: int
     digest: str
+    full: bool = True
+    """Every view (True), or only those changed since ``base_seq`` (a delta)."""
+    entries: int = 0
+    """Entries in the payload: views for a full one, changes and removals for a delta."""
+    base_seq: int = 0
+    """A delta's base: the previous checkpoint of its chain (0 for a full one)."""
+    base_digest: str = ""
+    """The digest of the base's payload: the link a reader checks."""
+    depth: int = 0
+    """Deltas since the chain's full one, this one included (0 for a full one)."""
+    chain_bytes: int = 0
+    """Packed bytes of those deltas, this one's included."""
+    full_packed: int = 0
+    """Packed bytes of the chain's full one (its own for a full one)."""
 
 
 _HEAD = msgspec.msgpack.Decoder(Head)
@@ -131,7 +157,27 @@ def decode_head(value: bytes) -> Head:
         raise Unusable("chunk count, view count or digest malformed")
     if not 0 < head.origin <= head.seq:
         raise Unusable(f"origin {head.origin} is not within 1..{head.seq}")
+    if head.entries < 0 or (head.full and head.entries != head.views):
+        raise Unusable(f"{head.entries} entries for {head.views} views")
+    if head.full:
+        if head.base_seq or head.base_digest or head.depth or head.chain_bytes:
+            raise Unusable("a full checkpoint that names a base")
+    elif not (0 < head.base_seq < head.seq and len(head.base_digest) == 64):
+        raise Unusable(f"a delta whose base ({head.base_seq}) is not before it ({head.seq})")
+    elif not (0 < head.depth <= MAX_CHAIN and 0 <= head.chain_bytes <= MAX_CHAIN * MAX_PACKED):
+        raise Unusable(f"a delta {head.depth} deep in its chain (at most {MAX_CHAIN})")
+    if not 0 <= head.full_packed <= MAX_PACKED:
+        raise Unusable(f"a full checkpoint of {head.full_packed} bytes")
     return head
+
+
+def full_due(base: Head | None, delta_packed: int) -> bool:
+    """Whether the next checkpoint after ``base`` (None: none yet) must be a full one rather
+    than a delta of ``delta_packed`` bytes."""
+    if base is None:
+        return True
+    chain = (0 if base.full else base.chain_bytes) + delta_packed
+    return base.depth + 1 > MAX_CHAIN or chain > FULL_RATIO * max(base.full_packed, 1)
 
 
 def fits(head: Head, *, stream: str, tag: str, key_seq: int, last: int) -> str:
@@ -153,6 +199,22 @@ def usable(heads: list[Head], *, at_us: int | None, first: int, last: int) -> li
     return sorted(fit, key=lambda h: h.seq, reverse=True)
 
 
+def chain(target: Head, by_seq: dict[int, Head]) -> list[Head]:
+    """The checkpoints a reader folds to reach ``target``: its chain's full one first, then every
+    delta up to ``target``, each the base the next names by sequence and digest. Empty when a
+    link is missing or names other bytes than the head under its sequence holds."""
+    out = [target]
+    head = target
+    while not head.full:
+        base = by_seq.get(head.base_seq)
+        if base is None or base.digest != head.base_digest or base.depth != head.depth - 1:
+            return []
+        out.append(base)
+        head = base
+    out.reverse()
+    return out
+
+
 class Packed(msgspec.Struct, frozen=True):
     raw: int
     views: int
@@ -166,8 +228,28 @@ class Packed(msgspec.Struct, frozen=True):
 def pack(views: dict[str, Any]) -> Packed:
     """The views sorted by key, msgpack, zlib: the same views give the same bytes."""
     raw = _ENCODER.encode(dict(sorted(views.items())))
+    return compress(raw, len(views))
+
+
+def compress(raw: bytes, entries: int) -> Packed:
     data = zlib.compress(raw, LEVEL)
-    return Packed(len(raw), len(views), data, hashlib.sha256(data).hexdigest())
+    return Packed(len(raw), entries, data, hashlib.sha256(data).hexdigest())
+
+
+def inflate(head: Head, data: bytes) -> bytes:
+    """The raw payload of ``data``, checked against the head's sizes and digest."""
+    if len(data) != head.packed:
+        raise Unusable(f"{len(data)} bytes stored, the head says {head.packed}")
+    if hashlib.sha256(data).hexdigest() != head.digest:
+        raise Unusable("the stored bytes do not match the head's digest")
+    inflater = zlib.decompressobj()
+    try:
+        raw = inflater.decompress(data, head.raw + 1)
+    except zlib.error as exc:
+        raise Unusable(f"the payload does not decompress: {exc}") from None
+    if len(raw) != head.raw or not inflater.eof or inflater.unconsumed_tail:
+        raise Unusable(f"the payload is not {head.raw} bytes")
+    return raw
 
 
 class Unpacker(Generic[V]):
@@ -175,18 +257,10 @@ class Unpacker(Generic[V]):
         self._decoder = msgspec.msgpack.Decoder(dict[str, view_type])  # type: ignore[valid-type]
 
     def unpack(self, head: Head, data: bytes) -> dict[str, V]:
-        """The views of ``data``, checked against every figure of ``head``."""
-        if len(data) != head.packed:
-            raise Unusable(f"{len(data)} bytes stored, the head says {head.packed}")
-        if hashlib.sha256(data).hexdigest() != head.digest:
-            raise Unusable("the stored bytes do not match the head's digest")
-        inflate = zlib.decompressobj()
-        try:
-            raw = inflate.decompress(data, head.raw + 1)
-        except zlib.error as exc:
-            raise Unusable(f"the payload does not decompress: {exc}") from None
-        if len(raw) != head.raw or not inflate.eof or inflate.unconsumed_tail:
-            raise Unusable(f"the payload is not {head.raw} bytes")
+        """The views of a full checkpoint's ``data``, checked against every figure of ``head``."""
+        if not head.full:
+            raise Unusable("a delta is not a full checkpoint")
+        raw = inflate(head, data)
         try:
             views: dict[str, V] = self._decoder.decode(raw)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
