@@ -244,7 +244,10 @@ class Keeper:
         if ring is None:
             ring = self.rings[(caller.name, ask.key())] = Ring()
         now = self.clock()
-        ring.held = [h for h in ring.held if not h.gone and h.expires - now > 1.0]  # _live
+        for h in ring.held:  # a new list only when one has ended: most requests see none
+            if h.gone or h.expires - now <= 1.0:
+                ring.held = [h for h in ring.held if self._live(h)]
+                break
         usable = _usable(ring, exclude, target)
         room = len(ring.held) < self.rotating and now >= ring.full_until
         if not usable or (room and not exclude):

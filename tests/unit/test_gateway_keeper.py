@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import httpx
 
 from services.gateway.api import Api
-from services.gateway.leases import MAX_BACKGROUND, Caller, Keeper
+from services.gateway.leases import MAX_BACKGROUND, Caller, Held, Keeper
 from services.gateway.pure.username import Ask
 
 
@@ -119,13 +119,11 @@ async def test_requests_while_a_renewal_is_under_way_start_no_other() -> None:
         await asyncio.sleep(0)
     assert fake.renewals == 1
     fake.answer.set()
-    while held.renewing:
-        await asyncio.sleep(0)
+    await asyncio.gather(*keeper._tasks)  # the renewal, answered
     assert held.expires > now[0] + 50.0  # the renewal's answer is the lease's new end
     held.expires = now[0] + 20.0  # due again: the next request renews again
     await keeper.lease(caller, Ask())
-    while held.renewing:
-        await asyncio.sleep(0)
+    await asyncio.gather(*keeper._tasks)  # the renewal, answered
     assert fake.renewals == 2
     fake.released.set()
     await keeper.close()
@@ -149,9 +147,28 @@ async def test_a_renewal_dropped_when_too_much_is_under_way_is_asked_again() -> 
     for task in blockers:
         task.cancel()
     await keeper.lease(caller, Ask())
-    while held.renewing:
-        await asyncio.sleep(0)
+    await asyncio.gather(*keeper._tasks)  # the renewal, answered
     assert fake.renewals == 1
+    fake.released.set()
+    await keeper.close()
+    await api.aclose()
+
+
+async def test_a_rotating_request_never_takes_an_ended_or_ending_lease() -> None:
+    fake = OneProxy()  # holds one lease: a new one is refused while it is active
+    now = [1000.0]
+    api = Api("http://api.test", transport=httpx.MockTransport(fake.handle))
+    keeper = Keeper(api, rotating=3, clock=lambda: now[0])
+    caller = Caller("crawler-a", "token")
+    first = await keeper.lease(caller, Ask())
+    ring = keeper.rings[("crawler-a", Ask().key())]
+    ended = Held(first.granted, caller, 60.0, expires=now[0] + 60.0, checked=now[0], gone=True)
+    ending = Held(first.granted, caller, 60.0, expires=now[0] + 0.5, checked=now[0])
+    ring.held += [ended, ending]
+    ring.full_until = now[0] + 3600.0  # no room: the request picks among what the ring holds
+    for _ in range(6):
+        assert await keeper.lease(caller, Ask()) is first
+    assert ring.held == [first]
     fake.released.set()
     await keeper.close()
     await api.aclose()
