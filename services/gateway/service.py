@@ -206,7 +206,8 @@ class GatewayService:
         )
         server = await asyncio.get_running_loop().create_server(gateway.protocol, sock=sock)
         # What start-up made lives as long as the process: kept out of the collector's full
-        # passes, which the requests' short-lived objects set off (docs/gateway.md, "Limits").
+        # passes, which the requests' short-lived objects set off (docs/architecture.md, "The
+        # gateway").
         gc.freeze()
         self.listening.set()
         log.info(
