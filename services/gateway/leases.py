@@ -78,6 +78,9 @@ class Held:
     in_flight: int = 0
     gone: bool = False
     """Ended (released, expired, revoked): not to be used again."""
+    renewing: bool = False
+    """A renewal is under way: the requests meanwhile start no other (one per lease, not one
+    per request until the API answers)."""
     blocked: set[str] = field(default_factory=set)
     """Target hosts that answered this lease's proxy with a block: a rotating request for one
     of them takes another lease, as the API keeps the proxy from the host for a new one."""
@@ -166,7 +169,9 @@ class Keeper:
         now = self.clock()
         held.used = now
         if held.expires - now < held.ttl / 2:
-            self._background(self._renew(held))
+            if not held.renewing:
+                # Dropped when too much is under way: the next request tries again.
+                held.renewing = self._background(self._renew(held))
         elif now - held.checked > self.refresh:
             held.checked = now
             self._background(self.reread(held))
@@ -235,10 +240,15 @@ class Keeper:
     async def _rotating(
         self, caller: Caller, ask: Ask, exclude: frozenset[str], target: str
     ) -> Held:
-        ring = self.rings.setdefault((caller.name, ask.key()), Ring())
-        ring.held = [h for h in ring.held if self._live(h)]
-        usable = _usable(ring, exclude, target)
+        ring = self.rings.get((caller.name, ask.key()))
+        if ring is None:
+            ring = self.rings[(caller.name, ask.key())] = Ring()
         now = self.clock()
+        for h in ring.held:  # a new list only when one has ended: most requests see none
+            if h.gone or h.expires - now <= 1.0:
+                ring.held = [h for h in ring.held if self._live(h)]
+                break
+        usable = _usable(ring, exclude, target)
         room = len(ring.held) < self.rotating and now >= ring.full_until
         if not usable or (room and not exclude):
             lock = self._lock(("ring", caller.name, *ask.key()))
@@ -296,6 +306,8 @@ class Keeper:
             if exc.status in (404, 410):
                 held.gone = True
             return
+        finally:
+            held.renewing = False
         now = self.clock()
         held.granted, held.checked = granted, now
         held.expires = now + _left(granted)
@@ -378,14 +390,16 @@ class Keeper:
     def _lock(self, key: tuple[object, ...]) -> asyncio.Lock:
         return self._locks.setdefault(key, asyncio.Lock())
 
-    def _background(self, work: Coroutine[Any, Any, None]) -> None:
+    def _background(self, work: Coroutine[Any, Any, None]) -> bool:
+        """Start ``work``; whether it was (not when too much is under way)."""
         if len(self._tasks) >= MAX_BACKGROUND:
             work.close()
             self.dropped += 1
-            return
+            return False
         task = asyncio.create_task(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return True
 
     async def _api(self, call: Coroutine[Any, Any, T]) -> T:
         try:

@@ -64,8 +64,10 @@ class GatewayMetrics:
             )
             self._children[key] = children
         children[0].inc()
-        children[1].inc(up)
-        children[2].inc(down)
+        if up:  # a GET sends no body: an increment by nothing costs as much as one by much
+            children[1].inc(up)
+        if down:
+            children[2].inc(down)
 
 
 def gateway_metrics(registry: CollectorRegistry) -> GatewayMetrics:

@@ -25,6 +25,16 @@ MAX_HEADERS = 128
 CHUNK = 64 * 1024
 MAX_BLANK = 4
 VERSIONS = (b"1.1", b"1.0")
+NOTED = frozenset(
+    {
+        b"content-length",
+        b"transfer-encoding",
+        b"expect",
+        b"proxy-authorization",
+        heads.PARAMS_HEADER,
+    }
+)
+"""The fields ``Request.on_header`` notes beside keeping them."""
 
 
 @dataclass
@@ -54,6 +64,8 @@ class Request:
             raise HeadError(f"more than {MAX_HEADERS} header fields", 431)
         self.headers.append((name, value))
         low = name.lower()
+        if low not in NOTED:
+            return  # most fields: one lookup, not a test per name below
         if low == b"content-length":
             self.lengths.append(value)
         elif low == b"transfer-encoding":

@@ -21,14 +21,18 @@ class Targets:
 
     def __init__(self) -> None:
         self.key = b""
+        self.asked: tuple[str, bytes] = ("", b"")
         self.found: tuple[Target, str | None] | None = None
 
     def get(self, method: str, url: bytes, own_ports: tuple[int, ...]) -> tuple[Target, str | None]:
+        if self.found is not None and self.asked == (method, url):
+            return self.found  # the very same URL again: no need to find its authority
         key = method.encode() + b" " + url[: heads.authority_end(url)]
         if key != self.key or self.found is None:
             target = heads.target(method, url)
             self.found = (target, heads.denied(target, own_ports))
             self.key = key
+        self.asked = (method, url)  # after: a URL refused is not remembered
         return self.found
 
 

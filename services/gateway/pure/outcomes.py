@@ -31,6 +31,10 @@ class Verdict:
     """Send the request again through another proxy, instead of answering this response."""
 
 
+SUCCESS = Verdict("success", retry=False)
+"""Most answers' verdict, made once: a frozen dataclass costs microseconds to make."""
+
+
 def judge(
     status: int,
     squid_error: bool,
@@ -49,7 +53,7 @@ def judge(
     elif status in block_codes:
         outcome = "blocked"
     else:
-        return Verdict("success", retry=False)
+        return SUCCESS
     retry = attempt == 0 and replayable and not sticky and method in IDEMPOTENT
     return Verdict(outcome, retry=retry)
 

@@ -60,9 +60,15 @@ class Ask:
     ttl: int | None = None
     """Seconds a session lives unused (its lease's TTL, renewed while it is used)."""
 
+    _key: tuple[object, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # Made once: every rotating request looks its leases up by it.
+        object.__setattr__(self, "_key", (tuple(sorted(self.selector.items())), self.pool))
+
     def key(self) -> tuple[object, ...]:
         """What makes two requests share leases: the same selector and pool."""
-        return (tuple(sorted(self.selector.items())), self.pool)
+        return self._key
 
 
 def parse(user: str, client: str | None) -> tuple[str, Ask]:
