@@ -61,6 +61,10 @@ def owner(key: str, members: Sequence[str]) -> str | None:
     return max(members, key=lambda member: (_score(member, key), member))
 
 
+MAX_OWNED = 2_000_000
+"""Keys ``owns`` remembers before it forgets them all (about 200 MB at most)."""
+
+
 class Membership:
     """This replica's heartbeat and its view of the live members."""
 
@@ -84,6 +88,9 @@ class Membership:
         """Bumped whenever ``members`` changes, so callers can cache assignments."""
         self._kv: KeyValue | None = None
         self._renewed_at = float("-inf")
+        self._owned: dict[str, bool] = {}
+        """``owns`` per key for the current ``members``: the prober asks for every Ready proxy
+        each second, and a rendezvous hash per proxy per second was a third of a core at 10^5."""
 
     async def join(self) -> None:
         self._kv = await self._open()
@@ -132,7 +139,12 @@ class Membership:
                 log.warning("health replica could not leave", error=str(exc))
 
     def owns(self, key: str) -> bool:
-        return owner(key, self.members) == self.replica_id
+        found = self._owned.get(key)
+        if found is None:
+            if len(self._owned) >= MAX_OWNED:
+                self._owned.clear()  # keys of proxies long gone: start again
+            found = self._owned[key] = owner(key, self.members) == self.replica_id
+        return found
 
     def alive(self) -> bool:
         """Whether our own key is surely still in the bucket."""
@@ -147,6 +159,7 @@ class Membership:
         if members != self.members:
             log.info("health members changed", replica=self.replica_id, members=list(members))
             self.members = members
+            self._owned.clear()
             self.generation += 1
 
     async def _list(self, kv: KeyValue) -> list[str]:

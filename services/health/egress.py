@@ -77,9 +77,10 @@ class EgressChecker:
         self.settings = settings
         self.metrics = metrics
         self.clock = clock
-        self.checked: dict[tuple[str, str], datetime] = {}
-        """(uid, provider id) -> when this replica last checked it (a check that appended
-        nothing leaves no trace in the log)."""
+        self.checked: dict[str, dict[str, datetime]] = {}
+        """uid -> provider id -> when this replica last checked it (a check that appended
+        nothing leaves no trace in the log). By uid first: forgetting a proxy is one pop, where
+        a scan of every pair per proxy stopped took a replica of 10^5 proxies minutes."""
         self.tasks: dict[str, asyncio.Task[None]] = {}
         self.checks = 0
 
@@ -87,7 +88,7 @@ class EgressChecker:
         task = self.tasks.get(uid)
         if task is not None and not task.done():
             return False
-        last = self.checked.get((uid, provider_id))
+        last = self.checked.get(uid, {}).get(provider_id)
         if last is None:
             found = judged.finding(view, provider_id)
             last = found.checked_at if found is not None else None
@@ -103,7 +104,7 @@ class EgressChecker:
         """Check the instance ``target`` (provider id, proxy URL) in a task of its own (one per
         proxy at a time); ``latest`` gives the view as it is when the answer comes."""
         provider_id, proxy_url = target
-        self.checked[(uid, provider_id)] = self.clock()
+        self.checked.setdefault(uid, {})[provider_id] = self.clock()
         self.tasks[uid] = asyncio.create_task(
             self._checked(uid, view, provider_id, proxy_url, latest), name=f"egress {uid}"
         )
@@ -128,8 +129,7 @@ class EgressChecker:
         task = self.tasks.pop(uid, None)
         if task is not None:
             task.cancel()
-        for key in [k for k in self.checked if k[0] == uid]:
-            del self.checked[key]
+        self.checked.pop(uid, None)
 
     async def close(self) -> None:
         tasks = list(self.tasks.values())
