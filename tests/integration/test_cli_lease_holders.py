@@ -8,6 +8,7 @@ import asyncio
 import json
 from datetime import datetime
 
+import httpx
 import pytest
 
 from events import subjects
@@ -138,7 +139,12 @@ async def test_a_target_skips_blocked_proxies_and_wait_outlasts_a_lease(
         queue = service.api.leases.queue
         waiting = asyncio.create_task(cli("lease", "acquire", "--wait", "30s", "-o", "json", **env))
         await until(lambda: queue.waiting == 1, what="the CLI's request to wait")
-        assert (await cli("lease", "release", json.loads(other.stdout)["id"], **env)).exit_code == 0
+        # Released through the API, not a second CLI run: click's runner swaps sys.stdout and
+        # os.environ for the whole process, so two runs at once lose the waiting one's output
+        # and can leave the other's variables (OTEL_SDK_DISABLED) behind for later tests.
+        async with httpx.AsyncClient(base_url=base) as api:
+            released = await api.delete(f"/v1/leases/{json.loads(other.stdout)['id']}")
+        assert released.status_code == 204, released.text
         waited = await waiting
         assert waited.exit_code == 0, waited.output
         # The third lease on p1: its token is above the second's, and is its grant's sequence.

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Iterator, Mapping
 
 import click
@@ -34,6 +35,9 @@ def restore_logging_after() -> Iterator[None]:
         structlog.configure(**config)
 
 
+_ONE_AT_A_TIME = threading.Lock()
+
+
 async def cli(*args: str, **env: str | None) -> Result:
     """Invoke the CLI in a thread; an exception the CLI did not turn into an exit code fails."""
     base: dict[str, str | None] = {
@@ -43,7 +47,14 @@ async def cli(*args: str, **env: str | None) -> Result:
         "OTEL_SDK_DISABLED": "true",
     }
     runner = CliRunner()
-    result = await asyncio.to_thread(runner.invoke, main, list(args), env=base | env)
+    # click's runner swaps sys.stdout and os.environ for the whole process: a second run while
+    # one is under way loses output and can leave variables set for every later test.
+    if not _ONE_AT_A_TIME.acquire(blocking=False):
+        raise RuntimeError("a CLI run is under way in this process; run one at a time")
+    try:
+        result = await asyncio.to_thread(runner.invoke, main, list(args), env=base | env)
+    finally:
+        _ONE_AT_A_TIME.release()
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         raise result.exception
     return result
