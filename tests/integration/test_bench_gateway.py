@@ -28,5 +28,6 @@ async def test_a_tiny_gateway_bench_measures_both_arms(tmp_path: Path) -> None:
     assert all(m > 0 for m in light["direct"] + light["through_gateway"]), light
     floor = result["relay_floor"]
     assert floor["requests_per_second"][0] > 0
-    assert floor["cpu_us_per_request"][0] > 0
+    # CPU comes from /proc in clock ticks (10 ms): 300 requests at ~25 µs each can read as 0.
+    assert floor["cpu_us_per_request"][0] >= 0
     assert floor["tunnel_mb_per_second"][0] > 0
