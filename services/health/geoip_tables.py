@@ -10,42 +10,82 @@ with ``load_tables``. The lists' 100 MB live and die with the child.
 
 from __future__ import annotations
 
+import os
+import selectors
 import subprocess
 import sys
+import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from subprocess import PIPE
+from typing import IO, Any, cast
 
 from services.health.pure.geotables import DECODER, ENCODER, Tables, build
 
 TIMEOUT = 120.0
 MAX_OUTPUT = 256 * 1024 * 1024
 """More than the tables of any geoip2fast file; a child that writes more is not ours."""
+MAX_SAID = 64 * 1024
+"""The tail of the child's complaint kept: its last line is what the error says."""
+CHUNK = 1024 * 1024
 
 
 class TablesError(Exception):
     """The child could not load the data; the message says what it printed."""
 
 
-def load_tables(data_file: Path) -> Tables:
-    """The tables of ``data_file``, from a child process (blocking: run it in a thread)."""
+def load_tables(data_file: Path, *, command: Sequence[str] | None = None) -> Tables:
+    """The tables of ``data_file``, from a child process (blocking: run it in a thread).
+
+    What the child writes is read with bounds, not gathered whole and then checked: a child that
+    writes without end (a damaged install, a hostile file) is stopped at ``MAX_OUTPUT`` bytes,
+    its complaint is kept to its last ``MAX_SAID`` bytes, and a child that never ends is killed
+    at ``TIMEOUT``. ``command`` replaces the child (tests feed it hostile ones)."""
+    argv = list(command or [sys.executable, "-m", "services.health.geoip_tables"])
+    argv.append(str(data_file))
+    returncode, out, said = _run(argv)
+    if returncode != 0:
+        lines = said.decode("utf-8", "replace").strip().splitlines()
+        raise TablesError(lines[-1] if lines else f"the loader ended with {returncode}")
     try:
-        done = subprocess.run(
-            [sys.executable, "-m", "services.health.geoip_tables", str(data_file)],
-            capture_output=True,
-            timeout=TIMEOUT,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise TablesError(f"the loader did not run: {exc}") from exc
-    if done.returncode != 0:
-        said = done.stderr.decode("utf-8", "replace").strip().splitlines()
-        raise TablesError(said[-1] if said else f"the loader ended with {done.returncode}")
-    if len(done.stdout) > MAX_OUTPUT:
-        raise TablesError("the loader wrote more than any tables")
-    try:
-        return DECODER.decode(done.stdout)
+        return DECODER.decode(out)
     except Exception as exc:
         raise TablesError(f"the loader wrote no tables: {exc}") from exc
+
+
+def _run(argv: list[str]) -> tuple[int, bytes, bytes]:
+    """The child's exit code, its output and the tail of its complaint, each bounded."""
+    try:
+        child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=PIPE, stderr=PIPE)
+    except OSError as exc:
+        raise TablesError(f"the loader did not run: {exc}") from exc
+    with child, selectors.DefaultSelector() as selector:
+        out, said = bytearray(), bytearray()
+        selector.register(cast(IO[bytes], child.stdout), selectors.EVENT_READ, out)  # PIPE
+        selector.register(cast(IO[bytes], child.stderr), selectors.EVENT_READ, said)
+        deadline = time.monotonic() + TIMEOUT
+        try:
+            while selector.get_map():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TablesError(f"the loader did not finish within {TIMEOUT:g} s")
+                for key, _ in selector.select(left):
+                    chunk = os.read(key.fd, CHUNK)
+                    if not chunk:
+                        selector.unregister(key.fileobj)
+                        continue
+                    kept: bytearray = key.data
+                    kept += chunk
+                    if kept is said:
+                        del said[:-MAX_SAID]
+                    elif len(out) > MAX_OUTPUT:
+                        raise TablesError("the loader wrote more than any tables")
+            return child.wait(max(deadline - time.monotonic(), 0.1)), bytes(out), bytes(said)
+        except subprocess.TimeoutExpired:
+            raise TablesError(f"the loader did not finish within {TIMEOUT:g} s") from None
+        finally:
+            if child.poll() is None:
+                child.kill()
 
 
 def tables_of(data_file: Path) -> Tables:
