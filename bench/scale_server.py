@@ -428,7 +428,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="bench-scale-server-") as tmp:
             sizes = asyncio.run(run(Path(tmp)))
     doc = report(sizes, config)
-    render(sizes, Console())
+    render(sizes, Console(width=220))
     if args.json:
         Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")
 
