@@ -1,7 +1,7 @@
 """Discovery's index of spent budgets (``Views.spent_providers``, D162), fed records as its
 projector would: spent once a day's bytes reach the budget, no longer when a later record of the
 day carries a larger one, only for the day it was spent, and rebuilt from restored views; what
-the lease path keeps of the candidates (``leasing.leases.within_budget``)."""
+the lease path keeps of the candidates (``leasing.choosing.kept_by``)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ from events.schemas import ProxyDeclared, ProxySpec
 from events.store import Recorded
 from projections import meter
 from projections.proxy import ProxyView
-from services.discovery.leasing.leases import within_budget
+from services.discovery.leasing.choosing import kept_by
+from services.discovery.pure.drawing import Candidates
 from services.discovery.views import Views
 from services.runtime.eventlog.memory import InMemoryEventStore
 
@@ -77,9 +78,12 @@ def test_restored_views_rebuild_the_index_and_the_lease_path_leaves_spent_proxie
     declare(again, "de-1", "resi-de")
     declare(again, "fr-1", "resi-fr")
     declare(again, "vm-1", "gcp")
-    assert within_budget(again, ["de-1", "fr-1", "vm-1", "gone"]) == ["fr-1", "vm-1"]
+    offered = ["de-1", "fr-1", "vm-1", "gone"]
+    assert list(Candidates(offered, kept_by(again, None, ()))) == ["fr-1", "vm-1"]
+    assert list(Candidates(offered, kept_by(again, None, ["vm-1"]))) == ["fr-1"]
     clock[0] += timedelta(days=1)
-    assert within_budget(again, ["de-1", "fr-1"]) == ["de-1", "fr-1"]
+    assert kept_by(again, None, ()) is None  # nothing spent: nothing asked per proxy
+    assert list(Candidates(offered[:2], kept_by(again, None, ()))) == ["de-1", "fr-1"]
     assert meter.day_of(clock[0]) not in again.spent_on
 
 

@@ -7,7 +7,8 @@ from typing import Any
 
 from events.schemas import Phase, ProxySpec
 from projections.proxy import ProxyView
-from services.discovery.pure.candidates import CandidateIndex, random_order
+from services.discovery.pure.candidates import CandidateIndex
+from services.discovery.pure.drawing import random_order
 
 
 def proxy(uid: str, **changes: Any) -> ProxyView:

@@ -32,7 +32,7 @@ from projections.lease_queries import active, find, is_available
 from projections.proxy import ProxyView
 from services.discovery.http.access import LeaseLimit
 from services.discovery.http.errors import ApiError, IdempotencyKeyMismatch, LeaseEnded, PoolBusy
-from services.discovery.http.pools import members_only
+from services.discovery.leasing.choosing import candidates_of
 from services.discovery.leasing.demand import Asker, DemandReporter
 from services.discovery.leasing.held_leases import HeldLeases
 from services.discovery.leasing.quota import Limit, Quota
@@ -40,7 +40,8 @@ from services.discovery.leasing.refusals import refusal
 from services.discovery.leasing.waiting import Queue, Waiter
 from services.discovery.observability.metrics import DiscoveryMetrics
 from services.discovery.pure.acquiring import Acquisition, Move
-from services.discovery.pure.candidates import narrowed, normalized, pairs_of, random_order
+from services.discovery.pure.candidates import normalized, pairs_of
+from services.discovery.pure.drawing import Candidates
 from services.discovery.pure.policy import Claim, Granted, LeasePolicy, Stored
 from services.discovery.views import Views
 from services.runtime.pure.poolref import PoolRef
@@ -58,20 +59,6 @@ def eligible(views: Views, proxy: ProxyView, selector: Mapping[str, str]) -> boo
         and proxy.spec.provider not in views.spent_providers()
         and all((k, v) in pairs for k, v in wanted)
     )
-
-
-def within_budget(views: Views, uids: list[str]) -> list[str]:
-    """``uids`` without the proxies whose provider spent its budget today (D162). Nothing to do,
-    and nothing read per proxy, while no provider has: the lease path's usual cost."""
-    spent = views.spent_providers()
-    if not spent:
-        return uids
-    kept = []
-    for uid in uids:
-        proxy = views.proxy(uid)
-        if proxy is not None and proxy.spec.provider not in spent:
-            kept.append(uid)
-    return kept
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,9 +152,10 @@ class Leases(HeldLeases):
         ``pure.acquiring`` decides, with the claims, reads, metrics and demand around them."""
         selector, claim, pool, limit = request.selector, request.claim, request.pool, request.limit
 
-        def candidates() -> list[str]:
-            matching = members_only(self.views, self.views.candidates.matching(selector), pool)
-            return narrowed(within_budget(self.views, matching), request.exclude, request.proxy_uid)
+        def candidates() -> Candidates:
+            return candidates_of(
+                self.views, selector, pool=pool, exclude=request.exclude, only=request.proxy_uid
+            )
 
         def refused() -> ApiError:
             return refusal(
@@ -218,7 +206,7 @@ class Leases(HeldLeases):
     async def _waited(
         self,
         request: LeaseRequest,
-        candidates: Callable[[], list[str]],
+        candidates: Callable[[], Candidates],
         attempt: Callable[[], Awaitable[Granted | None]],
     ) -> Granted | None:
         """``_wait``, the request counted as its pool's demand meanwhile."""
@@ -255,7 +243,7 @@ class Leases(HeldLeases):
 
     async def _wait(
         self,
-        candidates: Callable[[], list[str]],
+        candidates: Callable[[], Candidates],
         attempt: Callable[[], Awaitable[Granted | None]],
         claim: Claim,
         seconds: float,
@@ -300,10 +288,10 @@ class Leases(HeldLeases):
             await self.views.wait_for_lease_seq(end, self.policy.view_timeout)
         return self._known(claim)
 
-    async def _try(self, matching: list[str], claim: Claim) -> Granted | None:
+    async def _try(self, matching: Candidates, claim: Claim) -> Granted | None:
         """Claim free candidates in random order, so requests and replicas spread out instead
         of all racing for the first one, until one is granted or the attempts run out."""
-        order = random_order(matching, self.rng)
+        order = matching.drawn(self.rng)
         again: deque[tuple[str, LeaseView | None]] = deque()
         reread: set[str] = set()
         attempts = 0

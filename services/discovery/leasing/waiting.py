@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Generic, TypeVar
@@ -47,7 +47,7 @@ class Waiter(Generic[G]):
     """One waiting request: its candidates (uids, target), the future of its grant, and who
     asks (a proxy resting after its own lease is free to it, D153)."""
 
-    candidates: Callable[[], list[str]]
+    candidates: Callable[[], Iterable[str]]
     target: str
     claim: Callable[[], Awaitable[G | None]]
     who: Claimant | None = None

@@ -24,14 +24,15 @@ intersection too, so a filtered listing's ``total`` is not a walk of the fleet
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from typing import Generic, Protocol, TypeVar
+from typing import Generic, TypeVar
 
 from projections import egress
 from projections.egress import NO_POLICY, EgressIndex, EgressPolicy
 from projections.lease_queries import leasable
 from projections.proxy import ProxyView
+from services.discovery.pure.drawing import Drawable
 from services.discovery.pure.egress_shown import asn_filter, country_filter
 
 EGRESS_COUNTRY = "egress.country"
@@ -72,11 +73,13 @@ def pairs_of(proxy: ProxyView) -> frozenset[tuple[str, str]]:
 
 
 class PairIndex:
-    """uid -> attribute pairs, and pair -> uids, for one set of proxies."""
+    """uid -> attribute pairs, and pair -> uids, for one set of proxies; with ``drawable``, its
+    members also in a ``Drawable`` that a request draws from without copying it."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, drawable: bool = False) -> None:
         self.pairs: dict[str, frozenset[tuple[str, str]]] = {}
         self.by_pair: dict[tuple[str, str], set[str]] = {}
+        self.members: Drawable | None = Drawable() if drawable else None
 
     def put(self, uid: str, pairs: frozenset[tuple[str, str]] | None) -> None:
         """Index ``uid`` with ``pairs``, or drop it (None)."""
@@ -86,8 +89,12 @@ class PairIndex:
             if not holders:
                 del self.by_pair[pair]
         if pairs is None:
+            if self.members is not None:
+                self.members.discard(uid)
             return
         self.pairs[uid] = pairs
+        if self.members is not None:
+            self.members.add(uid)
         for pair in pairs:
             self.by_pair.setdefault(pair, set()).add(uid)
 
@@ -97,6 +104,17 @@ class PairIndex:
         sets = sorted((self.by_pair.get(pair, set()) for pair in selector.items()), key=len)
         found = set(sets[0]).intersection(*sets[1:])
         return sorted(found)  # a stable order: the randomness comes from random_order alone
+
+    def to_draw(self, selector: Mapping[str, str]) -> Sequence[str]:
+        """``matching``, and without a selector the live members themselves, not a copy."""
+        if not selector and self.members is not None:
+            return self.members
+        return self.matching(selector)
+
+    def has(self, uid: str, selector: Mapping[str, str]) -> bool:
+        """Whether ``uid`` is a member carrying every selector pair: one proxy, not the set."""
+        pairs = self.pairs.get(uid)
+        return pairs is not None and all(pair in pairs for pair in selector.items())
 
 
 V = TypeVar("V")
@@ -129,7 +147,7 @@ class CandidateIndex:
     def __init__(self, policy: EgressPolicy = NO_POLICY) -> None:
         self.policy = policy
         self.egress = EgressIndex()
-        self._leasable = PairIndex()
+        self._leasable = PairIndex(drawable=True)
         self._existing = PairIndex()
         self._views: dict[str, ProxyView] = {}
         self.phases: ValueIndex[str] = ValueIndex()
@@ -178,6 +196,14 @@ class CandidateIndex:
         """Leasable proxies whose attributes include every selector pair."""
         return self._leasable.matching(normalized(selector))
 
+    def to_draw(self, selector: Mapping[str, str], only: str | None = None) -> Sequence[str]:
+        """The leasable proxies an acquire draws from (``drawing``): the live index without a
+        selector, and for a request of one proxy (``only``) that proxy if it matches."""
+        wanted = normalized(selector)
+        if only is not None:
+            return [only] if self._leasable.has(only, wanted) else []
+        return self._leasable.to_draw(wanted)
+
     def existing(self, selector: Mapping[str, str]) -> list[str]:
         """Proxies not removed whose attributes include every selector pair, leasable or not."""
         return self._existing.matching(normalized(selector))
@@ -205,28 +231,3 @@ class CandidateIndex:
         for key, value in self._existing.by_pair:
             values.setdefault(key, set()).add(value)
         return values
-
-
-def narrowed(matching: list[str], exclude: Collection[str], only: str | None) -> list[str]:
-    """``matching`` without the proxies a request excludes, and, for a sticky request (``only``),
-    that one proxy if it is among them: the rest of the fleet is not a substitute for it."""
-    excluded = set(exclude)
-    if only is not None:
-        return [only] if only in matching and only not in excluded else []
-    return [uid for uid in matching if uid not in excluded] if excluded else matching
-
-
-class Draws(Protocol):
-    """What ``random_order`` needs of a generator (``random.Random`` has it): the caller owns the
-    randomness, so this module stays pure and a test can seed it."""
-
-    def random(self) -> float: ...
-
-
-def random_order(items: list[str], rng: Draws) -> Iterator[str]:
-    """``items`` in random order, one draw per item taken (a lazy Fisher-Yates shuffle)."""
-    pool = list(items)
-    for end in range(len(pool), 0, -1):
-        pick = int(rng.random() * end)
-        pool[pick], pool[end - 1] = pool[end - 1], pool[pick]
-        yield pool[end - 1]
