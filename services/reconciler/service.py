@@ -16,7 +16,6 @@ delayed redelivery.
 
 from __future__ import annotations
 
-import gc
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Annotated
@@ -56,8 +55,6 @@ reconciler's own decisions among them keep its states current (``States.chain``)
 EARLIER_FILTERS = (("proxy.*.declared", "proxy.*.instance", "proxy.*.health", "proxy.*.rotate"),)
 """The durable's filters in earlier versions: a durable found so is updated in place."""
 MAX_ATTEMPTS = 50
-YOUNG_COLLECTION = 10_000
-"""Allocations between two passes of the cyclic collector over the young generation."""
 COMMANDS = CreateInstance.category
 """The category of the commands the executor answers."""
 
@@ -316,18 +313,7 @@ class ReconcilerService:
             metrics=ctx.metrics,
             settle=reconciler.settle,
         )
-        # What start-up made lives as long as the process: kept out of the collector's full
-        # passes, as the gateway does. And the young generation collected every 10,000
-        # allocations rather than 700: with a few hundred deliveries and appends in flight,
-        # each young pass walked every one of their objects, about a tenth of the CPU
-        # (docs/decisions/0168-executor-facts-chained.md).
-        gc.freeze()
-        before = gc.get_threshold()
-        gc.set_threshold(YOUNG_COLLECTION, *before[1:])
-        try:
-            await loop.run()
-        finally:
-            gc.set_threshold(*before)
+        await loop.run()
 
 
 def build(settings: Settings, config: ReconcilerSettings) -> ReconcilerService:
