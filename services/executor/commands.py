@@ -25,6 +25,7 @@ import structlog
 from prometheus_client import CollectorRegistry, Counter
 
 from events import subjects
+from events.errors import ConcurrencyError
 from events.schemas import (
     CreateInstance,
     DeleteInstance,
@@ -109,6 +110,9 @@ class _Job:
     view: ProxyView | None = None
     """The proxy as its declarations say (its names), for a create."""
     fence_floor: int = 0
+    last_seq: int = 0
+    """The proxy's last sequence as far as this job knows: the command's, or the latest answer
+    read or appended after it (what the next answer is appended expecting)."""
 
     @property
     def kind(self) -> str:
@@ -185,6 +189,7 @@ class CommandHandler:
             answers=answers_to(history.events, command.command_id),
             view=view,
             fence_floor=fence_floor,
+            last_seq=max(after, history.last_seq),
         )
 
     # ---------------------------------------------------------------------------- create
@@ -318,10 +323,20 @@ class CommandHandler:
         return None if step.retry is None else Retry(step.retry, step.reason)
 
     async def _append(self, job: _Job, event: Answer, what: str) -> None:
-        """No optimistic concurrency: an answer is a fact about the command and depends on no
-        state another writer could change."""
+        """An answer is a fact about the command and depends on no state another writer could
+        change, so a conflict never stops it. It is appended expecting the proxy's last
+        sequence as the executor knows it (the command's, or its own latest answer's), because
+        an answer stored with the server's check can be folded by the reconciler onto the state
+        it kept, without reading the proxy (docs/decisions/0168-executor-facts-chained.md).
+        When something else came in between (a health event, a declaration), the answer is
+        appended without the check, as it always was, and the reconciler reads."""
         msg_id = derive_msg_id("executor", job.uid, job.command.command_id, what)
-        await self.store.append(subjects.proxy(job.uid), [NewEvent(event, msg_id, job.causation)])
+        aggregate, new = subjects.proxy(job.uid), [NewEvent(event, msg_id, job.causation)]
+        try:
+            result = await self.store.append(aggregate, new, expected_seq=job.last_seq)
+        except ConcurrencyError:
+            result = await self.store.append(aggregate, new)
+        job.last_seq = result.last_seq or job.last_seq
         job.answers.append(event)
 
     def _count(self, job: _Job, outcome: str) -> None:

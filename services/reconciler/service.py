@@ -26,7 +26,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Span
 
 from events import codec, subjects
-from events.schemas import ReplacementPromoted
+from events.schemas import CreateInstance, ReplacementPromoted
 from events.store import EventStore, History, NewEvent, decide_and_append, derive_msg_id
 from services.reconciler.cache import STATES_BUCKET, States
 from services.reconciler.leases import is_leased, switch_lease
@@ -55,6 +55,8 @@ reconciler's own decisions among them keep its states current (``States.chain``)
 EARLIER_FILTERS = (("proxy.*.declared", "proxy.*.instance", "proxy.*.health", "proxy.*.rotate"),)
 """The durable's filters in earlier versions: a durable found so is updated in place."""
 MAX_ATTEMPTS = 50
+COMMANDS = CreateInstance.category
+"""The category of the commands the executor answers."""
 
 
 class ReconcilerSettings(msgspec.Struct, frozen=True, kw_only=True):
@@ -86,6 +88,11 @@ class ReconcilerSettings(msgspec.Struct, frozen=True, kw_only=True):
 
 DEFAULTS = ReconcilerSettings()
 DEFAULT_DRAIN = DEFAULTS.rotation_drain
+ROUTINE = frozenset({"create", "ready"})
+"""Outcomes every proxy's life goes through, logged at debug: their events are in the log and
+``egress_reconcile_total`` counts them, and a line each cost the reconciler about a seventh of
+its CPU per proxy (docs/decisions/0168-executor-facts-chained.md). The others (a replace, a
+failure, a delete, a rotation) stay at info."""
 _SPAN_BY_OUTCOME = {
     "replace": "reconcile.replaceInstance",
     "delete": "reconcile.delete",
@@ -97,9 +104,16 @@ _SPAN_BY_OUTCOME = {
 
 
 def new_events(uid: str, decision: Decision, history: History, causation: str) -> list[NewEvent]:
-    """Ids derive from the uid, the folded sequence and the position: the same state decided
-    twice (two replicas, a redelivery) yields the same ids, stored once."""
-    return [
+    """Ids derive from the uid, the folded sequence and the position in the decision: the same
+    state decided twice (two replicas, a redelivery) yields the same ids, stored once.
+
+    A command is appended after the decision's other events (its status), so that when the
+    executor takes it, it is most likely the proxy's last event: the executor's answer can then
+    be appended expecting the command's own sequence, and the reconciler folds that answer on
+    from its kept state without a read (docs/decisions/0168-executor-facts-chained.md). The ids
+    stay those of the decision's order, so a replica of the earlier order that decided the same
+    state writes the same events under the same ids."""
+    made = [
         NewEvent(
             event,
             derive_msg_id("reconcile", uid, str(history.last_seq), str(i)),
@@ -107,6 +121,11 @@ def new_events(uid: str, decision: Decision, history: History, causation: str) -
         )
         for i, event in enumerate(decision.events)
     ]
+    return sorted(made, key=_is_command)
+
+
+def _is_command(new: NewEvent) -> bool:
+    return type(new.event).category == COMMANDS
 
 
 class Reconciler:
@@ -160,7 +179,8 @@ class Reconciler:
                 )
         self.metrics.reconcile.labels(decision.outcome).inc()
         if decision.outcome != "noop":
-            log.info(
+            said = log.debug if decision.outcome in ROUTINE else log.info
+            said(
                 "reconciled",
                 proxy_uid=uid,
                 outcome=decision.outcome,

@@ -9,9 +9,11 @@ import pytest
 
 from events import codec, subjects
 from events.schemas import CreateInstance, Phase, PhaseChanged, ProxyDeclared, ProxySpec
-from events.store import Recorded
+from events.store import History, Recorded, derive_msg_id
 from services.reconciler.cache import States
+from services.reconciler.pure.decision import Decision
 from services.reconciler.pure.view import fold
+from services.reconciler.service import new_events
 
 UID = "p-1"
 FILTER = subjects.proxy(UID).filter_subject
@@ -99,3 +101,17 @@ async def test_a_redelivered_or_older_event_never_moves_the_state_back() -> None
     assert states.exactly(UID, 5) is not None
     await states.keep(UID, fold(UID, [DECLARED]), 1, read=1)  # an overlapping reconcile's read
     assert states.exactly(UID, 5) == fold(UID, [DECLARED, CREATE])
+
+
+def test_a_decision_s_command_is_appended_last_under_the_id_of_its_position() -> None:
+    """The executor's answer can then expect the command's sequence (D168); the ids are those
+    of the decision's own order, so a replica of the earlier order writes the same ids."""
+    decision = Decision((CREATE.event, PHASE.event), "create")  # type: ignore[arg-type]
+    made = new_events(UID, decision, History([], 7), "cause")
+    assert [type(n.event) for n in made] == [PhaseChanged, CreateInstance]
+    ids = {type(n.event): n.msg_id for n in made}
+    assert ids[CreateInstance] == derive_msg_id("reconcile", UID, "7", "0")
+    assert ids[PhaseChanged] == derive_msg_id("reconcile", UID, "7", "1")
+    assert {n.causation_id for n in made} == {"cause"}
+    alone = Decision((PHASE.event,), "ready")  # type: ignore[arg-type]
+    assert [n.event for n in new_events(UID, alone, History([], 7), "")] == [PHASE.event]
