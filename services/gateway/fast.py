@@ -255,8 +255,14 @@ def ready(keeper: Keeper, caller: Caller, ask: Ask, host: str) -> tuple[Held, Ri
             return None
     else:
         ring = keeper.rings.get((caller.name, ask.key()))
-        if ring is None or (len(ring.held) < keeper.rotating and now >= ring.full_until):
+        if ring is None:
             return None
+        if len(ring.held) < keeper.rotating and now >= ring.full_until:
+            # Room for another lease: the coroutine takes one, unless a request is at it
+            # already, when it too uses what there is.
+            lock = keeper.locks.get(("ring", caller.name, *ask.key()))
+            if lock is None or not lock.locked():
+                return None
         usable = []
         for h in ring.held:
             if h.gone or h.expires - now <= 1.0:
