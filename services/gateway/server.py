@@ -15,9 +15,8 @@ import asyncio
 import contextlib
 import math
 from collections import Counter as Tally
-from collections.abc import Coroutine
 from dataclasses import dataclass, field
-from typing import Any, NoReturn
+from typing import NoReturn
 
 import structlog
 
@@ -181,7 +180,7 @@ class Gateway:
                 "send the request body with a Content-Length (chunked bodies are not relayed)",
                 "body",
             )
-        return await self._forward(caller, ask, target, request, crawler)
+        return await self.forward(caller, ask, target, request, crawler)
 
     def _refuse(self, status: int, reason: str, kind: str) -> NoReturn:
         self.metrics.refusals.labels(kind).inc()
@@ -199,20 +198,7 @@ class Gateway:
 
     # ------------------------------------------------------------------ plain HTTP
 
-    def forward(
-        self,
-        caller: Caller,
-        ask: Ask,
-        target: Target,
-        request: Request,
-        crawler: Crawler,
-        *,
-        early: Early,
-    ) -> Coroutine[Any, Any, bool]:
-        """The coroutine's way on for a request the callbacks sent (``fast.Lane``)."""
-        return self._forward(caller, ask, target, request, crawler, early=early)
-
-    async def _forward(
+    async def forward(
         self,
         caller: Caller,
         ask: Ask,
@@ -222,6 +208,8 @@ class Gateway:
         *,
         early: Early | None = None,
     ) -> bool:
+        """Answer a plain request; ``early``: the callbacks sent it, and hand it on
+        (``fast.Lane``)."""
         body: bytes | None = None
         if request.expects_continue and request.length and request.version == b"1.1":
             crawler.write(CONTINUE)  # the crawler waits for it before its body (curl: 1 s)
