@@ -69,6 +69,7 @@ async def test_a_session_s_gets_are_the_callbacks_and_keep_their_proxy(
 ) -> None:
     async with fleet(nats_server, jetstream_store, tmp_path, block=False) as f:
         gateway = running(f)
+        gateway.keeper.refresh = 3600.0  # no re-read meanwhile, however slow the machine
         async with f.client("crawler-a-session-s1") as sticky:
             answers = [await sticky.get(f.page(n)) for n in range(10)]
         assert [a.status_code for a in answers] == [200] * 10
