@@ -11,6 +11,9 @@ file), so its CPU is its own. Alternated in rounds, each arm on the same machine
   gateway. Target: >= 0.9x the bytes/s.
 - the gateway's CPU per request and per MB, and its RSS with ``--connections`` open (idle
   keep-alive connections that each made one request).
+- **pinned**, once after the rounds: both small arms again with the gateway on one core and ab,
+  the Squid and the site on the other, as when the gateway runs in pods of its own and does not
+  take the proxy's core (reported beside the shared figures, never instead of them).
 
     python -m bench.gateway --requests 20000 --concurrency 32 --megabytes 100 --rounds 2
 """
@@ -85,7 +88,12 @@ async def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                     gateway_process(server.url, api, clients) as (pid, port),
                     relay_floor(proxy.port) as floor,
                 ):
-                    return await rounds(args, origin, proxy, port, pid, floor=floor)
+                    result = await rounds(args, origin, proxy, port, pid, floor=floor)
+                    small = f"http://127.0.0.1:{origin.port}/1k"
+                    result["pinned"] = await pinned_arms(
+                        args, small, ports=(proxy.port, port), pids=(proxy.pid, pid)
+                    )
+                    return result
         finally:
             await conn.close()
     finally:
@@ -205,6 +213,47 @@ async def rounds(
             "tunnel_ratio": tunnel >= TUNNEL_TARGET,
         },
     }
+
+
+async def pinned_arms(
+    args: argparse.Namespace, url: str, *, ports: tuple[int, int], pids: tuple[int, int]
+) -> dict[str, Any] | None:
+    """Both small arms once with the gateway alone on the first core and everything else the
+    arms use (ab, the Squid, this process and its site) on the second; ``None`` on one core."""
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        return None
+    (squid_port, port), (squid_pid, pid) = ports, pids
+    login = f"{CLIENT}:{TOKEN}"
+    alone, rest = {cores[0]}, {cores[1]}
+    saved = {p: os.sched_getaffinity(p) for p in (pid, squid_pid, os.getpid())}
+    try:
+        pin(pid, alone)
+        pin(squid_pid, rest)
+        pin(os.getpid(), rest)  # ab, started from here, inherits it
+        direct = await ab(squid_port, url, args.requests, args.concurrency)
+        before = cpu_seconds(pid)
+        through = await ab(port, url, args.requests, args.concurrency, login)
+        cpu = (cpu_seconds(pid) - before) / args.requests
+    finally:
+        for p, was in saved.items():
+            pin(p, was)
+    return {
+        "cores": {"gateway": sorted(alone), "ab_squid_site": sorted(rest)},
+        "direct": asdict(direct),
+        "through_gateway": asdict(through),
+        "requests_per_second_ratio": round(
+            through.requests_per_second / direct.requests_per_second, 3
+        ),
+        "added_p50_ms": through.p50_ms - direct.p50_ms,
+        "gateway_cpu_us_per_request": round(cpu * 1e6, 1),
+    }
+
+
+def pin(pid: int, cores: set[int]) -> None:
+    """Every thread of ``pid`` on ``cores`` (affinity is a thread's, not a process's)."""
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        os.sched_setaffinity(int(task.name), cores)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -42,6 +42,20 @@ class Crawler(asyncio.Protocol):
         self._drained: asyncio.Future[None] | None = None
         self._reading_paused = False
         self.task: asyncio.Task[None] | None = None
+        self.fast: Callable[[], bool] | None = None
+        """Tried when a head arrives while the task waits for one: whether it took what there
+        was (``fast.Lane``: a request answered from callbacks), so the task need not wake."""
+        self.busy = False
+        """A request is being answered from callbacks: the task's wait for a head goes on."""
+        self.resume: Coroutine[Any, Any, bool] | None = None
+        """What the callbacks handed back to the task, to run as its next request."""
+        self.ended = False
+        """The callbacks answered a request after which the connection ends."""
+        self.served = 0
+        """Requests the callbacks answered."""
+        self.on_drained: Callable[[], None] | None = None
+        """Told when the crawler's write buffer has room again."""
+        self._parked = False
 
     # ------------------------------------------------------------------ the protocol
 
@@ -54,6 +68,8 @@ class Crawler(asyncio.Protocol):
         if len(self.buffer) > MAX_BUFFER and not self._reading_paused:
             self._reading_paused = True
             self.transport.pause_reading()
+        if self._parked and not self.busy and self.fast is not None and self.fast():
+            return
         self._wake()
 
     def eof_received(self) -> bool:
@@ -77,20 +93,39 @@ class Crawler(asyncio.Protocol):
         self._write_paused = False
         if self._drained is not None and not self._drained.done():
             self._drained.set_result(None)
+        if self.on_drained is not None:
+            self.on_drained()
+
+    @property
+    def writing_paused(self) -> bool:
+        return self._write_paused
+
+    @property
+    def parked(self) -> bool:
+        """Whether the task waits for the next head (and for nothing else)."""
+        return self._parked
 
     # ------------------------------------------------------------------ reading
 
     async def head(self, timeout: float) -> bytes:
         """The next request head's bytes; ``b""`` when the crawler closed between requests.
         ``HeadError`` for a head the gateway will not read, ``TimeoutError`` after
-        ``timeout``."""
+        ``timeout``. ``b""`` too when the callbacks handed a request back (``resume``) or
+        ended the connection (``ended``); never while they answer one (``busy``)."""
         self._arm(timeout)
         while True:
-            head = take_head(self.buffer, eof=self.eof)
-            if head is not None:
-                self._took()
-                return head
-            await self._wait()
+            if not self.busy:
+                if self.resume is not None or self.ended:
+                    return b""
+                head = take_head(self.buffer, eof=self.eof)
+                if head is not None:
+                    self._took()
+                    return head
+            self._parked = True
+            try:
+                await self._wait()
+            finally:
+                self._parked = False
 
     async def readexactly(self, n: int, timeout: float) -> bytes:
         """``n`` bytes of a body, each within ``timeout`` of the one before."""
@@ -170,6 +205,19 @@ class Crawler(asyncio.Protocol):
                     self._deadline = self._loop.time() + seconds  # the outer bound holds
                     await self._wait()
 
+    # ------------------------------------------------------------------ for the callbacks
+
+    def rearm(self, timeout: float) -> None:
+        """The wait for the next head is due ``timeout`` from now (a request was answered)."""
+        self._deadline = self._loop.time() + timeout
+
+    def wake(self) -> None:
+        """The task looks again: a request handed back, an end, a head to read."""
+        self._wake()
+
+    def took(self) -> None:
+        self._took()
+
     # ------------------------------------------------------------------ helpers
 
     def _took(self) -> None:
@@ -191,6 +239,8 @@ class Crawler(asyncio.Protocol):
         self._timer = None
         if self._waiter is None or self._waiter.done():
             return  # nobody waits: the next wait arms again
+        if self.busy:  # a request answered from callbacks, with deadlines of its own
+            self._deadline = max(self._deadline, self._loop.time() + 1.0)
         if self._loop.time() < self._deadline:
             self._timer = self._loop.call_at(self._deadline, self._expire)
             return

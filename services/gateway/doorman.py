@@ -77,6 +77,22 @@ class Doorman:
                 self._passed.popitem(last=False)
         return answer
 
+    def known(
+        self, raw: tuple[bytes | None, bytes | None], address: str
+    ) -> tuple[Caller, Ask] | None:
+        """The caller of a login that passed against the table in force, when ``who`` would
+        give it without a check or a refusal to count; ``None``: ask ``who``."""
+        if self._table is not self.clients.table:
+            return None
+        if not self.clients.open and (
+            raw[0] is None or self.throttle.retry_after(address, time.monotonic()) > 0
+        ):
+            return None
+        found = self._passed.get(raw)
+        if found is not None:
+            self._passed.move_to_end(raw)
+        return found
+
     def _check(self, headers: list[Header], address: str) -> tuple[Caller, Ask] | bytes:
         given = heads.login(headers)
         extra = heads.params(headers)

@@ -148,7 +148,7 @@ class Keeper:
         self.sessions: dict[tuple[str, str], Held] = {}
         self.rings: dict[tuple[str, tuple[object, ...]], Ring] = {}
         self._generations: dict[tuple[str, str], int] = {}
-        self._locks: dict[tuple[object, ...], asyncio.Lock] = {}
+        self.locks: dict[tuple[object, ...], asyncio.Lock] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self.dropped = 0
 
@@ -343,8 +343,8 @@ class Keeper:
                 self._background(self._release_all(idle, lock))
             if not ring.held:
                 del self.rings[key]
-        for lock_key in [k for k, lock in self._locks.items() if not lock.locked()]:
-            del self._locks[lock_key]
+        for lock_key in [k for k, lock in self.locks.items() if not lock.locked()]:
+            del self.locks[lock_key]
 
     def counts(self) -> tuple[int, int]:
         """Leases held now: sessions, rotating."""
@@ -388,7 +388,7 @@ class Keeper:
         return not held.gone and held.expires - self.clock() > 1.0
 
     def _lock(self, key: tuple[object, ...]) -> asyncio.Lock:
-        return self._locks.setdefault(key, asyncio.Lock())
+        return self.locks.setdefault(key, asyncio.Lock())
 
     def _background(self, work: Coroutine[Any, Any, None]) -> bool:
         """Start ``work``; whether it was (not when too much is under way)."""

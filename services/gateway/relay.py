@@ -58,10 +58,10 @@ class Upstreams:
         self._idle: defaultdict[tuple[str, int], list[Upstream]] = defaultdict(list)
         self._watching: set[asyncio.Task[None]] = set()
 
-    async def take(self, host: str, port: int, *, fresh: bool = False) -> Upstream:
-        """A connection to the proxy for a plain request: an idle one unless ``fresh``."""
+    def idle_one(self, host: str, port: int) -> Upstream | None:
+        """An idle connection to the proxy, if one is open."""
         idle = self._idle.get((host, port))
-        while idle and not fresh:
+        while idle:
             up = idle.pop()
             self.idle -= 1
             if not idle:
@@ -69,6 +69,14 @@ class Upstreams:
             if not up.closed:
                 return up
             up.close()
+        return None
+
+    async def take(self, host: str, port: int, *, fresh: bool = False) -> Upstream:
+        """A connection to the proxy for a plain request: an idle one unless ``fresh``."""
+        if not fresh:
+            up = self.idle_one(host, port)
+            if up is not None:
+                return up
         self._room()
         loop = asyncio.get_running_loop()
         try:

@@ -30,6 +30,7 @@ from services.gateway.bounds import (
 )
 from services.gateway.crawler import Crawler
 from services.gateway.doorman import Doorman
+from services.gateway.fast import Early, Lane
 from services.gateway.leases import Caller, Held, Keeper, NoLease
 from services.gateway.metrics import GatewayMetrics
 from services.gateway.pure import heads
@@ -64,6 +65,10 @@ class Gateway:
     upstreams: Upstreams = field(init=False)
     _per_address: Tally[str] = field(default_factory=Tally)
     _open: int = 0
+    by_callbacks: int = 0
+    """Requests answered from callbacks alone (``fast.Lane``)."""
+    handed_back: int = 0
+    """Requests the callbacks sent and handed to a coroutine (no success, or no answer)."""
 
     def __post_init__(self) -> None:
         self.doorman = Doorman(self.clients, self.metrics, self.throttle)
@@ -74,7 +79,7 @@ class Gateway:
             max_open=self.limits.upstreams,
         )
         self.tunnels = Tunnels(
-            self.keeper, self.upstreams, self.limits, self.block_codes, self._lease, self._count
+            self.keeper, self.upstreams, self.limits, self.block_codes, self._lease, self.count
         )
 
     def protocol(self) -> Crawler:
@@ -103,8 +108,10 @@ class Gateway:
         self._per_address[address] += 1
         self._open += 1
         self.metrics.connections.inc()
+        lane = Lane(self, crawler, address)
+        crawler.fast = lane.take
         try:
-            await self._requests(crawler, address)
+            await self._requests(crawler, lane)
         except Refusal as refusal:
             if refusal.kind:
                 self.metrics.refusals.labels(refusal.kind).inc()
@@ -112,6 +119,10 @@ class Gateway:
         except (OSError, asyncio.IncompleteReadError, TimeoutError, HeadError, UpstreamError):
             pass  # the crawler or the proxy went away, stalled or spoke nonsense mid-answer
         finally:
+            crawler.fast = None
+            if crawler.resume is not None:
+                crawler.resume.close()  # the task ended before it ran it
+                crawler.resume = None
             self._per_address[address] -= 1
             if not self._per_address[address]:
                 del self._per_address[address]
@@ -119,18 +130,15 @@ class Gateway:
             self.metrics.connections.dec()
             crawler.close(self.limits.idle_timeout)
 
-    async def _requests(self, crawler: Crawler, address: str) -> None:
+    async def _requests(self, crawler: Crawler, lane: Lane) -> None:
         first = True
-        cache = Targets()
         while True:
             timeout = self.limits.head_timeout if first else self.limits.idle_timeout
             try:
                 raw = await crawler.head(timeout)
-                if not raw:
-                    return
-                request = parse_request(raw)
+                request = parse_request(raw) if raw else None
             except TimeoutError:
-                if not first:
+                if not first or crawler.served:
                     return  # an idle keep-alive connection, closed quietly
                 self.metrics.refusals.labels("head").inc()
                 reason = f"no whole request head within {timeout:g} s"
@@ -139,7 +147,14 @@ class Gateway:
                 self.metrics.refusals.labels("head").inc()
                 raise Refusal(heads.answer(exc.status, str(exc))) from None
             first = False
-            if not await self._request(request, crawler, address, cache):
+            resume, crawler.resume = crawler.resume, None
+            if resume is not None:
+                if not await resume:  # a request the callbacks sent and handed back
+                    return
+                continue
+            if request is None or not await self._request(
+                request, crawler, lane.address, lane.targets
+            ):
                 return
 
     async def _request(
@@ -165,7 +180,7 @@ class Gateway:
                 "send the request body with a Content-Length (chunked bodies are not relayed)",
                 "body",
             )
-        return await self._forward(caller, ask, target, request, crawler)
+        return await self.forward(caller, ask, target, request, crawler)
 
     def _refuse(self, status: int, reason: str, kind: str) -> NoReturn:
         self.metrics.refusals.labels(kind).inc()
@@ -183,14 +198,18 @@ class Gateway:
 
     # ------------------------------------------------------------------ plain HTTP
 
-    async def _forward(
+    async def forward(
         self,
         caller: Caller,
         ask: Ask,
         target: Target,
         request: Request,
         crawler: Crawler,
+        *,
+        early: Early | None = None,
     ) -> bool:
+        """Answer a plain request; ``early``: the callbacks sent it, and hand it on
+        (``fast.Lane``)."""
         body: bytes | None = None
         if request.expects_continue and request.length and request.version == b"1.1":
             crawler.write(CONTINUE)  # the crawler waits for it before its body (curl: 1 s)
@@ -198,15 +217,19 @@ class Gateway:
             body = await self._body(crawler, request.length)
         exclude: frozenset[str] = frozenset()
         for attempt in range(2):
-            held = await self._lease(caller, ask, exclude=exclude, host=target.host)
+            if early is not None:
+                held = early.held  # attempt 0 was sent by the callbacks
+            else:
+                held = await self._lease(caller, ask, exclude=exclude, host=target.host)
             held.in_flight += 1
             try:
-                sent = await self._send(held, request, body, crawler)
+                sent = await self._send(held, request, body, crawler, early)
             finally:
                 held.in_flight -= 1
+            early = None
             if isinstance(sent, str):
                 self.keeper.report(held, "failed", target.host, sent)
-                self._count(caller, held, "failed", Traffic(), host=target.host)
+                self.count(caller, held, "failed", Traffic(), host=target.host)
                 if attempt == 0 and body is not None and ask.session is None:
                     exclude |= {held.granted.proxy_uid}
                     continue
@@ -225,7 +248,7 @@ class Gateway:
                 self.keeper.report(held, verdict.outcome, target.host, f"HTTP {response.status}")
             if verdict.retry:
                 up.close()
-                self._count(
+                self.count(
                     caller,
                     held,
                     verdict.outcome,
@@ -249,7 +272,7 @@ class Gateway:
                 self.upstreams.give_back(host, port, up)
             else:
                 up.close()
-            self._count(
+            self.count(
                 caller, held, verdict.outcome, traffic, host=target.host, status=response.status
             )
             return whole and request.keep_alive and response.keep_alive
@@ -269,33 +292,49 @@ class Gateway:
             )
 
     async def _send(
-        self, held: Held, request: Request, body: bytes | None, crawler: Crawler
+        self,
+        held: Held,
+        request: Request,
+        body: bytes | None,
+        crawler: Crawler,
+        early: Early | None = None,
     ) -> tuple[Upstream, Response, bytes] | str:
         """Send the request through the lease's proxy; the connection, the response so far and
         its bytes, or why it could not be sent. A kept connection the proxy closed meanwhile, or
-        a login the proxy refuses (the lease moved: renewed or rotated), is tried once more."""
+        a login the proxy refuses (the lease moved: renewed or rotated), is tried once more.
+        ``early``: the first send was the callbacks', and this is what came of it."""
         for again in range(3):
-            host, port, login = held.upstream()
-            head = heads.upstream_head(
-                request.method.encode(),
-                request.url,
-                request.version,
-                request.headers,
-                login,
-                keep_alive=request.keep_alive,
-            )
+            if early is not None:
+                up, failure, early = early.up, early.failure, None
+                head = b""
+            else:
+                failure = None
+                host, port, login = held.upstream()
+                head = heads.upstream_head(
+                    request.method.encode(),
+                    request.url,
+                    request.version,
+                    request.headers,
+                    login,
+                    keep_alive=request.keep_alive,
+                )
+                try:
+                    up = await self.upstreams.take(host, port, fresh=again > 0)
+                except UpstreamError as exc:
+                    if again == 0:
+                        await self.keeper.reread(held)
+                        continue
+                    return str(exc)
             try:
-                up = await self.upstreams.take(host, port, fresh=again > 0)
-            except UpstreamError as exc:
-                if again == 0:
-                    await self.keeper.reread(held)
-                    continue
-                return str(exc)
-            try:
-                up.send(head + (body or b""), head_only=request.method == "HEAD")
-                if body is None:
-                    await copy_exactly(crawler, up, request.length, self.limits.idle_timeout)
-                response, seen = await up.answer(self.limits.answer_timeout)
+                if failure is not None:
+                    raise failure
+                if head:
+                    up.send(head + (body or b""), head_only=request.method == "HEAD")
+                    if body is None:
+                        await copy_exactly(crawler, up, request.length, self.limits.idle_timeout)
+                    response, seen = await up.answer(self.limits.answer_timeout)
+                else:
+                    response, seen = up.response, bytes(up.seen)
                 seen = final_part(seen, response.interims)
             except (UpstreamError, OSError, asyncio.IncompleteReadError) as exc:
                 up.close()
@@ -318,7 +357,7 @@ class Gateway:
             return up, response, seen
         return "the proxy refused the lease's login"
 
-    def _count(
+    def count(
         self,
         caller: Caller,
         held: Held,

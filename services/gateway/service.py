@@ -166,6 +166,8 @@ class GatewayService:
     limits: Limits | None = None
     """The gateway's bounds (docs/decisions/0156-the-gateway-s-edges.md); from the settings
     when not given."""
+    gateway: Gateway | None = None
+    """The running gateway, once it listens (its counts, for tests and the bench)."""
 
     @property
     def api_url(self) -> str:
@@ -204,6 +206,7 @@ class GatewayService:
                 *self.own_ports,
             ),
         )
+        self.gateway = gateway
         server = await asyncio.get_running_loop().create_server(gateway.protocol, sock=sock)
         # What start-up made lives as long as the process: kept out of the collector's full
         # passes, which the requests' short-lived objects set off (docs/architecture.md, "The

@@ -69,6 +69,9 @@ class Upstream(asyncio.Protocol):
         """What happened while nobody waited, in order."""
         self._write_paused = False
         self._drained: asyncio.Future[None] | None = None
+        self.on_event: Callable[[object], None] | None = None
+        """Told what happens instead of a waiting coroutine: the callbacks' path
+        (``fast.Lane``), which judges an answer's head where it arrives, so reading goes on."""
 
     # ------------------------------------------------------------------ the request's side
 
@@ -108,18 +111,10 @@ class Upstream(asyncio.Protocol):
         """Pass the rest of the answer to the crawler; whether it ended as its framing says
         (the connection may then be kept). A byte must move every ``idle_timeout``, either from
         the proxy or out of the crawler's full buffer."""
-        client = cast(asyncio.Transport, writer.transport)
-        self._client = client
-        self._high = client.get_write_buffer_limits()[1]
-        self._arm(idle_timeout)
-        self._outcomes.clear()  # an end or a deadline while held: judged after what came
-        self._phase = _RELAY
-        if self._early:
-            early, self._early = bytes(self._early), bytearray()
-            self._pass(early)
+        self.begin_relay(cast(asyncio.Transport, writer.transport), idle_timeout)
         if self.closed and not self._outcomes:
             return False
-        self._resume()
+        self.resume()
         while True:
             state = await self._wait()
             if state is not PAUSED:
@@ -130,7 +125,25 @@ class Upstream(asyncio.Protocol):
             except TimeoutError:
                 return False
             self._arm(idle_timeout)
-            self._resume()
+            self.resume()
+
+    def begin_relay(self, client: asyncio.Transport, idle_timeout: float) -> None:
+        """From now on the rest of the answer goes to ``client`` as it arrives, what came
+        while it was held first."""
+        self._client = client
+        self._high = client.get_write_buffer_limits()[1]
+        self._arm(idle_timeout)
+        self._outcomes.clear()  # an end or a deadline while held: judged after what came
+        self._phase = _RELAY
+        if self._early:
+            early, self._early = bytes(self._early), bytearray()
+            self._pass(early)
+
+    def hold(self) -> None:
+        """Handed from the callbacks' path to a coroutine: the rest waits for its verdict."""
+        self.on_event = None
+        if self._phase == _HELD and self.transport is not None:
+            self.transport.pause_reading()
 
     @property
     def reusable(self) -> bool:
@@ -179,7 +192,7 @@ class Upstream(asyncio.Protocol):
                 self._phase = _OVER
             else:
                 self._phase = _HELD
-                if self.transport is not None:
+                if self.transport is not None and self.on_event is None:
                     self.transport.pause_reading()  # the rest waits for the verdict
             self._wake(None)
         elif len(self.seen) > MAX_HEAD * 4:
@@ -245,10 +258,14 @@ class Upstream(asyncio.Protocol):
         else:
             self._wake(False)
 
-    def _resume(self) -> None:
+    def resume(self) -> None:
         self._crawler_full = False
         if self.transport is not None and not self.closed:
             self.transport.resume_reading()
+
+    def arm(self, timeout: float) -> None:
+        """The next event due within ``timeout`` of now (the answer's head, a byte)."""
+        self._arm(timeout)
 
     def _arm(self, timeout: float) -> None:
         self._idle = timeout
@@ -260,7 +277,7 @@ class Upstream(asyncio.Protocol):
         self._timer = None
         if not self.busy or self.closed or self._phase == _OVER:
             return
-        if self._crawler_full:
+        if self._crawler_full and self.on_event is None:
             self._deadline = self._loop.time() + self._idle  # the crawler's drain has its bound
         if self._loop.time() < self._deadline:
             self._timer = self._loop.call_at(self._deadline, self._expire)
@@ -271,6 +288,9 @@ class Upstream(asyncio.Protocol):
             self._wake(False)
 
     def _wake(self, outcome: object) -> None:
+        if self.on_event is not None:
+            self.on_event(outcome)
+            return
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             if isinstance(outcome, BaseException):

@@ -4,6 +4,7 @@ every byte, and the report says what it measured."""
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 import pytest
@@ -31,3 +32,10 @@ async def test_a_tiny_gateway_bench_measures_both_arms(tmp_path: Path) -> None:
     # CPU comes from /proc in clock ticks (10 ms): 300 requests at ~25 µs each can read as 0.
     assert floor["cpu_us_per_request"][0] >= 0
     assert floor["tunnel_mb_per_second"][0] > 0
+    pinned = result["pinned"]
+    if len(os.sched_getaffinity(0)) < 2:
+        assert pinned is None  # one core: nothing to pin apart
+        return
+    assert pinned["direct"]["failed"] == pinned["through_gateway"]["failed"] == 0, pinned
+    assert pinned["through_gateway"]["non_2xx"] == 0, pinned
+    assert pinned["requests_per_second_ratio"] > 0

@@ -135,6 +135,7 @@ class Fleet:
     gateway_port: int
     nats_url: str
     clients_file: Path
+    service: GatewayService | None = None
 
     def client(self, user: str = "crawler-a", *, client: str = "crawler-a") -> httpx.AsyncClient:
         return httpx.AsyncClient(
@@ -175,4 +176,4 @@ async def fleet(
             async with gateway(
                 nats_server.url, api, clients_file, limits=limits, own_ports=own_ports, **settings
             ) as service:
-                yield Fleet(site, api, service.bound_port, nats_server.url, clients_file)
+                yield Fleet(site, api, service.bound_port, nats_server.url, clients_file, service)
