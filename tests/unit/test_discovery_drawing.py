@@ -102,13 +102,28 @@ def test_the_index_hands_out_its_live_members_and_one_proxy_by_its_pairs() -> No
     index = CandidateIndex()
     for uid, country in (("a", "de"), ("b", "fr"), ("c", "de")):
         index.update(ready(uid, country=country))
-    live = index.to_draw({})
-    assert live is index.to_draw({})  # not a copy per request
+    live = index.to_draw({}).uids
+    assert live is index.to_draw({}).uids  # not a copy per request
+    assert index.to_draw({"country": "de"}).uids is index.to_draw({"country": "de"}).uids
     assert sorted(live) == ["a", "b", "c"]
     index.update(msgspec.structs.replace(ready("b", country="fr"), deleting=True))
     assert sorted(live) == ["a", "c"]  # the same object follows the index
-    assert list(index.to_draw({"country": "de"})) == ["a", "c"]
+    assert sorted(index.to_draw({"country": "de"})) == ["a", "c"]
     assert list(index.to_draw({"country": "de"}, only="c")) == ["c"]
     assert list(index.to_draw({"country": "fr"}, only="c")) == []
     assert list(index.to_draw({}, only="b")) == []  # no longer leasable
     assert list(index.to_draw({}, only="nobody")) == []
+
+
+def test_a_selector_of_several_pairs_draws_from_its_rarest_pair_and_tests_the_others() -> None:
+    index = CandidateIndex()
+    for i in range(200):
+        index.update(ready(f"p{i}", tier="gold", country="de" if i % 50 else "fr"))
+    found = index.to_draw({"tier": "gold", "country": "fr"})
+    assert len(found.uids) == 4  # the four French ones, not the 200 gold ones
+    assert sorted(found) == ["p0", "p100", "p150", "p50"]
+    assert sorted(found.drawn(random.Random(1))) == ["p0", "p100", "p150", "p50"]
+    assert not index.to_draw({"tier": "gold", "country": "us"})
+    both = index.to_draw({"tier": "gold", "country": "de"}).also(lambda uid: uid != "p1")
+    assert "p1" not in set(both)
+    assert len(list(both)) == 195

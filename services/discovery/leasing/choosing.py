@@ -25,8 +25,8 @@ def candidates_of(
     only: str | None,
 ) -> Candidates:
     """The proxies this request may get now, to be drawn from (``Candidates.drawn``)."""
-    uids = views.candidates.to_draw(selector, only)
-    return Candidates(uids, kept_by(views, pool, exclude))
+    found = views.candidates.to_draw(selector, only)
+    return found.also(kept_by(views, pool, exclude))
 
 
 def kept_by(

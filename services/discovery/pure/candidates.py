@@ -24,7 +24,7 @@ intersection too, so a filtered listing's ``total`` is not a walk of the fleet
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping
 from collections.abc import Set as AbstractSet
 from typing import Generic, TypeVar
 
@@ -32,7 +32,7 @@ from projections import egress
 from projections.egress import NO_POLICY, EgressIndex, EgressPolicy
 from projections.lease_queries import leasable
 from projections.proxy import ProxyView
-from services.discovery.pure.drawing import Drawable
+from services.discovery.pure.drawing import Candidates, Drawable
 from services.discovery.pure.egress_shown import asn_filter, country_filter
 
 EGRESS_COUNTRY = "egress.country"
@@ -72,14 +72,22 @@ def pairs_of(proxy: ProxyView) -> frozenset[tuple[str, str]]:
     return frozenset(proxy.spec.attributes.items()) | egress_pairs(proxy)
 
 
-class PairIndex:
-    """uid -> attribute pairs, and pair -> uids, for one set of proxies; with ``drawable``, its
-    members also in a ``Drawable`` that a request draws from without copying it."""
+NOBODY: frozenset[str] = frozenset()
+NO_HOLDERS = Drawable()
+"""The holders of a pair nobody carries: empty, and never added to."""
 
-    def __init__(self, *, drawable: bool = False) -> None:
+
+H = TypeVar("H", set[str], Drawable)
+
+
+class PairIndex(Generic[H]):
+    """uid -> attribute pairs, and pair -> uids (``holders``: sets, or ``Drawable``s where a
+    request draws from them), for one set of proxies."""
+
+    def __init__(self, holders: Callable[[], H]) -> None:
         self.pairs: dict[str, frozenset[tuple[str, str]]] = {}
-        self.by_pair: dict[tuple[str, str], set[str]] = {}
-        self.members: Drawable | None = Drawable() if drawable else None
+        self.by_pair: dict[tuple[str, str], H] = {}
+        self._holders: Callable[[], H] = holders
 
     def put(self, uid: str, pairs: frozenset[tuple[str, str]] | None) -> None:
         """Index ``uid`` with ``pairs``, or drop it (None)."""
@@ -89,27 +97,48 @@ class PairIndex:
             if not holders:
                 del self.by_pair[pair]
         if pairs is None:
-            if self.members is not None:
-                self.members.discard(uid)
             return
         self.pairs[uid] = pairs
-        if self.members is not None:
-            self.members.add(uid)
         for pair in pairs:
-            self.by_pair.setdefault(pair, set()).add(uid)
+            found = self.by_pair.get(pair)
+            if found is None:
+                found = self.by_pair[pair] = self._holders()
+            found.add(uid)
 
     def matching(self, selector: Mapping[str, str]) -> list[str]:
         if not selector:
             return list(self.pairs)
-        sets = sorted((self.by_pair.get(pair, set()) for pair in selector.items()), key=len)
+        sets = sorted((self.by_pair.get(pair, NOBODY) for pair in selector.items()), key=len)
         found = set(sets[0]).intersection(*sets[1:])
-        return sorted(found)  # a stable order: the randomness comes from random_order alone
+        return sorted(found)  # a stable order, for the listings and the refusals
 
-    def to_draw(self, selector: Mapping[str, str]) -> Sequence[str]:
-        """``matching``, and without a selector the live members themselves, not a copy."""
-        if not selector and self.members is not None:
-            return self.members
-        return self.matching(selector)
+
+class LeasableIndex(PairIndex[Drawable]):
+    """The leasable proxies, whose members and pair holders are ``Drawable``s: a request draws
+    from them in place (``to_draw``) instead of copying them."""
+
+    def __init__(self) -> None:
+        super().__init__(Drawable)
+        self.members = Drawable()
+
+    def put(self, uid: str, pairs: frozenset[tuple[str, str]] | None) -> None:
+        super().put(uid, pairs)
+        if pairs is None:
+            self.members.discard(uid)
+        else:
+            self.members.add(uid)
+
+    def to_draw(self, selector: Mapping[str, str]) -> Candidates:
+        """The live members, or the live holders of the selector's rarest pair with each drawn
+        uid tested for the other pairs: nothing copied or sorted, so a draw costs the uids it
+        draws, not the fleet (``drawing``)."""
+        if not selector:
+            return Candidates(self.members)
+        holders = sorted((self.by_pair.get(pair, NO_HOLDERS) for pair in selector.items()), key=len)
+        rarest, rest = holders[0], holders[1:]
+        if not rest:
+            return Candidates(rarest)
+        return Candidates(rarest, lambda uid: all(uid in other for other in rest))
 
     def has(self, uid: str, selector: Mapping[str, str]) -> bool:
         """Whether ``uid`` is a member carrying every selector pair: one proxy, not the set."""
@@ -118,7 +147,6 @@ class PairIndex:
 
 
 V = TypeVar("V")
-NOBODY: frozenset[str] = frozenset()
 
 
 class ValueIndex(Generic[V]):
@@ -147,8 +175,8 @@ class CandidateIndex:
     def __init__(self, policy: EgressPolicy = NO_POLICY) -> None:
         self.policy = policy
         self.egress = EgressIndex()
-        self._leasable = PairIndex(drawable=True)
-        self._existing = PairIndex()
+        self._leasable = LeasableIndex()
+        self._existing: PairIndex[set[str]] = PairIndex(set)
         self._views: dict[str, ProxyView] = {}
         self.phases: ValueIndex[str] = ValueIndex()
         """The proxies not removed, by phase."""
@@ -161,7 +189,7 @@ class CandidateIndex:
         return self._leasable.pairs
 
     @property
-    def by_pair(self) -> dict[tuple[str, str], set[str]]:
+    def by_pair(self) -> dict[tuple[str, str], Drawable]:
         return self._leasable.by_pair
 
     def update(self, proxy: ProxyView) -> set[str]:
@@ -196,12 +224,12 @@ class CandidateIndex:
         """Leasable proxies whose attributes include every selector pair."""
         return self._leasable.matching(normalized(selector))
 
-    def to_draw(self, selector: Mapping[str, str], only: str | None = None) -> Sequence[str]:
-        """The leasable proxies an acquire draws from (``drawing``): the live index without a
-        selector, and for a request of one proxy (``only``) that proxy if it matches."""
+    def to_draw(self, selector: Mapping[str, str], only: str | None = None) -> Candidates:
+        """The leasable proxies an acquire draws from (``PairIndex.to_draw``), and for a
+        request of one proxy (``only``) that proxy if it matches."""
         wanted = normalized(selector)
         if only is not None:
-            return [only] if self._leasable.has(only, wanted) else []
+            return Candidates([only] if self._leasable.has(only, wanted) else [])
         return self._leasable.to_draw(wanted)
 
     def existing(self, selector: Mapping[str, str]) -> list[str]:
