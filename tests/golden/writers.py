@@ -120,7 +120,13 @@ def reconcile(log: GoldenLog, uid: str, *expected: type[Event], leased: bool = F
     got = tuple(type(e) for e in decision.events)
     assert got == expected, f"{uid}: decided {got}, the story expects {expected}"
     causation = history.events[-1].msg_id
-    for new in new_events(uid, decision, history, causation):
+    made = new_events(uid, decision, history, causation)
+    # In the decision's order, as the builds that wrote schema 1 appended them: since D168 the
+    # reconciler appends a decision's command after its other events, under the same ids, and
+    # every fold reads either order (docs/decisions/0168-executor-facts-chained.md). The golden
+    # log keeps what was stored; it is never rewritten.
+    for event in decision.events:
+        new = next(made_new for made_new in made if made_new.event is event)
         log.store(subjects.proxy(uid), new, after=0.02)
 
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import msgspec
 import pytest
 
 from events import codec, subjects
 from events.schemas import CreateInstance, Phase, PhaseChanged, ProxyDeclared, ProxySpec
 from events.store import History, Recorded, derive_msg_id
+from projections.proxy import fold as proxy_fold
 from services.reconciler.cache import States
 from services.reconciler.pure.decision import Decision
 from services.reconciler.pure.view import fold
@@ -115,3 +117,16 @@ def test_a_decision_s_command_is_appended_last_under_the_id_of_its_position() ->
     assert {n.causation_id for n in made} == {"cause"}
     alone = Decision((PHASE.event,), "ready")  # type: ignore[arg-type]
     assert [n.event for n in new_events(UID, alone, History([], 7), "")] == [PHASE.event]
+
+
+def test_every_fold_reads_a_decision_in_either_order() -> None:
+    """Builds before D168 stored a decision's command before its status (the golden log keeps
+    that order), builds since store it after: the reconciler's state and the proxy view must
+    come out the same, but for the sequence each last read."""
+    before = [DECLARED, recorded(CREATE.event, 2), recorded(PHASE.event, 3)]
+    since = [DECLARED, recorded(PHASE.event, 2), recorded(CREATE.event, 3)]
+    assert fold(UID, before) == fold(UID, since)
+    old, new = proxy_fold(before), proxy_fold(since)
+    assert old is not None
+    assert new is not None
+    assert msgspec.structs.replace(old, last_seq=0) == msgspec.structs.replace(new, last_seq=0)
