@@ -292,24 +292,10 @@ class CheckpointStore(Generic[V]):
 
     async def payload(self, head: Head) -> bytes:
         """The stored chunks of ``head``, joined; each bounded before it is kept."""
-        kv = await self.open(create=False)
-        if kv is None:
-            raise Unusable("the bucket is gone")
-        keys = [cp.chunk_key(head.tag, head.seq, head.digest, i) for i in range(head.chunks)]
-        parts: list[bytes] = []
-        try:
-            for start in range(0, len(keys), IN_FLIGHT):
-                got = await asyncio.gather(*(kv.get(k) for k in keys[start : start + IN_FLIGHT]))
-                for entry in got:
-                    value = entry.value or b""
-                    if len(value) > cp.CHUNK:
-                        raise Unusable(f"a chunk of {len(value)} bytes (at most {cp.CHUNK})")
-                    parts.append(value)
-        except KeyNotFoundError:
-            raise Unusable("a chunk is missing") from None
-        except (nats.errors.Error, TimeoutError) as exc:
-            raise StoreUnavailable(f"cannot read a checkpoint: {exc}") from exc
-        return b"".join(parts)
+        got = (await self.payloads([head]))[0]
+        if isinstance(got, str):
+            raise Unusable(got)
+        return got
 
     def _unpack(self, head: Head, data: bytes) -> dict[str, V]:
         """Without the cyclic collector: decoding 10,000 views makes hundreds of thousands of
