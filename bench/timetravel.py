@@ -13,9 +13,10 @@ process and not counted):
 - a full replay from the first event (``read_until`` from sequence 1, no limit) at a few of the
   instants: its CPU, and that its views equal the checkpointed travel's, stream by stream.
 
-Run: ``python -m bench.timetravel`` (10,000 proxies, 10^6 LEASE events; about 5 to 8 minutes on
-a 2-core VM, most of it the fill and the replays), ``--lease-events 100000`` for a quicker run,
-``--full-ratio`` to try another ``cp.FULL_RATIO`` (set in this process for the writer).
+Run: ``python -m bench.timetravel`` (10,000 proxies, 10^6 LEASE events; about 10 minutes on a
+loaded 2-core VM, most of it the fill, the writer and the replays), ``--lease-events 100000``
+for a quicker run, ``--full-ratio`` to try another ``cp.FULL_RATIO`` (set in this process for
+the writer).
 """
 
 from __future__ import annotations

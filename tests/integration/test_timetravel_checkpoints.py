@@ -135,7 +135,7 @@ async def test_instants_around_a_full_checkpoint_give_the_replays_views(
         assert got.deltas == before.depth
 
 
-@pytest.mark.parametrize("damage", ["chunk", "head gone", "base digest"])
+@pytest.mark.parametrize("damage", ["chunk", "chunk gone", "head gone", "base digest"])
 async def test_a_damaged_delta_folds_from_the_point_before(
     conn: Connection, damage: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -152,6 +152,8 @@ async def test_a_damaged_delta_folds_from_the_point_before(
     assert kv is not None
     if damage == "chunk":
         await kv.put(cp.chunk_key(broken.tag, broken.seq, broken.digest, 0), b"\x00" * 100)
+    elif damage == "chunk gone":
+        await kv.delete(cp.chunk_key(broken.tag, broken.seq, broken.digest, 0))
     elif damage == "head gone":
         await kv.delete(cp.head_key(broken.tag, broken.seq))
     else:
@@ -171,6 +173,54 @@ async def test_a_damaged_delta_folds_from_the_point_before(
     got = await fold_at(conn.js, LEASE, stamps[-1])
     assert got.checkpoint == 4000
     assert got.views == await replay(conn, LEASE, stamps[-1])
+
+
+def every_field(_packer: object, views: dict[str, Any]) -> bytes:
+    """How the writers of D163 encoded a full checkpoint: every field, defaults too."""
+    return msgspec.msgpack.encode(dict(sorted(views.items())))
+
+
+async def test_a_bucket_written_before_defaults_were_left_out_is_read_and_continued(
+    conn: Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A deployment upgraded in place: its full checkpoints hold every field (D163). The reader
+    folds from them, and the new writer resumes their chains with deltas and full ones of its
+    own, each travel equal to the replay and none a fallback."""
+    monkeypatch.setattr(cp, "FULL_RATIO", 2.0)  # chains of a few deltas (see above)
+    await fill_startup(conn, 40, 4000, seed=23)
+    with monkeypatch.context() as patched:
+        patched.setattr(cp.Packer, "encode", every_field)
+        await written(conn, LEASE)
+    store = CheckpointStore(conn.js, LEASE)
+    heads = await chain_heads(conn, LEASE)
+    for head in (h for h in heads.values() if h.full):
+        assert b"rotation_id" in cp.inflate(head, await store.payload(head))
+    # The upgrade: the old writer stopped at a full one that its next delta followed.
+    resume = min(
+        seq for seq, h in heads.items() if h.full and seq <= 3000 and not heads[seq + EVERY].full
+    )
+    kv = await store.open(create=False)
+    assert kv is not None
+    for seq in range(resume + EVERY, 4001, EVERY):
+        await kv.delete(cp.head_key(LEASE.tag, seq))
+    writer = await written(conn, LEASE)
+    assert writer.stats.resumed_from == resume
+    assert writer.stats.unusable == 0
+    heads = await chain_heads(conn, LEASE)
+    following = heads[resume + EVERY]
+    assert not following.full
+    assert following.base_seq == resume
+    new_fulls = [h for h in heads.values() if h.full and h.seq > resume]
+    assert new_fulls, "the new writer should start a chain of its own too"
+    for head in new_fulls:
+        assert b"rotation_id" not in cp.inflate(head, await store.payload(head))
+    stamps = await timestamps(conn, subjects.LEASE_STREAM)
+    picks = {resume, following.seq, *(h.seq for h in new_fulls), 4000}
+    for seq in sorted(picks):
+        got = await fold_at(conn.js, LEASE, stamps[seq - 1])
+        assert got.checkpoint == seq
+        assert got.fallbacks == 0
+        assert got.views == await replay(conn, LEASE, stamps[seq - 1]), seq
 
 
 async def test_checkpoints_of_many_chunks_are_stored_and_read_whole(

@@ -168,6 +168,25 @@ def test_a_change_that_does_not_fit_the_views_is_unusable_and_changes_nothing(
     assert views == views_of(3)
 
 
+@pytest.mark.parametrize(
+    ("changes", "expect"),
+    [
+        ({"p1": [None, {"granted": 9}, None]}, 2),
+        ({"p0": None}, 3),
+        ({"p7": [NEW, None, None]}, 3),
+    ],
+)
+def test_a_delta_that_leaves_another_number_of_views_than_its_head_changes_nothing(
+    changes: object, expect: int
+) -> None:
+    """Checked before anything is folded in: a reader then folds events from the point before
+    the delta onto the views as they were there."""
+    views = views_of(3)
+    with pytest.raises(cp.Unusable, match=f"views after the delta, the head says {expect}"):
+        DIFFER.apply(views, DIFFER.decode(msgspec.msgpack.encode(changes)), expect=expect)
+    assert views == views_of(3)
+
+
 @pytest.mark.parametrize("raw", [b"", b"\xc1", b"\x81\xa2p1"])
 def test_bytes_that_are_not_changes_are_unusable(raw: bytes) -> None:
     packed = cp.compress(raw, 1)

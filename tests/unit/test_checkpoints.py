@@ -8,17 +8,20 @@ from __future__ import annotations
 
 import hashlib
 import random
+import typing
 import zlib
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import msgspec
 import pytest
 
-from projections.lease import LeaseRecord, LeaseView
+from projections.lease import LeaseRecord, LeaseView, Outcome
 from services.runtime.eventlog.pure import checkpoint as cp
 
 AT = datetime(2026, 3, 1, 12, tzinfo=UTC)
 TAG = cp.tag_of(3, LeaseView)
+PACKER = cp.Packer(LeaseView)
 
 
 def views(n: int) -> dict[str, LeaseView]:
@@ -65,14 +68,127 @@ def test_the_same_views_in_any_order_pack_to_the_same_bytes() -> None:
     some = views(50)
     shuffled = list(some.items())
     random.Random(4).shuffle(shuffled)
-    assert cp.pack(some) == cp.pack(dict(shuffled))
+    assert PACKER.pack(some) == PACKER.pack(dict(shuffled))
 
 
 def test_a_packed_checkpoint_unpacks_to_equal_views_through_its_head() -> None:
     some = views(300)
-    packed = cp.pack(some)
+    packed = PACKER.pack(some)
     head = cp.decode_head(cp.encode_head(head_for(packed)))
     assert cp.Unpacker(LeaseView).unpack(head, b"".join(packed.chunks())) == some
+
+
+def full_views(n: int) -> dict[str, LeaseView]:
+    """Views with every field of the lease types away from its default, and some at it."""
+    out = {}
+    for i in range(n):
+        uid = f"p{i:05d}"
+        ended = LeaseRecord(
+            lease_id=f"e{i}",
+            proxy_uid=uid,
+            holder="crawler",
+            client=f"client-{i}",
+            acquired_at=AT,
+            expires_at=AT + timedelta(minutes=5),
+            ttl_seconds=300.0,
+            requested_ttl_seconds=600.0,
+            fencing_token=i + 1,
+            selector={"pool": "a"},
+            cooldown_seconds=-0.0 if i % 2 else 2.5,
+            end="released",
+            ended_at=AT + timedelta(seconds=i),
+            outcomes=(Outcome(lease_id=f"e{i}", outcome="ok", at=AT, detail="d", target="t"),),
+            seq=i + 7,
+            renewed_at=AT,
+            renewed_seq=i + 3,
+            rotation_id="r",
+            provider_id="i-1",
+            switched_at=AT,
+            reason="rotated",
+        )
+        bare = LeaseRecord(
+            lease_id=f"b{i}",
+            proxy_uid=uid,
+            acquired_at=AT,
+            expires_at=AT,
+            ttl_seconds=0.0,
+            fencing_token=0,
+        )
+        out[uid] = LeaseView(
+            proxy_uid=uid,
+            current=bare if i % 3 else None,
+            recent=(ended, bare),
+            outcomes=ended.outcomes,
+            cooldown_until=AT,
+            cooldown_client="c",
+            cooldown_holder="h",
+            granted=i,
+            rejected=1,
+            unusable=2,
+            late=3,
+            updated_at=AT,
+            last_seq=i,
+        )
+    return out
+
+
+@pytest.mark.parametrize("make", [views, full_views])
+def test_full_checkpoints_leave_out_defaults_and_read_back_equal(make: Any) -> None:
+    some = make(40)
+    packed = PACKER.pack(some)
+    raw = zlib.decompress(packed.data)
+    plain = msgspec.msgpack.encode(dict(sorted(some.items())))
+    assert len(raw) < len(plain)
+    head = head_for(packed)
+    back = cp.Unpacker(LeaseView).unpack(head, packed.data)
+    assert back == some
+    assert [type(v.current) for v in back.values()] == [type(v.current) for v in some.values()]
+
+
+def test_a_default_is_not_written_and_a_value_is() -> None:
+    raw = PACKER.encode(views(1))
+    assert b"rotation_id" not in raw
+    assert b"renewed_at" not in raw
+    assert b"fencing_token" in raw
+    assert b"selector" in raw
+    assert b"reason" in PACKER.encode(full_views(1))
+
+
+def test_a_payload_with_every_field_written_reads_the_same() -> None:
+    """What the writers of D163 stored, which a bucket upgraded in place still holds."""
+    some = full_views(30) | views(30)
+    old = cp.compress(msgspec.msgpack.encode(dict(sorted(some.items()))), len(some))
+    assert cp.Unpacker(LeaseView).unpack(head_for(old), old.data) == some
+
+
+class Tagged(msgspec.Struct, frozen=True, tag=True):
+    value: int = 0
+
+
+class Flat(msgspec.Struct, frozen=True, array_like=True):
+    value: int = 0
+
+
+class Holder(msgspec.Struct, frozen=True, kw_only=True):
+    tagged: Tagged | None = None
+    flat: tuple[Flat, ...] = ()
+    named: dict[str, int] = msgspec.field(default_factory=dict)
+    count: int = 0
+
+
+def test_structs_not_encoded_as_plain_maps_are_kept_as_they_are() -> None:
+    compact = cp.compact_type(Holder)
+    assert compact is not Holder
+    fields = {f.name: f.type for f in msgspec.structs.fields(compact)}
+    assert Tagged in typing.get_args(fields["tagged"])
+    assert typing.get_args(fields["flat"])[0] is Flat
+    packer = cp.Packer(Holder)
+    some = {"a": Holder(tagged=Tagged(3), flat=(Flat(1),), named={"x": 1}), "b": Holder()}
+    packed = packer.pack(some)
+    assert cp.Unpacker(Holder).unpack(head_for(packed), packed.data) == some
+    assert zlib.decompress(packed.data) == msgspec.msgpack.encode(
+        {"a": {"tagged": {"type": "Tagged", "value": 3}, "flat": [[1]], "named": {"x": 1}}, "b": {}}
+    )
 
 
 def test_chunks_are_at_most_a_chunk_and_rejoin() -> None:
@@ -112,13 +228,13 @@ def test_a_head_that_is_not_one_is_unusable(value: bytes, why: str) -> None:
     ],
 )
 def test_a_head_out_of_bounds_is_unusable(changes: dict[str, object], why: str) -> None:
-    head = head_for(cp.pack(views(3)), 100, **changes)
+    head = head_for(PACKER.pack(views(3)), 100, **changes)
     with pytest.raises(cp.Unusable, match=why):
         cp.decode_head(cp.encode_head(head))
 
 
 def test_a_label_must_fit_the_stream() -> None:
-    head = head_for(cp.pack(views(3)), seq=100)
+    head = head_for(PACKER.pack(views(3)), seq=100)
 
     def why(**kw: object) -> str:
         args: dict[str, object] = {
@@ -137,7 +253,7 @@ def test_a_label_must_fit_the_stream() -> None:
 
 
 def test_the_nearest_usable_covers_nothing_after_the_instant_and_needs_later_events() -> None:
-    packed = cp.pack(views(1))
+    packed = PACKER.pack(views(1))
     heads = [
         head_for(packed, seq=s, high_us=cp.micros(AT + timedelta(seconds=s)))
         for s in (100, 200, 300)
@@ -153,7 +269,7 @@ def test_the_nearest_usable_covers_nothing_after_the_instant_and_needs_later_eve
 
 def test_a_payload_that_does_not_match_its_head_is_unusable() -> None:
     some = views(20)
-    packed = cp.pack(some)
+    packed = PACKER.pack(some)
     head = head_for(packed)
     unpack = cp.Unpacker(LeaseView).unpack
     with pytest.raises(cp.Unusable, match="bytes stored"):

@@ -263,7 +263,7 @@ class CheckpointWriter(Generic[V]):
                     full_packed=prev.full_packed,
                 )
                 return _sized(head, packed), packed
-        packed = cp.pack(snapshot)
+        packed = self.store.packer.pack(snapshot)
         head = msgspec.structs.replace(label, entries=packed.views, full_packed=len(packed.data))
         return _sized(head, packed), packed
 

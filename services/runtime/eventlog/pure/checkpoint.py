@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import types
+import typing
 import zlib
 from datetime import UTC, datetime, timedelta
 from typing import Any, Generic, TypeVar
@@ -225,10 +227,61 @@ class Packed(msgspec.Struct, frozen=True):
         return [self.data[i : i + CHUNK] for i in range(0, len(self.data), CHUNK)] or [b""]
 
 
-def pack(views: dict[str, Any]) -> Packed:
-    """The views sorted by key, msgpack, zlib: the same views give the same bytes."""
-    raw = _ENCODER.encode(dict(sorted(views.items())))
-    return compress(raw, len(views))
+def compact_type(view_type: Any, made: dict[Any, Any] | None = None) -> Any:
+    """The type the writer encodes ``view_type`` as: the same fields under the same names in
+    maps, every struct in it with ``omit_defaults``, so a value equal to its field's default
+    (the empty strings, zeros, Nones and empty tuples that make up most of an ended lease) is
+    not written. Readers decode the bytes as ``view_type`` itself, which fills those defaults
+    in: no conversion back, and the payloads written before (every field present) read the
+    same way (docs/decisions/0167-checkpoints-compact-and-chained.md). A struct whose encoding
+    is not a plain map of its field names (tagged, array-like, renamed) is kept."""
+    made = {} if made is None else made
+    if isinstance(view_type, type) and issubclass(view_type, msgspec.Struct):
+        if view_type in made:
+            return made[view_type]
+        config = view_type.__struct_config__
+        if (
+            config.tag is not None
+            or config.array_like
+            or view_type.__struct_encode_fields__ != view_type.__struct_fields__
+        ):
+            return view_type
+        fields: list[Any] = []
+        for f in msgspec.structs.fields(view_type):
+            kind = compact_type(f.type, made)
+            if f.default is not msgspec.NODEFAULT:
+                fields.append((f.name, kind, f.default))
+            elif f.default_factory is not msgspec.NODEFAULT:
+                fields.append((f.name, kind, msgspec.field(default_factory=f.default_factory)))
+            else:
+                fields.append((f.name, kind))
+        made[view_type] = msgspec.defstruct(
+            f"Compact{view_type.__name__}", fields, kw_only=True, omit_defaults=True
+        )
+        return made[view_type]
+    origin, args = typing.get_origin(view_type), typing.get_args(view_type)
+    if origin is None or not args:
+        return view_type
+    inner = tuple(a if a is Ellipsis else compact_type(a, made) for a in args)
+    if origin in (typing.Union, types.UnionType):
+        return typing.Union[inner]  # noqa: UP007 (a union made of a tuple of types)
+    return origin[inner]
+
+
+class Packer(Generic[V]):
+    """Full checkpoints of one view type, in its ``compact_type``."""
+
+    def __init__(self, view_type: type[V]) -> None:
+        self._compact = dict[str, compact_type(view_type)]  # type: ignore[misc]
+
+    def encode(self, views: dict[str, V]) -> bytes:
+        """The views sorted by key, msgpack: the same views give the same bytes."""
+        ordered = dict(sorted(views.items()))
+        return _ENCODER.encode(msgspec.convert(ordered, self._compact, from_attributes=True))
+
+    def pack(self, views: dict[str, V]) -> Packed:
+        """``encode``, then zlib."""
+        return compress(self.encode(views), len(views))
 
 
 def compress(raw: bytes, entries: int) -> Packed:
