@@ -282,6 +282,8 @@ class Config:
     lease_seconds: float = 8.0
     lease_rounds: int = 2
     timeout: float = 900.0
+    restart_sizes: tuple[int, ...] | None = None
+    """The sizes whose server is killed and started again; None: every size."""
 
 
 async def measure_size(tmp: Path, proxies: int, config: Config, say: Callable[[str], None]) -> Size:
@@ -334,6 +336,8 @@ async def measure_size(tmp: Path, proxies: int, config: Config, say: Callable[[s
                     f"server {round_.server_us:,.0f} µs a cycle, errors {round_.errors}"
                 )
             size.loads.append(load1())
+            if config.restart_sizes is not None and proxies not in config.restart_sizes:
+                return size
             size.restart = r = await restart(server, api, api_port)
             size.loads.append(load1())
             say(

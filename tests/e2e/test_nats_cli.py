@@ -157,7 +157,8 @@ async def replay_with_the_nats_cli(up: Up, manifest: Path, home: Path) -> None:
     await until(agree, timeout=60, every=0.5, what="nats CLI and `events` agree")
     history: list[Message] = views["view"]
     types = [m.type for m in history]
-    assert types[:2] == ["ProxyDeclared", "CreateInstance"], types
+    # The first decision's status, then its command (D168: a command goes last).
+    assert types[:3] == ["ProxyDeclared", "PhaseChanged", "CreateInstance"], types
     assert {"InstanceCreated", "PhaseChanged", "HealthChanged"} <= set(types), types
     for message, dumped in zip(history, views["dump"], strict=True):
         assert message.subject.startswith(f"proxy.{uid}."), message
@@ -171,7 +172,7 @@ async def replay_with_the_nats_cli(up: Up, manifest: Path, home: Path) -> None:
     assert history[0].payload["uid"] == uid
 
     # The executor's answer continues the reconciler's trace: one trace across services.
-    command = history[1]
+    command = history[2]
     created = next(m for m in history if m.type == "InstanceCreated")
     assert created.headers["Egress-Causation-Id"] == command.headers["Nats-Msg-Id"]
     assert trace_id(created) == trace_id(command)
