@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from services.gateway.crawler import Crawler
 from services.gateway.leases import Caller, Held, Keeper, Ring
-from services.gateway.pure import heads
 from services.gateway.pure.heads import HeadError, Target
 from services.gateway.pure.outcomes import judge
 from services.gateway.pure.username import Ask
@@ -115,14 +114,7 @@ class Lane:
         if ring is not None:
             ring.turn += 1  # the lease is taken: the ring turns, as ``Keeper.lease`` turns it
         held.used = gateway.keeper.clock()
-        head = heads.upstream_head(
-            request.method.encode(),
-            request.url,
-            request.version,
-            request.headers,
-            login,
-            keep_alive=request.keep_alive,
-        )
+        head = request.upstream_head(login)
         try:
             up.send(head, head_only=request.method == "HEAD")
         except UpstreamError:

@@ -56,6 +56,14 @@ class Request:
     expects_continue: bool = False
     """``Expect: 100-continue``: the crawler waits for a 100 before it sends the body."""
 
+    def upstream_head(self, login: bytes | None) -> bytes:
+        """This request's head as the leased proxy gets it (``heads.upstream_head``), for both
+        ways a request is sent: the callbacks' and the coroutine's."""
+        return heads.upstream_head(
+            self.method.encode(), self.url, self.version, self.headers, login,
+            keep_alive=self.keep_alive,
+        )  # fmt: skip
+
     def on_url(self, url: bytes) -> None:
         self.url += url
 

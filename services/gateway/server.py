@@ -310,14 +310,7 @@ class Gateway:
             else:
                 failure = None
                 host, port, login = held.upstream()
-                head = heads.upstream_head(
-                    request.method.encode(),
-                    request.url,
-                    request.version,
-                    request.headers,
-                    login,
-                    keep_alive=request.keep_alive,
-                )
+                head = request.upstream_head(login)
                 try:
                     up = await self.upstreams.take(host, port, fresh=again > 0)
                 except UpstreamError as exc:
